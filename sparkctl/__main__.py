@@ -1,0 +1,49 @@
+"""`python -m sparkctl <command>`: the toolkit's command line.
+
+Each command lives in its own module exposing `add_parser(subparsers)`, which registers the command and sets
+`func` (called with the parsed namespace; its return value is the exit status).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+from sparkctl.errors import SparkctlError
+
+# module -> what it adds; imported lazily so one broken command never takes the others down
+COMMAND_MODULES = [
+    "sparkctl.sim.cli",  # sim up|down|status|ssh|exec|reboot
+    "sparkctl.lock",  # lock refresh|show
+    "sparkctl.plan_cli",  # plan
+    "sparkctl.bench_cli",  # bench, bench compare, niah
+    "sparkctl.evals_cli",  # evals compare
+]
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="python -m sparkctl", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    for name in COMMAND_MODULES:
+        try:
+            module = importlib.import_module(name)
+        except ModuleNotFoundError as exc:
+            if exc.name != name:  # a real import error inside the module: surface it
+                raise
+            continue
+        module.add_parser(sub)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return int(args.func(args) or 0)
+    except SparkctlError as exc:
+        print(f"sparkctl: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

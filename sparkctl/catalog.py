@@ -1,0 +1,186 @@
+"""The model catalog: every model a GX10 can serve, with its checkpoint, vLLM arguments and memory facts.
+
+Pure data plus a resolver; no pyinfra. Group data may override fields per model through
+`CATALOG_OVERRIDES` (the simulated Spark uses that to swap in tiny stand-in checkpoints under the same keys,
+so the flip it tests is the flip a real box makes).
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any
+
+from sparkctl.errors import SettingError
+
+CODER = "coder"
+EMBEDDER = "embedder"
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    """One Hugging Face repository the box downloads, at a revision the lock file pins to a commit."""
+
+    repo: str  # "org/name" on the Hub (or on HF_ENDPOINT)
+    revision: str  # branch or tag asked for; models.lock.json records the commit it resolved to
+    allow_patterns: tuple[str, ...] = ("*.json", "*.safetensors", "*.jinja", "*.txt", "*.model")
+
+
+@dataclass(frozen=True)
+class MemoryFacts:
+    """What the capacity planner needs. GiB are 2**30 bytes; 'measured' figures come from the production box."""
+
+    resident_gib: float  # weights + runtime resident while serving, excluding the KV budget
+    resident_source: str  # "measured" or "estimate"
+    bytes_read_per_step_gb: float  # weight bytes read per decode step (active parameters), GB (1e9)
+    tokens_per_step: float = 1.0  # mean tokens emitted per decode step (speculative decoding), measured
+    full_attention_layers: int = 0  # layers whose KV grows with context
+    kv_heads: int = 0  # key/value heads per full-attention layer
+    head_dim: int = 0  # width of one head
+    linear_attention_layers: int = 0  # Gated DeltaNet / sliding layers with fixed per-sequence state
+    linear_state_bytes_per_layer: int = 0  # fixed state per sequence per linear layer, bytes
+    measured_kv_tokens: dict = field(default_factory=dict)  # {kv_budget_gib: tokens vLLM reported}
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    key: str  # the name CODING_MODEL / EMBEDDERS use
+    role: str  # CODER or EMBEDDER
+    title: str  # human name
+    checkpoint: Checkpoint
+    memory: MemoryFacts
+    max_model_len: int  # tokens per request
+    served_name: str = ""  # embedders: the OpenAI model id; the coder uses CODER_SERVED_NAME instead
+    kv_cache_dtype: str = "auto"  # --kv-cache-dtype
+    speculative: dict | None = None  # --speculative-config; a draft checkpoint's local path is filled in as "model"
+    draft: Checkpoint | None = None  # separate draft checkpoint (DFlash), downloaded beside the target
+    extra_args: tuple[str, ...] = ()  # model-specific `vllm serve` flags (parsers, multimodal limits, runner)
+
+    def checkpoints(self) -> list[Checkpoint]:
+        return [self.checkpoint] + ([self.draft] if self.draft else [])
+
+
+QWEN = ModelSpec(
+    key="qwen3.8-27b",
+    role=CODER,
+    title="Qwen3.8-27B (unsloth community NVFP4, MTP depth 3)",
+    checkpoint=Checkpoint(repo="unsloth/Qwen3.8-27B-NVFP4", revision="main"),
+    max_model_len=262144,
+    kv_cache_dtype="fp8",
+    speculative={"method": "mtp", "num_speculative_tokens": 3},
+    extra_args=(
+        "--limit-mm-per-prompt", '{"image":4,"video":0}',  # images on
+        "--reasoning-parser", "qwen3",
+        "--tool-call-parser", "qwen3_xml",
+        "--enable-auto-tool-choice",
+    ),
+    memory=MemoryFacts(
+        resident_gib=44.0,
+        resident_source="measured",
+        bytes_read_per_step_gb=16.0,
+        tokens_per_step=2.5,
+        full_attention_layers=16,
+        kv_heads=4,
+        head_dim=256,
+        linear_attention_layers=48,
+        linear_state_bytes_per_layer=3_145_728 + 122_880,
+        measured_kv_tokens={36: 1_014_892},
+    ),
+)
+
+LAGUNA = ModelSpec(
+    key="laguna-s-2.1",
+    role=CODER,
+    title="Poolside Laguna S 2.1 (NVFP4 117B MoE, DFlash draft of 7)",
+    checkpoint=Checkpoint(repo="poolside/Laguna-S-2.1-NVFP4", revision="main"),
+    draft=Checkpoint(repo="poolside/Laguna-S-2.1-DFlash-NVFP4", revision="main"),
+    max_model_len=262144,
+    kv_cache_dtype="fp8",
+    speculative={"method": "dflash", "num_speculative_tokens": 7},
+    extra_args=(
+        "--reasoning-parser", "poolside_v1",
+        "--tool-call-parser", "poolside_v1",
+        "--enable-auto-tool-choice",
+    ),
+    memory=MemoryFacts(
+        resident_gib=86.0,
+        resident_source="estimate",
+        bytes_read_per_step_gb=4.3,
+        tokens_per_step=5.1,
+        full_attention_layers=12,
+        kv_heads=8,
+        head_dim=128,
+        linear_attention_layers=36,
+        linear_state_bytes_per_layer=0,
+        measured_kv_tokens={},
+    ),
+)
+
+QWEN_EMBED = ModelSpec(
+    key="qwen3-embedding-0.6b",
+    role=EMBEDDER,
+    title="Qwen3-Embedding-0.6B",
+    checkpoint=Checkpoint(repo="Qwen/Qwen3-Embedding-0.6B", revision="main"),
+    served_name="embed-qwen3",
+    max_model_len=32768,
+    extra_args=("--runner", "pooling"),
+    memory=MemoryFacts(resident_gib=2.0, resident_source="estimate", bytes_read_per_step_gb=1.2),
+)
+
+BGE_M3 = ModelSpec(
+    key="bge-m3",
+    role=EMBEDDER,
+    title="BAAI bge-m3",
+    checkpoint=Checkpoint(repo="BAAI/bge-m3", revision="main"),
+    served_name="embed-bge-m3",
+    max_model_len=8192,
+    extra_args=("--runner", "pooling"),
+    memory=MemoryFacts(resident_gib=2.0, resident_source="estimate", bytes_read_per_step_gb=1.1),
+)
+
+CATALOG: dict[str, ModelSpec] = {m.key: m for m in (QWEN, LAGUNA, QWEN_EMBED, BGE_M3)}
+
+_NESTED = {"checkpoint": Checkpoint, "draft": Checkpoint, "memory": MemoryFacts}
+
+
+def _apply(spec: ModelSpec, key: str, fields: dict[str, Any]) -> ModelSpec:
+    valid = {f.name for f in dataclasses.fields(ModelSpec)} - {"key", "role"}
+    changes: dict[str, Any] = {}
+    for name, value in fields.items():
+        if name not in valid:
+            raise SettingError(f"CATALOG_OVERRIDES[{key!r}]", name, sorted(valid))
+        if name in _NESTED and isinstance(value, dict):
+            cls = _NESTED[name]
+            base = getattr(spec, name)
+            sub_valid = {f.name for f in dataclasses.fields(cls)}
+            for sub in value:
+                if sub not in sub_valid:
+                    raise SettingError(f"CATALOG_OVERRIDES[{key!r}][{name!r}]", sub, sorted(sub_valid))
+            merged = dataclasses.asdict(base) if base is not None else {}
+            merged.update(value)
+            if "allow_patterns" in merged:
+                merged["allow_patterns"] = tuple(merged["allow_patterns"])
+            value = cls(**merged)
+        elif name == "extra_args":
+            value = tuple(value)
+        changes[name] = value
+    return dataclasses.replace(spec, **changes)
+
+
+def resolve(overrides: dict[str, dict] | None = None) -> dict[str, ModelSpec]:
+    """The catalog with group data's CATALOG_OVERRIDES applied (unknown model or field names are refused)."""
+    out = dict(CATALOG)
+    for key, fields in (overrides or {}).items():
+        if key not in out:
+            raise SettingError("CATALOG_OVERRIDES", key, sorted(out))
+        out[key] = _apply(out[key], key, copy.deepcopy(fields))
+    return out
+
+
+def lookup(catalog: dict[str, ModelSpec], setting: str, key: str, role: str) -> ModelSpec:
+    """A catalog entry of the given role, or a SettingError listing the valid names."""
+    valid = sorted(k for k, m in catalog.items() if m.role == role)
+    if key not in valid:
+        raise SettingError(setting, key, valid)
+    return catalog[key]

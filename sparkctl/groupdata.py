@@ -1,0 +1,26 @@
+"""Read group_data/*.py outside pyinfra (for `sparkctl plan`, `bench`, ...), merged the way pyinfra merges them."""
+
+from __future__ import annotations
+
+import os
+import runpy
+from pathlib import Path
+
+from sparkctl import REPO_ROOT
+
+
+def default_groups() -> list[str]:
+    """The groups a host of the configured inventory is in: a real box when GX10_HOSTS is set, else the sim."""
+    return ["all", "gx10"] if os.environ.get("GX10_HOSTS") else ["all", "gx10", "sim"]
+
+
+def load(groups: list[str] | None = None, root: Path = REPO_ROOT) -> dict:
+    """Merged data of the given groups; later groups win, as in pyinfra."""
+    data: dict = {}
+    for group in groups or default_groups():
+        path = root / "group_data" / f"{group}.py"
+        if not path.exists():
+            continue
+        values = runpy.run_path(str(path))
+        data.update({k: v for k, v in values.items() if not k.startswith("__")})
+    return data

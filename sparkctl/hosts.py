@@ -1,0 +1,91 @@
+"""Which boxes the deploy targets, and how to reach them: shared by inventory.py and the probes.
+
+Real boxes come from the environment (GX10_HOSTS=spark-1,spark-2 plus GX10_SSH_USER / GX10_SSH_KEY /
+GX10_SSH_PORT); with none set, the simulated Spark(s) listed in .sim/hosts.json by `sparkctl sim up`.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from sparkctl import REPO_ROOT
+from sparkctl.errors import SparkctlError
+
+SIM_HOSTS_FILE = REPO_ROOT / ".sim" / "hosts.json"
+
+
+@dataclass(frozen=True)
+class HostConn:
+    name: str  # inventory name
+    address: str  # what ssh and the TLS clients connect to
+    ssh_user: str = "root"
+    ssh_port: int = 22
+    ssh_key: str = ""  # private key path on the control machine; empty: ssh-agent / ~/.ssh defaults
+    known_hosts: str = ""  # known_hosts file; empty: the user's own
+    simulated: bool = False
+    data: dict = field(default_factory=dict)  # extra host data (e.g. flavor, CODING_MODEL in split topology)
+
+    def ssh_argv(self, command: str | None = None) -> list[str]:
+        argv = ["ssh", "-o", "BatchMode=yes", "-o", "ConnectTimeout=10", "-p", str(self.ssh_port)]
+        if self.ssh_key:
+            argv += ["-i", self.ssh_key, "-o", "IdentitiesOnly=yes"]
+        if self.known_hosts:
+            argv += ["-o", f"UserKnownHostsFile={self.known_hosts}", "-o", "StrictHostKeyChecking=accept-new"]
+        argv.append(f"{self.ssh_user}@{self.address}")
+        if command is not None:
+            argv.append(command)
+        return argv
+
+    def pyinfra_data(self) -> dict:
+        data = {"ssh_hostname": self.address, "ssh_user": self.ssh_user, "ssh_port": self.ssh_port}
+        if self.ssh_key:
+            data["ssh_key"] = self.ssh_key
+        if self.known_hosts:
+            data["ssh_known_hosts_file"] = self.known_hosts
+            data["ssh_strict_host_key_checking"] = "accept-new"
+        data.update(self.data)
+        return data
+
+
+def real_hosts(env: dict | None = None) -> list[HostConn]:
+    env = os.environ if env is None else env
+    names = [h.strip() for h in env.get("GX10_HOSTS", "").split(",") if h.strip()]
+    port = env.get("GX10_SSH_PORT", "22")
+    if not port.isdigit():
+        raise SparkctlError(f"GX10_SSH_PORT = {port!r} is not valid; expected a TCP port number")
+    return [HostConn(name=n, address=n, ssh_user=env.get("GX10_SSH_USER", "root"), ssh_port=int(port),
+                     ssh_key=env.get("GX10_SSH_KEY", ""), known_hosts=env.get("GX10_KNOWN_HOSTS", ""))
+            for n in names]
+
+
+def sim_hosts(path: Path = SIM_HOSTS_FILE) -> list[HostConn]:
+    if not path.exists():
+        return []
+    hosts = []
+    for h in json.loads(path.read_text()):
+        extra = {k: v for k, v in h.items()
+                 if k not in ("name", "address", "ssh_user", "ssh_port", "ssh_key", "known_hosts")}
+        hosts.append(HostConn(name=h["name"], address=h["address"], ssh_user=h.get("ssh_user", "root"),
+                              ssh_port=int(h.get("ssh_port", 22)), ssh_key=h.get("ssh_key", ""),
+                              known_hosts=h.get("known_hosts", ""), simulated=True, data=extra))
+    return hosts
+
+
+def configured_hosts() -> list[HostConn]:
+    """Real boxes if GX10_HOSTS is set, else the running simulated Sparks (possibly none)."""
+    return real_hosts() or sim_hosts()
+
+
+def find(name: str | None = None) -> HostConn:
+    hosts = configured_hosts()
+    if not hosts:
+        raise SparkctlError("no host configured: set GX10_HOSTS=<box>[,<box>] or run `python -m sparkctl sim up`")
+    if name is None:
+        return hosts[0]
+    for h in hosts:
+        if h.name == name:
+            return h
+    raise SparkctlError(f"host {name!r} is not configured; expected one of {', '.join(h.name for h in hosts)}")
