@@ -1,0 +1,149 @@
+"""The checkpoint lock: every catalog revision resolved once to a commit sha and the file listing at that commit.
+
+A branch name is not a pin. `python -m sparkctl lock refresh` asks the Hub (or HF_ENDPOINT) what each
+checkpoint's revision points at now and records the commit and the files the box will download (names, sizes,
+LFS sha256). Deploys read only the lock; refreshing it is an explicit, reviewable act (a diff in git).
+
+Format (MODEL_LOCK_FILE, JSON):
+    {"version": 1, "endpoint": "...", "checkpoints": {"<org/name>": {"revision": "main", "sha": "<40 hex>",
+        "files": {"<path>": {"size": <bytes>, "blob_id": "<git oid>", "sha256": "<lfs sha256 or null>"}}}}}
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from sparkctl import REPO_ROOT, catalog, groupdata
+from sparkctl.errors import SettingError
+
+SHA_RE = re.compile(r"^[0-9a-f]{40}$")
+LOCK_VERSION = 1
+
+
+@dataclass(frozen=True)
+class LockedCheckpoint:
+    repo: str
+    revision: str
+    sha: str
+    files: dict  # path -> {"size", "blob_id", "sha256"}
+
+    @property
+    def total_bytes(self) -> int:
+        return sum(int(f["size"]) for f in self.files.values())
+
+    def cache_dirname(self) -> str:
+        """huggingface_hub's cache folder for this repo (models--org--name)."""
+        return "models--" + self.repo.replace("/", "--")
+
+
+def lock_path(data: dict) -> Path:
+    p = Path(data.get("MODEL_LOCK_FILE", "models.lock.json"))
+    return p if p.is_absolute() else REPO_ROOT / p
+
+
+def load(path: Path) -> dict:
+    try:
+        lock = json.loads(path.read_text())
+    except FileNotFoundError:
+        raise SettingError("MODEL_LOCK_FILE", str(path), "an existing lock file",
+                           "Run `python -m sparkctl lock refresh` to create it") from None
+    except json.JSONDecodeError as exc:
+        raise SettingError("MODEL_LOCK_FILE", str(path), "valid JSON", str(exc)) from None
+    if lock.get("version") != LOCK_VERSION:
+        raise SettingError("MODEL_LOCK_FILE", str(path), f"a lock of format version {LOCK_VERSION}")
+    return lock
+
+
+def locked(lock: dict, cp: catalog.Checkpoint, path: Path) -> LockedCheckpoint:
+    """The lock entry for a checkpoint, refusing unresolved, stale or malformed entries."""
+    entry = lock.get("checkpoints", {}).get(cp.repo)
+    refresh = "Run `python -m sparkctl lock refresh` from a machine that reaches the Hub, review and commit the diff"
+    if entry is None:
+        raise SettingError(f"{path.name}[{cp.repo!r}]", None, "a locked commit for this checkpoint", refresh)
+    if entry.get("revision") != cp.revision:
+        raise SettingError(f"{path.name}[{cp.repo!r}].revision", entry.get("revision"),
+                           f"the catalog's revision {cp.revision!r}", refresh)
+    sha = entry.get("sha")
+    if not isinstance(sha, str) or not SHA_RE.match(sha):
+        raise SettingError(f"{path.name}[{cp.repo!r}].sha", sha, "a 40-hex commit sha", refresh)
+    if not entry.get("files"):
+        raise SettingError(f"{path.name}[{cp.repo!r}].files", entry.get("files"), "the file listing at that commit",
+                           refresh)
+    return LockedCheckpoint(repo=cp.repo, revision=cp.revision, sha=sha, files=entry["files"])
+
+
+def checkpoints_of(data: dict) -> list[catalog.Checkpoint]:
+    """Every checkpoint of every catalog model (with group data overrides): both coders stay on disk."""
+    seen: dict[str, catalog.Checkpoint] = {}
+    for spec in catalog.resolve(data.get("CATALOG_OVERRIDES")).values():
+        for cp in spec.checkpoints():
+            seen.setdefault(cp.repo, cp)
+    return list(seen.values())
+
+
+def _listing(info, allow_patterns) -> dict:
+    from huggingface_hub.utils import filter_repo_objects
+
+    siblings = list(filter_repo_objects(info.siblings, allow_patterns=list(allow_patterns),
+                                        key=lambda s: s.rfilename))
+    files = {}
+    for s in siblings:
+        lfs = getattr(s, "lfs", None)
+        files[s.rfilename] = {"size": s.size, "blob_id": s.blob_id,
+                              "sha256": (lfs.sha256 if lfs is not None else None)}
+    return dict(sorted(files.items()))
+
+
+def refresh_lock(groups: list[str], endpoint: str | None = None) -> Path:
+    """Resolve every checkpoint named by these groups' data to a commit and listing; write their lock file."""
+    from huggingface_hub import HfApi
+
+    from sparkctl.secrets import read_hf_token
+
+    data = groupdata.load(groups)
+    endpoint = endpoint or data["HF_ENDPOINT"]
+    api = HfApi(endpoint=endpoint, token=read_hf_token(data) or False)
+    out = {"version": LOCK_VERSION, "endpoint": endpoint, "checkpoints": {}}
+    for cp in sorted(checkpoints_of(data), key=lambda c: c.repo):
+        info = api.model_info(cp.repo, revision=cp.revision, files_metadata=True)
+        out["checkpoints"][cp.repo] = {"revision": cp.revision, "sha": info.sha,
+                                       "files": _listing(info, cp.allow_patterns)}
+    path = lock_path(data)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(out, indent=2, sort_keys=True) + "\n")
+    return path
+
+
+def _cmd_refresh(args) -> int:
+    path = refresh_lock(args.groups.split(","), args.endpoint)
+    lock = load(path)
+    for repo, entry in lock["checkpoints"].items():
+        print(f"{repo:45} {entry['revision']:10} {entry['sha']}  {len(entry['files'])} files")
+    print(f"wrote {path}")
+    return 0
+
+
+def _cmd_show(args) -> int:
+    data = groupdata.load(args.groups.split(",") if args.groups else None)
+    path = lock_path(data)
+    lock = load(path)
+    for repo, entry in sorted(lock["checkpoints"].items()):
+        size = sum(int(f["size"]) for f in (entry.get("files") or {}).values())
+        print(f"{repo:45} {entry.get('revision'):10} {entry.get('sha') or 'UNRESOLVED':40} {size / 2**30:8.2f} GiB")
+    return 0
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("lock", help="resolve checkpoint revisions to commits (models.lock.json)")
+    lsub = p.add_subparsers(dest="lock_command", required=True)
+    r = lsub.add_parser("refresh", help="ask the Hub what each catalog revision points at; rewrite the lock")
+    r.add_argument("--groups", default="all,gx10", help="group data to read (default: all,gx10 = a real box)")
+    r.add_argument("--endpoint", help="Hub endpoint (default: the HF_ENDPOINT setting)")
+    r.set_defaults(func=_cmd_refresh)
+    s = lsub.add_parser("show", help="print the lock")
+    s.add_argument("--groups", help="group data to read (default: the configured box)")
+    s.set_defaults(func=_cmd_show)
