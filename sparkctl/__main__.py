@@ -29,7 +29,7 @@ def build_parser() -> argparse.ArgumentParser:
         try:
             module = importlib.import_module(name)
         except ModuleNotFoundError as exc:
-            if exc.name != name:  # a real import error inside the module: surface it
+            if not (exc.name and name.startswith(exc.name)):  # a real import error inside the module: surface it
                 raise
             continue
         module.add_parser(sub)
