@@ -68,8 +68,8 @@ SERVICE_START_LIMIT_INTERVAL_S = 3600  # StartLimitIntervalSec=: window for coun
 SERVICE_START_LIMIT_BURST = 3  # StartLimitBurst=: starts allowed in the window before systemd gives up
 SERVICE_STOP_TIMEOUT_S = 120  # TimeoutStopSec=: seconds a stopping vLLM gets before SIGKILL
 SERVICE_NOFILE = 65536  # LimitNOFILE=: open files per service
-NVIDIA_DEVICES = ["/dev/nvidia0", "/dev/nvidiactl", "/dev/nvidia-uvm", "/dev/nvidia-uvm-tools",
-                  "/dev/nvidia-modeset", "/dev/nvidia-caps"]  # DeviceAllow= entries (rw) for CUDA
+NVIDIA_DEVICES = ["char-nvidia-frontend", "char-nvidiactl", "char-nvidia-uvm",
+                  "char-nvidia-caps"]  # DeviceAllow= device groups (rw) CUDA needs (/proc/devices names)
 
 # --- readiness --------------------------------------------------------------------------------------------------
 HEALTH_READY_TIMEOUT_S = 1800  # seconds a (re)started service may take to answer /v1/models (GB10: 2-15 min)

@@ -1,0 +1,23 @@
+"""CARouter Cloud GX10: from stock OS to serving.   pyinfra inventory.py deploy.py
+
+preflight -> nvidia -> vllm -> checkpoints -> services -> proxy -> health. Bad settings are refused before any
+command reaches the host; see README.md for the flip, secrets and settings.
+"""
+
+from tasks.checkpoints import checkpoints
+from tasks.health import health
+from tasks.nvidia import nvidia
+from tasks.preflight import preflight, settings_for_host
+from tasks.proxy import proxy
+from tasks.services import oom_guard, services
+from tasks.vllm import vllm
+
+settings = settings_for_host()  # pure validation: no command has run yet
+facts = preflight(settings)
+nvidia(settings, is_dgx=facts["is_dgx"], gpu=facts["gpu"])
+vllm(settings)
+checkpoints(settings)
+oom_guard(settings)
+services(settings)
+proxy(settings)
+health(settings)

@@ -1,0 +1,19 @@
+"""Which boxes to deploy to.
+
+Real GX10s: GX10_HOSTS=spark-1[,spark-2] (plus GX10_SSH_USER, GX10_SSH_KEY, GX10_SSH_PORT, GX10_KNOWN_HOSTS).
+Without GX10_HOSTS: the simulated Spark(s) booted by `python -m sparkctl sim up` (group `sim` as well, whose
+group data holds every difference from a real box).
+"""
+
+from sparkctl.hosts import real_hosts, sim_hosts
+
+_real = real_hosts()
+_sim = [] if _real else sim_hosts()
+
+if not _real and not _sim:
+    raise SystemExit("inventory.py: no hosts. Set GX10_HOSTS=<box>[,<box>] for real GX10s, "
+                     "or boot the simulated Spark: python -m sparkctl sim up")
+
+gx10 = [(h.name, h.pyinfra_data()) for h in (_real or _sim)]
+if _sim:
+    sim = [h.name for h in _sim]  # defined after gx10: group_data/sim.py wins over group_data/gx10.py

@@ -1,0 +1,131 @@
+"""What runs on a box: the vLLM services a configuration implies, their `vllm serve` arguments and env files.
+
+Pure functions of the validated settings (sparkctl.settings.Settings); the pyinfra tasks only upload what these
+render. Rendering uses templates/ with jinja2's StrictUndefined, exactly as the tests do.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+from dataclasses import dataclass, field
+
+import jinja2
+
+from sparkctl import REPO_ROOT
+from sparkctl.catalog import CODER, ModelSpec
+from sparkctl.errors import SettingError
+from sparkctl.lock import LockedCheckpoint
+
+GIB = 2**30
+
+
+@dataclass(frozen=True)
+class Service:
+    """One vLLM server on the box."""
+
+    name: str  # short name: "coder", "embed-qwen3", ...
+    role: str  # CODER or EMBEDDER
+    model: ModelSpec
+    served_name: str  # OpenAI model id; also the proxy path prefix
+    port: int  # 127.0.0.1 port
+    kv_cache_bytes: int  # --kv-cache-memory-bytes, plain integer bytes
+    checkpoint: LockedCheckpoint
+    draft: LockedCheckpoint | None = None
+    extra_args: tuple[str, ...] = ()  # topology flags (tensor-parallel ranks), added after the model's own
+    headless: bool = False  # a tensor-parallel worker: no API server, not behind the proxy
+    extra_env: dict = field(default_factory=dict)  # topology environment (NCCL/Gloo interfaces, VLLM_HOST_IP)
+
+    @property
+    def unit(self) -> str:
+        return f"vllm-{self.name}.service"
+
+    @property
+    def env_file(self) -> str:
+        return f"vllm-{self.name}.env"
+
+
+def snapshot_path(model_store: str, cp: LockedCheckpoint) -> str:
+    """Where huggingface_hub puts a complete snapshot of a locked commit under MODEL_STORE."""
+    return f"{model_store}/hub/{cp.cache_dirname()}/snapshots/{cp.sha}"
+
+
+def vllm_args(svc: Service, data: dict) -> list[str]:
+    """The full `vllm serve` argument list (after `serve`) for a service."""
+    m = svc.model
+    args = [snapshot_path(data["MODEL_STORE"], svc.checkpoint),
+            "--served-model-name", svc.served_name,
+            "--host", data["LISTEN_ADDRESS"], "--port", str(svc.port),
+            "--max-model-len", str(m.max_model_len),
+            "--kv-cache-memory-bytes", str(svc.kv_cache_bytes)]
+    if m.kv_cache_dtype != "auto":
+        args += ["--kv-cache-dtype", m.kv_cache_dtype]
+    if m.speculative:
+        spec = dict(m.speculative)
+        if svc.draft is not None:
+            spec["model"] = snapshot_path(data["MODEL_STORE"], svc.draft)
+        args += ["--speculative-config", json.dumps(spec, separators=(",", ":"))]
+    if svc.role == CODER:
+        args += ["--max-num-seqs", str(data["CODER_MAX_NUM_SEQS"]),
+                 "--max-num-batched-tokens", str(data["CODER_MAX_NUM_BATCHED_TOKENS"])]
+    args += list(m.extra_args) + list(svc.extra_args) + list(data.get("VLLM_COMMON_ARGS", []))
+    if svc.headless:
+        args.append("--headless")
+    for a in args:
+        # the env file carries these as one whitespace-split word list ($VLLM_ARGS in ExecStart)
+        if not a or any(c.isspace() for c in a) or "'" in a or "\\" in a:
+            raise SettingError(f"vLLM argument of {svc.name}", a, "a non-empty word without whitespace, quotes or "
+                               "backslashes (JSON values are rendered compactly)")
+    return args
+
+
+def service_environment(svc: Service, data: dict) -> dict[str, str]:
+    """Environment every vLLM service gets: caches under STATE_DIR, offline hub, loopback IPC."""
+    state = data["STATE_DIR"]
+    env = {
+        "HF_HUB_OFFLINE": "1",  # checkpoints are downloaded by the deploy, never at serve time
+        "TRANSFORMERS_OFFLINE": "1",
+        "HF_HOME": f"{state}/hf",
+        "VLLM_CACHE_ROOT": f"{state}/cache/vllm",  # JIT / compile / autotune caches survive restarts
+        "TORCHINDUCTOR_CACHE_DIR": f"{state}/cache/inductor",
+        "TRITON_CACHE_DIR": f"{state}/cache/triton",
+        "FLASHINFER_WORKSPACE_BASE": f"{state}/cache/flashinfer",
+        "CUDA_CACHE_PATH": f"{state}/cache/nv",
+        "XDG_CACHE_HOME": f"{state}/cache",
+        "XDG_CONFIG_HOME": f"{state}/config",
+        "TMPDIR": f"/run/vllm-{svc.name}",  # RuntimeDirectory: wiped on every stop (ZMQ sockets, dist files)
+        "VLLM_HOST_IP": data["LISTEN_ADDRESS"],
+        "VLLM_NO_USAGE_STATS": "1",
+        "DO_NOT_TRACK": "1",
+        "VLLM_ENGINE_READY_TIMEOUT_S": str(data["VLLM_ENGINE_READY_TIMEOUT_S"]),
+    }
+    env.update({k: str(v) for k, v in data.get("VLLM_EXTRA_ENV", {}).items()})
+    env.update(svc.extra_env)
+    return env
+
+
+def _jinja() -> jinja2.Environment:
+    return jinja2.Environment(loader=jinja2.FileSystemLoader(str(REPO_ROOT / "templates")),
+                              undefined=jinja2.StrictUndefined, keep_trailing_newline=True,
+                              autoescape=False)
+
+
+def render_template(name: str, **context) -> str:
+    return _jinja().get_template(name).render(**context)
+
+
+def render_env(svc: Service, data: dict) -> str:
+    """The service's env file: which checkpoint it serves and with which arguments (the flip lives here)."""
+    return render_template("vllm.env.j2", svc=svc, env=service_environment(svc, data),
+                           vllm_args=" ".join(vllm_args(svc, data)),
+                           model_path=snapshot_path(data["MODEL_STORE"], svc.checkpoint))
+
+
+def render_unit(svc: Service, data: dict) -> str:
+    return render_template("vllm.service.j2", svc=svc, d=data,
+                           env_path=f"{data['ENV_DIR']}/{svc.env_file}",
+                           vllm_bin=f"{data['SPARKCTL_HOME']}/venv/bin/vllm")
+
+
+def argv_for_display(svc: Service, data: dict) -> str:
+    return shlex.join(["vllm", "serve", *vllm_args(svc, data)])

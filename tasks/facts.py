@@ -1,0 +1,143 @@
+"""Custom pyinfra facts for the GX10 deploy (read-only commands; never change the host)."""
+
+from __future__ import annotations
+
+import json
+
+from pyinfra.api import FactBase
+from pyinfra.api.command import QuoteString, StringCommand
+
+
+class GpuInfo(FactBase):
+    """`nvidia-smi` query of the first GPU: {"name", "compute_cap", "driver_version"}; None when not installed.
+
+    Memory fields are [N/A] on GB10 (unified memory), so memory comes from /proc/meminfo instead.
+    """
+
+    def requires_command(self):
+        return "nvidia-smi"
+
+    def command(self):
+        return "nvidia-smi --query-gpu=name,compute_cap,driver_version --format=csv,noheader 2>&1 || true"
+
+    def default(self):
+        return None
+
+    def process(self, output):
+        line = next((x for x in output if x.strip()), "")
+        parts = [p.strip() for p in line.split(",")]
+        if len(parts) < 3:
+            return {"error": line.strip()}
+        return {"name": parts[0], "compute_cap": parts[1], "driver_version": parts[2]}
+
+
+class DiskAvailable(FactBase):
+    """Bytes free on the filesystem that holds `path` (or its nearest existing parent)."""
+
+    def command(self, path):
+        return StringCommand("p=", QuoteString(path), "; while [ ! -e \"$p\" ]; do p=$(dirname \"$p\"); done;",
+                             "df -B1 --output=avail \"$p\" | tail -n 1", separator="")
+
+    def process(self, output):
+        return int(output[-1].strip())
+
+
+class DistVersion(FactBase):
+    """Installed version of a Python distribution in a venv (None when the venv or the distribution is absent)."""
+
+    def command(self, python, dist):
+        code = f"import importlib.metadata as m; print(m.version({dist!r}))"
+        return StringCommand("[ -x", QuoteString(python), "] &&", QuoteString(python), "-c", QuoteString(code),
+                             "2>/dev/null || true")
+
+    def default(self):
+        return None
+
+    def process(self, output):
+        return output[-1].strip() if output else None
+
+
+class RolloutStatus(FactBase):
+    """What rollout.py says about a service: active, stamp applied vs wanted ({} before the script exists)."""
+
+    def command(self, script, service, env_prefix=""):
+        return StringCommand(env_prefix, "[ -f", QuoteString(script), "] && python3", QuoteString(script), "status",
+                             QuoteString(service), "2>/dev/null || true")
+
+    def default(self):
+        return {}
+
+    def process(self, output):
+        try:
+            return json.loads(output[-1])
+        except (ValueError, IndexError):
+            return {}
+
+
+class ListenerReady(FactBase):
+    """Whether http://127.0.0.1:PORT/v1/models answers and lists `served` (one quick try, no waiting)."""
+
+    def command(self, port, served):
+        return StringCommand("curl -fsS --max-time 10", QuoteString(f"http://127.0.0.1:{port}/v1/models"),
+                             "2>/dev/null || true")
+
+    def default(self):
+        return None
+
+    def process(self, output):
+        try:
+            return [m.get("id") for m in json.loads("".join(output)).get("data", [])]
+        except ValueError:
+            return None
+
+
+class JournalText(FactBase):
+    """The last N journal lines of a unit (used for failure reports and vLLM's KV capacity lines)."""
+
+    def command(self, unit, lines=40, grep=""):
+        cmd = ["journalctl -u", QuoteString(unit), "-n", str(int(lines)), "--no-pager", "-o cat"]
+        if grep:
+            cmd = ["journalctl -u", QuoteString(unit), "--no-pager -o cat | grep -E", QuoteString(grep),
+                   "| tail -n", str(int(lines))]
+        return StringCommand(*cmd, "2>/dev/null || true")
+
+    def default(self):
+        return ""
+
+    def process(self, output):
+        return "\n".join(output)
+
+
+class UnitProperties(FactBase):
+    """A few `systemctl show` properties of a unit (MainPID, ActiveState, ActiveEnterTimestampMonotonic...)."""
+
+    def command(self, unit):
+        return StringCommand("systemctl show", QuoteString(unit),
+                             "-p MainPID -p ActiveState -p SubState -p NRestarts -p InvocationID 2>/dev/null || true")
+
+    def default(self):
+        return {}
+
+    def process(self, output):
+        return dict(line.split("=", 1) for line in output if "=" in line)
+
+
+class LoadSeconds(FactBase):
+    """Seconds from the unit's current start to vLLM's "Application startup complete." (None if not found)."""
+
+    def command(self, unit):
+        u = QuoteString(unit)
+        return StringCommand(
+            "s=$(systemctl show -P ExecMainStartTimestamp", u, "); i=$(systemctl show -P InvocationID", u, ");",
+            "[ -n \"$s\" ] && [ -n \"$i\" ] && echo $(date -d \"$s\" +%s.%N)",
+            "$(journalctl _SYSTEMD_INVOCATION_ID=$i -o short-unix --no-pager 2>/dev/null",
+            "| awk '/Application startup complete/ {print $1; exit}') || true")
+
+    def default(self):
+        return None
+
+    def process(self, output):
+        parts = " ".join(output).split()
+        if len(parts) < 2:
+            return None
+        return round(float(parts[1]) - float(parts[0]), 1)

@@ -1,0 +1,102 @@
+"""Health, after rollout: every service answers on the box, then for real through the TLS proxy with the token.
+
+Runs on every deploy and changes nothing (a converged box reports no change); a failure fails the deploy with
+the service's journal. It also reads the KV capacity vLLM itself reported and sets it beside the plan.
+"""
+
+from __future__ import annotations
+
+import logging
+import ssl
+import time
+
+import httpx
+from pyinfra import host
+from pyinfra.api import deploy, operation
+
+from sparkctl import health_report
+from sparkctl.catalog import CODER
+from sparkctl.settings import Settings
+from tasks.facts import JournalText, ListenerReady, LoadSeconds, UnitProperties
+from tasks.ops import fail
+from tasks.proxy import box_address, tls_material
+
+logger = logging.getLogger("sparkctl")
+KV_LINES = r"GPU KV cache size|Maximum concurrency for"
+
+
+def _client(d: dict) -> httpx.Client:
+    _cert, _key, ca = tls_material(d)
+    ctx = ssl.create_default_context(cafile=str(ca)) if ca else ssl.create_default_context()
+    return httpx.Client(verify=ctx, timeout=d["HEALTH_REQUEST_TIMEOUT_S"], trust_env=False,
+                        transport=httpx.HTTPTransport(verify=ctx, retries=0))
+
+
+def probe_through_proxy(client: httpx.Client, base: str, svc, token: str) -> str:
+    """One real request through nginx; returns "" when it worked, else what went wrong."""
+    headers = {"Authorization": f"Bearer {token}"}
+    url = f"{base}/{svc.served_name}/v1"
+    try:
+        if svc.role == CODER:
+            r = client.post(f"{url}/chat/completions", headers=headers, json={
+                "model": svc.served_name, "messages": [{"role": "user", "content": "Write a Python hello world."}],
+                "max_tokens": 8, "temperature": 0})
+            ok = r.status_code == 200 and r.json().get("usage", {}).get("completion_tokens", 0) > 0
+        else:
+            r = client.post(f"{url}/embeddings", headers=headers, json={"model": svc.served_name,
+                                                                        "input": ["health check"]})
+            ok = r.status_code == 200 and len(r.json()["data"][0]["embedding"]) > 0
+        unauth = client.get(f"{url}/models").status_code
+        if unauth != 401:
+            return f"{url}/models answered {unauth} without the token (expected 401)"
+        return "" if ok else f"{r.status_code} {r.text[:200]}"
+    except (httpx.HTTPError, ValueError, KeyError, IndexError) as exc:
+        return f"{type(exc).__name__}: {exc}"
+
+
+@operation()
+def health_gate(settings: Settings, service_list: list):
+    """Wait for each service, probe it through the proxy, print the table; fail with the journal otherwise."""
+    if not host.state.is_executing:
+        host.noop("checked after rollout")
+        return
+    d = settings.data
+    rows, failures = [], []
+    deadline = time.monotonic() + d["HEALTH_READY_TIMEOUT_S"]
+    base = f"https://{box_address()}:{d['PROXY_PORT']}"
+    with _client(d) as client:
+        for svc in service_list:
+            if svc.headless:
+                props = host.get_fact(UnitProperties, unit=svc.unit)
+                rows.append(health_report.Row(svc, props.get("ActiveState", "?"), None, None))
+                continue
+            while True:
+                ids = host.get_fact(ListenerReady, port=svc.port, served=svc.served_name)
+                if ids and svc.served_name in ids:
+                    break
+                if time.monotonic() > deadline:
+                    break
+                time.sleep(d["HEALTH_POLL_INTERVAL_S"])
+            problem = "" if ids and svc.served_name in ids else f"127.0.0.1:{svc.port}/v1/models answered {ids}"
+            problem = problem or probe_through_proxy(client, base, svc, settings.api_token)
+            kv_text = host.get_fact(JournalText, unit=svc.unit, lines=4, grep=KV_LINES)
+            load_s = host.get_fact(LoadSeconds, unit=svc.unit)
+            rows.append(health_report.Row(svc, "healthy" if not problem else f"FAILED: {problem}", kv_text, load_s))
+            if problem:
+                journal = host.get_fact(JournalText, unit=svc.unit, lines=d["HEALTH_JOURNAL_LINES"])
+                failures.append(f"{svc.unit} ({svc.model.key}): {problem}\n--- last journal lines ---\n{journal}")
+    table, warnings = health_report.render(rows, settings, base)
+    logger.info(f"{host.name}: health through {base}\n{table}")
+    for w in warnings:
+        logger.warning(f"{host.name}: WARNING: {w}")
+    if failures:
+        yield fail(f"{host.name}: health check failed:\n" + "\n".join(failures))
+    else:
+        host.noop(f"{len(rows)} service(s) healthy through {base}")
+
+
+@deploy("Health")
+def health(settings: Settings, service_list: list | None = None) -> None:
+    service_list = service_list if service_list is not None else settings.services
+    health_gate(name="Health: every service answers through the TLS proxy", settings=settings,
+                service_list=service_list)

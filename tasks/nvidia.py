@@ -1,0 +1,45 @@
+"""NVIDIA driver + CUDA 13: nothing on DGX OS; on a plain Ubuntu 24.04 box, NVIDIA's CUDA repo and packages."""
+
+from __future__ import annotations
+
+from pyinfra import host
+from pyinfra.api import deploy
+from pyinfra.facts.files import File
+from pyinfra.operations import apt
+
+from sparkctl.settings import Settings
+from tasks.ops import require_driver
+from tasks.preflight import Refused
+
+
+def driver_major(gpu: dict | None) -> int:
+    try:
+        return int(str((gpu or {}).get("driver_version", "")).split(".")[0])
+    except ValueError:
+        return 0
+
+
+@deploy("NVIDIA driver and CUDA")
+def nvidia(settings: Settings, is_dgx: bool, gpu: dict | None) -> None:
+    d = settings.data
+    nvcc = f"{d['CUDA_HOME']}/bin/nvcc"
+    has_cuda = bool(host.get_fact(File, path=nvcc))
+    driver_ok = driver_major(gpu) >= d["NVIDIA_DRIVER_BRANCH"]
+    if is_dgx:
+        if not (driver_ok and has_cuda):
+            raise Refused(f"{host.name}: DGX OS box without driver >= {d['NVIDIA_DRIVER_BRANCH']} "
+                           f"(have {gpu and gpu.get('driver_version')}) or CUDA at {nvcc}; update DGX OS "
+                          f"(its stack updates as one unit) instead of installing NVIDIA packages over it")
+        else:
+            host.noop(f"DGX OS: driver {gpu['driver_version']} and CUDA {d['CUDA_VERSION']} come with the OS")
+        return
+    if driver_ok and has_cuda:
+        host.noop(f"driver {gpu['driver_version']} and CUDA at {d['CUDA_HOME']} already installed")
+        return
+    keyring = apt.deb(name="Install NVIDIA's CUDA repository keyring (cuda-keyring)", src=d["NVIDIA_KEYRING_DEB_URL"])
+    apt.update(name="Refresh apt lists after adding NVIDIA's repository", _if=keyring.did_change)
+    apt.packages(name=f"Install NVIDIA driver {d['NVIDIA_DRIVER_BRANCH']} and CUDA {d['CUDA_VERSION']}",
+                 packages=d["NVIDIA_DRIVER_PACKAGES"] + d["CUDA_PACKAGES"])
+    # a new kernel driver is only usable after a reboot: the deploy stops and says so instead of rebooting
+    require_driver(name="Check the NVIDIA driver answers", required_gpu=d["REQUIRED_GPU"],
+                   min_driver=d["NVIDIA_DRIVER_BRANCH"])

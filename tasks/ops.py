@@ -1,0 +1,116 @@
+"""Custom pyinfra operations: each reads a fact, then either does nothing (and says why) or yields the command.
+
+That makes steps that are shell commands underneath idempotent: a converged box reports no change.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from pyinfra import host
+from pyinfra.api import FunctionCommand, StringCommand, operation
+from pyinfra.api.command import QuoteString
+from pyinfra.facts.files import File
+
+from tasks.facts import DistVersion, GpuInfo, RolloutStatus
+
+
+logger = logging.getLogger("sparkctl")
+
+
+def _fail(state, host, message: str) -> bool:
+    """FunctionCommand body: log why, and fail this host's operation (pyinfra stops the host cleanly)."""
+    host.log_styled(message, fg="red", log_func=logger.error)
+    return False
+
+
+def fail(message: str) -> FunctionCommand:
+    return FunctionCommand(_fail, (message,), {})
+
+
+def _base(version: str | None) -> str:
+    return (version or "").split("+", 1)[0]
+
+
+@operation()
+def pip_dist(venv: str, dist: str, version: str, requirement: str, pip_args: list[str] | None = None):
+    """Install `requirement` into `venv` unless distribution `dist` is already at `version` (local tags ignored).
+
+    pyinfra's own pip.packages cannot see local versions such as 0.32.0+cu130 in `pip freeze`, so it would
+    reinstall vLLM on every run.
+    """
+    python = f"{venv}/bin/python"
+    have = host.get_fact(DistVersion, python=python, dist=dist)
+    if _base(have) == version:
+        host.noop(f"{dist} {have} is installed in {venv}")
+        return
+    yield StringCommand(QuoteString(python), "-m pip install --no-input --progress-bar off",
+                        *[QuoteString(a) for a in (pip_args or [])], QuoteString(requirement))
+    after = "import importlib.metadata as m; v = m.version(%r); assert v.split('+')[0] == %r, v" % (dist, version)
+    yield StringCommand(QuoteString(python), "-c", QuoteString(after))
+
+
+@operation()
+def fetch_checkpoint(repo: str, sha: str, listing: str, cache_dir: str, marker_dir: str, python: str,
+                     script: str, workers: int = 8):
+    """Download and verify one locked checkpoint unless its verified marker exists."""
+    marker = f"{marker_dir}/{repo.replace('/', '--')}@{sha}"
+    if host.get_fact(File, path=marker):
+        host.noop(f"{repo}@{sha[:12]} is on disk and verified")
+        return
+    yield StringCommand(QuoteString(python), QuoteString(script), "--listing", QuoteString(listing),
+                        "--cache-dir", QuoteString(cache_dir), "--marker-dir", QuoteString(marker_dir),
+                        "--workers", str(int(workers)))
+
+
+@operation()
+def rollout(service: str, script: str, port: int, served: str, kind: str, timeout: int, interval: int,
+            journal_lines: int, env_prefix: str = ""):
+    """Switch a service to its staged env file and gate on readiness, unless it already runs exactly that.
+
+    "Exactly that" = the stamp rollout.py recorded after its last healthy start matches the unit file, the staged
+    env file and the installed vLLM version now; so a restart happens only when something the service reads
+    changed, and a rollout that failed (and rolled back) is tried again on the next run.
+    """
+    status = host.get_fact(RolloutStatus, script=script, service=service, env_prefix=env_prefix)
+    if status.get("active") and status.get("applied") and status.get("applied") == status.get("wanted"):
+        host.noop(f"vllm-{service} already runs its configuration")
+        return
+    yield StringCommand(env_prefix, "python3", QuoteString(script), "apply", QuoteString(service),
+                        "--port", str(int(port)), "--served", QuoteString(served), "--kind", kind,
+                        "--timeout", str(int(timeout)), "--interval", str(int(interval)),
+                        "--journal", str(int(journal_lines)))
+
+
+@operation()
+def metadata_alias(venv: str, version: str):
+    """A metadata-only `vllm` distribution at `version` in the venv (for builds published under another name)."""
+    python = f"{venv}/bin/python"
+    if host.get_fact(DistVersion, python=python, dist="vllm") == version:
+        host.noop(f"vllm metadata alias {version} present")
+        return
+    code = ("import pathlib, sysconfig; d = pathlib.Path(sysconfig.get_paths()['purelib']) / %r; "
+            "d.mkdir(exist_ok=True); (d / 'METADATA').write_text(%r); (d / 'RECORD').write_text('')"
+            % (f"vllm-{version}.dist-info", f"Metadata-Version: 2.1\nName: vllm\nVersion: {version}\n"))
+    yield StringCommand(QuoteString(python), "-c", QuoteString(code))
+
+
+@operation()
+def require_driver(required_gpu: str, min_driver: int):
+    """At execute time, after the packages: the new driver must answer, else stop and say to reboot."""
+    if not host.state.is_executing:
+        host.noop("checked after the driver packages are installed")
+        return
+    gpu = host.get_fact(GpuInfo)
+    ok = gpu and "error" not in gpu and required_gpu.lower() in gpu["name"].lower()
+    if ok and int(gpu["driver_version"].split(".")[0]) >= min_driver:
+        host.noop(f"{gpu['name']} answers with driver {gpu['driver_version']}")
+        return
+    yield fail(f"the NVIDIA driver is installed but the GPU does not answer yet ({gpu}); reboot the box "
+               f"(sudo reboot: a new kernel module loads at boot) and rerun the deploy")
+
+
+@operation()
+def refuse(message: str):
+    """Fail this host with a message when the operations run (a check that needs earlier facts)."""
+    yield fail(message)

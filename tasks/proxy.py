@@ -1,0 +1,68 @@
+"""TLS proxy: nginx from the distribution, one TLS port, a path prefix per served model, bearer token everywhere."""
+
+from __future__ import annotations
+
+from io import StringIO
+from pathlib import Path
+
+from pyinfra import host
+from pyinfra.api import deploy
+from pyinfra.operations import files, server, systemd
+from pyinfra.operations.util import any_changed
+
+from sparkctl import REPO_ROOT, pki
+from sparkctl import services as svcs
+from sparkctl.secrets import secrets_dir
+from sparkctl.settings import Settings
+
+NGINX_DIR = "/etc/nginx"  # Debian/Ubuntu layout: sites-available/, sites-enabled/
+TLS_DIR = f"{NGINX_DIR}/sparkctl-tls"
+TOKEN_FILE = f"{NGINX_DIR}/sparkctl-token.conf"
+SITE = f"{NGINX_DIR}/sites-available/sparkctl.conf"
+
+
+def box_address() -> str:
+    return str(host.data.get("ssh_hostname") or host.name)
+
+
+def tls_material(d: dict) -> tuple[Path, Path, Path | None]:
+    """(certificate chain, key, CA to report) on the control machine: the operator's, or a generated local CA."""
+    if d["TLS_CERT_FILE"]:
+        resolve = lambda p: Path(p) if Path(p).is_absolute() else REPO_ROOT / p  # noqa: E731
+        return resolve(d["TLS_CERT_FILE"]), resolve(d["TLS_KEY_FILE"]), None
+    names = [box_address(), host.name, *d["TLS_SERVER_NAMES"]]
+    return pki.ensure_server_cert(secrets_dir(d) / "pki", host.name, names)
+
+
+def render_site(settings: Settings, service_list) -> str:
+    return svcs.render_template("nginx-sparkctl.conf.j2", d=settings.data, services=service_list,
+                                token_file=TOKEN_FILE, cert_path=f"{TLS_DIR}/server.pem",
+                                key_path=f"{TLS_DIR}/server.key")
+
+
+@deploy("TLS proxy")
+def proxy(settings: Settings, service_list: list | None = None) -> None:
+    d = settings.data
+    service_list = [s for s in (service_list if service_list is not None else settings.services) if not s.headless]
+    cert, key, ca = tls_material(d)
+    files.directory(name=f"Create {TLS_DIR}", path=TLS_DIR, user="root", group="root", mode="0700")
+    changes = [
+        files.put(name="TLS certificate chain", src=str(cert), dest=f"{TLS_DIR}/server.pem", user="root",
+                  group="root", mode="0644"),
+        files.put(name="TLS private key (root-only)", src=str(key), dest=f"{TLS_DIR}/server.key", user="root",
+                  group="root", mode="0600", _temp_dir=TLS_DIR),
+        files.put(name="Bearer token for the proxy (root-only)",
+                  src=StringIO(svcs.render_template("nginx-token.conf.j2", token=settings.api_token)),
+                  dest=TOKEN_FILE, user="root", group="root", mode="0600", _temp_dir=TLS_DIR),
+        files.put(name="nginx site sparkctl", src=StringIO(render_site(settings, service_list)), dest=SITE,
+                  user="root", group="root", mode="0644"),
+        files.link(name="Enable site sparkctl", path=f"{NGINX_DIR}/sites-enabled/sparkctl.conf", target=SITE),
+        files.link(name="Disable the distribution's default site", path=f"{NGINX_DIR}/sites-enabled/default",
+                   present=False),
+    ]
+    changed = any_changed(*changes)
+    systemd.service(name="nginx enabled and running", service="nginx.service", running=True, enabled=True)
+    server.shell(name="Check the nginx configuration, then reload nginx", commands=["nginx -t -q",
+                 "systemctl reload nginx"], _if=changed)
+    if ca is not None:
+        host.noop(f"clients verify the proxy with the generated CA: {ca}")

@@ -1,0 +1,40 @@
+"""Run the whole deploy in-process against pyinfra's @fake connector; print what it would do as JSON.
+
+    python tests/fake_driver.py INVENTORY [--data K=V ...]
+
+Used by tests/test_deploy_fake.py in a subprocess (pyinfra's CLI keeps global state, one run per process).
+"""
+
+import json
+import sys
+
+import click
+import pyinfra
+from pyinfra_cli.main import cli
+
+
+def main(argv):
+    pyinfra.is_cli = True
+    args = ["-y", *argv[1:], argv[0], "deploy.py"]
+    result = {"error": None, "commands": [], "ops": []}
+    try:
+        cli.main(args=args, standalone_mode=False)
+    except click.ClickException as exc:
+        result["error"] = exc.format_message()
+    except SystemExit as exc:
+        result["error"] = f"exit {exc.code}"
+    except Exception as exc:  # noqa: BLE001 - report anything, the test asserts on it
+        result["error"] = f"{type(exc).__name__}: {exc}"
+    state = pyinfra.state
+    if state is not None and state.inventory is not None:
+        for host in state.inventory:
+            result["commands"] += [str(c) for c in getattr(host.connector, "executed_commands", [])]
+        for op_hash in state.get_op_order():
+            meta = state.op_meta[op_hash]
+            result["ops"].append(sorted(meta.names)[0] if meta.names else op_hash)
+        result["failed_hosts"] = [h.name for h in state.failed_hosts]
+    print("FAKE-DRIVER-JSON " + json.dumps(result))
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
