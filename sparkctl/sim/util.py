@@ -111,3 +111,14 @@ def python_env() -> dict:
 
 def python() -> str:
     return sys.executable
+
+
+def http_server_class():
+    """A threading HTTP server with a deep accept queue (apt and huggingface_hub open many connections)."""
+    from http.server import ThreadingHTTPServer
+
+    class Server(ThreadingHTTPServer):
+        daemon_threads = True
+        request_queue_size = 128
+
+    return Server

@@ -1,0 +1,29 @@
+"""Shared fixtures: group data as the deploy sees it, a throw-away bearer token, a resolved test lock."""
+
+from __future__ import annotations
+
+import pytest
+
+from sparkctl import REPO_ROOT, groupdata
+
+FAKE_LOCK = str(REPO_ROOT / "tests" / "fixtures" / "fake.lock.json")
+
+
+@pytest.fixture
+def token_file(tmp_path, monkeypatch):
+    path = tmp_path / "api_token"
+    path.write_text("t0ken-for-tests\n")
+    path.chmod(0o600)
+    monkeypatch.setenv("SPARK_API_TOKEN_FILE", str(path))
+    monkeypatch.delenv("SPARK_HF_TOKEN_FILE", raising=False)
+    monkeypatch.setenv("GX10_HOSTS", "")
+    return path
+
+
+@pytest.fixture
+def gx10_data(token_file, tmp_path):
+    """Merged all + gx10 group data (a real GX10), with the resolved test lock and secrets in tmp."""
+    data = groupdata.load(["all", "gx10"])
+    data["MODEL_LOCK_FILE"] = FAKE_LOCK
+    data["SECRETS_DIR"] = str(tmp_path / "secrets")
+    return data

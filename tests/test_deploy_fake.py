@@ -1,0 +1,98 @@
+"""The whole deploy run against pyinfra 3.10's @fake connector: what it does to a DGX OS box and to a plain
+Ubuntu box, and that bad input stops it before a single command reaches the host."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from sparkctl import REPO_ROOT
+
+
+def run_fake(kind: str, tmp_path, *extra: str, token: str | None = "fake-token") -> dict:
+    env = dict(os.environ, FAKE_KIND=kind, PYINFRA_FAKE_DELAY="0", PYINFRA_FAKE_DELAY_JITTER="0",
+               SPARKCTL_TEST_SECRETS=str(tmp_path / "secrets"), GX10_HOSTS="")
+    if token is not None:
+        tf = tmp_path / "api_token"
+        tf.write_text(token)
+        env["SPARK_API_TOKEN_FILE"] = str(tf)
+    else:
+        env["SPARK_API_TOKEN_FILE"] = str(tmp_path / "missing-token")
+    r = subprocess.run([sys.executable, "tests/fake_driver.py", "tests/inventory_fake.py", *extra],
+                       cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=300)
+    line = next(x for x in r.stdout.splitlines() if x.startswith("FAKE-DRIVER-JSON "))
+    out = json.loads(line.split(" ", 1)[1])
+    out["log"] = r.stdout + r.stderr
+    return out
+
+
+def changes(out: dict) -> list[str]:
+    """Commands that change the host (facts are reads: uname, cat, stat, dpkg -l, ...)."""
+    reads = ("uname", "cat /etc/", "! (test -e", "if command -v", "p= ", "command -v", "for i in `cat",
+             "cd /etc/ &&", "[ -x", "[ -f", "curl -fsS --max-time", "journalctl", "systemctl show",
+             "s=$(systemctl show", "test -d", "! test", "systemctl is-enabled", "systemctl --no-legend",
+             "systemctl -al", "ls ", "stat ")
+    return [c for c in out["commands"] if not c.lstrip().startswith(reads)]
+
+
+@pytest.fixture(scope="module")
+def dgx(tmp_path_factory):
+    return run_fake("dgx", tmp_path_factory.mktemp("dgx"))
+
+
+@pytest.fixture(scope="module")
+def ubuntu(tmp_path_factory):
+    return run_fake("ubuntu", tmp_path_factory.mktemp("ubuntu"))
+
+
+def test_dgx_os_box_gets_no_nvidia_packages(dgx):
+    ops = dgx["ops"]
+    assert not any("NVIDIA driver and CUDA |" in o for o in ops), "DGX OS: the driver and CUDA are the OS's"
+    cmds = "\n".join(changes(dgx))
+    assert "cuda-keyring" not in cmds and "nvidia-open-580" not in cmds and "cuda-toolkit" not in cmds
+    # the rest of the rollout is there, in order
+    order = [o.split(" | ")[0] for o in ops]
+    firsts = [order.index(step) for step in ("vLLM", "Checkpoints", "OOM guard", "vLLM services", "TLS proxy",
+                                             "Health")]
+    assert firsts == sorted(firsts)
+    assert any("install python3-venv libnuma1 curl nginx earlyoom" in c for c in dgx["commands"])
+    assert any("pip install" in c and "vllm-0.32.0+cu130" in c and "download.pytorch.org/whl/cu130" in c
+               for c in dgx["commands"])
+    fetches = [c for c in dgx["commands"] if "fetch_checkpoint.py" in c and "--listing" in c]
+    assert len(fetches) == 5  # both coders, Laguna's draft, both embedders
+    rollouts = [c for c in dgx["commands"] if "rollout.py apply" in c]
+    assert [c.split("apply ")[1].split()[0] for c in rollouts] == ["coder", "embed-qwen3", "embed-bge-m3"]
+    assert any("nginx -t" in c for c in dgx["commands"])
+    assert not any("fake-token" in c for c in dgx["commands"])  # the token never appears in a command
+
+
+def test_plain_ubuntu_box_installs_driver_and_cuda_from_nvidia_repo(ubuntu):
+    cmds = changes(ubuntu)
+    joined = "\n".join(cmds)
+    assert "cuda-keyring_1.1-1_all.deb" in joined  # NVIDIA's ubuntu2404/sbsa repository keyring
+    install = [c for c in cmds if "apt-get" in c and "install" in c and "nvidia-open-580" in c]
+    assert install and "nvidia-driver-pinning-580" in install[0] and "cuda-toolkit-13-0" in install[0]
+    assert any("NVIDIA driver and CUDA | Check the NVIDIA driver answers" == o for o in ubuntu["ops"])
+
+
+def test_unknown_coding_model_fails_before_any_command(tmp_path):
+    out = run_fake("dgx", tmp_path, "--data", "CODING_MODEL=gpt-5")
+    assert out["commands"] == []
+    assert "CODING_MODEL = 'gpt-5' is not valid" in out["log"]
+    assert "laguna-s-2.1" in out["log"] and "qwen3.8-27b" in out["log"]
+
+
+def test_missing_token_fails_before_any_command(tmp_path):
+    out = run_fake("dgx", tmp_path, token=None)
+    assert out["commands"] == []
+    assert "SPARK_API_TOKEN_FILE" in out["log"]
+
+
+def test_not_a_gx10_is_refused_after_reading_facts_only(tmp_path):
+    out = run_fake("x86", tmp_path)
+    assert "preflight refused this box" in out["log"] and "x86_64" in out["log"]
+    assert changes(out) == [], changes(out)

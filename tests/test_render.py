@@ -1,0 +1,186 @@
+"""Catalog and rendering: every entry renders, the flip touches only the coder's env file, and the rendered
+units and proxy config pass the real validators (systemd-analyze verify, nginx -t)."""
+
+from __future__ import annotations
+
+import json
+import re
+import shlex
+import shutil
+import subprocess
+from pathlib import Path
+
+import jinja2
+import pytest
+
+from sparkctl import catalog, groupdata, pki, services
+from sparkctl.errors import SettingError
+from sparkctl.settings import validate
+from tests.conftest import FAKE_LOCK
+
+GIB = 2**30
+
+
+def settings_for(data: dict, model: str | None = None):
+    d = dict(data)
+    if model:
+        d["CODING_MODEL"] = model
+    return validate(d, "test-box")
+
+
+def env_values(text: str) -> dict:
+    out = {}
+    for line in text.splitlines():
+        if line and not line.startswith("#") and "=" in line:
+            k, v = line.split("=", 1)
+            out[k] = v.strip("'")
+    return out
+
+
+@pytest.mark.parametrize("groups", [["all", "gx10"], ["all", "gx10", "sim"]])
+def test_every_catalog_entry_renders(groups, token_file, tmp_path):
+    data = groupdata.load(groups)
+    data.update(MODEL_LOCK_FILE=FAKE_LOCK, SECRETS_DIR=str(tmp_path))
+    coders = [k for k, m in catalog.resolve(data.get("CATALOG_OVERRIDES")).items() if m.role == catalog.CODER]
+    assert sorted(coders) == ["laguna-s-2.1", "qwen3.8-27b"]
+    for key in coders:
+        s = settings_for(data, key)
+        for svc in s.services:
+            env = env_values(services.render_env(svc, data))
+            args = shlex.split(env["VLLM_ARGS"])  # the systemd word split, as $VLLM_ARGS in ExecStart
+            assert args[0] == services.snapshot_path(data["MODEL_STORE"], svc.checkpoint)
+            assert args[args.index("--served-model-name") + 1] == svc.served_name
+            assert args[args.index("--host") + 1] == "127.0.0.1"
+            assert int(args[args.index("--kv-cache-memory-bytes") + 1]) == svc.kv_cache_bytes
+            assert "ExecStart=" in services.render_unit(svc, data)
+
+
+def test_qwen_and_laguna_arguments(gx10_data):
+    q = services.vllm_args(settings_for(gx10_data, "qwen3.8-27b").coder, gx10_data)
+    assert json.loads(q[q.index("--speculative-config") + 1]) == {"method": "mtp", "num_speculative_tokens": 3}
+    assert q[q.index("--max-model-len") + 1] == "262144"
+    assert q[q.index("--kv-cache-memory-bytes") + 1] == str(36 * GIB) == "38654705664"
+    assert q[q.index("--kv-cache-dtype") + 1] == "fp8"
+    assert json.loads(q[q.index("--limit-mm-per-prompt") + 1])["image"] > 0  # images on
+    assert q[q.index("--reasoning-parser") + 1] == "qwen3"
+    s = settings_for(gx10_data, "laguna-s-2.1")
+    lg = services.vllm_args(s.coder, gx10_data)
+    spec = json.loads(lg[lg.index("--speculative-config") + 1])
+    assert spec["method"] == "dflash" and spec["num_speculative_tokens"] == 7
+    assert spec["model"] == services.snapshot_path(gx10_data["MODEL_STORE"], s.coder.draft)
+    assert lg[lg.index("--tool-call-parser") + 1] == "poolside_v1"
+    for e in s.embedders:
+        a = services.vllm_args(e, gx10_data)
+        assert a[a.index("--runner") + 1] == "pooling"
+
+
+def test_flip_changes_only_the_coder_env_file(gx10_data):
+    qwen, laguna = settings_for(gx10_data, "qwen3.8-27b"), settings_for(gx10_data, "laguna-s-2.1")
+    for a, b in zip(qwen.services, laguna.services):
+        assert a.unit == b.unit and a.served_name == b.served_name  # same URL, same served name
+        assert services.render_unit(a, gx10_data) == services.render_unit(b, gx10_data)
+        same_env = services.render_env(a, gx10_data) == services.render_env(b, gx10_data)
+        assert same_env == (a.role != catalog.CODER), a.unit
+    # both coders' checkpoints stay on the box whichever is selected: flipping back downloads nothing
+    assert {c.repo for c in qwen.checkpoints} == {c.repo for c in laguna.checkpoints}
+
+
+def test_unknown_coding_model_names_the_valid_ones(gx10_data):
+    with pytest.raises(SettingError) as exc:
+        settings_for(gx10_data, "gpt-5")
+    msg = str(exc.value)
+    assert "CODING_MODEL" in msg and "'gpt-5'" in msg and "laguna-s-2.1" in msg and "qwen3.8-27b" in msg
+
+
+def test_templates_are_strict_about_missing_variables():
+    with pytest.raises(jinja2.UndefinedError):
+        services.render_template("vllm.service.j2", svc=None, d={}, env_path="x", vllm_bin="y")
+
+
+# --- the real validators ------------------------------------------------------------------------------------
+
+def systemd_root(tmp_path: Path, units: dict[str, str], executables: list[str]) -> Path:
+    """A root directory systemd-analyze can verify in: the host's system units plus ours and stub binaries."""
+    root = tmp_path / "root"
+    shutil.copytree("/usr/lib/systemd/system", root / "usr/lib/systemd/system", symlinks=True)
+    (root / "etc/systemd/system").mkdir(parents=True)
+    for name, text in units.items():
+        (root / "etc/systemd/system" / name).write_text(text)
+    for exe in executables:
+        p = root / exe.lstrip("/")
+        p.parent.mkdir(parents=True, exist_ok=True)
+        p.write_text("#!/bin/sh\n")
+        p.chmod(0o755)
+    return root
+
+
+def verify(root: Path, unit: str) -> tuple[int, str]:
+    r = subprocess.run(["systemd-analyze", "verify", f"--root={root}", f"/etc/systemd/system/{unit}"],
+                       capture_output=True, text=True)
+    return r.returncode, (r.stdout + r.stderr).strip()
+
+
+needs_systemd_analyze = pytest.mark.skipif(shutil.which("systemd-analyze") is None, reason="no systemd-analyze")
+
+
+@needs_systemd_analyze
+@pytest.mark.parametrize("groups", [["all", "gx10"], ["all", "gx10", "sim"]])
+def test_units_pass_systemd_analyze_verify_and_security(groups, token_file, tmp_path):
+    data = groupdata.load(groups)
+    data.update(MODEL_LOCK_FILE=FAKE_LOCK, SECRETS_DIR=str(tmp_path))
+    s = settings_for(data)
+    units = {svc.unit: services.render_unit(svc, data) for svc in s.services}
+    units["ssh.service"] = "[Service]\nExecStart=/usr/sbin/sshd -D\n"
+    (tmp_path / "dropin").mkdir()
+    root = systemd_root(tmp_path, units, [f"{data['SPARKCTL_HOME']}/venv/bin/vllm", "/usr/sbin/sshd"])
+    dropin = root / "etc/systemd/system/ssh.service.d"
+    dropin.mkdir()
+    (dropin / "sparkctl-memory.conf").write_text(services.render_template("sshd-memory.conf.j2", d=data))
+    for unit in [*units]:
+        rc, out = verify(root, unit)
+        assert (rc, out) == (0, ""), f"{unit}: {out}"  # warnings (unknown keys...) count as failures
+    for svc in s.services:
+        r = subprocess.run(["systemd-analyze", "security", "--offline=true", f"--root={root}", svc.unit],
+                           capture_output=True, text=True)
+        exposure = float(re.search(r"Overall exposure level for \S+: ([0-9.]+)", r.stdout).group(1))
+        print(f"{svc.unit}: systemd-analyze security exposure {exposure}")
+        assert exposure <= 3.0, r.stdout[-2000:]
+
+
+@needs_systemd_analyze
+def test_verify_gate_catches_a_misplaced_start_limit(tmp_path):
+    """The gate above is not vacuous: StartLimitIntervalSec in [Service] is only a warning with rc 0."""
+    bad = "[Unit]\nDescription=x\n[Service]\nStartLimitIntervalSec=60\nExecStart=/usr/bin/true\n"
+    root = systemd_root(tmp_path, {"bad.service": bad}, ["/usr/bin/true"])
+    rc, out = verify(root, "bad.service")
+    assert rc == 0 and "Unknown key" in out
+
+
+def nginx_check(tmp_path: Path, site: str) -> subprocess.CompletedProcess:
+    conf = tmp_path / "nginx.conf"
+    conf.write_text("pid %s/nginx.pid;\nerror_log stderr;\nevents {}\nhttp {\n    access_log off;\n"
+                    "    include %s;\n}\n" % (tmp_path, tmp_path / "site.conf"))
+    (tmp_path / "site.conf").write_text(site)
+    return subprocess.run(["nginx", "-t", "-p", str(tmp_path), "-c", str(conf)], capture_output=True, text=True)
+
+
+def render_proxy_site(data: dict, s, tmp_path: Path) -> str:
+    cert, key, _ca = pki.ensure_server_cert(tmp_path / "pki", "test-box", ["10.0.0.5", "gx10.test"])
+    token = tmp_path / "token.conf"
+    token.write_text(services.render_template("nginx-token.conf.j2", token="abc"))
+    return services.render_template("nginx-sparkctl.conf.j2", d=data, services=s.services, token_file=str(token),
+                                    cert_path=str(cert), key_path=str(key))
+
+
+@pytest.mark.skipif(shutil.which("nginx") is None, reason="nginx not installed (apt-get install nginx-light)")
+def test_nginx_config_passes_nginx_t(gx10_data, tmp_path):
+    s = settings_for(gx10_data)
+    site = render_proxy_site(gx10_data, s, tmp_path)
+    r = nginx_check(tmp_path, site)
+    assert r.returncode == 0, r.stderr
+    for svc in s.services:
+        assert f"location /{svc.served_name}/ {{" in site
+    assert "proxy_read_timeout 7200s;" in site and "ssl_protocols TLSv1.2 TLSv1.3;" in site
+    assert "abc" not in site  # the token lives only in the root-only include
+    broken = nginx_check(tmp_path, site.replace("proxy_buffering off;", "proxy_buffering sideways;"))
+    assert broken.returncode != 0  # the check is real
