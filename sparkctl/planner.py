@@ -76,6 +76,7 @@ JSON (`BoxPlan.to_json()`, printed by `python -m sparkctl plan --json`; stable, 
     "max_kv_gib"              largest KV budget that fits (= free_gib)
     "fits"                    bool: headroom >= 0 and the KV holds at least one max-context request
     "problems"                list of strings (why it does not fit, estimate/measurement disagreements)
+    "notes"                   list of strings (what the figures leave out)
     "max_context"             tokens per request (--max-model-len)
     "kv_bytes_per_token"      full-attention KV per token (the model's own layers, one engine, all boxes)
     "kv_tokens"               cached tokens, all engines together (measured when known, else estimate)
@@ -460,7 +461,8 @@ class ModelPlan:
     roofline_tokens_per_s: float | None
     roofline_full_context_tokens_per_s: float | None
     measured_decode_tokens_per_s: float | None
-    problems: tuple[str, ...] = ()
+    problems: tuple[str, ...] = ()  # why it is refused, or why its facts disagree with a measurement
+    notes: tuple[str, ...] = ()  # what the figures leave out
 
     # derived figures ---------------------------------------------------------------------------------------------
     @property
@@ -525,15 +527,15 @@ class ModelPlan:
             "resident_gib": _r(self.resident_gib), "resident_source": self.resident_source,
             "free_gib": _r(self.free_gib), "kv_gib": _r(self.kv_gib), "kv_setting": self.kv_setting,
             "headroom_gib": _r(self.headroom_gib), "footprint_gib": _r(self.footprint_gib),
-            "max_kv_gib": _r(self.max_kv_gib), "fits": self.fits, "problems": list(self.problems),
+            "max_kv_gib": _r(self.max_kv_gib), "fits": self.fits, "problems": list(self.problems), "notes": list(self.notes),
             "max_context": self.max_context, "kv_bytes_per_token": self.kv_bytes_per_token,
-            "kv_tokens": self.kv_tokens, "concurrent_requests": _r(self.concurrent_requests),
+            "kv_tokens": self.kv_tokens, "concurrent_requests": _r(self.concurrent_requests, 2),
             "source": self.source,
             "kv_tokens_estimate": self.kv_tokens_estimate, "kv_tokens_measured": self.kv_tokens_measured,
-            "concurrent_requests_estimate": _r(self.concurrent_requests_estimate),
-            "concurrent_requests_measured": _r(self.concurrent_requests_measured),
+            "concurrent_requests_estimate": _r(self.concurrent_requests_estimate, 2),
+            "concurrent_requests_measured": _r(self.concurrent_requests_measured, 2),
             "engine_kv_tokens_estimate": cap.tokens if cap else None,
-            "engine_concurrent_requests_estimate": _r(cap.concurrency) if cap else None,
+            "engine_concurrent_requests_estimate": _r(cap.concurrency, 2) if cap else None,
             "engine_kv_token_slots_estimate": cap.token_slots if cap else None,
             "block_size": cap.block_size if cap else None, "num_blocks": cap.num_blocks if cap else None,
             "blocks_per_request": cap.blocks_per_request if cap else None,
@@ -563,7 +565,7 @@ class BoxPlan:
                 "models": [m.to_json() for m in self.models]}
 
 
-def _r(value: float | None, digits: int = 2) -> float | None:
+def _r(value: float | None, digits: int = 4) -> float | None:
     return None if value is None else round(value + 0.0, digits)
 
 
@@ -651,11 +653,11 @@ def plan_model(data: dict, catalog: dict[str, ModelSpec], coding_model: str, *, 
         kv_setting=kv_setting, max_context=spec.max_model_len, layout=layout, capacity=capacity,
         measured_engine_kv_tokens=measured, roofline_tokens_per_s=roofline,
         roofline_full_context_tokens_per_s=full_ctx, measured_decode_tokens_per_s=measured_decode)
-    return _with_problems(plan)
+    return _annotate(plan, spec)
 
 
-def _with_problems(plan: ModelPlan) -> ModelPlan:
-    problems = []
+def _annotate(plan: ModelPlan, spec: ModelSpec) -> ModelPlan:
+    problems, notes = [], []
     if plan.headroom_gib < -_EPS:
         problems.append(f"resident {plan.resident_gib:.1f} GiB + KV {plan.kv_gib:.1f} GiB = {plan.footprint_gib:.1f}"
                         f" GiB, but only {plan.box.available_gib:.1f} GiB is left beside the OS reserve and the "
@@ -673,7 +675,19 @@ def _with_problems(plan: ModelPlan) -> ModelPlan:
         if gap > MEASURED_TOLERANCE:
             problems.append(f"estimate {cap.tokens:,} KV tokens is {gap:.0%} from the measured "
                             f"{plan.measured_engine_kv_tokens:,}: check the layer facts in sparkctl/catalog.py")
-    return replace(plan, problems=tuple(problems))
+    m = spec.memory
+    if plan.layout is not None and plan.layout.source == "catalog" and m.linear_attention_layers and \
+            not plan.layout.state_layers:
+        notes.append(f"{m.linear_attention_layers} sliding-window layers have no per-sequence size in the catalog and "
+                     f"are left out, so the KV capacity is an upper bound (its config.json's sliding_window refines "
+                     f"it)")
+    if plan.tp > 1:
+        notes.append(f"tensor-parallel over {plan.tp} boxes: weights split, KV pooled; the per-layer all-reduce over "
+                     f"the link is not in the roofline")
+    if plan.kv_setting.startswith("split"):
+        notes.append("split: the KV budget is all the memory this model's box has left (a what-if: the deploy "
+                     "passes CODER_KV_CACHE_GIB)")
+    return replace(plan, problems=tuple(problems), notes=tuple(notes))
 
 
 def _ceil(value: float, step: float = 0.1) -> float:

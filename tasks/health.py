@@ -6,12 +6,11 @@ the service's journal. It also reads the KV capacity vLLM itself reported and se
 
 from __future__ import annotations
 
-import logging
 import ssl
 import time
 
 import httpx
-from pyinfra import host
+from pyinfra import host, logger
 from pyinfra.api import deploy, operation
 
 from sparkctl import health_report
@@ -21,7 +20,6 @@ from tasks.facts import JournalText, ListenerReady, LoadSeconds, UnitProperties
 from tasks.ops import fail
 from tasks.proxy import box_address, tls_material
 
-logger = logging.getLogger("sparkctl")
 KV_LINES = r"GPU KV cache size|Maximum concurrency for"
 
 

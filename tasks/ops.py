@@ -5,9 +5,8 @@ That makes steps that are shell commands underneath idempotent: a converged box 
 
 from __future__ import annotations
 
-import logging
 
-from pyinfra import host
+from pyinfra import host, logger
 from pyinfra.api import FunctionCommand, StringCommand, operation
 from pyinfra.api.command import QuoteString
 from pyinfra.facts.files import File
@@ -15,7 +14,6 @@ from pyinfra.facts.files import File
 from tasks.facts import DistVersion, GpuInfo, RolloutStatus
 
 
-logger = logging.getLogger("sparkctl")
 
 
 def _fail(state, host, message: str) -> bool:

@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-import logging
 
-from pyinfra import host
+from pyinfra import host, logger
 from pyinfra.api import deploy
 from pyinfra.api.exceptions import PyinfraError
 from pyinfra.facts.files import File
@@ -14,7 +13,6 @@ from sparkctl.errors import SparkctlError
 from sparkctl.settings import Settings, validate
 from tasks.facts import DiskAvailable, GpuInfo
 
-logger = logging.getLogger("sparkctl")
 GIB = 2**30
 
 
