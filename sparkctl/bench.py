@@ -440,27 +440,30 @@ async def tokenize_count(client: httpx.AsyncClient, ep: Endpoint, *, prompt: str
 
 async def fit_text(count: Callable[[str], Any], build: Callable[[int], str], target: int,
                    sample_chars: int = 8000) -> tuple[str, int | None, str]:
-    """Grow/shrink build(n_chars) until count(text) is within 0.5 % (or 16 tokens) of target.
+    """Grow/shrink build(n_chars) until count(text) lands in [target - tol, target], tol = max(32, 0.5 %).
 
+    Never above target when the server can count (a prompt over the target may not fit the context).
     Returns (text, measured tokens or None, "tokenize" | "estimate")."""
     sample = build(sample_chars)
     c = await count(sample)
     if c is None:
-        n = int(target * FALLBACK_CHARS_PER_TOKEN)
-        return build(n), None, "estimate"
+        return build(int(target * FALLBACK_CHARS_PER_TOKEN)), None, "estimate"
     ratio = max(len(sample) / max(c, 1), 0.5)
-    n_chars = max(int(target * ratio), 1)
+    low = target - max(32, int(0.005 * target))
+    aim = (low + target) / 2
+    n_chars = max(int(aim * ratio), 1)
     best: tuple[str, int] | None = None
-    for _ in range(6):
+    text = sample
+    for _ in range(8):
         text = build(n_chars)
         c = await count(text)
         if c is None:
             return text, None, "estimate"
         if c <= target and (best is None or c > best[1]):
             best = (text, c)
-        if abs(c - target) <= max(16, 0.005 * target):
-            return text, c, "tokenize"
-        n_chars = max(n_chars + int((target - c) * ratio), 1)
+        if low <= c <= target:
+            break
+        n_chars = max(n_chars + int((aim - c) * ratio), 1)
     if best is None:
         return text, c, "tokenize"
     return best[0], best[1], "tokenize"

@@ -98,8 +98,10 @@ def _listing(info, allow_patterns) -> dict:
     return dict(sorted(files.items()))
 
 
-def refresh_lock(groups: list[str], endpoint: str | None = None) -> Path:
-    """Resolve every checkpoint named by these groups' data to a commit and listing; write their lock file."""
+def refresh_lock(groups: list[str], endpoint: str | None = None,
+                 extra: list[catalog.Checkpoint] | None = None) -> Path:
+    """Resolve every checkpoint named by these groups' data (plus `extra` ones, e.g. a candidate checkpoint
+    not yet in the catalog) to a commit and listing; write their lock file."""
     from huggingface_hub import HfApi
 
     from sparkctl.secrets import read_hf_token
@@ -108,7 +110,7 @@ def refresh_lock(groups: list[str], endpoint: str | None = None) -> Path:
     endpoint = endpoint or data["HF_ENDPOINT"]
     api = HfApi(endpoint=endpoint, token=read_hf_token(data) or False)
     out = {"version": LOCK_VERSION, "endpoint": endpoint, "checkpoints": {}}
-    for cp in sorted(checkpoints_of(data), key=lambda c: c.repo):
+    for cp in sorted(checkpoints_of(data) + list(extra or []), key=lambda c: c.repo):
         info = api.model_info(cp.repo, revision=cp.revision, files_metadata=True)
         out["checkpoints"][cp.repo] = {"revision": cp.revision, "sha": info.sha,
                                        "files": _listing(info, cp.allow_patterns)}

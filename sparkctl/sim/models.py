@@ -17,6 +17,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import string
 import subprocess
 import zipfile
 from pathlib import Path
@@ -85,21 +86,34 @@ def bpe_tokenizer() -> bytes:
 
 
 def wordpiece_tokenizer() -> tuple[bytes, bytes]:
-    """BERT-style uncased WordPiece, vocab 1024; returns (tokenizer.json, vocab.txt)."""
-    from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors, trainers
+    """BERT-style uncased WordPiece, vocab 1024; returns (tokenizer.json, vocab.txt).
+
+    The vocab is chosen here rather than by tokenizers' WordPieceTrainer, whose output varies from run to run:
+    specials, every character (alone and as a ##continuation), then the corpus's words by frequency."""
+    from collections import Counter
+
+    from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors
 
     special = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
-    tok = Tokenizer(models.WordPiece(unk_token="[UNK]"))
-    tok.normalizer = normalizers.BertNormalizer(lowercase=True)
-    tok.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    norm, pre = normalizers.BertNormalizer(lowercase=True), pre_tokenizers.BertPreTokenizer()
+    words = Counter()
+    for line in _corpus(2):
+        words.update(w for w, _ in pre.pre_tokenize_str(norm.normalize_str(line)))
+    chars = sorted({c for w in words for c in w} | set(string.ascii_lowercase + string.digits + string.punctuation))
+    vocab = special + chars + ["##" + c for c in chars]
+    for w, _ in sorted(words.items(), key=lambda kv: (-kv[1], kv[0])):
+        if len(vocab) >= 1024:
+            break
+        if w not in vocab:
+            vocab.append(w)
+    tok = Tokenizer(models.WordPiece(vocab={t: i for i, t in enumerate(vocab)}, unk_token="[UNK]"))
+    tok.normalizer, tok.pre_tokenizer = norm, pre
     tok.decoder = decoders.WordPiece(prefix="##")
-    trainer = trainers.WordPieceTrainer(vocab_size=1024, special_tokens=special, show_progress=False)
-    tok.train_from_iterator(_corpus(2), trainer)
-    cls, sep = tok.token_to_id("[CLS]"), tok.token_to_id("[SEP]")
     tok.post_processor = processors.TemplateProcessing(
-        single="[CLS] $A [SEP]", pair="[CLS] $A [SEP] $B:1 [SEP]:1", special_tokens=[("[CLS]", cls), ("[SEP]", sep)])
-    vocab = sorted(tok.get_vocab().items(), key=lambda kv: kv[1])
-    return tok.to_str().encode(), ("\n".join(t for t, _ in vocab) + "\n").encode()
+        single="[CLS] $A [SEP]", pair="[CLS] $A [SEP] $B:1 [SEP]:1",
+        special_tokens=[("[CLS]", vocab.index("[CLS]")), ("[SEP]", vocab.index("[SEP]"))])
+    tok.add_special_tokens(special)
+    return tok.to_str().encode(), ("\n".join(vocab) + "\n").encode()
 
 
 # --- weights -------------------------------------------------------------------------------------------------
