@@ -94,6 +94,12 @@ def _decode(m: planner.ModelPlan) -> str:
     return "\n".join(parts) or "-"
 
 
+def _kv_label(setting: str) -> str:
+    if setting.startswith("CODER_KV_CACHE_GIB"):
+        return "group data"
+    return "all free (split)" if setting.startswith("split") else setting
+
+
 def render(plan: planner.BoxPlan, data: dict) -> None:
     from rich.console import Console
     from rich.table import Table
@@ -120,7 +126,7 @@ def render(plan: planner.BoxPlan, data: dict) -> None:
             f"{m.name}{configured}\n[dim]{m.layout.source if m.layout else 'no layer facts'}[/dim]",
             f"{_gib(m.resident_gib)}\n[dim]{m.resident_source}[/dim]",
             _gib(m.free_gib),
-            f"{_gib(m.kv_gib)}\n[dim]{m.kv_setting}[/dim]",
+            f"{_gib(m.kv_gib)}\n[dim]{_kv_label(m.kv_setting)}[/dim]",
             _gib(m.headroom_gib),
             _tokens(m),
             f"{m.max_context:,}",

@@ -1,0 +1,168 @@
+"""Faults and hardening on the converged simulated Spark: each test asserts the outcome and prints what it measured.
+
+SIGKILLed coder, killed download, a flip to a checkpoint that cannot load (automatic rollback), a client that
+disconnects mid-stream, and the security claims (loopback-only vLLM, root-only secrets, no token in argv).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import threading
+import time
+
+import httpx
+
+from sparkctl import REPO_ROOT, catalog, groupdata
+from sparkctl.lock import refresh_lock
+from tests.e2e.conftest import pyinfra, record, sim_exec
+
+HOST = "spark-1"
+
+
+def metric(port: int, name: str, label: str = "") -> float:
+    """Sum of a metric's samples on the box (optionally only those carrying `label`, e.g. finished_reason="abort")."""
+    text = sim_exec(HOST, f"curl -fsS http://127.0.0.1:{port}/metrics")
+    total = 0.0
+    for line in text.splitlines():
+        if line.startswith(name + "{") and label in line:
+            total += float(line.rsplit(" ", 1)[1])
+    return total
+
+
+def wait_for(predicate, timeout: float, what: str, interval: float = 1.0):
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(interval)
+
+
+def chat_ok(spark) -> bool:
+    try:
+        with spark.client() as c:
+            r = c.post(spark.base_url("coder") + "/chat/completions",
+                       headers={"Authorization": f"Bearer {spark.token}"},
+                       json={"model": "coder", "messages": [{"role": "user", "content": "x"}], "max_tokens": 4})
+            return r.status_code == 200
+    except httpx.HTTPError:
+        return False
+
+
+def test_sigkilled_coder_is_brought_back_by_systemd(converged_spark):
+    pid = sim_exec(HOST, "systemctl show -P MainPID vllm-coder.service").strip()
+    t0 = time.monotonic()
+    sim_exec(HOST, f"kill -9 {pid}")
+    wait_for(lambda: not chat_ok(converged_spark), 30, "the coder to go down")
+    wait_for(lambda: chat_ok(converged_spark), 300, "systemd to restart the coder", interval=2)
+    record("SIGKILL coder -> serving again (RestartSec + load)", time.monotonic() - t0)
+    assert sim_exec(HOST, "systemctl show -P MainPID vllm-coder.service").strip() != pid
+
+
+def test_client_disconnect_cancels_the_request_in_vllm(converged_spark):
+    port = converged_spark.data["CODER_PORT"]
+    aborts0 = metric(port, "vllm:request_success_total", 'finished_reason="abort"')
+    with converged_spark.client() as c:
+        with c.stream("POST", converged_spark.base_url("coder") + "/chat/completions",
+                      headers={"Authorization": f"Bearer {converged_spark.token}"},
+                      json={"model": "coder", "messages": [{"role": "user", "content": "count"}],
+                            "max_tokens": 3500, "ignore_eos": True, "stream": True}) as r:
+            chunks = 0
+            for _ in r.iter_lines():
+                chunks += 1
+                if chunks > 5:
+                    break  # the client goes away mid-stream
+    t0 = time.monotonic()
+    wait_for(lambda: metric(port, "vllm:num_requests_running") == 0, 30, "vLLM to drop the request")
+    record("client disconnect -> vLLM running requests back to 0", time.monotonic() - t0)
+    assert metric(port, "vllm:request_success_total", 'finished_reason="abort"') == aborts0 + 1
+
+
+def test_killed_download_resumes_and_the_service_never_sees_partial_files(converged_spark):
+    """Drop MiniLM's verified snapshot on the box, throttle the stand-in hub, kill the download mid-file."""
+    data = converged_spark.data
+    lock = json.loads((REPO_ROOT / data["MODEL_LOCK_FILE"]).read_text())["checkpoints"]["sim/all-minilm-l6-v2"]
+    store = data["MODEL_STORE"]
+    cache = f"{store}/hub/models--sim--all-minilm-l6-v2"
+    env_before = sim_exec(HOST, "cat /etc/sparkctl/vllm-embed-qwen3.env")
+    sim_exec(HOST, f"rm -rf {cache} {store}/verified/sim--all-minilm-l6-v2@{lock['sha']}")
+    throttle = REPO_ROOT / ".sim" / "hub-throttle"
+    throttle.write_text("3000000\n")  # 3 MB/s: the 90 MB weights take ~30 s
+    try:
+        proc = subprocess.Popen([str(REPO_ROOT / ".venv/bin/pyinfra"), "-y", "--limit", HOST, "inventory.py",
+                                 "deploy.py"], cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                text=True, env={**__import__("os").environ, "GX10_HOSTS": ""})
+        partial = wait_for(lambda: sim_exec(HOST, f"find {cache} -name '*.incomplete' -size +5M 2>/dev/null || true")
+                           .strip(), 300, "a partial download")
+        sim_exec(HOST, "pkill -9 -f fetch_checkpoint.py")
+        out, _ = proc.communicate(timeout=300)
+        assert proc.returncode != 0, "the deploy must fail when its download is killed"
+    finally:
+        throttle.unlink(missing_ok=True)
+    print(f"killed mid-file: {partial}")
+    snapshot = f"{cache}/snapshots/{lock['sha']}"
+    assert "model.safetensors" not in sim_exec(HOST, f"ls {snapshot} 2>/dev/null || true")  # no partial at the path
+    assert sim_exec(HOST, "cat /etc/sparkctl/vllm-embed-qwen3.env") == env_before
+    assert sim_exec(HOST, f"ls {store}/verified/").count("all-minilm") == 0
+    run = pyinfra("-y", "--limit", HOST, "inventory.py", "deploy.py")
+    record("rerun after a killed download (re-fetch MiniLM, 90 MB)", run.seconds)
+    assert run.rc == 0, run.output[-4000:]
+    assert sim_exec(HOST, f"ls {store}/verified/").count("all-minilm") == 1
+    size = int(sim_exec(HOST, f"stat -L -c %s {snapshot}/model.safetensors"))
+    assert size == lock["files"]["model.safetensors"]["size"]
+
+
+def test_flip_to_a_checkpoint_that_cannot_load_rolls_back(converged_spark):
+    data = groupdata.load(["all", "gx10", "sim"])
+    broken = catalog.Checkpoint(repo="sim/tiny-broken", revision="main")
+    refresh_lock(["all", "gx10", "sim"], extra=[broken])  # the candidate is locked like any checkpoint
+    overrides = json.loads(json.dumps(data["CATALOG_OVERRIDES"]))
+    overrides["laguna-s-2.1"]["checkpoint"] = {"repo": broken.repo, "revision": broken.revision}
+    overrides["laguna-s-2.1"].pop("draft", None)
+    overrides["laguna-s-2.1"]["speculative"] = None
+    embed_pid = sim_exec(HOST, "systemctl show -P MainPID vllm-embed-qwen3.service").strip()
+    t0 = time.monotonic()
+    run = pyinfra("-y", "--limit", HOST, "--data", "CODING_MODEL=laguna-s-2.1",
+                  "--data", "CATALOG_OVERRIDES=" + json.dumps(overrides), "inventory.py", "deploy.py")
+    record("flip to a broken checkpoint -> automatic rollback", time.monotonic() - t0)
+    assert run.rc != 0, "a failed rollout must fail the deploy"
+    assert "ROLLED BACK vllm-coder.service to qwen3.8-27b" in run.output, run.output[-6000:]
+    assert re.search(r"journal", run.output)
+    env = sim_exec(HOST, "cat /etc/sparkctl/vllm-coder.env")
+    assert "SPARKCTL_MODEL=qwen3.8-27b" in env
+    assert chat_ok(converged_spark)  # the box still serves a coding model
+    assert sim_exec(HOST, "systemctl show -P MainPID vllm-embed-qwen3.service").strip() == embed_pid
+    # the next plain deploy converges again, with nothing to change for the coder
+    run = pyinfra("-y", "--limit", HOST, "inventory.py", "deploy.py")
+    assert run.rc == 0, run.output[-4000:]
+    refresh_lock(["all", "gx10", "sim"])
+
+
+def test_hardening_claims_hold_on_the_box(converged_spark):
+    listening = sim_exec(HOST, "ss -Htlnp")
+    public = [ln for ln in listening.splitlines()
+              if not re.search(r"\s(127\.0\.0\.1|\[::1\]|::1):\d+\s", ln)]
+    ports = sorted({int(re.search(r":(\d+)\s", ln).group(1)) for ln in public})
+    assert ports == [22, 443], listening  # vLLM and the embedders on loopback only
+    for path in ("/etc/nginx/sparkctl-token.conf", "/etc/nginx/sparkctl-tls/server.key",
+                 "/etc/sparkctl/vllm-coder.env", "/etc/sparkctl/vllm-coder.env.next"):
+        assert sim_exec(HOST, f"stat -c '%a %U' {path}").split() == ["600", "root"], path
+    assert sim_exec(HOST, "stat -c '%a' /etc/sparkctl").strip() == "700"
+    token = converged_spark.token
+    assert token not in sim_exec(HOST, "ps -eo args")  # never in argv
+    assert token not in sim_exec(HOST, "cat /etc/nginx/sites-available/sparkctl.conf")
+    with converged_spark.client() as c:
+        r = c.get(converged_spark.base_url("coder").rsplit("/v1", 1)[0] + "/metrics",
+                  headers={"Authorization": f"Bearer {token}"})
+        assert r.status_code == 404  # /metrics is not proxied
+    for unit in ("vllm-coder.service", "vllm-embed-qwen3.service"):
+        out = sim_exec(HOST, f"systemd-analyze security {unit} --no-pager | tail -1")
+        exposure = float(re.search(r"level for \S+: ([0-9.]+)", out).group(1))
+        print(f"{unit}: systemd-analyze security exposure {exposure}")
+        assert exposure <= 3.0
+    ver = subprocess.run(["openssl", "s_client", "-connect", f"{converged_spark.host.address}:443", "-tls1_1"],
+                         input="", capture_output=True, text=True, timeout=30)
+    assert ver.returncode != 0  # TLS 1.1 refused
