@@ -22,8 +22,10 @@ from dataclasses import dataclass
 
 _NUM = r"([0-9][0-9,_]*)"
 KV_SIZE_RE = re.compile(r"\b(?:[A-Z]{2,5} )?KV cache size:\s*" + _NUM + r"\s*tokens")
-CONCURRENCY_RE = re.compile(r"Maximum concurrency for\s*" + _NUM + r"\s*tokens per request:\s*([0-9][0-9,]*(?:\.[0-9]+)?)x")
-KV_MEMORY_RE = re.compile(r"Available KV cache memory:\s*([0-9.]+)\s*GiB|reserved\s+([0-9.]+)\s*GiB memory for KV Cache")
+CONCURRENCY_RE = re.compile(r"Maximum concurrency for\s*" + _NUM
+                            + r"\s*tokens per request:\s*([0-9][0-9,]*(?:\.[0-9]+)?)x")
+KV_MEMORY_RE = re.compile(r"Available KV cache memory:\s*([0-9.]+)\s*GiB"
+                          r"|reserved\s+([0-9.]+)\s*GiB memory for KV Cache")
 INFO_METRIC = "vllm:cache_config_info"
 
 

