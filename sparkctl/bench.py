@@ -829,7 +829,7 @@ def compare_rows(a: dict, b: dict) -> list[tuple[str, str, str, str]]:
     pa, pb = _prefill_by_target(a), _prefill_by_target(b)
     for n in sorted(set(pa) | set(pb)):
         x, y = pa.get(n) or {}, pb.get(n) or {}
-        rows.append((f"prefill tok/s, {n // 1024 if n >= 1024 else n}{'K' if n >= 1024 else ''} prompt",
+        rows.append((f"prefill tok/s, {f'{n // 1024}K' if n % 1024 == 0 else n} prompt",
                      x.get("error") or _fmt(x.get("tokens_per_s"), ".0f"),
                      y.get("error") or _fmt(y.get("tokens_per_s"), ".0f"),
                      ratio(x.get("tokens_per_s"), y.get("tokens_per_s"))))

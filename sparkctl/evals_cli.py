@@ -33,6 +33,8 @@ def run_compare(args: argparse.Namespace) -> int:
     else:
         names = [Path(args.a).name, Path(args.b).name]
     c = evals.compare(a, b)
+    if c.n == 0:
+        raise evals.EvalsError(f"{args.a} and {args.b} have no problem in common")
     note = evals.unpaired_note(c, *names)
     if args.json:
         print(json.dumps(c.to_dict()))

@@ -17,31 +17,15 @@ class Row:
     load_s: float | None  # seconds from start to "Application startup complete"
 
 
-def planned_tokens(settings, svc) -> int | None:
-    """KV tokens the capacity planner expects for this service's budget (None without a planner estimate)."""
-    try:
-        from sparkctl import catalog, planner
-    except ImportError:
-        return None
+def compare(settings, svc, kv_log: str | None):
+    """vLLM's reported KV capacity beside the capacity plan (coder only; embedders are not planned per token)."""
     if svc.role != "coder":
         return None
+    from sparkctl import catalog, planner, vllm_report
+
     cat = catalog.resolve(settings.data.get("CATALOG_OVERRIDES"))
-    plan = planner.plan_box(settings.data, cat, coding_model=svc.model.key)
-    for m in plan.models:
-        if m.name == svc.model.key:
-            return int(m.kv_tokens)
-    return None
-
-
-def measured_tokens(kv_log: str | None) -> int | None:
-    if not kv_log:
-        return None
-    try:
-        from sparkctl.vllm_report import parse_kv_capacity
-    except ImportError:
-        return None
-    tokens, _conc, _per = parse_kv_capacity(kv_log)
-    return tokens
+    plan = planner.check_fits(settings.data, cat, svc.model.key)
+    return vllm_report.compare_with_plan(plan, kv_log or None, None, settings.data["PLAN_MEASURED_TOLERANCE"])
 
 
 def render(rows: list[Row], settings, base_url: str) -> tuple[str, list[str]]:
@@ -52,16 +36,11 @@ def render(rows: list[Row], settings, base_url: str) -> tuple[str, list[str]]:
     warnings = []
     for r in rows:
         svc = r.service
-        planned = planned_tokens(settings, svc)
-        measured = measured_tokens(r.kv_log)
-        if planned and measured:
-            try:
-                from sparkctl.vllm_report import compare_planned_measured
-                w = compare_planned_measured(planned, measured, settings.data["PLAN_MEASURED_TOLERANCE"])
-            except ImportError:
-                w = None
-            if w:
-                warnings.append(f"{svc.unit}: {w}")
+        cmp = compare(settings, svc, r.kv_log)
+        planned = cmp.planned_tokens if cmp else None
+        measured = cmp.measured_tokens if cmp else None
+        if cmp and cmp.warning:
+            warnings.append(f"{svc.unit}: {cmp.warning}")
         table.add_row(svc.name, svc.served_name, svc.model.key, svc.checkpoint.sha[:12], r.status,
                       "-" if r.load_s is None else f"{r.load_s:.1f}", "-" if planned is None else f"{planned:,}",
                       "-" if measured is None else f"{measured:,}")

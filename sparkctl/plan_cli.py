@@ -36,7 +36,8 @@ def _config_args(values: list[str] | None) -> dict[str, str]:
 
 
 def build_plan(args: argparse.Namespace) -> tuple[planner.BoxPlan, dict]:
-    data = groupdata.load(_groups(args.groups))
+    groups = _groups(args.groups) or (["all", "gx10", "sim"] if getattr(args, "sim", False) else ["all", "gx10"])
+    data = groupdata.load(groups)
     cat = catalog_mod.resolve(data.get("CATALOG_OVERRIDES"))
     coders = planner.coding_models(cat)
     for name in args.model or []:
@@ -157,8 +158,8 @@ def run(args: argparse.Namespace) -> int:
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("plan", help="memory and KV capacity of the configured box for each coding model",
                        description=__doc__.splitlines()[0])
-    p.add_argument("--groups", help="group data to read, comma-separated (default: the configured box: all,gx10 "
-                                    "when GX10_HOSTS is set, else all,gx10,sim)")
+    p.add_argument("--groups", help="group data to read, comma-separated (default: all,gx10 = a real GX10)")
+    p.add_argument("--sim", action="store_true", help="plan the simulated Spark (same as --groups all,gx10,sim)")
     p.add_argument("--kv", type=float, metavar="GIB", help="what-if: KV budget per box for every model, GiB")
     p.add_argument("--sparks", type=int, default=1, help="what-if: number of Sparks (default 1)")
     p.add_argument("--topology", choices=planner.TOPOLOGIES,

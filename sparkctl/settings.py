@@ -145,8 +145,6 @@ def validate(data: dict, host_name: str = "", read_secrets: bool = True) -> Sett
 
 def _check_capacity(data: dict, cat: dict, coder_key: str) -> None:
     """Refuse a configuration whose memory does not add up (the capacity planner's arithmetic)."""
-    try:
-        from sparkctl import planner
-    except ImportError:  # planner not installed in this checkout
-        return
+    from sparkctl import planner
+
     planner.check_fits(data, cat, coder_key)

@@ -1,0 +1,245 @@
+"""Python API of the simulated Spark (tests use it; cli.py is a thin layer over it).
+
+    up(hosts=1, flavors=None) -> list[dict]    boot spark-1..N (idempotent) with host daemons, hub, lock
+    down()                                     stop everything, remove overlays, leave only caches
+    hosts() -> list[dict]                      running instances, as written to .sim/hosts.json
+    is_running(name) -> bool
+    exec_in(name, argv|str, check=True)        run inside the instance via nsenter (no ssh)
+    ssh(name, cmd)                             run over ssh, like the deploy does
+    reboot(name, wait=True)                    `systemctl reboot` inside; state survives
+    hub_throttle(bytes_per_s | None)           slow the stand-in hub's file bodies (None: full speed)
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+from sparkctl.errors import SparkctlError
+from sparkctl.sim import config, daemons, hostdeps, instance, models, net, nvidia_repo, rootfs
+from sparkctl.sim import wheelhouse as _wheelhouse
+from sparkctl.sim.util import kill, run, say, step
+
+LOCK_GROUPS = ["all", "gx10", "sim"]
+
+
+def _flavor_map(names: list[str], flavors) -> dict[str, str]:
+    """flavors: None (dgx everywhere), one flavor for all, a list by position, or {name: flavor}."""
+    if flavors is None or isinstance(flavors, str):
+        out = {n: flavors or config.DEFAULT_FLAVOR for n in names}
+    elif isinstance(flavors, dict):
+        unknown = set(flavors) - set(names)
+        if unknown:
+            raise SparkctlError(f"flavor given for {', '.join(sorted(unknown))}, which this `up` does not start "
+                                f"(hosts: {', '.join(names)})")
+        out = {n: flavors.get(n, config.DEFAULT_FLAVOR) for n in names}
+    else:
+        flavors = list(flavors)
+        out = {n: (flavors[i] if i < len(flavors) else config.DEFAULT_FLAVOR) for i, n in enumerate(names)}
+    for n, f in out.items():
+        if f not in config.FLAVORS:
+            raise SparkctlError(f"flavor of {n} = {f!r} is not valid; expected one of {', '.join(config.FLAVORS)}")
+    return out
+
+
+def _ensure_ssh_key() -> None:
+    if not config.SSH_KEY.exists():
+        run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "sparkctl-sim", "-f", config.SSH_KEY])
+
+
+def _write_known_hosts(names: list[str]) -> None:
+    keys = rootfs.host_public_keys()
+    lines = [f"{config.address_of(n)} {k}" for n in names for k in keys]
+    config.KNOWN_HOSTS.write_text("".join(line + "\n" for line in lines))
+
+
+def running_names() -> list[str]:
+    return [n for n in instance.known_instances() if instance.is_running(n)]
+
+
+def refresh_lock() -> str:
+    """Write the simulated lock file from the stand-in hub (sparkctl.lock, when it exists)."""
+    try:
+        from sparkctl.lock import refresh_lock as _refresh
+    except ImportError:
+        return "skipped: sparkctl.lock.refresh_lock is not there yet"
+    from sparkctl import groupdata
+
+    endpoint = groupdata.load(LOCK_GROUPS).get("HF_ENDPOINT", f"http://{config.HOST_ADDRESS}:{config.HUB_PORT}")
+    no_proxy = [p for p in os.environ.get("NO_PROXY", os.environ.get("no_proxy", "")).split(",") if p]
+    os.environ["NO_PROXY"] = os.environ["no_proxy"] = ",".join(no_proxy + [config.HOST_ADDRESS])
+    os.environ.setdefault("HF_HUB_DISABLE_XET", "1")
+    path = _refresh(LOCK_GROUPS, endpoint=endpoint)
+    return f"wrote {path}"
+
+
+def up(hosts: int = 1, flavors=None, *, wheelhouse: bool = True, lock: bool = True,
+       boot_timeout: float = 60) -> list[dict]:
+    """Boot spark-1..spark-N (already-running ones are left alone) with everything they need; returns hosts()."""
+    if not 1 <= hosts <= config.MAX_HOSTS:
+        raise SparkctlError(f"--hosts = {hosts} is not valid; expected 1 to {config.MAX_HOSTS}")
+    t_all = time.monotonic()
+    hostdeps.check()
+    names = [config.instance_name(i) for i in range(1, hosts + 1)]
+    wanted = _flavor_map(names, flavors)
+    running = running_names()
+    for n in names:
+        if n in running and (instance.flavor_of(n) or config.DEFAULT_FLAVOR) != wanted[n]:
+            raise SparkctlError(f"{n} is running with flavor {instance.flavor_of(n)}, not {wanted[n]}; "
+                                "run `python -m sparkctl sim down` first to change flavors")
+    config.SIM_DIR.mkdir(parents=True, exist_ok=True)
+    config.LOG_DIR.mkdir(parents=True, exist_ok=True)
+    _ensure_ssh_key()
+    with step("rootfs") as d:
+        d.append(rootfs.ensure(instances_running=bool(running)))
+    if wheelhouse:
+        with step("wheelhouse") as d:
+            d.append(_wheelhouse.ensure())
+    with step("stand-in hub repos") as d:
+        shas = models.publish()
+        d.append(f"{len(shas)} repos")
+    with step("stand-in NVIDIA repository") as d:
+        d.append(nvidia_repo.build())
+    with step(f"bridge {config.BRIDGE} {config.HOST_ADDRESS}/{config.PREFIX_LEN}") as d:
+        d.append("created" if net.ensure_bridge() else "present")
+    for name in daemons.DAEMONS:
+        with step(f"daemon {name}") as d:
+            d.append(daemons.start(name))
+    to_start = [n for n in names if n not in running]
+    for n in names:
+        if n in running:
+            say(f"{n}: already running ({config.address_of(n)}, {instance.flavor_of(n)}), left alone")
+    if to_start:
+        t0 = time.monotonic()
+        for n in to_start:
+            instance.start(n, wanted[n])
+        with ThreadPoolExecutor(max_workers=len(to_start)) as pool:
+            waits = dict(zip(to_start, pool.map(lambda n: instance.wait_ssh(n, boot_timeout), to_start)))
+        for n in to_start:
+            say(f"{n}: booted, sshd on {config.address_of(n)}:22 after {waits[n]:.2f} s ({wanted[n]})")
+        say(f"instances: {len(to_start)} started in {time.monotonic() - t0:.2f} s")
+    all_running = running_names()
+    extra = [n for n in all_running if n not in names]
+    if extra:
+        say(f"note: {', '.join(extra)} also running (beyond --hosts {hosts}); listed in {config.HOSTS_FILE}")
+    _write_known_hosts(all_running)
+    instance.write_hosts_file(all_running)
+    from sparkctl.secrets import ensure_api_token
+
+    say(f"api token: {ensure_api_token()}")
+    if lock:
+        with step("lock file") as d:
+            d.append(refresh_lock())
+    say(f"sim up: done in {time.monotonic() - t_all:.2f} s; hosts in {config.HOSTS_FILE}")
+    return hosts_()
+
+
+def down(keep_overlays: bool = False, purge_cache: bool = False) -> list[str]:
+    """Stop instances (clean poweroff, SIGKILL fallback), daemons, netns, veths, bridge, cgroups.
+
+    Overlays are removed (a fresh `up` gives bare hosts) unless keep_overlays; purge_cache also removes the
+    cached rootfs, wheelhouse, hub repos, NVIDIA repo and downloads. Returns notes on anything forced."""
+    t0 = time.monotonic()
+    notes: list[str] = []
+    names = instance.known_instances()
+    for n in names:
+        instance.begin_stop(n)
+    for n in names:
+        notes += instance.finish_stop(n, keep_overlay=keep_overlays)
+    if names:
+        say(f"instances: {', '.join(names)} stopped")
+    for p in instance.processes_in_cgroup():
+        notes.append(f"pid {p} left in {config.CGROUP_PARENT} cgroup, SIGKILL")
+        kill(p, 9)
+    try:
+        parent = config.cgroup_root() / config.CGROUP_PARENT
+        if not instance.remove_cgroup(parent):
+            notes.append(f"cgroup {parent} could not be removed")
+    except FileNotFoundError:
+        pass
+    for name in daemons.DAEMONS:
+        if daemons.stop(name):
+            say(f"daemon {name}: stopped")
+    for n in net.our_netns():
+        net.remove_netns(n)
+    for v in net.our_veths():
+        run(["ip", "link", "del", v], check=False)
+    net.remove_bridge()
+    net.release_netns_dir()
+    config.HOSTS_FILE.unlink(missing_ok=True)
+    config.HUB_THROTTLE_FILE.unlink(missing_ok=True)
+    moved = models.reset_to_canonical()
+    if moved:
+        say(f"hub: main reset to the published commit in {', '.join(moved)}")
+    if not keep_overlays and config.RUN_DIR.exists():
+        shutil.rmtree(config.RUN_DIR)
+    if purge_cache:
+        for p in (config.ROOTFS, config.WHEELHOUSE, config.HUB_DIR, config.NVIDIA_REPO_DIR, config.DOWNLOADS,
+                  config.NVIDIA_GNUPG_DIR):
+            shutil.rmtree(p, ignore_errors=True)
+        say("caches removed (rootfs, wheelhouse, hub, NVIDIA repo, downloads)")
+    for n in notes:
+        say(f"note: {n}")
+    say(f"sim down: done in {time.monotonic() - t0:.2f} s")
+    return notes
+
+
+def hosts_() -> list[dict]:
+    return [instance.describe(n) for n in running_names()]
+
+
+hosts = hosts_
+
+
+def is_running(name: str) -> bool:
+    return instance.is_running(name)
+
+
+def exec_in(name: str, argv, check: bool = True, **kw) -> subprocess.CompletedProcess:
+    return instance.exec_in(name, argv, check=check, **kw)
+
+
+def ssh_argv(name: str, cmd: str | None = None) -> list[str]:
+    from sparkctl.hosts import HostConn
+
+    d = instance.describe(name)
+    conn = HostConn(name=name, address=d["address"], ssh_user=d["ssh_user"], ssh_port=d["ssh_port"],
+                    ssh_key=d["ssh_key"], known_hosts=d["known_hosts"], simulated=True)
+    return conn.ssh_argv(cmd)
+
+
+def ssh(name: str, cmd: str, check: bool = False, timeout: float | None = None) -> subprocess.CompletedProcess:
+    """Run `cmd` on the instance over ssh (the way pyinfra reaches it); output captured as text."""
+    if not is_running(name):
+        raise SparkctlError(f"{name} is not running (python -m sparkctl sim up)")
+    p = subprocess.run(ssh_argv(name, cmd), capture_output=True, text=True, timeout=timeout)
+    if check and p.returncode != 0:
+        raise SparkctlError(f"ssh {name} {cmd!r} failed (rc {p.returncode}): {p.stderr.strip()}")
+    return p
+
+
+def reboot(name: str, wait: bool = True, timeout: float = 60) -> float:
+    return instance.reboot(name, wait=wait, timeout=timeout)
+
+
+def hub_throttle(bytes_per_s: float | None) -> None:
+    """Slow every file body the stand-in hub sends to bytes_per_s (None or 0: full speed). Takes effect within
+    0.2 s, also for downloads in flight."""
+    if bytes_per_s:
+        config.SIM_DIR.mkdir(parents=True, exist_ok=True)
+        config.HUB_THROTTLE_FILE.write_text(f"{float(bytes_per_s)}\n")
+    else:
+        config.HUB_THROTTLE_FILE.unlink(missing_ok=True)
+
+
+def status() -> dict:
+    insts = []
+    for n in instance.known_instances():
+        running = instance.is_running(n)
+        insts.append({**instance.describe(n), "running": running, "systemd_pid": instance.systemd_pid(n),
+                      "sshd": running and instance.ssh_banner(config.address_of(n))})
+    return {"instances": insts, "daemons": daemons.status(), "bridge": net.link_exists(config.BRIDGE),
+            "rootfs": rootfs.is_baked(), "wheelhouse": _wheelhouse.is_ready()}
