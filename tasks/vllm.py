@@ -11,7 +11,7 @@ from sparkctl import REPO_ROOT
 from sparkctl.settings import Settings
 from tasks.ops import metadata_alias, pip_dist
 
-REMOTE_SCRIPTS = ("rollout.py", "fetch_checkpoint.py")
+REMOTE_SCRIPTS = ("rollout.py", "fetch_checkpoint.py", "check_vllm_args.py")
 
 
 def pip_args(d: dict) -> list[str]:

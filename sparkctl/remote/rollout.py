@@ -4,7 +4,8 @@
     rollout.py status SERVICE   -> JSON {"active", "applied", "wanted", "env_differs"}
     rollout.py apply SERVICE --port P --served NAME --kind chat|embed --timeout S [--interval S] [--journal N]
 
-`apply` keeps the current env file as <env>.prev (hard link + atomic rename), moves the staged <env>.next into
+`apply` first checks the staged arguments with vLLM's own parser (check_vllm_args.py beside this script), then
+keeps the current env file as <env>.prev (hard link + atomic rename), moves the staged <env>.next into
 place by atomic rename, resets the unit's failure counter, restarts it (stop -> start: on unified memory two
 big models must never run together), and gates on readiness: /v1/models lists the served name and one tiny
 real request succeeds. If the gate fails and a previous env existed, it renames .prev back, restarts, gates
@@ -172,6 +173,13 @@ def apply(args) -> int:
     if not os.path.exists(p["next"]):
         print(f"rollout: {p['next']} does not exist; nothing staged", file=sys.stderr)
         return 2
+    checker = os.path.join(os.path.dirname(os.path.abspath(__file__)), "check_vllm_args.py")
+    if os.path.exists(checker):  # vLLM's own parser, before anything is stopped
+        r = subprocess.run([VENV_PYTHON, checker, p["next"]], capture_output=True, text=True)
+        if r.returncode != 0:
+            print(f"rollout: vLLM rejects the staged arguments of {unit}; nothing was restarted:\n{r.stderr}",
+                  file=sys.stderr)
+            return 5
     had_previous = os.path.exists(p["env"])
     if _read(p["env"]) != _read(p["next"]):
         _keep_previous(p["env"], p["prev"])

@@ -19,7 +19,8 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 
 from sparkctl.errors import SparkctlError
-from sparkctl.sim import config, daemons, hostdeps, instance, models, net, nvidia_repo, rootfs
+from sparkctl.sim import config, daemons, hostdeps, instance, net, nvidia_repo, rootfs
+from sparkctl.sim import models as _models
 from sparkctl.sim import wheelhouse as _wheelhouse
 from sparkctl.sim.util import kill, run, say, step
 
@@ -76,9 +77,12 @@ def refresh_lock() -> str:
     return f"wrote {path}"
 
 
-def up(hosts: int = 1, flavors=None, *, wheelhouse: bool = True, lock: bool = True,
+def up(hosts: int = 1, flavors=None, *, wheelhouse: bool = True, models: bool = True, lock: bool = True,
        boot_timeout: float = 60) -> list[dict]:
-    """Boot spark-1..spark-N (already-running ones are left alone) with everything they need; returns hosts()."""
+    """Boot spark-1..spark-N (already-running ones are left alone) with everything they need; returns hosts().
+
+    flavors: None (dgx everywhere), one flavor for all, a list by position, or {name: flavor}. wheelhouse=False,
+    models=False and lock=False skip preparing what a test does not need (vLLM installs, hub content, lock)."""
     if not 1 <= hosts <= config.MAX_HOSTS:
         raise SparkctlError(f"--hosts = {hosts} is not valid; expected 1 to {config.MAX_HOSTS}")
     t_all = time.monotonic()
@@ -98,9 +102,10 @@ def up(hosts: int = 1, flavors=None, *, wheelhouse: bool = True, lock: bool = Tr
     if wheelhouse:
         with step("wheelhouse") as d:
             d.append(_wheelhouse.ensure())
-    with step("stand-in hub repos") as d:
-        shas = models.publish()
-        d.append(f"{len(shas)} repos")
+    if models:
+        with step("stand-in hub repos") as d:
+            shas = _models.publish()
+            d.append(f"{len(shas)} repos")
     with step("stand-in NVIDIA repository") as d:
         d.append(nvidia_repo.build())
     with step(f"bridge {config.BRIDGE} {config.HOST_ADDRESS}/{config.PREFIX_LEN}") as d:
@@ -130,7 +135,7 @@ def up(hosts: int = 1, flavors=None, *, wheelhouse: bool = True, lock: bool = Tr
     from sparkctl.secrets import ensure_api_token
 
     say(f"api token: {ensure_api_token()}")
-    if lock:
+    if lock and models:
         with step("lock file") as d:
             d.append(refresh_lock())
     say(f"sim up: done in {time.monotonic() - t_all:.2f} s; hosts in {config.HOSTS_FILE}")
@@ -171,7 +176,7 @@ def down(keep_overlays: bool = False, purge_cache: bool = False) -> list[str]:
     net.release_netns_dir()
     config.HOSTS_FILE.unlink(missing_ok=True)
     config.HUB_THROTTLE_FILE.unlink(missing_ok=True)
-    moved = models.reset_to_canonical()
+    moved = _models.reset_to_canonical()
     if moved:
         say(f"hub: main reset to the published commit in {', '.join(moved)}")
     if not keep_overlays and config.RUN_DIR.exists():

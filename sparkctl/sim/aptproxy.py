@@ -1,7 +1,8 @@
 """An allow-listed HTTP forward proxy for apt in the simulated Sparks (they have no route out).
 
 Instances set `Acquire::http::Proxy "http://10.250.0.1:3142"`. Only GET/HEAD of absolute http:// URLs on the
-Debian mirror and the Debian security mirror are forwarded; anything else gets 403. One log line per request.
+Debian mirror and the Debian security mirror (allow-list entries: a host
+for port 80, or host:port) are forwarded; anything else gets 403. One log line per request.
 """
 
 from __future__ import annotations
@@ -58,7 +59,8 @@ class ProxyHandler(BaseHTTPRequestHandler):
         url = urlsplit(self.path)
         if url.scheme != "http" or not url.hostname:
             return self._refuse(400, "expected an absolute http:// URL (this is a forward proxy)", t0)
-        if url.hostname.lower() not in self.server.allowed_hosts or (url.port or 80) != 80:
+        host, port = url.hostname.lower(), url.port or 80
+        if not (port == 80 and host in self.server.allowed_hosts) and f"{host}:{port}" not in self.server.allowed_hosts:
             return self._refuse(403, f"{url.hostname} is not on the simulated Spark's allow-list "
                                      f"({', '.join(sorted(self.server.allowed_hosts))})", t0)
         upstream_proxy = self.server.upstream_proxy
