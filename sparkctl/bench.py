@@ -39,6 +39,8 @@ import asyncio
 import bisect
 import datetime as _dt
 import json
+import re
+import shutil
 import ssl
 import statistics
 import tempfile
@@ -198,9 +200,22 @@ def prefill_result(target_tokens: int, prompt_tokens: int | None, ttft_s: float 
     }
 
 
+def served_sha(model_root: str | None) -> str | None:
+    """The commit a vLLM serves, from its model path (.../snapshots/<40 hex>), or None."""
+    m = re.search(r"/snapshots/([0-9a-f]{40})(?:/|$)", model_root or "")
+    return m.group(1) if m else None
+
+
 def check_record(record: dict) -> list[str]:
     """Why a record's figures cannot be trusted (empty: they can)."""
     problems = []
+    repo = (record.get("model") or {}).get("repo")
+    root = record.get("served_model_root")
+    if repo and root and "/snapshots/" in root and f"models--{repo.replace('/', '--')}/" not in root:
+        problems.append(f"the server runs {root}, not the configured checkpoint {repo}: labels would be wrong")
+    sha = record.get("served_sha")
+    if sha and record.get("revision") and sha != record["revision"]:
+        problems.append(f"the server runs commit {sha}, the lock file says {record['revision']}")
     for run in record.get("runs", []):
         if not run.get("agree"):
             gap = run.get("client_vs_counter")
@@ -251,11 +266,23 @@ def make_client(ep: Endpoint, timeout_s: float, max_connections: int = 64) -> ht
 class MetricsSource:
     """Reads vLLM's /metrics by running a command (curl on the box over ssh, or locally) and parses it."""
 
-    def __init__(self, argv: list[str], cleanup: list[str] | None = None):
+    def __init__(self, argv: list[str], start: list[str] | None = None, cleanup: list[str] | None = None,
+                 tmpdir: str | None = None):
         self.argv = argv
-        self._cleanup = cleanup
+        self._start, self._cleanup, self._tmpdir = start, cleanup, tmpdir
+        self._started = False
+
+    @staticmethod
+    async def _quiet(argv: list[str]) -> int:
+        proc = await asyncio.create_subprocess_exec(*argv, stdin=asyncio.subprocess.DEVNULL,
+                                                    stdout=asyncio.subprocess.DEVNULL,
+                                                    stderr=asyncio.subprocess.DEVNULL)
+        return await proc.wait()
 
     async def __call__(self) -> Scrape:
+        if self._start and not self._started:
+            self._started = True
+            await self._quiet(self._start)  # a failed master only costs speed: scrapes then connect directly
         t0 = time.perf_counter()
         proc = await asyncio.create_subprocess_exec(*self.argv, stdin=asyncio.subprocess.DEVNULL,
                                                     stdout=asyncio.subprocess.PIPE,
@@ -268,11 +295,10 @@ class MetricsSource:
         return Scrape(t0, t1, metrics.parse(out.decode(errors="replace")))
 
     async def close(self) -> None:
-        if self._cleanup:
-            proc = await asyncio.create_subprocess_exec(*self._cleanup, stdin=asyncio.subprocess.DEVNULL,
-                                                        stdout=asyncio.subprocess.DEVNULL,
-                                                        stderr=asyncio.subprocess.DEVNULL)
-            await proc.wait()
+        if self._cleanup and self._started:
+            await self._quiet(self._cleanup)
+        if self._tmpdir:
+            shutil.rmtree(self._tmpdir, ignore_errors=True)
 
     @classmethod
     def local(cls, url: str) -> "MetricsSource":
@@ -280,16 +306,21 @@ class MetricsSource:
 
     @classmethod
     def ssh(cls, host, port: int, multiplex: bool = True) -> "MetricsSource":
-        """curl on the box over ssh. With multiplex, one ssh master connection (ControlPersist) serves every
-        scrape, so a scrape takes milliseconds instead of a handshake: less timing uncertainty per window."""
+        """curl on the box over ssh. With multiplex, one ssh master connection (started once, detached, stdio on
+        /dev/null) carries every scrape, so a scrape takes milliseconds instead of a handshake: less timing
+        uncertainty per window. Scrapes never become masters themselves (ControlMaster=no): a backgrounded
+        master holding a scrape's stderr pipe would hang the read."""
         argv = host.ssh_argv(f"curl -fsS http://127.0.0.1:{int(port)}/metrics")
         if not multiplex or not argv or argv[0] != "ssh":
             return cls(argv)
-        sock = str(Path(tempfile.mkdtemp(prefix="sparkctl-ssh-")) / "cm")
-        opts = ["-o", "ControlMaster=auto", "-o", f"ControlPath={sock}", "-o", "ControlPersist=120"]
-        dest = next(a for a in reversed(argv[:-1]) if "@" in a)
-        cleanup = ["ssh", "-o", f"ControlPath={sock}", "-O", "exit", dest]
-        return cls([argv[0], *opts, *argv[1:]], cleanup=cleanup)
+        tmpdir = tempfile.mkdtemp(prefix="sparkctl-ssh-")
+        sock = str(Path(tmpdir) / "cm")
+        base = argv[1:-1]  # options and destination, without the remote command
+        start = ["ssh", "-o", "ControlMaster=yes", "-o", f"ControlPath={sock}", "-o", "ControlPersist=300",
+                 "-N", "-f", *base]
+        scrape = ["ssh", "-o", "ControlMaster=no", "-o", f"ControlPath={sock}", *argv[1:]]
+        cleanup = ["ssh", "-o", f"ControlPath={sock}", "-O", "exit", *base]
+        return cls(scrape, start=start, cleanup=cleanup, tmpdir=tmpdir)
 
 
 def _sse_payloads(line: str) -> str | None:
@@ -575,30 +606,38 @@ async def measure_prefill(client: httpx.AsyncClient, ep: Endpoint, metrics_sourc
     return prefill_result(target, log.prompt_tokens or counted, ttft, before.snapshot, after.snapshot, source)
 
 
+async def _probe(client: httpx.AsyncClient, ep: Endpoint, metrics_source: MetricsSource, s: ProbeSettings,
+                 reporter: Reporter, roofline_single: float | None) -> tuple[dict, list, list]:
+    reporter.phase("server info")
+    info = await server_info(client, ep)
+    reporter.phase("waiting for an idle server")
+    await wait_idle(metrics_source, s.idle_timeout_s)
+    runs = []
+    idx = 0
+    for n in s.streams:
+        run, idx = await decode_window(client, ep, metrics_source, s, n, reporter, idx, roofline_single)
+        runs.append(run)
+        reporter.done(f"{n} stream(s): {run['counter_tokens_per_s']:.1f} tok/s")
+        await wait_idle(metrics_source, s.idle_timeout_s)
+    prefill = []
+    for target in s.prefill_tokens:
+        reporter.phase(f"prefill {target} tokens")
+        p = await measure_prefill(client, ep, metrics_source, s, target, info.get("max_model_len"))
+        prefill.append(p)
+        reporter.done(f"prefill {target}: " + (p["error"] or f"{p['tokens_per_s']:.0f} tok/s"))
+    return info, runs, prefill
+
+
 async def run_probe(ep: Endpoint, metrics_source: MetricsSource, s: ProbeSettings, labels: dict,
                     reporter: Reporter | None = None, roofline_single: float | None = None) -> dict:
     """The whole probe: decode sweep, then prefill; returns the JSON record (see bench_cli for the schema)."""
     reporter = reporter or Reporter()
     date = _dt.datetime.now(_dt.timezone.utc).replace(microsecond=0).isoformat().replace("+00:00", "Z")
-    async with make_client(ep, s.timeout_s, max_connections=max(64, 2 * max(s.streams, default=1))) as client:
-        reporter.phase("server info")
-        info = await server_info(client, ep)
-        reporter.phase("waiting for an idle server")
-        await wait_idle(metrics_source, s.idle_timeout_s)
-        runs = []
-        idx = 0
-        for n in s.streams:
-            run, idx = await decode_window(client, ep, metrics_source, s, n, reporter, idx, roofline_single)
-            runs.append(run)
-            reporter.done(f"{n} stream(s): {run['counter_tokens_per_s']:.1f} tok/s")
-            await wait_idle(metrics_source, s.idle_timeout_s)
-        prefill = []
-        for target in s.prefill_tokens:
-            reporter.phase(f"prefill {target} tokens")
-            p = await measure_prefill(client, ep, metrics_source, s, target, info.get("max_model_len"))
-            prefill.append(p)
-            reporter.done(f"prefill {target}: " + (p["error"] or f"{p['tokens_per_s']:.0f} tok/s"))
-    await metrics_source.close()
+    try:
+        async with make_client(ep, s.timeout_s, max_connections=max(64, 2 * max(s.streams, default=1))) as client:
+            info, runs, prefill = await _probe(client, ep, metrics_source, s, reporter, roofline_single)
+    finally:
+        await metrics_source.close()
     record = {
         "schema": SCHEMA,
         "date": date,
@@ -612,6 +651,8 @@ async def run_probe(ep: Endpoint, metrics_source: MetricsSource, s: ProbeSetting
         "ignore_eos": s.ignore_eos,
         "endpoint": ep.base_url,
         "max_model_len": info.get("max_model_len"),
+        "served_model_root": info.get("model_root"),
+        "served_sha": served_sha(info.get("model_root")),
         "roofline_single_stream_tokens_per_s": roofline_single,
         "runs": runs,
         "prefill": prefill,

@@ -95,6 +95,18 @@ def test_check_record_names_every_problem():
     assert "does not fit" in problems[2]
 
 
+def test_served_checkpoint_is_checked_against_the_labels():
+    sha = "c" * 40
+    root = f"/srv/models/hub/models--sim--tiny-qwen/snapshots/{sha}"
+    assert bench.served_sha(root) == sha and bench.served_sha("/models/tiny") is None
+    rec = {"model": {"repo": "sim/tiny-qwen"}, "revision": sha, "served_model_root": root, "served_sha": sha}
+    assert bench.check_record(rec) == []
+    flipped = dict(rec, served_model_root=root.replace("tiny-qwen", "tiny-laguna"))
+    assert "not the configured checkpoint sim/tiny-qwen" in bench.check_record(flipped)[0]
+    stale = dict(rec, revision="d" * 40)
+    assert "the lock file says" in bench.check_record(stale)[0]
+
+
 # ------------------------------------------------------------------------------------------------- HTTP client
 
 def test_client_has_long_timeout_no_retries_no_env():
