@@ -323,6 +323,10 @@ class MetricsSource:
         return cls(scrape, start=start, cleanup=cleanup, tmpdir=tmpdir)
 
 
+def _oneline(text: str, limit: int = 300) -> str:
+    return " ".join(text.split())[:limit]
+
+
 def _sse_payloads(line: str) -> str | None:
     """The JSON payload of one SSE line, or None for blank/comment/non-data lines."""
     if not line or line.startswith(":") or not line.startswith("data:"):
@@ -337,7 +341,7 @@ async def stream_request(client: httpx.AsyncClient, url: str, body: dict, log: R
     async with client.stream("POST", url, json=body) as resp:
         if resp.status_code != 200:
             text = (await resp.aread()).decode(errors="replace")
-            log.error = f"HTTP {resp.status_code}: {text[:300]}"
+            log.error = f"HTTP {resp.status_code}: {_oneline(text)}"
             return
         async for line in resp.aiter_lines():
             payload = _sse_payloads(line)
@@ -428,7 +432,7 @@ def chat_body(ep: Endpoint, s: ProbeSettings, prompt: str) -> dict:
 async def get_json(client: httpx.AsyncClient, url: str) -> Any:
     r = await client.get(url)
     if r.status_code != 200:
-        raise BenchError(f"GET {url} answered HTTP {r.status_code}: {r.text[:200]}")
+        raise BenchError(f"GET {url} answered HTTP {r.status_code}: {_oneline(r.text)}")
     return r.json()
 
 
@@ -809,7 +813,10 @@ def _decode_cell(run: dict | None) -> str:
     if run is None:
         return "-"
     pct = run.get("roofline_pct")
-    return f"{run['counter_tokens_per_s']:.1f}" + (f" ({pct:.0f}%)" if pct is not None else "")
+    if pct is None:
+        return f"{run['counter_tokens_per_s']:.1f}"
+    return f"{run['counter_tokens_per_s']:.1f} ({pct:.0f}%)" if pct >= 1 else \
+        f"{run['counter_tokens_per_s']:.1f} ({pct:.2g}%)"
 
 
 def record_table(rec: dict):

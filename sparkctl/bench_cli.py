@@ -275,7 +275,10 @@ def run_niah(args) -> int:
     console = _console()
 
     def on_cell(c: dict) -> None:
-        verdict = "skipped" if c["skipped"] else ("pass" if c["passed"] else f"miss{': ' + c['error'] if c['error'] else ''}")
+        if c["skipped"]:
+            verdict = "skipped"
+        else:
+            verdict = "pass" if c["passed"] else ("miss" + (f": {c['error']}" if c["error"] else ""))
         console.log(f"{c['length']} tokens, depth {c['depth']:g}%: {verdict}")
 
     record = niah.run(t.endpoint, t.labels, lengths=args.lengths or niah.DEFAULT_LENGTHS,

@@ -55,7 +55,8 @@ def _jsonl(text: str, path: str) -> dict[str, bool]:
         except json.JSONDecodeError as exc:
             raise EvalsError(f"{path}:{n}: not JSON ({exc.msg})") from None
         if not isinstance(row, dict) or "task_id" not in row or not isinstance(row.get("passed"), bool):
-            raise EvalsError(f'{path}:{n}: expected {{"task_id": "...", "passed": true|false}}, got {line.strip()[:120]}')
+            raise EvalsError(f'{path}:{n}: expected {{"task_id": "...", "passed": true|false}}, '
+                             f"got {line.strip()[:120]}")
         task_id = str(row["task_id"])
         if task_id in out:
             raise EvalsError(f"{path}:{n}: {task_id} appears twice")

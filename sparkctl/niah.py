@@ -166,7 +166,7 @@ async def run_cell(client: httpx.AsyncClient, ep, length: int, depth: float, tri
         return cell
     cell["elapsed_s"] = time.perf_counter() - t0
     if r.status_code != 200:
-        cell.update(error=f"HTTP {r.status_code}: {r.text[:300]}", prompt_tokens=counted)
+        cell.update(error=f"HTTP {r.status_code}: {' '.join(r.text.split())[:300]}", prompt_tokens=counted)
         return cell
     out = r.json()
     choice = (out.get("choices") or [{}])[0]
