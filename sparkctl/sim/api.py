@@ -152,8 +152,10 @@ def down(keep_overlays: bool = False, purge_cache: bool = False) -> list[str]:
     names = instance.known_instances()
     for n in names:
         instance.begin_stop(n)
-    for n in names:
-        notes += instance.finish_stop(n, keep_overlay=keep_overlays)
+    if names:  # in parallel: removing a big overlay is I/O-bound
+        with ThreadPoolExecutor(max_workers=len(names)) as pool:
+            for n in pool.map(lambda n: instance.finish_stop(n, keep_overlay=keep_overlays), names):
+                notes += n
     if names:
         say(f"instances: {', '.join(names)} stopped")
     for p in instance.processes_in_cgroup():

@@ -14,6 +14,10 @@ mount -t proc -o nosuid,nodev,noexec proc "$M/proc"
 mount --bind "$M/proc/sys" "$M/proc/sys"
 mount -o remount,bind,ro "$M/proc/sys"                    # no host sysctl may change from inside...
 mount --bind "$M/proc/sys/net" "$M/proc/sys/net" && mount -o remount,bind,rw "$M/proc/sys/net" || true  # ...but its own netns's
+# a boot id of its own for every boot (the kernel's is the VM's): journalctl -b, "did it reboot?" checks
+cat /proc/sys/kernel/random/uuid > "$SIM_INSTANCE/boot_id"
+mount --bind "$SIM_INSTANCE/boot_id" "$M/proc/sys/kernel/random/boot_id"
+mount -o remount,bind,ro "$M/proc/sys/kernel/random/boot_id"
 mount --bind "$M/proc/sysrq-trigger" "$M/proc/sysrq-trigger" && mount -o remount,bind,ro "$M/proc/sysrq-trigger" || true
 mount -t sysfs -o ro,nosuid,nodev,noexec sysfs "$M/sys"   # shows this netns's interfaces
 mount -t tmpfs -o mode=755,nosuid,nodev,size=256m tmpfs "$M/run"

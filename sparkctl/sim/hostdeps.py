@@ -31,8 +31,10 @@ def host_packages() -> list[str]:
 
 
 def missing_tools(path: str | None = None) -> dict[str, str]:
-    """tool -> package, for every required tool not on PATH (with the sbin dirs added: root's tools live there)."""
-    search = os.pathsep.join([path or os.environ.get("PATH", ""), "/usr/local/sbin", "/usr/sbin", "/sbin"])
+    """tool -> package, for every required tool not on `path` (default: PATH plus the sbin dirs, where root's tools live)."""
+    if path is None:
+        path = os.pathsep.join([os.environ.get("PATH", ""), "/usr/local/sbin", "/usr/sbin", "/sbin"])
+    search = path
     return {tool: pkg for tool, pkg in TOOLS.items() if shutil.which(tool, path=search) is None}
 
 

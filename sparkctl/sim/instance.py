@@ -288,7 +288,7 @@ def finish_stop(name: str, timeout: float = 20, keep_overlay: bool = False) -> l
         (inst / f).unlink(missing_ok=True)
     if not keep_overlay and inst.exists():
         # nothing is mounted on the host side (all mounts lived in the instance's mount namespace)
-        shutil.rmtree(inst)
+        run(["rm", "-rf", "--one-file-system", inst])
     return notes
 
 
