@@ -11,7 +11,7 @@ from sparkctl.sim import config
 from sparkctl.sim.util import run, say, step
 
 # bump when customize() changes: a cached rootfs with an older stamp is re-customized (no new debootstrap)
-ROOTFS_VERSION = "1"
+ROOTFS_VERSION = "2"
 STAMP = "etc/sparkctl-sim-rootfs"
 
 SOURCES = f"""\
@@ -64,6 +64,10 @@ def customize(root: Path) -> None:
     (root / "etc/hostname").write_text("spark\n")
     # each instance gets its own /etc/machine-id in its upper dir; the rootfs one would be shared by every clone
     (root / "etc/machine-id").write_text("")
+    dbus_id = root / "var/lib/dbus/machine-id"  # debootstrap's own id would be shared by every clone too
+    if dbus_id.parent.is_dir() and not dbus_id.is_symlink():
+        dbus_id.unlink(missing_ok=True)
+        dbus_id.symlink_to("/etc/machine-id")
     (root / STAMP).write_text(ROOTFS_VERSION + "\n")
 
 
