@@ -5,7 +5,9 @@ command reaches the host; see README.md for the flip, secrets and settings.
 """
 
 from tasks.checkpoints import checkpoints
+from tasks.handoff import handoff
 from tasks.health import health
+from tasks.link import link
 from tasks.nvidia import nvidia
 from tasks.preflight import preflight, settings_for_host
 from tasks.proxy import proxy
@@ -16,8 +18,10 @@ settings = settings_for_host()  # pure validation: no command has run yet
 facts = preflight(settings)
 nvidia(settings, is_dgx=facts["is_dgx"], gpu=facts["gpu"])
 vllm(settings)
+link(settings)
 checkpoints(settings)
 oom_guard(settings)
 services(settings)
 proxy(settings)
 health(settings)
+handoff(settings)

@@ -29,7 +29,7 @@ CUDA_PACKAGES = ["cuda-toolkit-13-0"]  # apt packages for the CUDA 13.0 toolkit
 APT_CACHE_TIME_S = 3600  # seconds an `apt-get update` stays fresh for the deploy
 
 # --- system packages the services need --------------------------------------------------------------------
-SYSTEM_PACKAGES = ["python3-venv", "libnuma1", "curl", "nginx", "earlyoom"]  # libnuma1: vLLM's _C links it
+SYSTEM_PACKAGES = ["python3-venv", "libnuma1", "curl", "nginx", "earlyoom", "rsync"]  # libnuma1: vLLM's _C links it
 
 # --- vLLM ----------------------------------------------------------------------------------------------------
 VLLM_VERSION = "0.32.0"  # vLLM release every service runs (same on the simulated Spark's CPU build)
@@ -102,8 +102,25 @@ EARLYOOM_PREFER = "^(vllm|VLLM|python3?)"  # earlyoom --prefer: process names ki
 EARLYOOM_AVOID = "^(sshd|systemd|nginx|journald)$"  # earlyoom --avoid: never kill these
 SSHD_MEMORY_MIN = "64M"  # MemoryMin= for sshd: the operator can always log in
 
-# --- two Sparks -------------------------------------------------------------------------------------------------
-SPARK_TOPOLOGY = "replicas"  # replicas | split | tensor-parallel (see README "A second Spark")
+# --- two Sparks (README "A second Spark") ------------------------------------------------------------------------
+SPARK_TOPOLOGY = "replicas"  # replicas | split | tensor-parallel
+TP_HEAD = ""  # tensor-parallel: inventory name of the head (rank 0, behind the proxy); empty: the first host
+TP_BACKEND = "native"  # tensor-parallel launcher: native (vLLM --nnodes/--node-rank, no Ray) | ray
+TP_MASTER_PORT = 29501  # vLLM's native multi-node rendezvous port on the head's CX7 address
+RAY_VERSION = "2.55.1"  # ray[default] installed into the venv when TP_BACKEND = "ray"
+RAY_PORT = 6379  # `ray start --head --port`
+CX7_INTERFACES = ["enp1s0f1np1", "enP2p1s0f1np1"]  # the two "twin" netdevs of the linked QSFP port
+CX7_HCAS = ["rocep1s0f1", "roceP2p1s0f1"]  # their RDMA devices (NCCL_IB_HCA lists both)
+CX7_ADDRESSES = {  # per host: one address per twin interface (CIDR), each twin on its own subnet
+    "spark-1": ["192.168.100.10/24", "192.168.101.10/24"],
+    "spark-2": ["192.168.100.11/24", "192.168.101.11/24"],
+}
+CX7_NETPLAN_FILE = "/etc/netplan/40-cx7.yaml"  # netplan file written for the link (mode 0600)
+CX7_MANAGE_NETPLAN = True  # write CX7_NETPLAN_FILE and `netplan apply` when it changes
+CHECKPOINT_SYNC_KEY = "cx7-sync"  # tensor-parallel: ssh key (in SECRETS_DIR) the worker uses to copy checkpoints
+GATEWAY_HANDOFF_DIR = "handoff"  # control machine: endpoints.json + Kubernetes manifests for the gateway
+GATEWAY_NAMESPACE = "carouter"  # Kubernetes namespace of the rendered Service/EndpointSlice manifests
+GATEWAY_K8S_VERSION = "1.30"  # Kubernetes schema version the manifests are validated against
 
 # --- bench probe and acceptance checks --------------------------------------------------------------------------
 BENCH_STREAMS = [1, 2, 4, 8]  # concurrent streams swept by `sparkctl bench`

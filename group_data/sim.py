@@ -73,6 +73,12 @@ CATALOG_OVERRIDES = {
     },
 }
 
+# --- two simulated Sparks: the private bridge stands in for the CX7 link (no netplan on the Debian test host) -----
+CX7_INTERFACES = ["eth0"]  # the instance's veth on the bridge
+CX7_HCAS = []  # no RDMA devices: NCCL/Gloo fall back to sockets
+CX7_ADDRESSES = {"spark-1": ["10.250.0.11/24"], "spark-2": ["10.250.0.12/24"]}  # the instances' bridge addresses
+CX7_MANAGE_NETPLAN = False  # the sim's link is configured by `sparkctl sim up`
+
 # --- measuring on 2 CPU cores ------------------------------------------------------------------------------------
 HEALTH_READY_TIMEOUT_S = 600  # CPU vLLM is ready in ~15-40 s; leave room for three starting at once
 BENCH_WINDOW_S = 10  # decode window, s

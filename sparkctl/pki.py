@@ -14,7 +14,7 @@ from pathlib import Path
 
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.hazmat.primitives.asymmetric import ec, ed25519
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 CA_DAYS = 3650
@@ -103,3 +103,15 @@ def ensure_server_cert(pki: Path, host: str, names: list[str]) -> tuple[Path, Pa
     _write_private(leaf_key, _key_pem(key))
     leaf.write_bytes(cert.public_bytes(serialization.Encoding.PEM) + ca_pem.read_bytes())
     return leaf, leaf_key, ca_pem
+
+
+def ensure_ssh_keypair(path: Path, comment: str) -> tuple[Path, str]:
+    """An ed25519 OpenSSH key pair at path (0600) and path.pub; returns (private key path, public key line)."""
+    pub = path.with_suffix(".pub")
+    if not (path.exists() and pub.exists()):
+        key = ed25519.Ed25519PrivateKey.generate()
+        _write_private(path, key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.OpenSSH,
+                                               serialization.NoEncryption()))
+        pub.write_text(key.public_key().public_bytes(serialization.Encoding.OpenSSH,
+                                                     serialization.PublicFormat.OpenSSH).decode() + f" {comment}\n")
+    return path, pub.read_text().strip()

@@ -12,12 +12,11 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from sparkctl import REPO_ROOT, catalog, lock
+from sparkctl import REPO_ROOT, catalog, lock, topology
 from sparkctl.catalog import CODER, EMBEDDER
 from sparkctl.errors import SettingError
 from sparkctl.services import GIB, Service
 
-TOPOLOGIES = ("replicas", "split", "tensor-parallel")
 SERVED_NAME_RE = re.compile(r"^[a-z0-9][a-z0-9._-]{0,62}$")
 
 
@@ -28,12 +27,16 @@ class Settings:
     coder: Service
     embedders: list[Service]
     checkpoints: list[lock.LockedCheckpoint]  # every checkpoint the box keeps on disk (both coders)
+    role: topology.Role = field(default_factory=lambda: topology.Role("replicas", "single"))
     api_token: str = field(repr=False, default="")
     hf_token: str = field(repr=False, default="")
     warnings: list[str] = field(default_factory=list)
 
     @property
     def services(self) -> list[Service]:
+        """The vLLM services this box runs (a Ray tensor-parallel worker runs none: its GPU joins the head's)."""
+        if self.role.name == "worker":
+            return [self.coder] if self.data["TP_BACKEND"] == "native" else []
         return [self.coder, *self.embedders]
 
 
@@ -94,15 +97,15 @@ def _embedder_entries(data: dict) -> list[dict]:
     return list(entries)
 
 
-def validate(data: dict, host_name: str = "", read_secrets: bool = True) -> Settings:
-    """Everything a deploy needs, checked; raises SettingError before any host is touched."""
+def validate(data: dict, host_name: str = "", read_secrets: bool = True, hosts: list[str] | None = None) -> Settings:
+    """Everything a deploy needs, checked; raises SettingError before any host is touched.
+
+    hosts: the inventory's gx10 hosts in order (the topology decides this host's part from it)."""
     warnings: list[str] = []
     cat = catalog.resolve(data.get("CATALOG_OVERRIDES"))
     coder_key = data["CODING_MODEL"]
     coder = catalog.lookup(cat, "CODING_MODEL", coder_key, CODER)
-    topology = data.get("SPARK_TOPOLOGY", "replicas")
-    if topology not in TOPOLOGIES:
-        raise SettingError("SPARK_TOPOLOGY", topology, list(TOPOLOGIES))
+    role = topology.role_of(data, host_name, hosts or [host_name])
     check_ports(data)
     check_timeouts(data, warnings)
     check_tls(data)
@@ -118,12 +121,13 @@ def validate(data: dict, host_name: str = "", read_secrets: bool = True) -> Sett
     lockdata = lock.load(path)
     locked = {cp.repo: lock.locked(lockdata, cp, path) for cp in lock.checkpoints_of(data)}
 
-    def svc(name, role, spec, served_name, port, kv):
-        return Service(name=name, role=role, model=spec, served_name=served_name, port=port,
+    def svc(name, kind, spec, served_name, port, kv, **extra):
+        return Service(name=name, role=kind, model=spec, served_name=served_name, port=port,
                        kv_cache_bytes=int(round(kv * GIB)), checkpoint=locked[spec.checkpoint.repo],
-                       draft=locked[spec.draft.repo] if spec.draft else None)
+                       draft=locked[spec.draft.repo] if spec.draft else None, **extra)
 
-    coder_svc = svc("coder", CODER, coder, served, data["CODER_PORT"], kv_gib)
+    coder_svc = svc("coder", CODER, coder, served, data["CODER_PORT"], kv_gib, extra_args=role.coder_args,
+                    extra_env=role.env, headless=role.name == "worker")
     embedders = []
     for i, entry in enumerate(_embedder_entries(data)):
         spec = catalog.lookup(cat, f"EMBEDDERS[{i}].model", entry["model"], EMBEDDER)
@@ -135,7 +139,7 @@ def validate(data: dict, host_name: str = "", read_secrets: bool = True) -> Sett
     _check_capacity(data, cat, coder_key)
 
     settings = Settings(data=data, host_name=host_name, coder=coder_svc, embedders=embedders,
-                        checkpoints=list(locked.values()), warnings=warnings)
+                        checkpoints=list(locked.values()), role=role, warnings=warnings)
     if read_secrets:
         from sparkctl import secrets
         settings.api_token = secrets.read_api_token(data)

@@ -13,7 +13,8 @@ from pyinfra.api import deploy
 from pyinfra.operations import files
 
 from sparkctl.settings import Settings
-from tasks.ops import fetch_checkpoint
+from tasks.link import SYNC_KEY, SYNC_KNOWN_HOSTS
+from tasks.ops import fetch_checkpoint, sync_checkpoint
 
 
 def listing_json(cp) -> str:
@@ -38,11 +39,25 @@ def checkpoints(settings: Settings) -> None:
         env["HF_TOKEN_PATH"] = token_file
     else:
         files.file(name="No Hugging Face token configured: remove any old one", path=token_file, present=False)
+    listings = {}
     for cp in settings.checkpoints:
-        listing = f"{home}/locks/{cp.cache_dirname()}@{cp.sha}.json"
-        files.put(name=f"Lock listing {cp.repo}@{cp.sha[:12]}", src=StringIO(listing_json(cp)), dest=listing,
-                  user="root", group="root", mode="0644")
+        listings[cp.repo] = f"{home}/locks/{cp.cache_dirname()}@{cp.sha}.json"
+        files.put(name=f"Lock listing {cp.repo}@{cp.sha[:12]}", src=StringIO(listing_json(cp)),
+                  dest=listings[cp.repo], user="root", group="root", mode="0644")
+    worker = settings.role.name == "worker"
+    for cp in settings.checkpoints:  # from the Hub (every box but a tensor-parallel worker)
+        if worker:
+            continue
+        listing = listings[cp.repo]
         fetch_checkpoint(name=f"Download and verify {cp.repo}@{cp.sha[:12]} ({cp.total_bytes / 2**30:.2f} GiB)",
                          repo=cp.repo, sha=cp.sha, listing=listing, cache_dir=f"{store}/hub",
                          marker_dir=f"{store}/verified", python=f"{home}/venv/bin/python",
                          script=f"{home}/bin/fetch_checkpoint.py", workers=d["HF_DOWNLOAD_WORKERS"], _env=env)
+    for cp in settings.checkpoints:  # tensor-parallel worker: after the head's downloads, over the CX7 link
+        if not worker:
+            continue
+        sync_checkpoint(name=f"Copy {cp.repo}@{cp.sha[:12]} from the head over the CX7 link", repo=cp.repo,
+                        sha=cp.sha, listing=listings[cp.repo], cache_dir=f"{store}/hub",
+                        marker_dir=f"{store}/verified", python=f"{home}/venv/bin/python",
+                        script=f"{home}/bin/fetch_checkpoint.py", head_address=settings.role.head_address,
+                        key=SYNC_KEY, known_hosts=SYNC_KNOWN_HOSTS)

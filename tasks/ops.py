@@ -62,6 +62,24 @@ def fetch_checkpoint(repo: str, sha: str, listing: str, cache_dir: str, marker_d
 
 
 @operation()
+def sync_checkpoint(repo: str, sha: str, listing: str, cache_dir: str, marker_dir: str, python: str, script: str,
+                    head_address: str, key: str, known_hosts: str):
+    """Tensor-parallel worker: copy a verified checkpoint from the head over the CX7 link (never a second Hub
+    download), then verify it against the lock like a download, unless its marker exists."""
+    marker = f"{marker_dir}/{repo.replace('/', '--')}@{sha}"
+    if host.get_fact(File, path=marker):
+        host.noop(f"{repo}@{sha[:12]} is on disk and verified")
+        return
+    folder = "models--" + repo.replace("/", "--")
+    ssh = f"ssh -i {key} -o BatchMode=yes -o UserKnownHostsFile={known_hosts} -o StrictHostKeyChecking=accept-new"
+    yield StringCommand("mkdir -p", QuoteString(f"{cache_dir}/{folder}"), "&& rsync -a --partial --delete -e",
+                        QuoteString(ssh), QuoteString(f"root@{head_address}:{folder}/"),
+                        QuoteString(f"{cache_dir}/{folder}/"))
+    yield StringCommand(QuoteString(python), QuoteString(script), "--verify-only", "--listing", QuoteString(listing),
+                        "--cache-dir", QuoteString(cache_dir), "--marker-dir", QuoteString(marker_dir))
+
+
+@operation()
 def rollout(service: str, script: str, port: int, served: str, kind: str, timeout: int, interval: int,
             journal_lines: int, env_prefix: str = ""):
     """Switch a service to its staged env file and gate on readiness, unless it already runs exactly that.

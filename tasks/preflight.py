@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 
-from pyinfra import host, logger
+from pyinfra import host, inventory, logger
 from pyinfra.api import deploy
 from pyinfra.api.exceptions import PyinfraError
 from pyinfra.facts.files import File
@@ -23,7 +23,8 @@ class Refused(PyinfraError):
 def settings_for_host() -> Settings:
     """Validate this host's merged data; bad input stops the deploy here, before any command runs."""
     try:
-        settings = validate(host.data.dict(), host.name)
+        hosts = [h.name for h in inventory.get_group("gx10")]
+        settings = validate(host.data.dict(), host.name, hosts=hosts)
     except SparkctlError as exc:
         raise Refused(f"{host.name}: {exc}") from None
     for w in settings.warnings:

@@ -43,6 +43,8 @@ def render_site(settings: Settings, service_list) -> str:
 @deploy("TLS proxy")
 def proxy(settings: Settings, service_list: list | None = None) -> None:
     d = settings.data
+    if not settings.role.serves_api:
+        return  # a tensor-parallel worker has no API: only the head is behind the proxy
     service_list = [s for s in (service_list if service_list is not None else settings.services) if not s.headless]
     cert, key, ca = tls_material(d)
     files.directory(name=f"Create {TLS_DIR}", path=TLS_DIR, user="root", group="root", mode="0700")

@@ -57,9 +57,16 @@ def services(settings: Settings, service_list: list | None = None) -> None:
         systemd.daemon_reload(name="Reload systemd (a unit file changed)", _if=any_changed(*units))
     for svc in service_list:
         systemd.service(name=f"Enable {svc.unit} at boot", service=svc.unit, running=None, enabled=True)
+    common = dict(script=f"{d['SPARKCTL_HOME']}/bin/rollout.py", timeout=d["HEALTH_READY_TIMEOUT_S"],
+                  interval=d["HEALTH_POLL_INTERVAL_S"], journal_lines=d["HEALTH_JOURNAL_LINES"],
+                  env_prefix=rollout_env(d))
+    for svc in service_list:  # tensor-parallel: the headless worker (re)starts before the head
+        if svc.headless:
+            rollout(name=f"Roll out {svc.unit} (tensor-parallel worker, {svc.model.key})", service=svc.name,
+                    port=svc.port, served=svc.served_name, kind="none", **common)
     for svc in service_list:
-        kind = "none" if svc.headless else ("chat" if svc.role == CODER else "embed")
+        if svc.headless:
+            continue
+        kind = "chat" if svc.role == CODER else "embed"
         rollout(name=f"Roll out {svc.unit} ({svc.model.key})", service=svc.name,
-                script=f"{d['SPARKCTL_HOME']}/bin/rollout.py", port=svc.port, served=svc.served_name, kind=kind,
-                timeout=d["HEALTH_READY_TIMEOUT_S"], interval=d["HEALTH_POLL_INTERVAL_S"],
-                journal_lines=d["HEALTH_JOURNAL_LINES"], env_prefix=rollout_env(d))
+                port=svc.port, served=svc.served_name, kind=kind, **common)

@@ -50,17 +50,22 @@ def main(argv=None) -> int:
     ap.add_argument("--cache-dir", required=True)
     ap.add_argument("--marker-dir", required=True)
     ap.add_argument("--workers", type=int, default=8)
+    ap.add_argument("--verify-only", action="store_true",
+                    help="do not download: verify a snapshot copied from the tensor-parallel head, then mark it")
     args = ap.parse_args(argv)
     with open(args.listing) as f:
         lock = json.load(f)
     repo, sha, files = lock["repo"], lock["sha"], lock["files"]
     marker = os.path.join(args.marker_dir, f"{repo.replace('/', '--')}@{sha}")
 
-    from huggingface_hub import snapshot_download  # after argv parsing: env (HF_ENDPOINT...) is read at import
-
     started = time.monotonic()
-    snapshot = snapshot_download(repo_id=repo, revision=sha, cache_dir=args.cache_dir,
-                                 allow_patterns=sorted(files), max_workers=args.workers)
+    if args.verify_only:
+        snapshot = os.path.join(args.cache_dir, "models--" + repo.replace("/", "--"), "snapshots", sha)
+    else:
+        from huggingface_hub import snapshot_download  # imported late: it reads HF_ENDPOINT... at import
+
+        snapshot = snapshot_download(repo_id=repo, revision=sha, cache_dir=args.cache_dir,
+                                     allow_patterns=sorted(files), max_workers=args.workers)
     problems = verify(snapshot, files)
     if problems:
         print(f"fetch: {repo}@{sha} does not match the locked listing; refusing it:", file=sys.stderr)

@@ -1,0 +1,92 @@
+"""The gateway hand-off: which HTTPS base URLs serve which model, per box, written after a rollout.
+
+endpoints.json (stable, read by the CARouter gateway):
+    {"schema": "sparkctl.endpoints/1", "topology": "replicas", "ca_bundle": "<path or null>",
+     "models": {"<served name>": [{"box": "spark-1", "base_url": "https://10.250.0.11:443/coder/v1",
+                                  "model": "qwen3.8-27b", "revision": "<sha>"}, ...]}}
+In `split` both boxes serve "coder" with different models: the gateway routes by the "model" field.
+Kubernetes manifests (optional, never applied): per served model a Service without selector plus an
+EndpointSlice listing the boxes, so the cluster the boxes joined as capacity reaches them by name. They are
+validated offline against the Kubernetes JSON schemas (kubernetes-validate).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import yaml
+
+
+def entry(box: str, address: str, port: int, svc) -> dict:
+    return {"box": box, "address": address, "port": port,
+            "base_url": f"https://{address}:{port}/{svc.served_name}/v1",
+            "model": svc.model.key, "revision": svc.checkpoint.sha}
+
+
+def merge(existing: dict, box: str, entries: list[dict], boxes: list[str], topology: str, ca: str | None) -> dict:
+    """Replace this box's entries, drop boxes no longer in the inventory, keep the others'."""
+    models: dict[str, list] = {}
+    for served, items in (existing.get("models") or {}).items():
+        keep = [e for e in items if e["box"] != box and e["box"] in boxes]
+        if keep:
+            models[served] = keep
+    for e in entries:
+        served = e["base_url"].rstrip("/").split("/")[-2]
+        models.setdefault(served, []).append(e)
+    for items in models.values():
+        items.sort(key=lambda e: e["box"])
+    return {"schema": "sparkctl.endpoints/1", "topology": topology, "ca_bundle": ca,
+            "models": dict(sorted(models.items()))}
+
+
+def k8s_name(text: str) -> str:
+    return re.sub(r"[^a-z0-9-]+", "-", text.lower()).strip("-")[:63]
+
+
+def manifests(endpoints: dict, namespace: str) -> list[dict]:
+    """A selector-less Service + an EndpointSlice per (served name, model) pair."""
+    docs = []
+    groups: dict[tuple[str, str], list[dict]] = {}
+    for served, items in endpoints["models"].items():
+        for e in items:
+            groups.setdefault((served, e["model"]), []).append(e)
+    split = len({model for (_s, model) in groups}) > len({s for (s, _m) in groups})
+    for (served, model), items in sorted(groups.items()):
+        name = k8s_name(f"spark-{served}-{model}" if split else f"spark-{served}")
+        port = items[0]["port"]
+        labels = {"app.kubernetes.io/part-of": "carouter-cloud", "carouter.ca/served-model": k8s_name(served),
+                  "carouter.ca/model": k8s_name(model)}
+        docs.append({"apiVersion": "v1", "kind": "Service",
+                     "metadata": {"name": name, "namespace": namespace, "labels": labels,
+                                  "annotations": {"carouter.ca/path-prefix": f"/{served}/v1"}},
+                     "spec": {"ports": [{"name": "https", "port": port, "targetPort": port, "protocol": "TCP"}]}})
+        docs.append({"apiVersion": "discovery.k8s.io/v1", "kind": "EndpointSlice",
+                     "metadata": {"name": f"{name}-boxes", "namespace": namespace,
+                                  "labels": {**labels, "kubernetes.io/service-name": name,
+                                             "endpointslice.kubernetes.io/managed-by": "sparkctl"}},
+                     "addressType": "IPv4",
+                     "ports": [{"name": "https", "port": port, "protocol": "TCP"}],
+                     "endpoints": [{"addresses": [e["address"]], "hostname": k8s_name(e["box"]),
+                                    "conditions": {"ready": True}} for e in items]})
+    return docs
+
+
+def validate_manifests(docs: list[dict], k8s_version: str) -> None:
+    """Raise kubernetes_validate's ValidationError when a document does not match the schema."""
+    import kubernetes_validate
+
+    for doc in docs:
+        kubernetes_validate.validate(doc, k8s_version, strict=True)
+
+
+def write(out_dir: Path, endpoints: dict, docs: list[dict]) -> tuple[Path, Path]:
+    out_dir.mkdir(parents=True, exist_ok=True)
+    ep, k8s = out_dir / "endpoints.json", out_dir / "k8s-endpoints.yaml"
+    for path, text in ((ep, json.dumps(endpoints, indent=2) + "\n"),
+                       (k8s, yaml.safe_dump_all(docs, sort_keys=False))):
+        tmp = path.with_suffix(path.suffix + ".tmp")
+        tmp.write_text(text)
+        tmp.replace(path)
+    return ep, k8s

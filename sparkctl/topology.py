@@ -1,0 +1,92 @@
+"""How a pair of Sparks serves: which services run on which box, and the distributed-engine flags for each.
+
+replicas         every box serves the same models; each is an independent endpoint (capacity adds up)
+split            each box serves its own CODING_MODEL (host data); the gateway routes by model
+tensor-parallel  one coding model over both boxes with vLLM's own multi-node support: native
+                 (--nnodes/--node-rank/--master-addr, --headless worker, worker started first) or Ray
+                 (`ray start` head/worker units, --distributed-executor-backend ray). Only the head serves
+                 the API and sits behind the proxy; it also runs the embedders.
+Pure logic (no pyinfra): the deploy passes the inventory's ordered host names.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from sparkctl.errors import SettingError
+
+TOPOLOGIES = ("replicas", "split", "tensor-parallel")
+TP_BACKENDS = ("native", "ray")
+
+
+@dataclass(frozen=True)
+class Role:
+    topology: str
+    name: str  # "single" | "replica" | "split" | "head" | "worker"
+    rank: int = 0  # node rank in tensor-parallel
+    head: str = ""  # inventory name of the tensor-parallel head
+    head_address: str = ""  # the head's CX7 address (no prefix length)
+    address: str = ""  # this box's CX7 address
+    coder_args: tuple[str, ...] = ()  # distributed-engine flags added to the coder's own
+    env: dict = field(default_factory=dict)  # NCCL / Gloo / VLLM_HOST_IP environment of the coder
+
+    @property
+    def serves_api(self) -> bool:
+        return self.name != "worker"
+
+    @property
+    def tensor_parallel(self) -> bool:
+        return self.name in ("head", "worker")
+
+
+def cx7_address(data: dict, host: str, index: int = 0) -> str:
+    addrs = data["CX7_ADDRESSES"].get(host)
+    if not addrs:
+        raise SettingError(f"CX7_ADDRESSES[{host!r}]", None, "the CX7 link address(es) of every tensor-parallel host")
+    return addrs[min(index, len(addrs) - 1)].split("/")[0]
+
+
+def distributed_env(data: dict, host: str, head: str) -> dict:
+    """The environment NCCL, Gloo and vLLM need to use the CX7 link (both twins for RDMA)."""
+    ifname = data["CX7_INTERFACES"][0]
+    env = {"NCCL_SOCKET_IFNAME": ifname, "GLOO_SOCKET_IFNAME": ifname, "TP_SOCKET_IFNAME": ifname,
+           "VLLM_HOST_IP": cx7_address(data, host), "MASTER_ADDR": cx7_address(data, head),
+           "NCCL_IGNORE_CPU_AFFINITY": "1"}
+    if data["CX7_HCAS"]:
+        env.update(NCCL_IB_HCA=",".join(data["CX7_HCAS"]), NCCL_IB_DISABLE="0")
+    else:
+        env["NCCL_IB_DISABLE"] = "1"
+    if data["TP_BACKEND"] == "ray":
+        env.update(RAY_memory_monitor_refresh_ms="0", RAY_NODE_IP_ADDRESS=cx7_address(data, host))
+    return env
+
+
+def role_of(data: dict, host: str, hosts: list[str]) -> Role:
+    """This host's part in the configured topology; hosts = the inventory's gx10 hosts in order."""
+    topology = data.get("SPARK_TOPOLOGY", "replicas")
+    if topology not in TOPOLOGIES:
+        raise SettingError("SPARK_TOPOLOGY", topology, list(TOPOLOGIES))
+    if topology != "tensor-parallel" or len(hosts) < 2:
+        if topology == "tensor-parallel":
+            raise SettingError("SPARK_TOPOLOGY", topology, "replicas or split for a single box",
+                               f"tensor-parallel needs two hosts in the inventory, found {hosts}")
+        return Role(topology, "single" if len(hosts) < 2 else ("split" if topology == "split" else "replica"))
+    if len(hosts) != 2:
+        raise SettingError("SPARK_TOPOLOGY", topology, "exactly two hosts for tensor-parallel", f"found {hosts}")
+    backend = data["TP_BACKEND"]
+    if backend not in TP_BACKENDS:
+        raise SettingError("TP_BACKEND", backend, list(TP_BACKENDS))
+    head = data.get("TP_HEAD") or hosts[0]
+    if head not in hosts:
+        raise SettingError("TP_HEAD", head, hosts)
+    rank = 0 if host == head else 1
+    env = distributed_env(data, host, head)
+    head_ip = cx7_address(data, head)
+    if backend == "native":
+        args = ("--tensor-parallel-size", "2", "--nnodes", "2", "--node-rank", str(rank),
+                "--master-addr", head_ip, "--master-port", str(data["TP_MASTER_PORT"]),
+                "--distributed-executor-backend", "mp")
+    else:  # Ray: the head's vLLM schedules both boxes' GPUs through the ray cluster; the worker runs only ray
+        args = ("--tensor-parallel-size", "2", "--distributed-executor-backend", "ray") if rank == 0 else ()
+    return Role(topology, "head" if rank == 0 else "worker", rank=rank, head=head, head_address=head_ip,
+                address=cx7_address(data, host), coder_args=args, env=env)

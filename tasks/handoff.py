@@ -1,0 +1,41 @@
+"""Gateway hand-off: after a healthy rollout, record this box's endpoints on the control machine (changes nothing
+on the box, so a converged deploy still reports no change)."""
+
+from __future__ import annotations
+
+import json
+
+from pyinfra import host, inventory, logger
+from pyinfra.api import deploy, operation
+
+from sparkctl import REPO_ROOT, gateway
+from sparkctl.settings import Settings
+from tasks.proxy import box_address, tls_material
+
+
+@operation()
+def write_handoff(settings: Settings):
+    if not host.state.is_executing:
+        host.noop("written after rollout")
+        return
+    d = settings.data
+    out = REPO_ROOT / d["GATEWAY_HANDOFF_DIR"] if not str(d["GATEWAY_HANDOFF_DIR"]).startswith("/") \
+        else __import__("pathlib").Path(d["GATEWAY_HANDOFF_DIR"])
+    existing = json.loads((out / "endpoints.json").read_text()) if (out / "endpoints.json").exists() else {}
+    entries = [gateway.entry(host.name, box_address(), d["PROXY_PORT"], s)
+               for s in settings.services if not s.headless] if settings.role.serves_api else []
+    _cert, _key, ca = tls_material(d) if settings.role.serves_api else (None, None, None)
+    boxes = [h.name for h in inventory.get_group("gx10")]
+    merged = gateway.merge(existing, host.name, entries, boxes, settings.role.topology, str(ca) if ca else None)
+    docs = gateway.manifests(merged, d["GATEWAY_NAMESPACE"])
+    gateway.validate_manifests(docs, d["GATEWAY_K8S_VERSION"])
+    ep, k8s = gateway.write(out, merged, docs)
+    logger.info(f"{host.name}: gateway hand-off: {ep} and {k8s} (validated against Kubernetes "
+                f"{d['GATEWAY_K8S_VERSION']} schemas; not applied)")
+    host.noop("hand-off written")
+
+
+@deploy("Gateway hand-off")
+def handoff(settings: Settings) -> None:
+    write_handoff(name="Gateway hand-off: endpoints.json and Kubernetes manifests (control machine)",
+                  settings=settings)
