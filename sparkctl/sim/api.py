@@ -70,10 +70,17 @@ def refresh_lock() -> str:
     from sparkctl import groupdata
 
     endpoint = groupdata.load(LOCK_GROUPS).get("HF_ENDPOINT", f"http://{config.HOST_ADDRESS}:{config.HUB_PORT}")
-    no_proxy = [p for p in os.environ.get("NO_PROXY", os.environ.get("no_proxy", "")).split(",") if p]
+    saved = {k: os.environ.get(k) for k in ("NO_PROXY", "no_proxy")}
+    no_proxy = [p for p in (saved["NO_PROXY"] or saved["no_proxy"] or "").split(",") if p]
     os.environ["NO_PROXY"] = os.environ["no_proxy"] = ",".join(no_proxy + [config.HOST_ADDRESS])
-    os.environ.setdefault("HF_HUB_DISABLE_XET", "1")
-    path = _refresh(LOCK_GROUPS, endpoint=endpoint)
+    try:  # the stand-in hub is on the bridge: never through a CI proxy
+        path = _refresh(LOCK_GROUPS, endpoint=endpoint)
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
     return f"wrote {path}"
 
 

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from sparkctl.errors import SparkctlError
 from sparkctl.sim import config, net, standins
-from sparkctl.sim.util import children, kill, pid_alive, python, python_env, read_pid, run, wait_gone
+from sparkctl.sim.util import children, cmdline, kill, pid_alive, python, python_env, read_pid, run, wait_gone
 
 CONTAINER_PATH = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
@@ -79,15 +79,9 @@ def flavor_of(name: str) -> str | None:
 
 def supervisor_pid(name: str) -> int | None:
     pid = read_pid(config.instance_dir(name) / "supervisor.pid")
-    if pid and "sparkctl.sim.supervisor" not in " ".join(_cmdline(pid)):
+    if pid and "sparkctl.sim.supervisor" not in " ".join(cmdline(pid)):
         return None  # a recycled pid, not ours
     return pid
-
-
-def _cmdline(pid: int) -> list[str]:
-    from sparkctl.sim.util import cmdline
-
-    return cmdline(pid)
 
 
 def systemd_pid(name: str) -> int | None:

@@ -11,11 +11,6 @@ import pytest
 from sparkctl.sim import util
 
 
-def pytest_configure(config):
-    # the root pytest config will declare it too; declaring it twice is harmless
-    config.addinivalue_line("markers", "e2e: boots real test hosts (root, namespaces); slower")
-
-
 @pytest.fixture(autouse=True, scope="session")
 def _quiet():
     util.QUIET = True
