@@ -2,7 +2,8 @@
 
     python tests/fake_driver.py INVENTORY [--data K=V ...]
 
-Used by tests/test_deploy_fake.py in a subprocess (pyinfra's CLI keeps global state, one run per process).
+Used by the @fake tests in a subprocess (pyinfra's CLI keeps global state, one run per process). Commands are
+recorded per host.
 """
 
 import json
@@ -16,7 +17,7 @@ from pyinfra_cli.main import cli
 def main(argv):
     pyinfra.is_cli = True
     args = ["-y", *argv[1:], argv[0], "deploy.py"]
-    result = {"error": None, "commands": [], "ops": []}
+    result = {"error": None, "commands": [], "ops": [], "by_host": {}, "ops_by_host": {}}
     try:
         cli.main(args=args, standalone_mode=False)
     except click.ClickException as exc:
@@ -28,10 +29,16 @@ def main(argv):
     state = pyinfra.state
     if state is not None and state.inventory is not None:
         for host in state.inventory:
-            result["commands"] += [str(c) for c in getattr(host.connector, "executed_commands", [])]
+            cmds = [str(c) for c in getattr(host.connector, "executed_commands", [])]
+            result["by_host"][host.name] = cmds
+            result["commands"] += cmds
+            result["ops_by_host"][host.name] = [
+                sorted(state.op_meta[h].names)[0] for h in state.get_op_order()
+                if h in state.ops.get(host, {})]
         for op_hash in state.get_op_order():
             meta = state.op_meta[op_hash]
             result["ops"].append(sorted(meta.names)[0] if meta.names else op_hash)
+            result.setdefault("op_names", []).append(sorted(meta.names))
         result["failed_hosts"] = [h.name for h in state.failed_hosts]
     print("FAKE-DRIVER-JSON " + json.dumps(result))
 

@@ -23,4 +23,12 @@ _data = {"fake_delay": 0, "fake_delay_jitter": 0, "fake_responses": _responses,
          "HEALTH_READY_TIMEOUT_S": 0,  # no box answers a fake connector: fail the health step at once
          "MODEL_LOCK_FILE": "tests/fixtures/fake.lock.json",
          "SECRETS_DIR": os.environ.get("SPARKCTL_TEST_SECRETS", "secrets")}
-gx10 = [("@fake/gx10", _data)]
+_pair = {"CX7_ADDRESSES": {"@fake/spark-1": ["192.168.100.10/24", "192.168.101.10/24"],
+                           "@fake/spark-2": ["192.168.100.11/24", "192.168.101.11/24"]},
+         "GATEWAY_HANDOFF_DIR": os.environ.get("SPARKCTL_TEST_HANDOFF", "handoff")}
+if os.environ.get("FAKE_HOSTS") == "2":  # two Sparks; FAKE_MODELS="laguna-s-2.1,qwen3.8-27b" sets each one's model
+    _models = os.environ.get("FAKE_MODELS", "").split(",")
+    gx10 = [(f"@fake/spark-{i + 1}", {**_data, **_pair, **({"CODING_MODEL": _models[i]} if _models[0] else {})})
+            for i in range(2)]
+else:
+    gx10 = [("@fake/gx10", _data)]

@@ -22,7 +22,7 @@ from sparkctl.errors import SparkctlError
 from sparkctl.sim import config, daemons, hostdeps, instance, net, nvidia_repo, rootfs
 from sparkctl.sim import models as _models
 from sparkctl.sim import wheelhouse as _wheelhouse
-from sparkctl.sim.util import kill, run, say, step
+from sparkctl.sim.util import kill, run, say, state_lock, step
 
 LOCK_GROUPS = ["all", "gx10", "sim"]
 
@@ -90,6 +90,11 @@ def up(hosts: int = 1, flavors=None, *, wheelhouse: bool = True, models: bool = 
 
     flavors: None (dgx everywhere), one flavor for all, a list by position, or {name: flavor}. wheelhouse=False,
     models=False and lock=False skip preparing what a test does not need (vLLM installs, hub content, lock)."""
+    with state_lock():
+        return _up(hosts, flavors, wheelhouse=wheelhouse, models=models, lock=lock, boot_timeout=boot_timeout)
+
+
+def _up(hosts: int, flavors, *, wheelhouse: bool, models: bool, lock: bool, boot_timeout: float) -> list[dict]:
     if not 1 <= hosts <= config.MAX_HOSTS:
         raise SparkctlError(f"--hosts = {hosts} is not valid; expected 1 to {config.MAX_HOSTS}")
     t_all = time.monotonic()
@@ -154,6 +159,11 @@ def down(keep_overlays: bool = False, purge_cache: bool = False) -> list[str]:
 
     Overlays are removed (a fresh `up` gives bare hosts) unless keep_overlays; purge_cache also removes the
     cached rootfs, wheelhouse, hub repos, NVIDIA repo and downloads. Returns notes on anything forced."""
+    with state_lock():
+        return _down(keep_overlays, purge_cache)
+
+
+def _down(keep_overlays: bool, purge_cache: bool) -> list[str]:
     t0 = time.monotonic()
     notes: list[str] = []
     names = instance.known_instances()

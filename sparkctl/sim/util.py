@@ -122,3 +122,20 @@ def http_server_class():
         request_queue_size = 128
 
     return Server
+
+
+@contextmanager
+def state_lock():
+    """Serialize `up` and `down` of this checkout (two at once would race on the bridge, netns and overlays)."""
+    import fcntl
+
+    from sparkctl.sim.config import SIM_DIR
+
+    SIM_DIR.mkdir(parents=True, exist_ok=True)
+    with open(SIM_DIR / ".lock", "w") as f:
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            say(f"waiting for another `sim up`/`sim down` of this checkout ({SIM_DIR / '.lock'})")
+            fcntl.flock(f, fcntl.LOCK_EX)
+        yield

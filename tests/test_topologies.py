@@ -1,0 +1,164 @@
+"""Two Sparks: the right services on the right host with the right flags, in each topology. Plans come from the
+whole deploy against two @fake hosts; flags from the same settings the deploy renders."""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import subprocess
+import sys
+
+import pytest
+
+from sparkctl import REPO_ROOT, gateway, services, topology
+from sparkctl.errors import SettingError
+from sparkctl.settings import validate
+
+PAIR = ["spark-1", "spark-2"]
+
+
+def run_pair(tmp_path, topology_name: str, *extra: str, models: str = "") -> dict:
+    tf = tmp_path / "api_token"
+    tf.write_text("fake-token")
+    env = dict(os.environ, FAKE_KIND="dgx", FAKE_HOSTS="2", FAKE_MODELS=models, PYINFRA_FAKE_DELAY="0",
+               PYINFRA_FAKE_DELAY_JITTER="0", SPARKCTL_TEST_SECRETS=str(tmp_path / "secrets"), GX10_HOSTS="",
+               SPARK_API_TOKEN_FILE=str(tf), SPARKCTL_TEST_HANDOFF=str(tmp_path / "handoff"))
+    r = subprocess.run([sys.executable, "tests/fake_driver.py", "tests/inventory_fake.py", "--data",
+                        f"SPARK_TOPOLOGY={topology_name}", *extra], cwd=REPO_ROOT, env=env, capture_output=True,
+                       text=True, timeout=300)
+    line = next(x for x in r.stdout.splitlines() if x.startswith("FAKE-DRIVER-JSON "))
+    out = json.loads(line.split(" ", 1)[1])
+    out["log"] = r.stdout + r.stderr
+    return out
+
+
+def ops(out: dict, host: str) -> list[str]:
+    return out["ops_by_host"][f"@fake/{host}"]
+
+
+def cmds(out: dict, host: str) -> list[str]:
+    return out["by_host"][f"@fake/{host}"]
+
+
+def rollouts(out: dict, host: str) -> list[str]:
+    return [c.split("apply ")[1] for c in cmds(out, host) if "rollout.py apply" in c]
+
+
+def test_replicas_every_box_serves_everything_and_no_link(tmp_path):
+    out = run_pair(tmp_path, "replicas")
+    for h in PAIR:
+        assert [r.split()[0] for r in rollouts(out, h)] == ["coder", "embed-qwen3", "embed-bge-m3"]
+        assert not any(o.startswith("Two-Spark link") for o in ops(out, h))
+        assert any("fetch_checkpoint.py --listing" in c for c in cmds(out, h))  # each box from the Hub
+        assert any(o.startswith("TLS proxy") for o in ops(out, h))
+
+
+def test_split_each_box_serves_its_own_coding_model(tmp_path):
+    out = run_pair(tmp_path, "split", models="laguna-s-2.1,qwen3.8-27b")
+    for h in PAIR:
+        assert [r.split()[0] for r in rollouts(out, h)] == ["coder", "embed-qwen3", "embed-bge-m3"]
+        assert not any(o.startswith("Two-Spark link") for o in ops(out, h))
+    coder_op = next(n for n in out["op_names"] if any(x.startswith("vLLM services | Roll out vllm-coder") for x in n))
+    assert sorted(coder_op) == ["vLLM services | Roll out vllm-coder.service (laguna-s-2.1)",
+                                "vLLM services | Roll out vllm-coder.service (qwen3.8-27b)"]
+
+
+def test_tensor_parallel_native_head_and_headless_worker(tmp_path):
+    out = run_pair(tmp_path, "tensor-parallel")
+    head, worker = rollouts(out, "spark-1"), rollouts(out, "spark-2")
+    assert [r.split()[0] for r in head] == ["coder", "embed-qwen3", "embed-bge-m3"]
+    assert [r.split()[0] for r in worker] == ["coder"] and "--kind none" in worker[0]  # headless, no API
+    assert not any(o.startswith("TLS proxy") for o in ops(out, "spark-2"))  # only the head is behind the proxy
+    assert any("netplan" in o for o in ops(out, "spark-1")) and any("netplan" in o for o in ops(out, "spark-2"))
+    # checkpoints: the head downloads, the worker copies over the link, never from the Hub
+    assert any("fetch_checkpoint.py --listing" in c for c in cmds(out, "spark-1"))
+    assert not any("fetch_checkpoint.py --listing" in c for c in cmds(out, "spark-2"))
+    assert any("rsync -a" in c and "root@192.168.100.10:models--" in c for c in cmds(out, "spark-2"))
+    order = out["ops"]
+    worker_rollout = order.index("vLLM services | Roll out vllm-coder.service (tensor-parallel worker, qwen3.8-27b)")
+    head_rollout = order.index("vLLM services | Roll out vllm-coder.service (qwen3.8-27b)")
+    assert worker_rollout < head_rollout  # the worker starts before the head
+    first_fetch = min(i for i, o in enumerate(order) if o.startswith("Checkpoints | Download and verify"))
+    first_copy = min(i for i, o in enumerate(order) if o.startswith("Checkpoints | Copy"))
+    assert first_fetch < first_copy
+
+
+def settings_pair(gx10_data, topo: str, backend: str = "native"):
+    out = {}
+    for h in PAIR:
+        d = dict(gx10_data, SPARK_TOPOLOGY=topo, TP_BACKEND=backend)
+        out[h] = validate(d, h, hosts=PAIR)
+    return out
+
+
+def args_of(s, svc):
+    return shlex.split(services.render_env(svc, s.data).split("VLLM_ARGS='")[1].split("'")[0])
+
+
+def env_of(s, svc):
+    return dict(line.split("=", 1) for line in services.render_env(svc, s.data).splitlines()
+                if line and not line.startswith("#") and not line.startswith("VLLM_ARGS"))
+
+
+def test_tensor_parallel_flags_and_nccl_environment(gx10_data):
+    s = settings_pair(gx10_data, "tensor-parallel")
+    head, worker = args_of(s["spark-1"], s["spark-1"].coder), args_of(s["spark-2"], s["spark-2"].coder)
+    for a, rank in ((head, "0"), (worker, "1")):
+        assert a[a.index("--tensor-parallel-size") + 1] == "2" and a[a.index("--nnodes") + 1] == "2"
+        assert a[a.index("--node-rank") + 1] == rank
+        assert a[a.index("--master-addr") + 1] == "192.168.100.10"  # the head's CX7 address
+    assert "--headless" in worker and "--headless" not in head
+    assert [svc.name for svc in s["spark-2"].services] == ["coder"]
+    env = env_of(s["spark-2"], s["spark-2"].coder)
+    assert env["NCCL_SOCKET_IFNAME"] == env["GLOO_SOCKET_IFNAME"] == env["TP_SOCKET_IFNAME"] == "enp1s0f1np1"
+    assert env["NCCL_IB_HCA"] == "rocep1s0f1,roceP2p1s0f1"  # both twins
+    assert env["VLLM_HOST_IP"] == "192.168.100.11"
+    for topo in ("replicas", "split"):
+        for h, st in settings_pair(gx10_data, topo).items():
+            e = env_of(st, st.coder)
+            assert "NCCL_SOCKET_IFNAME" not in e and e["VLLM_HOST_IP"] == "127.0.0.1"
+            assert "--nnodes" not in args_of(st, st.coder)
+
+
+def test_tensor_parallel_ray_backend(gx10_data):
+    s = settings_pair(gx10_data, "tensor-parallel", backend="ray")
+    head = args_of(s["spark-1"], s["spark-1"].coder)
+    assert head[head.index("--distributed-executor-backend") + 1] == "ray" and "--nnodes" not in head
+    assert s["spark-2"].services == []  # the worker's GPU joins through `ray start`, no vLLM of its own
+    assert s["spark-1"].role.env["RAY_memory_monitor_refresh_ms"] == "0"
+
+
+def test_tensor_parallel_needs_two_hosts_and_a_valid_head(gx10_data):
+    with pytest.raises(SettingError, match="two hosts"):
+        validate(dict(gx10_data, SPARK_TOPOLOGY="tensor-parallel"), "spark-1", hosts=["spark-1"])
+    with pytest.raises(SettingError, match="TP_HEAD"):
+        validate(dict(gx10_data, SPARK_TOPOLOGY="tensor-parallel", TP_HEAD="spark-9"), "spark-1", hosts=PAIR)
+    with pytest.raises(SettingError, match="TP_BACKEND"):
+        topology.role_of(dict(gx10_data, SPARK_TOPOLOGY="tensor-parallel", TP_BACKEND="mpi"), "spark-1", PAIR)
+
+
+def test_gateway_handoff_and_kubernetes_manifests(gx10_data, tmp_path):
+    import kubernetes_validate
+
+    st = settings_pair(gx10_data, "split")
+    st["spark-1"] = validate(dict(gx10_data, SPARK_TOPOLOGY="split", CODING_MODEL="laguna-s-2.1"), "spark-1",
+                             hosts=PAIR)
+    merged = {}
+    for i, h in enumerate(PAIR):
+        entries = [gateway.entry(h, f"10.0.0.{i + 1}", 443, svc) for svc in st[h].services]
+        merged = gateway.merge(merged, h, entries, PAIR, "split", "/ca.pem")
+    assert [e["model"] for e in merged["models"]["coder"]] == ["laguna-s-2.1", "qwen3.8-27b"]
+    assert merged["models"]["embed-qwen3"][1]["base_url"] == "https://10.0.0.2:443/embed-qwen3/v1"
+    docs = gateway.manifests(merged, "carouter")
+    kinds = [(d["kind"], d["metadata"]["name"]) for d in docs]
+    assert ("Service", "spark-coder-laguna-s-2-1") in kinds and ("Service", "spark-coder-qwen3-8-27b") in kinds
+    gateway.validate_manifests(docs, "1.30")  # real schema check
+    bad = json.loads(json.dumps(docs))
+    bad[1]["endpoints"][0]["addresses"] = "10.0.0.1"  # not a list
+    with pytest.raises(kubernetes_validate.ValidationError):
+        gateway.validate_manifests(bad, "1.30")
+    dropped = gateway.merge(merged, "spark-1", [], ["spark-1"], "replicas", None)  # spark-2 left the inventory
+    assert all(e["box"] != "spark-2" for items in dropped["models"].values() for e in items)
+    ep, k8s = gateway.write(tmp_path, merged, docs)
+    assert json.loads(ep.read_text())["schema"] == "sparkctl.endpoints/1" and "EndpointSlice" in k8s.read_text()
