@@ -72,11 +72,17 @@ def vllm_args(svc: Service, data: dict) -> list[str]:
     if svc.headless:
         args.append("--headless")
     for a in args:
-        # the env file carries these as one whitespace-split word list ($VLLM_ARGS in ExecStart)
-        if not a or any(c.isspace() for c in a) or "'" in a or "\\" in a:
-            raise SettingError(f"vLLM argument of {svc.name}", a, "a non-empty word without whitespace, quotes or "
-                               "backslashes (JSON values are rendered compactly)")
+        if not a or "\n" in a:
+            raise SettingError(f"vLLM argument of {svc.name}", a, "a non-empty single-line value")
     return args
+
+
+def env_file_value(args: list[str]) -> str:
+    """The words as systemd's EnvironmentFile + `$VAR` expansion will give them back to vLLM.
+
+    Words are shell-quoted (JSON in single quotes); the whole is then escaped for a double-quoted env value."""
+    joined = shlex.join(args)
+    return "".join("\\" + c if c in '"\\`$' else c for c in joined)
 
 
 def service_environment(svc: Service, data: dict) -> dict[str, str]:
@@ -117,7 +123,7 @@ def render_template(name: str, **context) -> str:
 def render_env(svc: Service, data: dict) -> str:
     """The service's env file: which checkpoint it serves and with which arguments (the flip lives here)."""
     return render_template("vllm.env.j2", svc=svc, env=service_environment(svc, data),
-                           vllm_args=" ".join(vllm_args(svc, data)),
+                           vllm_args=env_file_value(vllm_args(svc, data)),
                            model_path=snapshot_path(data["MODEL_STORE"], svc.checkpoint))
 
 

@@ -15,6 +15,7 @@ import pytest
 
 from sparkctl import catalog, groupdata, pki, services
 from sparkctl.errors import SettingError
+from sparkctl.remote.check_vllm_args import unescape_env_value
 from sparkctl.settings import validate
 from tests.conftest import FAKE_LOCK
 
@@ -29,11 +30,12 @@ def settings_for(data: dict, model: str | None = None):
 
 
 def env_values(text: str) -> dict:
+    """KEY=VALUE lines as systemd reads the EnvironmentFile (double-quoted values unescaped)."""
     out = {}
     for line in text.splitlines():
         if line and not line.startswith("#") and "=" in line:
             k, v = line.split("=", 1)
-            out[k] = v.strip("'")
+            out[k] = unescape_env_value(v)
     return out
 
 
@@ -48,6 +50,7 @@ def test_every_catalog_entry_renders(groups, token_file, tmp_path):
         for svc in s.services:
             env = env_values(services.render_env(svc, data))
             args = shlex.split(env["VLLM_ARGS"])  # the systemd word split, as $VLLM_ARGS in ExecStart
+            assert args == services.vllm_args(svc, data)  # the env file gives vLLM exactly these words
             assert args[0] == services.snapshot_path(data["MODEL_STORE"], svc.checkpoint)
             assert args[args.index("--served-model-name") + 1] == svc.served_name
             assert args[args.index("--host") + 1] == "127.0.0.1"

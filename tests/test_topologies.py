@@ -13,6 +13,7 @@ import pytest
 
 from sparkctl import REPO_ROOT, gateway, services, topology
 from sparkctl.errors import SettingError
+from sparkctl.remote.check_vllm_args import unescape_env_value
 from sparkctl.settings import validate
 
 PAIR = ["spark-1", "spark-2"]
@@ -92,13 +93,13 @@ def settings_pair(gx10_data, topo: str, backend: str = "native"):
     return out
 
 
-def args_of(s, svc):
-    return shlex.split(services.render_env(svc, s.data).split("VLLM_ARGS='")[1].split("'")[0])
-
-
 def env_of(s, svc):
-    return dict(line.split("=", 1) for line in services.render_env(svc, s.data).splitlines()
-                if line and not line.startswith("#") and not line.startswith("VLLM_ARGS"))
+    return {k: unescape_env_value(v) for k, v in (line.split("=", 1) for line in
+            services.render_env(svc, s.data).splitlines() if line and not line.startswith("#"))}
+
+
+def args_of(s, svc):
+    return shlex.split(env_of(s, svc)["VLLM_ARGS"])
 
 
 def test_tensor_parallel_flags_and_nccl_environment(gx10_data):

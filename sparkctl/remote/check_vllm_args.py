@@ -22,10 +22,26 @@ import sys
 import typing
 
 
+def unescape_env_value(raw: str) -> str:
+    """A double-quoted EnvironmentFile value as systemd reads it (backslash escapes \\ \" \` \$)."""
+    if len(raw) >= 2 and raw[0] == raw[-1] == '"':
+        raw, out, i = raw[1:-1], [], 0
+        while i < len(raw):
+            if raw[i] == "\\" and i + 1 < len(raw) and raw[i + 1] in '"\\`$':
+                out.append(raw[i + 1])
+                i += 2
+            else:
+                out.append(raw[i])
+                i += 1
+        return "".join(out)
+    return raw
+
+
 def env_args(path: str) -> list[str]:
+    """The argv systemd gives `vllm` for ExecStart=... serve $VLLM_ARGS (words split honouring quotes)."""
     for line in open(path).read().splitlines():
         if line.startswith("VLLM_ARGS="):
-            return ["serve", *shlex.split(line.split("=", 1)[1])]
+            return ["serve", *shlex.split(unescape_env_value(line.split("=", 1)[1]))]
     raise SystemExit(f"{path}: no VLLM_ARGS line")
 
 

@@ -1,0 +1,1 @@
+"""Scripts the deploy uploads to the box (stdlib only, plus the vLLM venv where noted); importable for tests."""
