@@ -128,3 +128,4 @@ BENCH_WINDOW_S = 40  # decode measurement window, s
 BENCH_MAX_TOKENS = 1024  # max_tokens per probe request
 BENCH_PREFILL_TOKENS = 12288  # the fresh prefill after the decode window, tokens
 BENCH_CLIENT_TIMEOUT_S = 7200  # bench/niah/evals client timeout; no retries, s
+BENCH_IGNORE_EOS = False  # True: requests run to BENCH_MAX_TOKENS even past end-of-sequence (random-weight models)

@@ -84,3 +84,4 @@ HEALTH_READY_TIMEOUT_S = 600  # CPU vLLM is ready in ~15-40 s; leave room for th
 BENCH_WINDOW_S = 10  # decode window, s
 BENCH_MAX_TOKENS = 256  # per probe request
 BENCH_PREFILL_TOKENS = 3000  # must fit the tiny models' 4096-token context
+BENCH_IGNORE_EOS = True  # random-weight stand-ins stop at arbitrary tokens; keep streams running to max_tokens

@@ -159,6 +159,9 @@ def test_verify_gate_catches_a_misplaced_start_limit(tmp_path):
     assert rc == 0 and "Unknown key" in out
 
 
+TOKEN = "T" * 43 + "-_9"  # as long as secrets.token_urlsafe(32): nginx's map hash must take it
+
+
 def nginx_check(tmp_path: Path, site: str) -> subprocess.CompletedProcess:
     conf = tmp_path / "nginx.conf"
     conf.write_text("pid %s/nginx.pid;\nerror_log stderr;\nevents {}\nhttp {\n    access_log off;\n"
@@ -170,7 +173,7 @@ def nginx_check(tmp_path: Path, site: str) -> subprocess.CompletedProcess:
 def render_proxy_site(data: dict, s, tmp_path: Path) -> str:
     cert, key, _ca = pki.ensure_server_cert(tmp_path / "pki", "test-box", ["10.0.0.5", "gx10.test"])
     token = tmp_path / "token.conf"
-    token.write_text(services.render_template("nginx-token.conf.j2", token="abc"))
+    token.write_text(services.render_template("nginx-token.conf.j2", token=TOKEN))
     return services.render_template("nginx-sparkctl.conf.j2", d=data, services=s.services, token_file=str(token),
                                     cert_path=str(cert), key_path=str(key))
 
@@ -184,6 +187,6 @@ def test_nginx_config_passes_nginx_t(gx10_data, tmp_path):
     for svc in s.services:
         assert f"location /{svc.served_name}/ {{" in site
     assert "proxy_read_timeout 7200s;" in site and "ssl_protocols TLSv1.2 TLSv1.3;" in site
-    assert "abc" not in site  # the token lives only in the root-only include
+    assert TOKEN not in site  # the token lives only in the root-only include
     broken = nginx_check(tmp_path, site.replace("proxy_buffering off;", "proxy_buffering sideways;"))
     assert broken.returncode != 0  # the check is real
