@@ -1,14 +1,15 @@
 """Which boxes to deploy to.
 
 Real GX10s: GX10_HOSTS=spark-1[,spark-2] (plus GX10_SSH_USER, GX10_SSH_KEY, GX10_SSH_PORT, GX10_KNOWN_HOSTS).
+Per-box coding model (split topology): SPARK_CODING_MODELS=spark-1=laguna-s-2.1,spark-2=qwen3.8-27b.
 Without GX10_HOSTS: the simulated Spark(s) booted by `python -m sparkctl sim up` (group `sim` as well, whose
 group data holds every difference from a real box).
 """
 
-from sparkctl.hosts import real_hosts, sim_hosts
+from sparkctl.hosts import real_hosts, sim_hosts, with_models
 
-_real = real_hosts()
-_sim = [] if _real else sim_hosts()
+_real = with_models(real_hosts())
+_sim = [] if _real else with_models(sim_hosts())
 
 if not _real and not _sim:
     raise SystemExit("inventory.py: no hosts. Set GX10_HOSTS=<box>[,<box>] for real GX10s, "

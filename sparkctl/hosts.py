@@ -74,9 +74,31 @@ def sim_hosts(path: Path = SIM_HOSTS_FILE) -> list[HostConn]:
     return hosts
 
 
+def per_host_models(env: dict | None = None) -> dict[str, str]:
+    """SPARK_CODING_MODELS="spark-1=laguna-s-2.1,spark-2=qwen3.8-27b": each box's CODING_MODEL (split topology)."""
+    env = os.environ if env is None else env
+    out = {}
+    for item in filter(None, (x.strip() for x in env.get("SPARK_CODING_MODELS", "").split(","))):
+        name, sep, model = item.partition("=")
+        if not sep or not name or not model:
+            raise SparkctlError(f"SPARK_CODING_MODELS item {item!r} is not valid; expected HOST=MODEL")
+        out[name.strip()] = model.strip()
+    return out
+
+
+def with_models(hosts: list[HostConn], env: dict | None = None) -> list[HostConn]:
+    models = per_host_models(env)
+    unknown = sorted(set(models) - {h.name for h in hosts})
+    if unknown and hosts:
+        raise SparkctlError(f"SPARK_CODING_MODELS names {unknown}, not in the inventory "
+                            f"({', '.join(h.name for h in hosts)})")
+    return [HostConn(**{**h.__dict__, "data": {**h.data, "CODING_MODEL": models[h.name]}})
+            if h.name in models else h for h in hosts]
+
+
 def configured_hosts() -> list[HostConn]:
     """Real boxes if GX10_HOSTS is set, else the running simulated Sparks (possibly none)."""
-    return real_hosts() or sim_hosts()
+    return with_models(real_hosts() or sim_hosts())
 
 
 def find(name: str | None = None) -> HostConn:

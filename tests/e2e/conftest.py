@@ -47,13 +47,30 @@ class Run:
     output: str
     seconds: float
 
+    def failure(self) -> str:
+        """What to show when a run failed: every error region, then the tail (the whole log is kept on disk)."""
+        lines = self.output.splitlines()
+        keep = set()
+        for i, line in enumerate(lines):
+            if "Error" in line or "error" in line or "refused" in line or "FAILED" in line:
+                keep.update(range(max(0, i - 25), min(len(lines), i + 5)))
+        errors = "\n".join(lines[i] for i in sorted(keep))
+        return f"{errors[-12000:]}\n--- tail ---\n" + "\n".join(lines[-15:])
+
+
+RUN_LOG_DIR = REPO_ROOT / ".sim" / "logs" / "e2e"
+
 
 def pyinfra(*args: str, timeout: int = 2400) -> Run:
     env = dict(os.environ, GX10_HOSTS="", PYINFRA_PROGRESS="off")
     t0 = time.monotonic()
     r = subprocess.run([str(BIN / "pyinfra"), *args], cwd=REPO_ROOT, env=env, capture_output=True, text=True,
                        timeout=timeout)
-    return Run(r.returncode, r.stdout + r.stderr, time.monotonic() - t0)
+    run = Run(r.returncode, r.stdout + r.stderr, time.monotonic() - t0)
+    RUN_LOG_DIR.mkdir(parents=True, exist_ok=True)
+    (RUN_LOG_DIR / f"{time.strftime('%H%M%S')}-{'_'.join(a.replace('/', '') for a in args)[:80]}.log").write_text(
+        f"$ pyinfra {' '.join(args)}\nrc={run.rc} in {run.seconds:.1f} s\n{run.output}")
+    return run
 
 
 def sim_exec(name: str, command: str) -> str:
@@ -97,7 +114,7 @@ def sim_pair():
 def first_converge(sim_pair) -> Run:
     run = pyinfra("-y", "inventory.py", "deploy.py")
     record("first converge, 2 bare hosts (pyinfra -y inventory.py deploy.py)", run.seconds)
-    assert run.rc == 0, run.output[-8000:]
+    assert run.rc == 0, run.failure()
     return run
 
 

@@ -49,7 +49,7 @@ def probe_all(spark) -> dict:
 
 def dry_run_changes(*limit: str) -> tuple[list[str], float]:
     run = pyinfra("--dry", "--json", *limit, "inventory.py", "deploy.py")
-    assert run.rc == 0, run.output[-4000:]
+    assert run.rc == 0, run.failure()
     plan = json.loads(run.output[run.output.index("{"):])["plan"]
     return [op["name"] for op in plan if op["hosts_with_change"]], run.seconds
 
@@ -72,7 +72,7 @@ def test_2_second_converge_changes_nothing(first_converge):
     assert changed == []
     run = pyinfra("-y", "inventory.py", "deploy.py")
     record("no-op rerun, 2 hosts", run.seconds)
-    assert run.rc == 0, run.output[-4000:]
+    assert run.rc == 0, run.failure()
     summary = [ln for ln in run.output.splitlines() if "Grand total" in ln]
     assert summary and re.search(r"Grand total\s+\d+\s+-\s+-\s+\d+", summary[0]), summary
     one = pyinfra("-y", "--limit", "spark-1", "inventory.py", "deploy.py")
@@ -87,7 +87,7 @@ def test_3_flip_restarts_only_the_coder_and_downloads_nothing(converged_spark):
     other_before = main_pids("spark-2")
     run = pyinfra("-y", "--limit", "spark-1", "--data", "CODING_MODEL=laguna-s-2.1", "inventory.py", "deploy.py")
     record("flip spark-1 to laguna-s-2.1", run.seconds)
-    assert run.rc == 0, run.output[-6000:]
+    assert run.rc == 0, run.failure()
     after = main_pids("spark-1")
     assert after["vllm-coder.service"] != before["vllm-coder.service"]
     assert {u: after[u] for u in SERVICES[1:]} == {u: before[u] for u in SERVICES[1:]}  # embedders untouched
@@ -99,7 +99,7 @@ def test_3_flip_restarts_only_the_coder_and_downloads_nothing(converged_spark):
     assert models["coder"]["model"] == "coder"  # same served name, same URL
     run = pyinfra("-y", "--limit", "spark-1", "inventory.py", "deploy.py")  # back to the file's qwen3.8-27b
     record("flip spark-1 back to qwen3.8-27b", run.seconds)
-    assert run.rc == 0, run.output[-6000:]
+    assert run.rc == 0, run.failure()
     assert hub_file_gets() == gets0  # flipping back downloads zero bytes
     assert "SPARKCTL_MODEL=qwen3.8-27b" in sim_exec("spark-1", "cat /etc/sparkctl/vllm-coder.env")
     assert main_pids("spark-1")["vllm-embed-qwen3.service"] == before["vllm-embed-qwen3.service"]
