@@ -24,6 +24,7 @@ CUDA_HOME = "/usr/local/cuda-13.0"  # where cuda-toolkit-13-0 installs; its bin/
 NVIDIA_KEYRING_DEB_URL = (  # cuda-keyring package: installs NVIDIA's signing key and the ubuntu2404/sbsa repo list
     "https://developer.download.nvidia.com/compute/cuda/repos/ubuntu2404/sbsa/cuda-keyring_1.1-1_all.deb"
 )
+NVIDIA_PREREQ_PACKAGES = ["curl", "ca-certificates"]  # what fetching NVIDIA's keyring package needs first
 NVIDIA_DRIVER_PACKAGES = ["nvidia-driver-pinning-580", "nvidia-open-580"]  # apt packages: pin, then open driver
 CUDA_PACKAGES = ["cuda-toolkit-13-0"]  # apt packages for the CUDA 13.0 toolkit
 APT_CACHE_TIME_S = 3600  # seconds an `apt-get update` stays fresh for the deploy

@@ -36,6 +36,8 @@ def nvidia(settings: Settings, is_dgx: bool, gpu: dict | None) -> None:
     if driver_ok and has_cuda:
         host.noop(f"driver {gpu['driver_version']} and CUDA at {d['CUDA_HOME']} already installed")
         return
+    apt.packages(name="Install what fetching NVIDIA's keyring needs (curl, CA certificates)",
+                 packages=d["NVIDIA_PREREQ_PACKAGES"], update=True, cache_time=d["APT_CACHE_TIME_S"])
     keyring = apt.deb(name="Install NVIDIA's CUDA repository keyring (cuda-keyring)", src=d["NVIDIA_KEYRING_DEB_URL"])
     apt.update(name="Refresh apt lists after adding NVIDIA's repository", _if=keyring.did_change)
     apt.packages(name=f"Install NVIDIA driver {d['NVIDIA_DRIVER_BRANCH']} and CUDA {d['CUDA_VERSION']}",
