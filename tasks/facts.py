@@ -61,7 +61,8 @@ class RolloutStatus(FactBase):
     """What rollout.py says about a service: active, stamp applied vs wanted ({} before the script exists)."""
 
     def command(self, script, service, env_prefix=""):
-        return StringCommand(env_prefix, "[ -f", QuoteString(script), "] && python3", QuoteString(script), "status",
+        # the variables must prefix python3 itself, not the `[` test before it
+        return StringCommand("[ -f", QuoteString(script), "] &&", env_prefix, "python3", QuoteString(script), "status",
                              QuoteString(service), "2>/dev/null || true")
 
     def default(self):
