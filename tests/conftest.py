@@ -27,3 +27,6 @@ def gx10_data(token_file, tmp_path):
     data["MODEL_LOCK_FILE"] = FAKE_LOCK
     data["SECRETS_DIR"] = str(tmp_path / "secrets")
     return data
+
+
+from tests.sim.conftest import hf_env, hub_server  # noqa: E402,F401  (the stand-in hub, for download tests)

@@ -1,0 +1,108 @@
+"""The box-side download (sparkctl/remote/fetch_checkpoint.py) with the real huggingface_hub against the stand-in
+hub: it downloads a locked commit, verifies it, marks it; a rerun downloads nothing; a checkpoint that does not
+match the lock's listing is refused and never marked."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from sparkctl import REPO_ROOT
+
+SCRIPT = REPO_ROOT / "sparkctl" / "remote" / "fetch_checkpoint.py"
+LISTING = """
+import json, sys
+from huggingface_hub import HfApi
+from sparkctl.lock import _listing
+info = HfApi().model_info(sys.argv[1], revision="main", files_metadata=True)
+print(json.dumps({"repo": sys.argv[1], "revision": "main", "sha": info.sha, "files": _listing(info, ["*"])}))
+"""
+
+
+def git(cwd, *args):
+    env = dict(os.environ, GIT_AUTHOR_NAME="t", GIT_AUTHOR_EMAIL="t@t.invalid", GIT_COMMITTER_NAME="t",
+               GIT_COMMITTER_EMAIL="t@t.invalid")
+    return subprocess.run(["git", *args], cwd=cwd, env=env, check=True, capture_output=True, text=True).stdout
+
+
+@pytest.fixture
+def repo(hub_server):
+    root, url, _throttle = hub_server
+    path = root / "acme" / "tiny"
+    path.mkdir(parents=True)
+    git(path, "init", "-q", "-b", "main")
+    (path / "config.json").write_text('{"architectures": ["LlamaForCausalLM"]}')
+    (path / "model.safetensors").write_bytes(os.urandom(1_500_000))  # above the LFS threshold: sha256-named blob
+    git(path, "add", "-A")
+    git(path, "commit", "-qm", "v1")
+    return url, path
+
+
+def run(args, env, **kw):
+    return subprocess.run([sys.executable, *args], env=env, capture_output=True, text=True, timeout=120, **kw)
+
+
+def listing(url, env, tmp_path) -> tuple[dict, str]:
+    r = run(["-c", LISTING, "acme/tiny"], env, cwd=REPO_ROOT)
+    assert r.returncode == 0, r.stderr
+    lock = json.loads(r.stdout)
+    path = tmp_path / "listing.json"
+    path.write_text(json.dumps(lock))
+    return lock, str(path)
+
+
+def fetch(url, env, tmp_path, listing_path):
+    return run([str(SCRIPT), "--listing", listing_path, "--cache-dir", str(tmp_path / "hub"),
+                "--marker-dir", str(tmp_path / "verified")], env)
+
+
+
+def test_download_verify_mark_and_rerun_downloads_nothing(repo, hf_env, tmp_path):
+    url, _path = repo
+    env = hf_env(url)
+    lock, lpath = listing(url, env, tmp_path)
+    assert lock["files"]["model.safetensors"]["sha256"]  # presented as an LFS file
+    r = fetch(url, env, tmp_path, lpath)
+    assert r.returncode == 0, r.stderr
+    marker = tmp_path / "verified" / f"acme--tiny@{lock['sha']}"
+    assert json.loads(marker.read_text())["files"] == 2
+    snap = tmp_path / "hub" / "models--acme--tiny" / "snapshots" / lock["sha"]
+    assert (snap / "model.safetensors").stat().st_size == 1_500_000
+    blobs = sorted(p.name for p in (tmp_path / "hub" / "models--acme--tiny" / "blobs").iterdir())
+    r2 = fetch(url, env, tmp_path, lpath)  # rerun: the cache answers, nothing new is fetched
+    assert r2.returncode == 0
+    assert sorted(p.name for p in (tmp_path / "hub" / "models--acme--tiny" / "blobs").iterdir()) == blobs
+
+
+def test_a_checkpoint_that_does_not_match_the_lock_is_refused(repo, hf_env, tmp_path):
+    url, _path = repo
+    env = hf_env(url)
+    lock, _ = listing(url, env, tmp_path)
+    lock["files"]["model.safetensors"]["size"] += 1  # the upstream file changed under the same name
+    lock["files"]["tokenizer.json"] = {"size": 10, "blob_id": "0" * 40, "sha256": None}  # and one went missing
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps(lock))
+    r = fetch(url, env, tmp_path, str(bad))
+    assert r.returncode == 3, r.stderr
+    assert "does not match the locked listing" in r.stderr and "tokenizer.json: missing" in r.stderr
+    assert "model.safetensors: 1500000 bytes, the lock says 1500001" in r.stderr
+    assert not (tmp_path / "verified").exists() or not any((tmp_path / "verified").iterdir())  # never marked
+
+
+def test_verify_only_marks_a_copied_snapshot_and_refuses_a_partial_one(repo, hf_env, tmp_path):
+    url, _path = repo
+    env = hf_env(url)
+    lock, lpath = listing(url, env, tmp_path)
+    assert fetch(url, env, tmp_path, lpath).returncode == 0
+    marker = tmp_path / "verified" / f"acme--tiny@{lock['sha']}"
+    marker.unlink()
+    snap = tmp_path / "hub" / "models--acme--tiny" / "snapshots" / lock["sha"]
+    (snap / "config.json").unlink()  # as if the copy from the head was cut short
+    args = [str(SCRIPT), "--verify-only", "--listing", lpath, "--cache-dir", str(tmp_path / "hub"),
+            "--marker-dir", str(tmp_path / "verified")]
+    r = run(args, env)
+    assert r.returncode == 3 and "config.json: missing" in r.stderr and not marker.exists()
