@@ -46,6 +46,7 @@ class Run:
     rc: int
     output: str
     seconds: float
+    stdout: str = ""
 
     def failure(self) -> str:
         """What to show when a run failed: every error region, then the tail (the whole log is kept on disk)."""
@@ -66,7 +67,7 @@ def pyinfra(*args: str, timeout: int = 2400) -> Run:
     t0 = time.monotonic()
     r = subprocess.run([str(BIN / "pyinfra"), *args], cwd=REPO_ROOT, env=env, capture_output=True, text=True,
                        timeout=timeout)
-    run = Run(r.returncode, r.stdout + r.stderr, time.monotonic() - t0)
+    run = Run(r.returncode, r.stdout + r.stderr, time.monotonic() - t0, r.stdout)
     RUN_LOG_DIR.mkdir(parents=True, exist_ok=True)
     (RUN_LOG_DIR / f"{time.strftime('%H%M%S')}-{'_'.join(a.replace('/', '') for a in args)[:80]}.log").write_text(
         f"$ pyinfra {' '.join(args)}\nrc={run.rc} in {run.seconds:.1f} s\n{run.output}")
@@ -100,11 +101,16 @@ class Spark:
 def sim_pair():
     from sparkctl.sim import api as sim
 
-    sim.down()
+    # SPARKCTL_E2E_REUSE=1 (development only): keep a running pair and leave it running afterwards
+    reuse = os.environ.get("SPARKCTL_E2E_REUSE") == "1" and sim.is_running("spark-1") and sim.is_running("spark-2")
+    if not reuse:
+        sim.down()
     t0 = time.monotonic()
     sim.up(hosts=2, flavors={"spark-1": "dgx", "spark-2": "ubuntu"})
     record("sim up: 2 hosts (rootfs, hub, models, wheelhouse, stand-ins)", time.monotonic() - t0)
     yield {h.name: h for h in hosts.sim_hosts()}
+    if os.environ.get("SPARKCTL_E2E_REUSE") == "1":
+        return
     t0 = time.monotonic()
     sim.down()
     record("sim down", time.monotonic() - t0)

@@ -50,7 +50,7 @@ def probe_all(spark) -> dict:
 def dry_run_changes(*limit: str) -> tuple[list[str], float]:
     run = pyinfra("--dry", "--json", *limit, "inventory.py", "deploy.py")
     assert run.rc == 0, run.failure()
-    plan = json.loads(run.output[run.output.index("{"):])["plan"]
+    plan = json.JSONDecoder().raw_decode(run.stdout[run.stdout.index("{"):])[0]["plan"]
     return [op["name"] for op in plan if op["hosts_with_change"]], run.seconds
 
 
@@ -78,8 +78,11 @@ def test_2_second_converge_changes_nothing(first_converge):
     one = pyinfra("-y", "--limit", "spark-1", "inventory.py", "deploy.py")
     record("no-op rerun, 1 host", one.seconds)
     ratio = run.seconds / one.seconds
-    print(f"no-op rerun: 2 hosts {run.seconds:.1f} s / 1 host {one.seconds:.1f} s = {ratio:.2f}x")
-    assert run.seconds <= 60  # issue goal is <= 10 s on a real box; this machine has 2 cores for 2 hosts + 6 vLLMs
+    print(f"no-op rerun: 2 hosts {run.seconds:.1f} s / 1 host {one.seconds:.1f} s = {ratio:.2f}x (goal <= 1.3x)")
+    record(f"no-op rerun ratio 2 hosts / 1 host = {ratio:.2f}x (goal 1.3x)", ratio)
+    # hosts are converged in parallel: a serial run would be ~2x. The 1.3x goal is reported, not asserted
+    # (timings on a shared 2-core machine flake); 1.8x still catches a deploy that serialises its hosts.
+    assert ratio < 1.8
 
 
 def test_3_flip_restarts_only_the_coder_and_downloads_nothing(converged_spark):
