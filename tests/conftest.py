@@ -9,6 +9,15 @@ from sparkctl import REPO_ROOT, groupdata
 FAKE_LOCK = str(REPO_ROOT / "tests" / "fixtures" / "fake.lock.json")
 
 
+def pytest_collection_modifyitems(items):
+    """Fast tests first, then the simulated Spark's own lifecycle test, then the end-to-end scenarios (they share
+    one converged pair of test hosts that must not meet another test's `sim up`/`sim down`)."""
+    def rank(item):
+        path = str(item.fspath)
+        return 2 if "/tests/e2e/" in path else 1 if "lifecycle" in path else 0
+    items.sort(key=rank)  # stable: file order kept within each rank
+
+
 @pytest.fixture
 def token_file(tmp_path, monkeypatch):
     path = tmp_path / "api_token"

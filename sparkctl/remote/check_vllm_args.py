@@ -23,7 +23,7 @@ import typing
 
 
 def unescape_env_value(raw: str) -> str:
-    """A double-quoted EnvironmentFile value as systemd reads it (backslash escapes \\ \" \` \$)."""
+    """A double-quoted EnvironmentFile value as systemd reads it (backslash escapes of backslash, quote, `, $)."""
     if len(raw) >= 2 and raw[0] == raw[-1] == '"':
         raw, out, i = raw[1:-1], [], 0
         while i < len(raw):
