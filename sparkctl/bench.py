@@ -474,11 +474,12 @@ async def tokenize_count(client: httpx.AsyncClient, ep: Endpoint, *, prompt: str
 
 
 async def fit_text(count: Callable[[str], Any], build: Callable[[int], str], target: int,
-                   sample_chars: int = 8000) -> tuple[str, int | None, str]:
-    """Grow/shrink build(n_chars) until count(text) lands in [target - tol, target], tol = max(32, 0.5 %).
+                   sample_chars: int = 8000, max_steps: int = 20) -> tuple[str, int | None, str]:
+    """Size build(n_chars) until count(text) lands in [target - tol, target], tol = max(32, 0.5 %).
 
-    Never above target when the server can count (a prompt over the target may not fit the context).
-    Returns (text, measured tokens or None, "tokenize" | "estimate")."""
+    A bracketing search on the character count (proportional guesses kept inside the bracket), so it converges
+    even where tokens per character drift along the text. Never above target when the server can count (a
+    prompt over the target may not fit the context). Returns (text, measured tokens or None, source)."""
     sample = build(sample_chars)
     c = await count(sample)
     if c is None:
@@ -486,22 +487,32 @@ async def fit_text(count: Callable[[str], Any], build: Callable[[int], str], tar
     ratio = max(len(sample) / max(c, 1), 0.5)
     low = target - max(32, int(0.005 * target))
     aim = (low + target) / 2
+    below: tuple[int, str, int] | None = None  # (chars, text, tokens) with tokens <= target
+    above: int | None = None  # chars known to give more than target
     n_chars = max(int(aim * ratio), 1)
-    best: tuple[str, int] | None = None
-    text = sample
-    for _ in range(8):
+    for _ in range(max_steps):
         text = build(n_chars)
         c = await count(text)
         if c is None:
             return text, None, "estimate"
-        if c <= target and (best is None or c > best[1]):
-            best = (text, c)
-        if low <= c <= target:
+        if c <= target:
+            if below is None or c > below[2]:
+                below = (n_chars, text, c)
+            if c >= low:
+                break
+        else:
+            above = n_chars if above is None else min(above, n_chars)
+        guess = n_chars + int((aim - c) * ratio)
+        lo = below[0] + 1 if below else 1
+        hi = above - 1 if above is not None else max(guess, lo)
+        if hi < lo:
             break
-        n_chars = max(n_chars + int((aim - c) * ratio), 1)
-    if best is None:
+        n_chars = min(max(guess, lo), hi)
+        if below and above is not None and guess in (below[0], above):
+            n_chars = (lo + hi) // 2
+    if below is None:
         return text, c, "tokenize"
-    return best[0], best[1], "tokenize"
+    return below[1], below[2], "tokenize"
 
 
 async def wait_idle(metrics_source: MetricsSource, timeout_s: float) -> Scrape:

@@ -125,7 +125,7 @@ def gate(unit: str, port: int, served: str, kind: str, timeout: float, interval:
         st = unit_state(unit)
         if st.get("ActiveState") == "failed":
             return False, f"{unit} failed (Result={st.get('Result')})", time.monotonic() - start
-        if int(st.get("NRestarts", "0") or 0) > restarts0:
+        if st.get("SubState") == "auto-restart" or int(st.get("NRestarts", "0") or 0) > restarts0:
             return False, f"{unit} exited and was restarted by systemd (NRestarts={st.get('NRestarts')})", \
                 time.monotonic() - start
         try:
