@@ -602,7 +602,9 @@ async def measure_prefill(client: httpx.AsyncClient, ep: Endpoint, metrics_sourc
     prefix = f"Session {uuid.uuid4().hex}. Read the following notes.\n\n"
 
     def build(n_chars: int) -> str:
-        return prefix + haystack.text(n_chars, s.seed) + PREFILL_SUFFIX
+        # whole sentences step ~70 tokens at a time: cut a longer text at a word boundary to size it finely
+        body = haystack.text(n_chars + 400, s.seed)[:n_chars]
+        return prefix + body[:body.rfind(" ") + 1 or len(body)] + PREFILL_SUFFIX
 
     text, counted, source = await fit_text(lambda t: tokenize_count(client, ep, prompt=t), build, target)
     body = {"model": ep.served_name, "prompt": text, "max_tokens": 1, "temperature": 0.0, "stream": True,
