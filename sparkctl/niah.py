@@ -71,7 +71,16 @@ def insert_needle(sentences: Sequence[str], needle_sentence: str, depth: float) 
 
 def build_prompt(n_chars: int, needle: Needle, depth: float, seed: int = 0) -> str:
     """The user message of one cell with about n_chars of haystack."""
-    body = insert_needle(haystack.sentence_list(n_chars, seed), needle.sentence, depth)
+    sentences = haystack.sentence_list(n_chars, seed)
+    # whole sentences step ~35 tokens: finish with the next sentence cut at a word boundary to size finely
+    rest = n_chars - sum(len(x) for x in sentences)
+    following = haystack.sentence_list(n_chars + 1000, seed)[len(sentences):len(sentences) + 1]
+    if rest > 0 and following:
+        partial = following[0][:rest]
+        partial = partial[:partial.rfind(" ") + 1]
+        if partial:
+            sentences.append(partial)
+    body = insert_needle(sentences, needle.sentence, depth)
     return INTRO + body + "\n\n" + needle.question
 
 
