@@ -6,6 +6,7 @@ disconnects mid-stream, and the security claims (loopback-only vLLM, root-only s
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import re
 import subprocess
@@ -63,22 +64,27 @@ def test_sigkilled_coder_is_brought_back_by_systemd(converged_spark):
 
 
 def test_client_disconnect_cancels_the_request_in_vllm(converged_spark):
-    port = converged_spark.data["CODER_PORT"]
-    aborts0 = metric(port, "vllm:request_success_total", 'finished_reason="abort"')
+    """A client that goes away mid-stream must free the GPU: nginx closes the upstream, vLLM aborts."""
+    port, max_tokens = converged_spark.data["CODER_PORT"], 3500
+    gen0 = metric(port, "vllm:generation_tokens_total")
+    t0 = time.monotonic()
     with converged_spark.client() as c:
         with c.stream("POST", converged_spark.base_url("coder") + "/chat/completions",
                       headers={"Authorization": f"Bearer {converged_spark.token}"},
                       json={"model": "coder", "messages": [{"role": "user", "content": "count"}],
-                            "max_tokens": 3500, "ignore_eos": True, "stream": True}) as r:
+                            "max_tokens": max_tokens, "ignore_eos": True, "stream": True}) as r:
             chunks = 0
             for _ in r.iter_lines():
                 chunks += 1
-                if chunks > 5:
+                if chunks > 20:
                     break  # the client goes away mid-stream
-    t0 = time.monotonic()
     wait_for(lambda: metric(port, "vllm:num_requests_running") == 0, 30, "vLLM to drop the request")
-    record("client disconnect -> vLLM running requests back to 0", time.monotonic() - t0)
-    assert metric(port, "vllm:request_success_total", 'finished_reason="abort"') == aborts0 + 1
+    stopped = time.monotonic() - t0
+    time.sleep(3)  # had it kept generating, the counter would keep rising
+    produced = metric(port, "vllm:generation_tokens_total") - gen0
+    record(f"client disconnect -> request gone from vLLM ({produced:.0f} of {max_tokens} tokens generated)", stopped)
+    assert produced < max_tokens / 2, f"vLLM generated {produced} tokens for a client that left after 20 chunks"
+    assert metric(port, "vllm:num_requests_running") == 0
 
 
 def test_killed_download_resumes_and_the_service_never_sees_partial_files(converged_spark):
@@ -97,7 +103,7 @@ def test_killed_download_resumes_and_the_service_never_sees_partial_files(conver
                                 text=True, env={**__import__("os").environ, "GX10_HOSTS": ""})
         partial = wait_for(lambda: sim_exec(HOST, f"find {cache} -name '*.incomplete' -size +5M 2>/dev/null || true")
                            .strip(), 300, "a partial download")
-        sim_exec(HOST, "pkill -9 -f fetch_checkpoint.py")
+        sim_exec(HOST, "pkill -9 -f '[f]etch_checkpoint.py'")  # [f]: not the sh running pkill
         out, _ = proc.communicate(timeout=300)
         assert proc.returncode != 0, "the deploy must fail when its download is killed"
     finally:
@@ -121,7 +127,7 @@ def test_flip_to_a_checkpoint_that_cannot_load_rolls_back(converged_spark):
     refresh_lock(["all", "gx10", "sim"], extra=[broken])  # the candidate is locked like any checkpoint
     overrides = json.loads(json.dumps(data["CATALOG_OVERRIDES"]))
     overrides["laguna-s-2.1"]["checkpoint"] = {"repo": broken.repo, "revision": broken.revision}
-    overrides["laguna-s-2.1"].pop("draft", None)
+    overrides["laguna-s-2.1"]["draft"] = None  # no draft model for the broken candidate
     overrides["laguna-s-2.1"]["speculative"] = None
     embed_pid = sim_exec(HOST, "systemctl show -P MainPID vllm-embed-qwen3.service").strip()
     t0 = time.monotonic()
@@ -142,11 +148,14 @@ def test_flip_to_a_checkpoint_that_cannot_load_rolls_back(converged_spark):
 
 
 def test_hardening_claims_hold_on_the_box(converged_spark):
-    listening = sim_exec(HOST, "ss -Htlnp")
-    public = [ln for ln in listening.splitlines()
-              if not re.search(r"\s(127\.0\.0\.1|\[::1\]|::1):\d+\s", ln)]
-    ports = sorted({int(re.search(r":(\d+)\s", ln).group(1)) for ln in public})
-    assert ports == [22, 443], listening  # vLLM and the embedders on loopback only
+    listening = sim_exec(HOST, "ss -Htln")
+    public = set()
+    for line in listening.splitlines():
+        addr, port = line.split()[3].rsplit(":", 1)
+        addr = addr.strip("[]").split("%")[0]
+        if addr in ("*", "0.0.0.0", "::") or not ipaddress.ip_address(addr).is_loopback:
+            public.add(int(port))
+    assert sorted(public) == [22, 443], listening  # vLLM, its engines and the embedders on loopback only
     for path in ("/etc/nginx/sparkctl-token.conf", "/etc/nginx/sparkctl-tls/server.key",
                  "/etc/sparkctl/vllm-coder.env", "/etc/sparkctl/vllm-coder.env.next"):
         assert sim_exec(HOST, f"stat -c '%a %U' {path}").split() == ["600", "root"], path
