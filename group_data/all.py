@@ -31,6 +31,7 @@ APT_CACHE_TIME_S = 3600  # seconds an `apt-get update` stays fresh for the deplo
 
 # --- system packages the services need --------------------------------------------------------------------
 SYSTEM_PACKAGES = ["python3-venv", "libnuma1", "curl", "nginx", "earlyoom", "rsync"]  # libnuma1: vLLM's _C links it
+VLLM_BUILD_PACKAGES = []  # compilers vLLM needs at run time on this platform (none with CUDA wheels)
 
 # --- vLLM ----------------------------------------------------------------------------------------------------
 VLLM_VERSION = "0.32.0"  # vLLM release every service runs (same on the simulated Spark's CPU build)

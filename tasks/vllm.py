@@ -31,8 +31,9 @@ def pip_args(d: dict) -> list[str]:
 def vllm(settings: Settings) -> None:
     d = settings.data
     home, venv, state, user = d["SPARKCTL_HOME"], f"{d['SPARKCTL_HOME']}/venv", d["STATE_DIR"], d["SERVICE_USER"]
-    apt.packages(name="Install system packages (python3-venv, libnuma1, nginx, earlyoom, curl)",
-                 packages=d["SYSTEM_PACKAGES"], update=True, cache_time=d["APT_CACHE_TIME_S"])
+    apt.packages(name="Install system packages (python3-venv, libnuma1, nginx, earlyoom, curl, rsync)",
+                 packages=d["SYSTEM_PACKAGES"] + d["VLLM_BUILD_PACKAGES"], update=True,
+                 cache_time=d["APT_CACHE_TIME_S"])
     server.user(name=f"Create system user {user}", user=user, system=True, home=state,
                 shell="/usr/sbin/nologin", ensure_home=True)
     files.directory(name=f"Create {state}", path=state, user=user, group=user, mode="0750")

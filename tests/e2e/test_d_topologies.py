@@ -8,6 +8,7 @@ import os
 
 from sparkctl import REPO_ROOT
 from tests.e2e.conftest import pyinfra, record, sim_exec
+from tests.e2e.test_a_rollout import hub_file_gets
 
 SERVICES = ["vllm-coder.service", "vllm-embed-qwen3.service", "vllm-embed-bge-m3.service"]
 
@@ -41,6 +42,9 @@ def test_split_one_box_flips_and_the_other_is_untouched(converged_spark, monkeyp
 def test_tensor_parallel_over_the_simulated_link(converged_spark):
     """vLLM's CPU build and two 2-core test hosts: render, check with vLLM's own parser, and start. What comes up
     is asserted; whatever does not is reported with vLLM's own words (see the closing note of issue 6)."""
+    # the worker must get its checkpoints from the head, not from the hub: start it with an empty model store
+    sim_exec("spark-2", "rm -rf /srv/models/hub /srv/models/verified")
+    gets0 = hub_file_gets()
     run = pyinfra("-y", "--data", "SPARK_TOPOLOGY=tensor-parallel", "inventory.py", "deploy.py", timeout=1800)
     record("tensor-parallel over the simulated link (rollout, gated)", run.seconds)
     head_env = sim_exec("spark-1", "cat /etc/sparkctl/vllm-coder.env.next")
@@ -50,8 +54,9 @@ def test_tensor_parallel_over_the_simulated_link(converged_spark):
         assert "GLOO_SOCKET_IFNAME=eth0" in env
     assert "--headless" in worker_env and "--headless" not in head_env
     # the worker copied every checkpoint from the head over the link (no second download from the hub)
-    assert sim_exec("spark-2", "ls /srv/models/verified | wc -l").strip() == \
-        sim_exec("spark-1", "ls /srv/models/verified | wc -l").strip()
+    copied = set(sim_exec("spark-2", "ls /srv/models/verified").split())
+    assert len(copied) == 5 and copied <= set(sim_exec("spark-1", "ls /srv/models/verified").split())
+    assert hub_file_gets() == gets0
     print(f"tensor-parallel rollout rc={run.rc}\n{run.failure() if run.rc else 'healthy'}")
     if run.rc == 0:
         assert run.output.count("healthy") >= 3
