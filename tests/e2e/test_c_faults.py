@@ -173,5 +173,8 @@ def test_hardening_claims_hold_on_the_box(converged_spark):
         print(f"{unit}: systemd-analyze security exposure {exposure}")
         assert exposure <= 3.0
     ver = subprocess.run(["openssl", "s_client", "-connect", f"{converged_spark.host.address}:443", "-tls1_1"],
-                         input="", capture_output=True, text=True, timeout=30)
+                         input="", capture_output=True, text=True, errors="replace", timeout=30)
     assert ver.returncode != 0  # TLS 1.1 refused
+    h2 = subprocess.run(["openssl", "s_client", "-connect", f"{converged_spark.host.address}:443", "-alpn", "h2"],
+                        input="", capture_output=True, text=True, errors="replace", timeout=30)
+    assert "ALPN protocol: h2" in h2.stdout  # HTTP/2 on
