@@ -28,7 +28,7 @@ def nvidia(settings: Settings, is_dgx: bool, gpu: dict | None) -> None:
     if is_dgx:
         if not (driver_ok and has_cuda):
             raise Refused(f"{host.name}: DGX OS box without driver >= {d['NVIDIA_DRIVER_BRANCH']} "
-                           f"(have {gpu and gpu.get('driver_version')}) or CUDA at {nvcc}; update DGX OS "
+                          f"(have {gpu and gpu.get('driver_version')}) or CUDA at {nvcc}; update DGX OS "
                           f"(its stack updates as one unit) instead of installing NVIDIA packages over it")
         else:
             host.noop(f"DGX OS: driver {gpu['driver_version']} and CUDA {d['CUDA_VERSION']} come with the OS")
