@@ -750,15 +750,15 @@ def refusal_message(plan: ModelPlan) -> str:
     box = plan.box
     key = plan.name
     lines = [f"{plan.title} ({key}) cannot run as configured:"]
-    rows = [(f"usable memory (BOX_USABLE_MEMORY_GIB)", box.usable_gib),
-            (f"OS reserve (OS_RESERVE_GIB)", -box.os_reserve_gib)]
+    rows = [("usable memory (BOX_USABLE_MEMORY_GIB)", box.usable_gib),
+            ("OS reserve (OS_RESERVE_GIB)", -box.os_reserve_gib)]
     for e in box.embedders:
         rows.append((f"embedder {e.name} ({e.setting}: {e.resident_gib:g} resident + {e.kv_gib:g} KV)",
                      -e.total_gib))
     rows.append((f"{key} resident (weights + runtime{', per box' if plan.tp > 1 else ''})", -plan.resident_gib))
-    rows.append((f"= free for its KV cache", plan.free_gib))
+    rows.append(("= free for its KV cache", plan.free_gib))
     rows.append((f"{key} KV budget ({plan.kv_setting})", -plan.kv_gib))
-    rows.append((f"= headroom", plan.headroom_gib))
+    rows.append(("= headroom", plan.headroom_gib))
     width = max(len(r[0]) for r in rows)
     lines += [f"  {label:<{width}} {value:8.1f} GiB" for label, value in rows]
     needed = box.os_reserve_gib + box.embedders_gib + plan.footprint_gib

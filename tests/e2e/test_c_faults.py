@@ -10,7 +10,6 @@ import ipaddress
 import json
 import re
 import subprocess
-import threading
 import time
 
 import httpx
