@@ -1,7 +1,8 @@
 """CARouter Cloud GX10: from stock OS to serving.   pyinfra inventory.py deploy.py
 
-preflight -> nvidia -> vllm -> checkpoints -> services -> proxy -> health. Bad settings are refused before any
-command reaches the host; see README.md for the flip, secrets and settings.
+preflight -> nvidia -> vllm -> (CX7 link, tensor-parallel only) -> checkpoints -> OOM guard -> services -> proxy
+-> health -> gateway hand-off. Bad settings are refused before any command reaches the host; see README.md for
+the flip, secrets, settings and the two-Spark topologies.
 """
 
 from tasks.checkpoints import checkpoints
