@@ -102,7 +102,10 @@ SECRETS_DIR = "secrets"  # control-machine directory (git-ignored) for api_token
 EARLYOOM_MIN_FREE_PERCENT = 4  # earlyoom -m: act when available memory falls below this, %
 EARLYOOM_PREFER = "^(vllm|VLLM|python3?)"  # earlyoom --prefer: process names killed first (vLLM's processes)
 EARLYOOM_AVOID = "^(sshd|systemd|nginx|journald)$"  # earlyoom --avoid: never kill these
+EARLYOOM_REPORT_INTERVAL_S = 3600  # earlyoom -r: memory report in its journal every this many seconds
 SSHD_MEMORY_MIN = "64M"  # MemoryMin= for sshd: the operator can always log in
+SSHD_OOM_SCORE_ADJUST = -900  # OOMScoreAdjust= for sshd (-1000..1000): the kernel kills it last
+VLLM_OOM_SCORE_ADJUST = 500  # OOMScoreAdjust= for every vLLM service (-1000..1000): the kernel kills it first
 
 # --- two Sparks (README "A second Spark") ------------------------------------------------------------------------
 SPARK_TOPOLOGY = "replicas"  # replicas | split | tensor-parallel

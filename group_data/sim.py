@@ -33,12 +33,12 @@ CODER_MAX_NUM_BATCHED_TOKENS = 4096  # tiny models: one chunk holds a whole 4K p
 HF_ENDPOINT = "http://10.250.0.1:8090"  # stand-in Hugging Face endpoint (sparkctl/sim/hub.py)
 MODEL_LOCK_FILE = ".sim/models.lock.json"  # written by `sparkctl sim up` with `sparkctl lock refresh`
 CODER_KV_CACHE_GIB = {"qwen3.8-27b": 0.0625, "laguna-s-2.1": 0.0625}  # 64 MiB of KV each, GiB
-EMBEDDERS = [
+EMBEDDERS = [  # the same two embedder keys, with KV budgets a CPU holds
     {"model": "qwen3-embedding-0.6b", "kv_cache_gib": 0.03125},  # 32 MiB, GiB
     {"model": "bge-m3", "kv_cache_gib": 0.03125},
 ]
 SIM_TINY_MEMORY = {"bytes_read_per_step_gb": 0.001, "resident_source": "estimate"}  # memory facts shared by the tiny models
-CATALOG_OVERRIDES = {
+CATALOG_OVERRIDES = {  # tiny stand-in checkpoints and CPU-friendly flags under the real catalog keys
     "qwen3.8-27b": {
         "checkpoint": {"repo": "sim/tiny-qwen", "revision": "main"},
         "max_model_len": 4096,

@@ -64,24 +64,22 @@ def _gib(value: float) -> str:
     return f"{value:,.1f}" if abs(value) >= 0.1 or value == 0 else f"{value:.4g}"
 
 
-def _tokens(m: planner.ModelPlan) -> str:
-    est, meas = m.kv_tokens_estimate, m.kv_tokens_measured
+def _est_meas(est, meas, fmt: str) -> str:
+    """An estimate with the production measurement under it when one is known."""
     if est is None and meas is None:
         return "unknown"
-    text = f"{est:,} est" if est is not None else ""
+    text = f"{est:{fmt}} est" if est is not None else ""
     if meas is not None:
-        text += f"\n{meas:,} measured"
+        text += f"\n{meas:{fmt}} measured"
     return text
+
+
+def _tokens(m: planner.ModelPlan) -> str:
+    return _est_meas(m.kv_tokens_estimate, m.kv_tokens_measured, ",")
 
 
 def _concurrency(m: planner.ModelPlan) -> str:
-    est, meas = m.concurrent_requests_estimate, m.concurrent_requests_measured
-    if est is None and meas is None:
-        return "unknown"
-    text = f"{est:.2f} est" if est is not None else ""
-    if meas is not None:
-        text += f"\n{meas:.2f} measured"
-    return text
+    return _est_meas(m.concurrent_requests_estimate, m.concurrent_requests_measured, ".2f")
 
 
 def _decode(m: planner.ModelPlan) -> str:

@@ -124,9 +124,3 @@ def require_driver(required_gpu: str, min_driver: int):
         return
     yield fail(f"the NVIDIA driver is installed but the GPU does not answer yet ({gpu}); reboot the box "
                f"(sudo reboot: a new kernel module loads at boot) and rerun the deploy")
-
-
-@operation()
-def refuse(message: str):
-    """Fail this host with a message when the operations run (a check that needs earlier facts)."""
-    yield fail(message)
