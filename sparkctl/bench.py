@@ -22,11 +22,17 @@ client count of a window [t0, t1] is
 
 where cum_tokens(t) is the last cumulative count received at or before t (0 before the first chunk). Requests
 that started before t0, finished inside the window, or are still running at t1 contribute exactly their tokens
-inside the window. t0 and t1 are the midpoints of the two scrape commands (perf_counter on both sides), so the
-only disagreement left is the scrape's own timing uncertainty (tokens emitted while ssh+curl ran, a few
-hundred ms of a 40 s window) and tokens in flight between engine and client (milliseconds). Other clients of
-the same vLLM make the counter larger than the client count: a disagreement above 5 % means the counter figure
-is not the probe's alone, and the probe exits non-zero. A server without continuous usage stats falls back to
+inside the window. The reported client count uses the midpoints of the two scrape commands (perf_counter on
+both sides) as t0 and t1. But the counters were read at some unknown instant inside each command (ssh, curl and
+vLLM's /metrics handler on a busy event loop: tens of ms on an idle box, over half a second on a loaded one),
+so the client count that matches the counter lies between
+
+    lo = count over [end of scrape 0, start of scrape 1]   and   hi = count over [start of scrape 0, end of scrape 1]
+
+and the check is made against that bracket: the gap is how far the counter lies outside [lo, hi], relative to the
+counter (0 inside it). What is left beyond the bracket is tokens in flight between engine and client
+(milliseconds). Other clients of the same vLLM make the counter larger than the client count: a gap above 5 %
+means the counter figure is not the probe's alone, and the probe exits non-zero. A server without continuous usage stats falls back to
 one token per content chunk corrected by the final usage (marked "client_count_method": "chunks").
 
 Client settings: timeout BENCH_CLIENT_TIMEOUT_S (7200 s) on every phase and no retries at any layer (a retry
@@ -112,6 +118,18 @@ def relative_gap(client: float, counter: float) -> float | None:
     return (client - counter) / counter if counter else None
 
 
+def gap_outside(lo: float, hi: float, counter: float) -> float | None:
+    """How far the counter lies outside the client's bracket [lo, hi], relative to the counter, signed like
+    relative_gap (positive: the client saw more); 0 inside the bracket, None when the counter moved by nothing."""
+    if not counter:
+        return None
+    if counter < lo:
+        return relative_gap(lo, counter)
+    if counter > hi:
+        return relative_gap(hi, counter)
+    return 0.0
+
+
 def aggregate_roofline(single_stream_tokens_per_s: float | None, streams: int) -> float | None:
     """The aggregate decode roofline at N streams from the planner's single-stream one.
 
@@ -148,7 +166,8 @@ def window_result(streams: int, s0: Scrape, s1: Scrape, logs: Sequence[RequestLo
     dt = s1.t - s0.t
     counter = metrics.generation_tokens(s0.snapshot, s1.snapshot)
     client = tokens_in_window(logs, s0.t, s1.t)
-    gap = relative_gap(client, counter)
+    bracket = (tokens_in_window(logs, s0.t_end, s1.t_start), tokens_in_window(logs, s0.t_start, s1.t_end))
+    gap = gap_outside(*bracket, counter)
     spec = metrics.spec_decode(s0.snapshot, s1.snapshot)
     counter_rate = counter / dt if dt > 0 else 0.0
     bound = aggregate_roofline(roofline_single, streams)
@@ -165,7 +184,9 @@ def window_result(streams: int, s0: Scrape, s1: Scrape, logs: Sequence[RequestLo
         "counter_tokens_per_s": counter_rate,
         "client_tokens_per_s": client / dt if dt > 0 else 0.0,
         "per_stream_tokens_per_s": counter_rate / streams,
-        "client_vs_counter": gap,
+        "client_tokens_bracket": list(bracket),  # the client count over the scrapes' earliest/latest instants
+        "client_vs_counter": relative_gap(client, counter),  # midpoint count, for information
+        "counter_outside_bracket": gap,  # what the agreement check uses (module docstring)
         "agree": gap is not None and abs(gap) <= AGREEMENT_TOLERANCE,
         "client_count_method": "usage" if methods == {"usage"} else ("chunks" if methods else None),
         "roofline_tokens_per_s": bound,
@@ -218,9 +239,11 @@ def check_record(record: dict) -> list[str]:
         problems.append(f"the server runs commit {sha}, the lock file says {record['revision']}")
     for run in record.get("runs", []):
         if not run.get("agree"):
-            gap = run.get("client_vs_counter")
-            problems.append(f"{run['streams']} streams: client and counter tokens disagree "
-                            f"({'no counter movement' if gap is None else f'{100 * gap:+.1f} %'})")
+            gap = run.get("counter_outside_bracket")
+            lo, hi = run.get("client_tokens_bracket") or (None, None)
+            why = "no counter movement" if gap is None else \
+                f"{100 * gap:+.1f} % outside the client's {lo}-{hi} tokens, counter {run.get('counter_tokens'):g}"
+            problems.append(f"{run['streams']} streams: client and counter tokens disagree ({why})")
     for p in record.get("prefill", []):
         if p.get("error"):
             problems.append(f"prefill {p['target_tokens']}: {p['error']}")

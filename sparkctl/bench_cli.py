@@ -11,7 +11,8 @@ bench JSON record (schema "sparkctl.bench/1"):
   usable_memory_gib, memory_bandwidth_gbps}, endpoint, max_model_len, served_model_root (vLLM's model path),
   served_sha (the commit in that path; checked against revision), roofline_single_stream_tokens_per_s,
   runs [{streams, window_s (measured), counter_tokens, client_tokens, counter_tokens_per_s,
-         client_tokens_per_s, per_stream_tokens_per_s, client_vs_counter, agree, client_count_method,
+         client_tokens_per_s, per_stream_tokens_per_s, client_tokens_bracket [lo, hi], client_vs_counter
+         (midpoint), counter_outside_bracket, agree, client_count_method,
          roofline_tokens_per_s, roofline_pct, spec_decode {drafts, draft_tokens, accepted_tokens,
          acceptance_rate, tokens_per_step, mean_draft_length, per_position_acceptance {"0": ..}} | null,
          requests_started, requests_finished, requests_errored, ttft_s_mean, scrape_s}],

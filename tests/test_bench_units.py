@@ -63,7 +63,8 @@ def test_window_result_from_recorded_scrapes():
     assert r["counter_tokens"] == 128 and r["client_tokens"] == 128
     assert r["counter_tokens_per_s"] == pytest.approx(12.8)
     assert r["per_stream_tokens_per_s"] == pytest.approx(6.4)
-    assert r["agree"] and r["client_vs_counter"] == 0
+    assert r["agree"] and r["client_vs_counter"] == 0 and r["counter_outside_bracket"] == 0
+    assert r["client_tokens_bracket"] == [128, 128]  # no chunk arrived while a scrape ran
     assert r["client_count_method"] == "usage"
     assert r["roofline_tokens_per_s"] == 64.0 and r["roofline_pct"] == pytest.approx(20.0)
     assert r["spec_decode"]["tokens_per_step"] == pytest.approx(1 + 94 / 34)
@@ -71,7 +72,23 @@ def test_window_result_from_recorded_scrapes():
     # a client that saw 10 % fewer tokens than the counter (another client on the server) disagrees
     short = bench.window_result(2, s0, s1, logs[:1] + [log_with([(13.0, 51)], t_sent=12.7)])
     assert not short["agree"] and short["client_vs_counter"] == pytest.approx((115 - 128) / 128)
+    assert short["counter_outside_bracket"] == pytest.approx((115 - 128) / 128)
     assert short["roofline_pct"] is None
+
+
+def test_agreement_allows_for_when_the_scrapes_read_the_counters():
+    # 100 tokens/s on one request from t=0 to t=20; two slow scrapes (0.6 s each), as on a loaded 2-core host
+    logs = [log_with([(i / 100, i) for i in range(1, 2001)], t_sent=0.0, t_done=20.0)]
+    slow0, slow1 = (10.0, 10.6), (15.0, 15.6)
+    before, after = snap("vllm-0.32-ngram-before.txt"), snap("vllm-0.32-ngram-after.txt")
+    r = bench.window_result(1, bench.Scrape(*slow0, before), bench.Scrape(*slow1, after), logs)
+    # the counter moved 128 tokens; the client's bracket over these scrapes is [15.0-10.6, 15.6-10.0] s
+    assert r["client_tokens_bracket"] == [440, 560] and r["client_tokens"] == 500
+    assert not r["agree"] and r["counter_outside_bracket"] == pytest.approx((440 - 128) / 128)
+    # read late in the first scrape and early in the second, a counter of 450 is consistent (midpoint gap +11 %)
+    assert bench.gap_outside(440, 560, 450) == 0 and bench.relative_gap(500, 450) > 0.1
+    assert bench.gap_outside(440, 560, 600) == pytest.approx((560 - 600) / 600)
+    assert bench.gap_outside(440, 560, 0) is None
 
 
 def test_prefill_result_freshness():
@@ -84,13 +101,14 @@ def test_prefill_result_freshness():
 
 
 def test_check_record_names_every_problem():
-    rec = {"runs": [{"streams": 1, "agree": True, "client_vs_counter": 0.01},
-                    {"streams": 2, "agree": False, "client_vs_counter": -0.2}],
+    rec = {"runs": [{"streams": 1, "agree": True, "counter_outside_bracket": 0.0},
+                    {"streams": 2, "agree": False, "counter_outside_bracket": -0.2, "counter_tokens": 1000,
+                     "client_tokens_bracket": [780, 800]}],
            "prefill": [{"target_tokens": 12288, "error": None, "fresh": False, "prefix_cache_hits_delta": 256},
                        {"target_tokens": 204800, "error": "does not fit max_model_len 4096"}]}
     problems = bench.check_record(rec)
     assert len(problems) == 3
-    assert "2 streams" in problems[0] and "-20.0 %" in problems[0]
+    assert "2 streams" in problems[0] and "-20.0 %" in problems[0] and "780-800" in problems[0]
     assert "prefix cache hit 256" in problems[1]
     assert "does not fit" in problems[2]
 
