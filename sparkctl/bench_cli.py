@@ -152,7 +152,7 @@ def resolve_target(args) -> Target:
             raise
     if host is not None:
         data = {**data, **host.data}
-    served = data.get("CODER_SERVED_NAME", "coder")
+    served = data["CODER_SERVED_NAME"]
     token, ca = "", None
     try:
         token = read_api_token(data)
@@ -163,7 +163,7 @@ def resolve_target(args) -> Target:
         base = args.base_url
         ca = args.ca
     else:
-        base = f"https://{_url_host(host.address)}:{data.get('PROXY_PORT', 443)}/{served}/v1"
+        base = f"https://{_url_host(host.address)}:{data['PROXY_PORT']}/{served}/v1"
         ca = args.ca or str(secrets_dir(data) / "pki" / "ca.pem")
         if not Path(ca).is_file():
             raise SettingError("--ca", ca, "a CA bundle (PEM) that signed the proxy's certificate",
@@ -171,7 +171,7 @@ def resolve_target(args) -> Target:
     if args.metrics_url:
         source = bench.MetricsSource.local(args.metrics_url)
     else:
-        source = bench.MetricsSource.ssh(host, int(data.get("CODER_PORT", 8000)))
+        source = bench.MetricsSource.ssh(host, int(data["CODER_PORT"]))
     if host is not None and not (args.base_url and args.host is None):
         box = bench.box_labels(host, data)
     else:  # development run against some other server: never label it as the inventory's box
@@ -223,16 +223,16 @@ def run_bench(args) -> int:
 
     t = resolve_target(args)
     d = t.data
-    prefill = [] if args.no_prefill else (args.prefill or [int(d.get("BENCH_PREFILL_TOKENS", 12288))])
-    ignore_eos = args.ignore_eos if args.ignore_eos is not None else bool(d.get("BENCH_IGNORE_EOS", False))
+    prefill = [] if args.no_prefill else (args.prefill or [int(d["BENCH_PREFILL_TOKENS"])])
+    ignore_eos = args.ignore_eos if args.ignore_eos is not None else bool(d["BENCH_IGNORE_EOS"])
     settings = bench.ProbeSettings(
         workload=workloads.load(args.workload or workloads.DEFAULT_WORKLOAD),
-        streams=args.streams or list(d.get("BENCH_STREAMS", bench.DEFAULT_STREAMS)),
-        window_s=args.window if args.window is not None else float(d.get("BENCH_WINDOW_S", 40)),
-        max_tokens=args.max_tokens or int(d.get("BENCH_MAX_TOKENS", 1024)),
+        streams=args.streams or list(d["BENCH_STREAMS"]),
+        window_s=args.window if args.window is not None else float(d["BENCH_WINDOW_S"]),
+        max_tokens=args.max_tokens or int(d["BENCH_MAX_TOKENS"]),
         prefill_tokens=prefill,
         ignore_eos=ignore_eos,
-        timeout_s=float(d.get("BENCH_CLIENT_TIMEOUT_S", 7200)),
+        timeout_s=float(d["BENCH_CLIENT_TIMEOUT_S"]),
     )
     roofline, why = bench.roofline_single_stream(d)
     console = _console()
@@ -284,7 +284,7 @@ def run_niah(args) -> int:
 
     record = niah.run(t.endpoint, t.labels, lengths=args.lengths or niah.DEFAULT_LENGTHS,
                       depths=args.depths or niah.DEFAULT_DEPTHS, trials=args.trials, max_tokens=args.max_tokens,
-                      timeout_s=float(t.data.get("BENCH_CLIENT_TIMEOUT_S", 7200)), seed=args.seed, on_cell=on_cell)
+                      timeout_s=float(t.data["BENCH_CLIENT_TIMEOUT_S"]), seed=args.seed, on_cell=on_cell)
     out = bench.write_record(record, args.out or _default_out("niah", t.labels))
     console.print(niah.grid_table(record))
     overall = record["scores"]["overall"]

@@ -15,9 +15,11 @@ def default_groups() -> list[str]:
 
 
 def load(groups: list[str] | None = None, root: Path = REPO_ROOT) -> dict:
-    """Merged data of the given groups; later groups win, as in pyinfra."""
+    """Merged data of the given groups; later groups win, as in pyinfra, where every host is in `all`: it is read
+    first even when not named, so every setting has its value and callers need no defaults of their own."""
     data: dict = {}
-    for group in groups or default_groups():
+    groups = list(groups or default_groups())
+    for group in (["all"] if "all" not in groups else []) + groups:
         path = root / "group_data" / f"{group}.py"
         if not path.exists():
             continue

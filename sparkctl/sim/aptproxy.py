@@ -16,7 +16,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import urlsplit
 
 from sparkctl.sim import config
-from sparkctl.sim.util import http_server_class
+from sparkctl.sim.util import http_server_class, serve
 
 HOP_BY_HOP = {"connection", "keep-alive", "proxy-authenticate", "proxy-authorization", "te", "trailers",
               "transfer-encoding", "upgrade", "proxy-connection"}
@@ -114,10 +114,8 @@ def main(argv=None) -> int:
     ap.add_argument("--port", type=int, default=config.APT_PROXY_PORT)
     a = ap.parse_args(argv)
     srv = make_server(a.host, a.port, upstream_proxy=os.environ.get("http_proxy") or os.environ.get("HTTP_PROXY"))
-    sys.stderr.write(f"apt proxy on http://{a.host}:{srv.server_address[1]}, allowed: "
-                     f"{', '.join(sorted(srv.allowed_hosts))}\n")
-    srv.serve_forever()
-    return 0
+    return serve(srv, f"apt proxy on http://{a.host}:{srv.server_address[1]}, allowed: "
+                      f"{', '.join(sorted(srv.allowed_hosts))}")
 
 
 if __name__ == "__main__":

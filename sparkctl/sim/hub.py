@@ -30,7 +30,7 @@ from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from urllib.parse import parse_qs, unquote, urlsplit
 
-from sparkctl.sim.util import http_server_class
+from sparkctl.sim.util import http_server_class, serve
 
 LFS_THRESHOLD = 1_000_000  # bytes; the Hub stores files this big in LFS
 CHUNK = 64 * 1024
@@ -326,10 +326,7 @@ def main(argv=None) -> int:
     ap.add_argument("--throttle-file", default=str(config.HUB_THROTTLE_FILE))
     a = ap.parse_args(argv)
     srv = make_server(a.root, a.host, a.port, a.token, a.lfs_threshold, Path(a.throttle_file))
-    sys.stderr.write(f"LISTENING http://{a.host}:{srv.server_address[1]} root={srv.root}\n")
-    sys.stderr.flush()
-    srv.serve_forever()
-    return 0
+    return serve(srv, f"LISTENING http://{a.host}:{srv.server_address[1]} root={srv.root}")
 
 
 if __name__ == "__main__":

@@ -29,7 +29,7 @@ from pathlib import Path
 
 from sparkctl.errors import SparkctlError
 from sparkctl.sim import config, standins
-from sparkctl.sim.util import http_server_class, run
+from sparkctl.sim.util import http_server_class, run, serve
 
 RECIPE_VERSION = "1"
 KEY_UID = "sparkctl simulated Spark - STAND-IN NVIDIA CUDA repository <sim@sparkctl.invalid>"
@@ -227,10 +227,7 @@ def main(argv=None) -> int:
         print(build(force=True))
         return 0
     srv = make_server(config.NVIDIA_REPO_DIR, a.host, a.port)
-    sys.stderr.write(f"stand-in NVIDIA repository on {repo_url()} from {config.NVIDIA_REPO_DIR}\n")
-    sys.stderr.flush()
-    srv.serve_forever()
-    return 0
+    return serve(srv, f"stand-in NVIDIA repository on {repo_url()} from {config.NVIDIA_REPO_DIR}")
 
 
 if __name__ == "__main__":

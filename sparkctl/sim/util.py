@@ -124,6 +124,14 @@ def http_server_class():
     return Server
 
 
+def serve(srv, banner: str) -> int:
+    """Run a stand-in daemon's server until killed, after one line on stderr (its log) saying what it serves."""
+    sys.stderr.write(banner + "\n")
+    sys.stderr.flush()
+    srv.serve_forever()
+    return 0
+
+
 @contextmanager
 def state_lock():
     """Serialize `up` and `down` of this checkout (two at once would race on the bridge, netns and overlays)."""
