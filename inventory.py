@@ -6,7 +6,7 @@ Without GX10_HOSTS: the simulated Spark(s) booted by `python -m sparkctl sim up`
 group data holds every difference from a real box).
 """
 
-from sparkctl.hosts import real_hosts, sim_hosts, with_models
+from sparkctl.config.hosts import real_hosts, sim_hosts, with_models
 
 _real = with_models(real_hosts())
 _sim = [] if _real else with_models(sim_hosts())

@@ -84,7 +84,7 @@ HF_ENDPOINT = "https://huggingface.co"  # Hub (or mirror) the box downloads from
 HF_DOWNLOAD_WORKERS = 8  # parallel file downloads per checkpoint
 MODEL_LOCK_FILE = "models.lock.json"  # committed lock: catalog revision -> commit sha + file listing
 DISK_HEADROOM_GIB = 20  # free space that must remain under MODEL_STORE after pending downloads, GiB
-CATALOG_OVERRIDES = {}  # per-model field overrides of sparkctl/catalog.py (model key -> {field: value})
+CATALOG_OVERRIDES = {}  # per-model field overrides of sparkctl/config/catalog.py (model key -> {field: value})
 
 # --- TLS proxy (nginx) -----------------------------------------------------------------------------------------
 PROXY_PORT = 443  # the one public port: TLS, bearer token, one path prefix per served model

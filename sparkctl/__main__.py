@@ -15,10 +15,9 @@ from sparkctl.errors import SparkctlError
 # module -> what it adds; imported lazily so one broken command never takes the others down
 COMMAND_MODULES = [
     "sparkctl.sim.cli",  # sim up|down|status|ssh|exec|reboot
-    "sparkctl.lock",  # lock refresh|show
-    "sparkctl.plan_cli",  # plan
-    "sparkctl.bench_cli",  # bench, bench compare, niah
-    "sparkctl.evals_cli",  # evals compare
+    "sparkctl.config.cli",  # lock refresh|show
+    "sparkctl.capacity.cli",  # plan
+    "sparkctl.measure.cli",  # bench, bench compare, niah, evals compare
 ]
 
 

@@ -12,7 +12,7 @@ from io import StringIO
 from pyinfra.api import deploy
 from pyinfra.operations import files
 
-from sparkctl.settings import Settings
+from sparkctl.config.settings import Settings
 from tasks.link import SYNC_KEY, SYNC_KNOWN_HOSTS
 from tasks.ops import fetch_checkpoint, sync_checkpoint
 

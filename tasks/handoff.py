@@ -8,8 +8,9 @@ import json
 from pyinfra import host, inventory, logger
 from pyinfra.api import deploy, operation
 
-from sparkctl import REPO_ROOT, gateway
-from sparkctl.settings import Settings
+from sparkctl import REPO_ROOT
+from sparkctl.config.settings import Settings
+from sparkctl.render import gateway
 from tasks.proxy import box_address, tls_material
 
 

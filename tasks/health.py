@@ -13,9 +13,9 @@ import httpx
 from pyinfra import host, logger
 from pyinfra.api import deploy, operation
 
-from sparkctl import health_report
-from sparkctl.catalog import CODER
-from sparkctl.settings import Settings
+from sparkctl.config.catalog import CODER
+from sparkctl.config.settings import Settings
+from sparkctl.render import health_table
 from tasks.facts import JournalText, ListenerReady, LoadSeconds, UnitProperties
 from tasks.ops import fail
 from tasks.proxy import box_address, tls_material
@@ -66,7 +66,7 @@ def health_gate(settings: Settings, service_list: list):
         for svc in service_list:
             if svc.headless:
                 props = host.get_fact(UnitProperties, unit=svc.unit)
-                rows.append(health_report.Row(svc, props.get("ActiveState", "?"), None, None))
+                rows.append(health_table.Row(svc, props.get("ActiveState", "?"), None, None))
                 continue
             while True:
                 ids = host.get_fact(ListenerReady, port=svc.port, served=svc.served_name)
@@ -79,11 +79,11 @@ def health_gate(settings: Settings, service_list: list):
             problem = problem or probe_through_proxy(client, base, svc, settings.api_token)
             kv_text = host.get_fact(JournalText, unit=svc.unit, lines=4, grep=KV_LINES)
             load_s = host.get_fact(LoadSeconds, unit=svc.unit)
-            rows.append(health_report.Row(svc, "healthy" if not problem else f"FAILED: {problem}", kv_text, load_s))
+            rows.append(health_table.Row(svc, "healthy" if not problem else f"FAILED: {problem}", kv_text, load_s))
             if problem:
                 journal = host.get_fact(JournalText, unit=svc.unit, lines=d["HEALTH_JOURNAL_LINES"])
                 failures.append(f"{svc.unit} ({svc.model.key}): {problem}\n--- last journal lines ---\n{journal}")
-    table, warnings = health_report.render(rows, settings, base)
+    table, warnings = health_table.render(rows, settings, base)
     logger.info(f"{host.name}: health through {base}\n{table}")
     for w in warnings:
         logger.warning(f"{host.name}: WARNING: {w}")

@@ -9,10 +9,10 @@ from pyinfra import host
 from pyinfra.api import deploy
 from pyinfra.operations import files, server, systemd
 
-from sparkctl import pki
-from sparkctl import services as svcs
-from sparkctl.secrets import secrets_dir
-from sparkctl.settings import Settings
+from sparkctl.config import pki
+from sparkctl.config.secrets import secrets_dir
+from sparkctl.config.settings import Settings
+from sparkctl.render import units as svcs
 from tasks.ops import pip_dist
 from tasks.vllm import pip_args
 

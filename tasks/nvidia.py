@@ -7,7 +7,7 @@ from pyinfra.api import deploy
 from pyinfra.facts.files import File
 from pyinfra.operations import apt
 
-from sparkctl.settings import Settings
+from sparkctl.config.settings import Settings
 from tasks.ops import require_driver
 from tasks.preflight import Refused
 

@@ -5,15 +5,12 @@ That makes steps that are shell commands underneath idempotent: a converged box 
 
 from __future__ import annotations
 
-
 from pyinfra import host, logger
 from pyinfra.api import FunctionCommand, StringCommand, operation
 from pyinfra.api.command import QuoteString
 from pyinfra.facts.files import File
 
 from tasks.facts import DistVersion, GpuInfo, RolloutStatus
-
-
 
 
 def _fail(state, host, message: str) -> bool:

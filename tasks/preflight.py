@@ -2,15 +2,15 @@
 
 from __future__ import annotations
 
-
 from pyinfra import host, inventory, logger
 from pyinfra.api import deploy
 from pyinfra.api.exceptions import PyinfraError
 from pyinfra.facts.files import File
 from pyinfra.facts.server import Arch, OsRelease
 
+from sparkctl.check import validate_host
+from sparkctl.config.settings import Settings
 from sparkctl.errors import SparkctlError
-from sparkctl.settings import Settings, validate
 from tasks.facts import DiskAvailable, GpuInfo
 
 GIB = 2**30
@@ -24,7 +24,7 @@ def settings_for_host() -> Settings:
     """Validate this host's merged data; bad input stops the deploy here, before any command runs."""
     try:
         hosts = [h.name for h in inventory.get_group("gx10")]
-        settings = validate(host.data.dict(), host.name, hosts=hosts)
+        settings = validate_host(host.data.dict(), host.name, hosts=hosts)
     except SparkctlError as exc:
         raise Refused(f"{host.name}: {exc}") from None
     for w in settings.warnings:

@@ -10,10 +10,11 @@ from pyinfra.api import deploy
 from pyinfra.operations import files, server, systemd
 from pyinfra.operations.util import any_changed
 
-from sparkctl import REPO_ROOT, pki
-from sparkctl import services as svcs
-from sparkctl.secrets import secrets_dir
-from sparkctl.settings import Settings
+from sparkctl import REPO_ROOT
+from sparkctl.config import pki
+from sparkctl.config.secrets import secrets_dir
+from sparkctl.config.settings import Settings
+from sparkctl.render import units as svcs
 
 NGINX_DIR = "/etc/nginx"  # Debian/Ubuntu layout: sites-available/, sites-enabled/
 TLS_DIR = f"{NGINX_DIR}/sparkctl-tls"

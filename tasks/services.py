@@ -13,9 +13,9 @@ from pyinfra.api import deploy
 from pyinfra.operations import files, systemd
 from pyinfra.operations.util import any_changed
 
-from sparkctl import services as svcs
-from sparkctl.catalog import CODER
-from sparkctl.settings import Settings
+from sparkctl.config.catalog import CODER
+from sparkctl.config.settings import Settings
+from sparkctl.render import units as svcs
 from tasks.ops import rollout
 
 

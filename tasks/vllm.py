@@ -8,7 +8,7 @@ from pyinfra.api import deploy
 from pyinfra.operations import apt, files, pip, server
 
 from sparkctl import REPO_ROOT
-from sparkctl.settings import Settings
+from sparkctl.config.settings import Settings
 from tasks.ops import metadata_alias, pip_dist
 
 REMOTE_SCRIPTS = ("rollout.py", "fetch_checkpoint.py", "check_vllm_args.py")
@@ -46,7 +46,7 @@ def vllm(settings: Settings) -> None:
     files.directory(name=f"Create {d['ENV_DIR']} (root-only)", path=d["ENV_DIR"], user="root", group="root",
                     mode="0700")
     for script in REMOTE_SCRIPTS:
-        files.put(name=f"Upload {script}", src=str(REPO_ROOT / "sparkctl" / "remote" / script),
+        files.put(name=f"Upload {script}", src=str(REPO_ROOT / "sparkctl" / "box" / script),
                   dest=f"{home}/bin/{script}", user="root", group="root", mode="0755")
     files.put(name="Write pip constraints", src=StringIO("".join(f"{c}\n" for c in d["VLLM_PIP_CONSTRAINTS"])),
               dest=f"{home}/constraints.txt", user="root", group="root", mode="0644")

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from sparkctl import REPO_ROOT, groupdata
+from sparkctl import REPO_ROOT
+from sparkctl.config import groupdata
 
 FAKE_LOCK = str(REPO_ROOT / "tests" / "fixtures" / "fake.lock.json")
 

@@ -8,8 +8,8 @@ import os
 
 import pytest
 
+from sparkctl.check import validate_host as validate
 from sparkctl.errors import SparkctlError
-from sparkctl.settings import validate
 from tasks.preflight import check_facts
 
 GIB = 2**30

@@ -10,14 +10,14 @@ from pathlib import Path
 import httpx
 import pytest
 
-from sparkctl import bench, metrics
-from sparkctl.workloads import haystack, load
+from sparkctl.measure import bench, prometheus
+from sparkctl.measure.workloads import haystack, load
 
 FIX = Path(__file__).resolve().parent / "fixtures" / "bench"
 
 
-def snap(name: str) -> metrics.Snapshot:
-    return metrics.parse((FIX / name).read_text())
+def snap(name: str) -> prometheus.Snapshot:
+    return prometheus.parse((FIX / name).read_text())
 
 
 def log_with(points, t_sent=0.0, t_done=None) -> bench.RequestLog:
@@ -304,7 +304,7 @@ class FakeMetrics(bench.MetricsSource):
     async def __call__(self) -> bench.Scrape:
         import time
         t = time.perf_counter()
-        return bench.Scrape(t, t, metrics.parse(self.fake.metrics_text()))
+        return bench.Scrape(t, t, prometheus.parse(self.fake.metrics_text()))
 
 
 @pytest.fixture
@@ -450,7 +450,7 @@ def test_haystack_is_deterministic_and_digit_free():
 
 
 def test_model_labels_read_the_lock(tmp_path):
-    from sparkctl import groupdata
+    from sparkctl.config import groupdata
     data = groupdata.load(["all", "gx10"])
     lock = tmp_path / "lock.json"
     lock.write_text(json.dumps({"checkpoints": {"unsloth/Qwen3.8-27B-NVFP4": {"revision": "main", "sha": "1" * 40}}}))
@@ -466,9 +466,9 @@ def test_model_labels_read_the_lock(tmp_path):
 
 
 def test_roofline_from_planner_or_omitted():
-    from sparkctl import groupdata
+    from sparkctl.config import groupdata
     value, source = bench.roofline_single_stream(groupdata.load(["all", "gx10"]))
     if value is None:  # planner missing or failing: the probe runs without the roofline column
         assert source
     else:
-        assert value > 0 and source == "sparkctl.planner"
+        assert value > 0 and source == "sparkctl.capacity.planner"

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from sparkctl import evals
 from sparkctl.__main__ import main
+from sparkctl.measure import evals
 
 FIX = Path(__file__).resolve().parent / "fixtures" / "bench"
 A = FIX / "evals-a_eval_results.json"  # BigCodeBench's own format

@@ -1,4 +1,4 @@
-"""The box-side download (sparkctl/remote/fetch_checkpoint.py) with the real huggingface_hub against the stand-in
+"""The box-side download (sparkctl/box/fetch_checkpoint.py) with the real huggingface_hub against the stand-in
 hub: it downloads a locked commit, verifies it, marks it; a rerun downloads nothing; a checkpoint that does not
 match the lock's listing is refused and never marked."""
 
@@ -13,11 +13,11 @@ import pytest
 
 from sparkctl import REPO_ROOT
 
-SCRIPT = REPO_ROOT / "sparkctl" / "remote" / "fetch_checkpoint.py"
+SCRIPT = REPO_ROOT / "sparkctl" / "box" / "fetch_checkpoint.py"
 LISTING = """
 import json, sys
 from huggingface_hub import HfApi
-from sparkctl.lock import _listing
+from sparkctl.config.lock import _listing
 info = HfApi().model_info(sys.argv[1], revision="main", files_metadata=True)
 print(json.dumps({"repo": sys.argv[1], "revision": "main", "sha": info.sha, "files": _listing(info, ["*"])}))
 """

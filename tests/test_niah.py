@@ -9,8 +9,8 @@ import re
 import httpx
 import pytest
 
-from sparkctl import bench, niah
-from sparkctl.workloads import haystack
+from sparkctl.measure import bench, niah
+from sparkctl.measure.workloads import haystack
 
 
 def test_needle_is_reproducible_and_differs_across_cells():

@@ -7,8 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from sparkctl import catalog, groupdata, planner
 from sparkctl.__main__ import main
+from sparkctl.capacity import planner
+from sparkctl.config import catalog, groupdata
 from sparkctl.errors import SettingError, SparkctlError
 
 FIXTURES = Path(__file__).parent / "fixtures" / "planner"

@@ -13,10 +13,11 @@ from pathlib import Path
 import jinja2
 import pytest
 
-from sparkctl import catalog, groupdata, pki, services
+from sparkctl.box.check_vllm_args import unescape_env_value
+from sparkctl.check import validate_host as validate
+from sparkctl.config import catalog, groupdata, pki
 from sparkctl.errors import SettingError
-from sparkctl.remote.check_vllm_args import unescape_env_value
-from sparkctl.settings import validate
+from sparkctl.render import units
 from tests.conftest import FAKE_LOCK
 
 GIB = 2**30
@@ -48,18 +49,18 @@ def test_every_catalog_entry_renders(groups, token_file, tmp_path):
     for key in coders:
         s = settings_for(data, key)
         for svc in s.services:
-            env = env_values(services.render_env(svc, data))
+            env = env_values(units.render_env(svc, data))
             args = shlex.split(env["VLLM_ARGS"])  # the systemd word split, as $VLLM_ARGS in ExecStart
-            assert args == services.vllm_args(svc, data)  # the env file gives vLLM exactly these words
-            assert args[0] == services.snapshot_path(data["MODEL_STORE"], svc.checkpoint)
+            assert args == units.vllm_args(svc, data)  # the env file gives vLLM exactly these words
+            assert args[0] == units.snapshot_path(data["MODEL_STORE"], svc.checkpoint)
             assert args[args.index("--served-model-name") + 1] == svc.served_name
             assert args[args.index("--host") + 1] == "127.0.0.1"
             assert int(args[args.index("--kv-cache-memory-bytes") + 1]) == svc.kv_cache_bytes
-            assert "ExecStart=" in services.render_unit(svc, data)
+            assert "ExecStart=" in units.render_unit(svc, data)
 
 
 def test_qwen_and_laguna_arguments(gx10_data):
-    q = services.vllm_args(settings_for(gx10_data, "qwen3.8-27b").coder, gx10_data)
+    q = units.vllm_args(settings_for(gx10_data, "qwen3.8-27b").coder, gx10_data)
     assert json.loads(q[q.index("--speculative-config") + 1]) == {"method": "mtp", "num_speculative_tokens": 3}
     assert q[q.index("--max-model-len") + 1] == "262144"
     assert q[q.index("--kv-cache-memory-bytes") + 1] == str(36 * GIB) == "38654705664"
@@ -67,13 +68,13 @@ def test_qwen_and_laguna_arguments(gx10_data):
     assert json.loads(q[q.index("--limit-mm-per-prompt") + 1])["image"] > 0  # images on
     assert q[q.index("--reasoning-parser") + 1] == "qwen3"
     s = settings_for(gx10_data, "laguna-s-2.1")
-    lg = services.vllm_args(s.coder, gx10_data)
+    lg = units.vllm_args(s.coder, gx10_data)
     spec = json.loads(lg[lg.index("--speculative-config") + 1])
     assert spec["method"] == "dflash" and spec["num_speculative_tokens"] == 7
-    assert spec["model"] == services.snapshot_path(gx10_data["MODEL_STORE"], s.coder.draft)
+    assert spec["model"] == units.snapshot_path(gx10_data["MODEL_STORE"], s.coder.draft)
     assert lg[lg.index("--tool-call-parser") + 1] == "poolside_v1"
     for e in s.embedders:
-        a = services.vllm_args(e, gx10_data)
+        a = units.vllm_args(e, gx10_data)
         assert a[a.index("--runner") + 1] == "pooling"
 
 
@@ -81,8 +82,8 @@ def test_flip_changes_only_the_coder_env_file(gx10_data):
     qwen, laguna = settings_for(gx10_data, "qwen3.8-27b"), settings_for(gx10_data, "laguna-s-2.1")
     for a, b in zip(qwen.services, laguna.services):
         assert a.unit == b.unit and a.served_name == b.served_name  # same URL, same served name
-        assert services.render_unit(a, gx10_data) == services.render_unit(b, gx10_data)
-        same_env = services.render_env(a, gx10_data) == services.render_env(b, gx10_data)
+        assert units.render_unit(a, gx10_data) == units.render_unit(b, gx10_data)
+        same_env = units.render_env(a, gx10_data) == units.render_env(b, gx10_data)
         assert same_env == (a.role != catalog.CODER), a.unit
     # both coders' checkpoints stay on the box whichever is selected: flipping back downloads nothing
     assert {c.repo for c in qwen.checkpoints} == {c.repo for c in laguna.checkpoints}
@@ -97,7 +98,7 @@ def test_unknown_coding_model_names_the_valid_ones(gx10_data):
 
 def test_templates_are_strict_about_missing_variables():
     with pytest.raises(jinja2.UndefinedError):
-        services.render_template("vllm.service.j2", svc=None, d={}, env_path="x", vllm_bin="y")
+        units.render_template("vllm.service.j2", svc=None, d={}, env_path="x", vllm_bin="y")
 
 
 # --- the real validators ------------------------------------------------------------------------------------
@@ -132,14 +133,14 @@ def test_units_pass_systemd_analyze_verify_and_security(groups, token_file, tmp_
     data = groupdata.load(groups)
     data.update(MODEL_LOCK_FILE=FAKE_LOCK, SECRETS_DIR=str(tmp_path))
     s = settings_for(data)
-    units = {svc.unit: services.render_unit(svc, data) for svc in s.services}
-    units["ssh.service"] = "[Service]\nExecStart=/usr/sbin/sshd -D\n"
+    rendered = {svc.unit: units.render_unit(svc, data) for svc in s.services}
+    rendered["ssh.service"] = "[Service]\nExecStart=/usr/sbin/sshd -D\n"
     (tmp_path / "dropin").mkdir()
-    root = systemd_root(tmp_path, units, [f"{data['SPARKCTL_HOME']}/venv/bin/vllm", "/usr/sbin/sshd"])
+    root = systemd_root(tmp_path, rendered, [f"{data['SPARKCTL_HOME']}/venv/bin/vllm", "/usr/sbin/sshd"])
     dropin = root / "etc/systemd/system/ssh.service.d"
     dropin.mkdir()
-    (dropin / "sparkctl-memory.conf").write_text(services.render_template("sshd-memory.conf.j2", d=data))
-    for unit in [*units]:
+    (dropin / "sparkctl-memory.conf").write_text(units.render_template("sshd-memory.conf.j2", d=data))
+    for unit in [*rendered]:
         rc, out = verify(root, unit)
         assert (rc, out) == (0, ""), f"{unit}: {out}"  # warnings (unknown keys...) count as failures
     for svc in s.services:
@@ -173,8 +174,8 @@ def nginx_check(tmp_path: Path, site: str) -> subprocess.CompletedProcess:
 def render_proxy_site(data: dict, s, tmp_path: Path) -> str:
     cert, key, _ca = pki.ensure_server_cert(tmp_path / "pki", "test-box", ["10.0.0.5", "gx10.test"])
     token = tmp_path / "token.conf"
-    token.write_text(services.render_template("nginx-token.conf.j2", token=TOKEN))
-    return services.render_template("nginx-sparkctl.conf.j2", d=data, services=s.services, token_file=str(token),
+    token.write_text(units.render_template("nginx-token.conf.j2", token=TOKEN))
+    return units.render_template("nginx-sparkctl.conf.j2", d=data, services=s.services, token_file=str(token),
                                     cert_path=str(cert), key_path=str(key))
 
 

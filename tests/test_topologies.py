@@ -11,10 +11,12 @@ import sys
 
 import pytest
 
-from sparkctl import REPO_ROOT, gateway, services, topology
+from sparkctl import REPO_ROOT
+from sparkctl.box.check_vllm_args import unescape_env_value
+from sparkctl.check import validate_host as validate
+from sparkctl.config import topology
 from sparkctl.errors import SettingError
-from sparkctl.remote.check_vllm_args import unescape_env_value
-from sparkctl.settings import validate
+from sparkctl.render import gateway, units
 
 PAIR = ["spark-1", "spark-2"]
 
@@ -95,7 +97,7 @@ def settings_pair(gx10_data, topo: str, backend: str = "native"):
 
 def env_of(s, svc):
     return {k: unescape_env_value(v) for k, v in (line.split("=", 1) for line in
-            services.render_env(svc, s.data).splitlines() if line and not line.startswith("#"))}
+            units.render_env(svc, s.data).splitlines() if line and not line.startswith("#"))}
 
 
 def args_of(s, svc):

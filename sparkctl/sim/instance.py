@@ -14,7 +14,17 @@ from pathlib import Path
 
 from sparkctl.errors import SparkctlError
 from sparkctl.sim import config, net, standins
-from sparkctl.sim.util import children, cmdline, kill, pid_alive, python, python_env, read_pid, run, wait_gone
+from sparkctl.sim.util import (
+    children,
+    cmdline,
+    kill,
+    pid_alive,
+    python,
+    python_env,
+    read_pid,
+    run,
+    wait_gone,
+)
 
 CONTAINER_PATH = "PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 

@@ -73,7 +73,14 @@ def _json(obj) -> bytes:
 # --- tokenizers ---------------------------------------------------------------------------------------------
 def bpe_tokenizer() -> bytes:
     """Byte-level BPE (Qwen/Llama-3 style), vocab VOCAB, with the ChatML special tokens."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
+    from tokenizers import (
+        Tokenizer,
+        decoders,
+        models,
+        pre_tokenizers,
+        processors,
+        trainers,
+    )
 
     tok = Tokenizer(models.BPE())
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
@@ -92,7 +99,14 @@ def wordpiece_tokenizer() -> tuple[bytes, bytes]:
     specials, every character (alone and as a ##continuation), then the corpus's words by frequency."""
     from collections import Counter
 
-    from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors
+    from tokenizers import (
+        Tokenizer,
+        decoders,
+        models,
+        normalizers,
+        pre_tokenizers,
+        processors,
+    )
 
     special = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
     norm, pre = normalizers.BertNormalizer(lowercase=True), pre_tokenizers.BertPreTokenizer()

@@ -17,7 +17,8 @@ from pathlib import Path
 import httpx
 import pytest
 
-from sparkctl import REPO_ROOT, groupdata, hosts, secrets
+from sparkctl import REPO_ROOT
+from sparkctl.config import groupdata, hosts, secrets
 
 BIN = Path(sys.executable).parent
 TIMINGS: list[tuple[str, float]] = []

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from sparkctl import bench, niah, workloads
 from sparkctl.__main__ import main
+from sparkctl.measure import bench, niah, workloads
 
 pytestmark = pytest.mark.e2e
 

@@ -14,8 +14,9 @@ import time
 
 import httpx
 
-from sparkctl import REPO_ROOT, catalog, groupdata
-from sparkctl.lock import refresh_lock
+from sparkctl import REPO_ROOT
+from sparkctl.config import catalog, groupdata
+from sparkctl.config.lock import refresh_lock
 from tests.e2e.conftest import pyinfra, record, sim_exec
 
 HOST = "spark-1"

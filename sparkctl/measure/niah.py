@@ -24,9 +24,9 @@ from dataclasses import dataclass
 
 import httpx
 
-from sparkctl.workloads import haystack
+from sparkctl.measure.workloads import haystack
 
-SCHEMA = "sparkctl.niah/1"
+SCHEMA = "sparkctl.measure.niah/1"
 K = 1024
 DEFAULT_LENGTHS = (32 * K, 95 * K, 157 * K, 220 * K)  # prompt tokens: "32K, 95K, 157K, 220K"
 DEFAULT_DEPTHS = (10.0, 50.0, 90.0)  # needle position, % of the haystack
@@ -151,7 +151,7 @@ def grid_table(record: dict):
 
 async def run_cell(client: httpx.AsyncClient, ep, length: int, depth: float, trial: int, max_tokens: int,
                    max_model_len: int | None, seed: int = 0) -> dict:
-    from sparkctl import bench
+    from sparkctl.measure import bench
 
     needle = make_needle(length, depth, trial, seed)
     cell = {"length": length, "depth": depth, "trial": trial, "needle_key": needle.key,
@@ -192,7 +192,7 @@ async def run_niah(ep, labels: dict, lengths: Sequence[int] = DEFAULT_LENGTHS,
                    max_tokens: int = DEFAULT_MAX_TOKENS, timeout_s: float = 7200.0, seed: int = 0,
                    on_cell=None) -> dict:
     """Every cell in turn (one request at a time); returns the JSON record."""
-    from sparkctl import bench
+    from sparkctl.measure import bench
 
     date = _dt.datetime.now(_dt.timezone.utc).replace(microsecond=0).isoformat().replace("+00:00", "Z")
     cells = []

@@ -59,11 +59,12 @@ from typing import Any
 
 import httpx
 
-from sparkctl import REPO_ROOT, metrics
+from sparkctl import REPO_ROOT
 from sparkctl.errors import SparkctlError
-from sparkctl.workloads import Workload, haystack
+from sparkctl.measure import prometheus
+from sparkctl.measure.workloads import Workload, haystack
 
-SCHEMA = "sparkctl.bench/1"
+SCHEMA = "sparkctl.measure.bench/1"
 AGREEMENT_TOLERANCE = 0.05  # counter vs client tokens: relative gap above which the probe fails
 DEFAULT_STREAMS = (1, 2, 4, 8)
 PREFILL_SUFFIX = "\n\nSummarize the text above in one sentence."
@@ -148,7 +149,7 @@ class Scrape:
 
     t_start: float
     t_end: float
-    snapshot: metrics.Snapshot
+    snapshot: prometheus.Snapshot
 
     @property
     def t(self) -> float:
@@ -164,11 +165,11 @@ def window_result(streams: int, s0: Scrape, s1: Scrape, logs: Sequence[RequestLo
                   roofline_single: float | None = None) -> dict:
     """Everything one decode window yields, from the two scrapes and the client's request logs."""
     dt = s1.t - s0.t
-    counter = metrics.generation_tokens(s0.snapshot, s1.snapshot)
+    counter = prometheus.generation_tokens(s0.snapshot, s1.snapshot)
     client = tokens_in_window(logs, s0.t, s1.t)
     bracket = (tokens_in_window(logs, s0.t_end, s1.t_start), tokens_in_window(logs, s0.t_start, s1.t_end))
     gap = gap_outside(*bracket, counter)
-    spec = metrics.spec_decode(s0.snapshot, s1.snapshot)
+    spec = prometheus.spec_decode(s0.snapshot, s1.snapshot)
     counter_rate = counter / dt if dt > 0 else 0.0
     bound = aggregate_roofline(roofline_single, streams)
     in_window = [r for r in logs if r.t_sent <= s1.t and (r.t_done is None or r.t_done >= s0.t)]
@@ -201,8 +202,8 @@ def window_result(streams: int, s0: Scrape, s1: Scrape, logs: Sequence[RequestLo
 
 
 def prefill_result(target_tokens: int, prompt_tokens: int | None, ttft_s: float | None,
-                   before: metrics.Snapshot, after: metrics.Snapshot, token_count_source: str) -> dict:
-    d = metrics.prefill(before, after)
+                   before: prometheus.Snapshot, after: prometheus.Snapshot, token_count_source: str) -> dict:
+    d = prometheus.prefill(before, after)
     rate = prompt_tokens / ttft_s if prompt_tokens and ttft_s else None
     return {
         "target_tokens": target_tokens,
@@ -315,7 +316,7 @@ class MetricsSource:
         if proc.returncode != 0:
             raise BenchError(f"reading /metrics failed (exit {proc.returncode}): "
                              f"{err.decode(errors='replace').strip()[-400:]} [{' '.join(self.argv[-1:])}]")
-        return Scrape(t0, t1, metrics.parse(out.decode(errors="replace")))
+        return Scrape(t0, t1, prometheus.parse(out.decode(errors="replace")))
 
     async def close(self) -> None:
         if self._cleanup and self._started:
@@ -543,7 +544,7 @@ async def wait_idle(metrics_source: MetricsSource, timeout_s: float) -> Scrape:
     deadline = time.monotonic() + timeout_s
     while True:
         s = await metrics_source()
-        if metrics.requests_in_flight(s.snapshot) == 0:
+        if prometheus.requests_in_flight(s.snapshot) == 0:
             return s
         if time.monotonic() > deadline:
             raise BenchError(f"vLLM still has requests in flight after {timeout_s:.0f} s; another client is "
@@ -727,7 +728,7 @@ def _checkpoint_label(ckpt, lock: dict) -> dict:
 
 def model_labels(data: dict) -> dict:
     """{"model": {...}, "revision": <locked sha or None>} for the configured coding model."""
-    from sparkctl import catalog
+    from sparkctl.config import catalog
 
     key = data.get("CODING_MODEL", "")
     served = data.get("CODER_SERVED_NAME", "coder")
@@ -770,7 +771,8 @@ def _find_coder_plan(plan, key: str):
 def roofline_single_stream(data: dict) -> tuple[float | None, str]:
     """The planner's single-stream decode roofline of the coding model, or (None, why not)."""
     try:
-        from sparkctl import catalog, planner  # written separately; optional here
+        from sparkctl.capacity import planner  # written separately; optional here
+        from sparkctl.config import catalog
     except ImportError as exc:
         return None, f"planner unavailable ({exc})"
     key = data.get("CODING_MODEL", "")
@@ -780,7 +782,7 @@ def roofline_single_stream(data: dict) -> tuple[float | None, str]:
         value = getattr(p, "roofline_tokens_per_s", None) if p is not None else None
         if callable(value):
             value = value(1)
-        return (float(value), "sparkctl.planner") if value else (None, "planner gave no roofline")
+        return (float(value), "sparkctl.capacity.planner") if value else (None, "planner gave no roofline")
     except Exception as exc:  # the planner is optional: any failure only drops the roofline column
         return None, f"planner failed ({type(exc).__name__}: {exc})"
 
@@ -794,7 +796,7 @@ def load_record(path: str | Path) -> dict:
         rec = json.loads(Path(path).read_text())
     except (OSError, ValueError) as exc:
         raise BenchError(f"{path}: not a readable bench record ({exc})") from None
-    if not isinstance(rec, dict) or not str(rec.get("schema", "")).startswith("sparkctl.bench/"):
+    if not isinstance(rec, dict) or not str(rec.get("schema", "")).startswith("sparkctl.measure.bench/"):
         raise BenchError(f"{path}: not a sparkctl bench record (no schema {SCHEMA!r})")
     return rec
 

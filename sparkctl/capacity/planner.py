@@ -1,6 +1,6 @@
 """The capacity planner: what the weights leave free on a unified-memory box, and how many full-context requests
-the KV cache then holds at once. Pure logic: no pyinfra, no printing (`sparkctl.plan_cli` prints, the deploy's
-preflight calls `check_fits`, its health step compares with `sparkctl.vllm_report`).
+the KV cache then holds at once. Pure logic: no pyinfra, no printing (`sparkctl.capacity.cli` prints, the deploy's
+preflight calls `check_fits`, its health step compares with `sparkctl.capacity.vllm_reported`).
 
 Memory model (GiB = 2**30 bytes; one box)
 -----------------------------------------
@@ -104,7 +104,7 @@ import os
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from sparkctl.catalog import CODER, EMBEDDER, ModelSpec, lookup
+from sparkctl.config.catalog import CODER, EMBEDDER, ModelSpec, lookup
 from sparkctl.errors import SettingError, SparkctlError
 
 GIB = 2**30
@@ -675,7 +675,7 @@ def _annotate(plan: ModelPlan, spec: ModelSpec) -> ModelPlan:
         gap = abs(cap.tokens - plan.measured_engine_kv_tokens) / plan.measured_engine_kv_tokens
         if gap > MEASURED_TOLERANCE:
             problems.append(f"estimate {cap.tokens:,} KV tokens is {gap:.0%} from the measured "
-                            f"{plan.measured_engine_kv_tokens:,}: check the layer facts in sparkctl/catalog.py")
+                            f"{plan.measured_engine_kv_tokens:,}: check the layer facts in sparkctl/config/catalog.py")
     m = spec.memory
     if plan.layout is not None and plan.layout.source == "catalog" and m.linear_attention_layers and \
             not plan.layout.state_layers:

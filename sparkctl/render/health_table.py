@@ -11,7 +11,7 @@ from rich.table import Table
 
 @dataclass
 class Row:
-    service: object  # sparkctl.services.Service
+    service: object  # sparkctl.render.units.Service
     status: str  # "healthy" or "FAILED: ..."
     kv_log: str | None  # vLLM's own "GPU KV cache size" / "Maximum concurrency" journal lines
     load_s: float | None  # seconds from start to "Application startup complete"
@@ -21,11 +21,12 @@ def compare(settings, svc, kv_log: str | None):
     """vLLM's reported KV capacity beside the capacity plan (coder only; embedders are not planned per token)."""
     if svc.role != "coder":
         return None
-    from sparkctl import catalog, planner, vllm_report
+    from sparkctl.capacity import planner, vllm_reported
+    from sparkctl.config import catalog
 
     cat = catalog.resolve(settings.data.get("CATALOG_OVERRIDES"))
     plan = planner.check_fits(settings.data, cat, svc.model.key)
-    return vllm_report.compare_with_plan(plan, kv_log or None, None, settings.data["PLAN_MEASURED_TOLERANCE"])
+    return vllm_reported.compare_with_plan(plan, kv_log or None, None, settings.data["PLAN_MEASURED_TOLERANCE"])
 
 
 def render(rows: list[Row], settings, base_url: str) -> tuple[str, list[str]]:

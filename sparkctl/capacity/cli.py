@@ -4,7 +4,7 @@
     python -m sparkctl plan --groups all,gx10                 # a real GX10's group data, wherever this runs
     python -m sparkctl plan --kv 48                           # what-if: a 48 GiB KV budget
     python -m sparkctl plan --sparks 2 --topology split       # what-if: two Sparks, one coding model each
-    python -m sparkctl plan --json                            # the stable JSON (schema in sparkctl/planner.py)
+    python -m sparkctl plan --json                            # the stable JSON (schema in sparkctl/capacity/planner.py)
 
 Layer facts come from the checkpoint's config.json when given (--config MODEL=PATH) or found in a local Hugging
 Face cache, else from the catalog. Exit status 0 (a what-if that does not fit is a finding, shown as such);
@@ -16,8 +16,9 @@ from __future__ import annotations
 import argparse
 import json
 
-from sparkctl import catalog as catalog_mod
-from sparkctl import groupdata, planner
+from sparkctl.capacity import planner
+from sparkctl.config import catalog as catalog_mod
+from sparkctl.config import groupdata
 from sparkctl.errors import SettingError
 
 
@@ -168,5 +169,5 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="a checkpoint's config.json for that model's layer facts (repeatable)")
     p.add_argument("--no-local-config", action="store_true",
                    help="ignore config.json files in local Hugging Face caches; use the catalog's layer facts")
-    p.add_argument("--json", action="store_true", help="print the plan as JSON (schema in sparkctl/planner.py)")
+    p.add_argument("--json", action="store_true", help="print the plan as JSON (schema in sparkctl/capacity/planner.py)")
     p.set_defaults(func=run)

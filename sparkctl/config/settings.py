@@ -12,10 +12,11 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from sparkctl import REPO_ROOT, catalog, lock, topology
-from sparkctl.catalog import CODER, EMBEDDER
+from sparkctl import REPO_ROOT
+from sparkctl.config import catalog, lock, topology
+from sparkctl.config.catalog import CODER, EMBEDDER
+from sparkctl.config.service import GIB, Service
 from sparkctl.errors import SettingError
-from sparkctl.services import GIB, Service
 
 SERVED_NAME_RE = re.compile(r"^[a-z0-9][a-z0-9._-]{0,62}$")
 
@@ -136,19 +137,11 @@ def validate(data: dict, host_name: str = "", read_secrets: bool = True, hosts: 
             raise SettingError(f"EMBEDDERS[{i}] served name", spec.served_name, "a unique URL-safe name")
         embedders.append(svc(spec.served_name, EMBEDDER, spec, spec.served_name, data["EMBEDDER_PORTS"][i], kv))
 
-    _check_capacity(data, cat, coder_key)
-
     settings = Settings(data=data, host_name=host_name, coder=coder_svc, embedders=embedders,
                         checkpoints=list(locked.values()), role=role, warnings=warnings)
     if read_secrets:
-        from sparkctl import secrets
+        from sparkctl.config import secrets
         settings.api_token = secrets.read_api_token(data)
         settings.hf_token = secrets.read_hf_token(data)
     return settings
 
-
-def _check_capacity(data: dict, cat: dict, coder_key: str) -> None:
-    """Refuse a configuration whose memory does not add up (the capacity planner's arithmetic)."""
-    from sparkctl import planner
-
-    planner.check_fits(data, cat, coder_key)

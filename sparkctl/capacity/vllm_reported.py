@@ -116,7 +116,7 @@ def compare_planned_measured(planned_tokens: int | None, measured_tokens: int | 
     direction = "fewer" if gap < 0 else "more"
     return (f"KV cache: planned {planned_tokens:,} tokens, vLLM reports {measured_tokens:,} "
             f"({abs(gap):.0%} {direction}, beyond the {tolerance:.0%} tolerance of PLAN_MEASURED_TOLERANCE): "
-            f"the KV budget on the box or the memory facts in sparkctl/catalog.py do not match what runs")
+            f"the KV budget on the box or the memory facts in sparkctl/config/catalog.py do not match what runs")
 
 
 @dataclass(frozen=True)

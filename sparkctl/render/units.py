@@ -1,6 +1,6 @@
 """What runs on a box: the vLLM services a configuration implies, their `vllm serve` arguments and env files.
 
-Pure functions of the validated settings (sparkctl.settings.Settings); the pyinfra tasks only upload what these
+Pure functions of the validated settings (sparkctl.config.settings.Settings); the pyinfra tasks only upload what these
 render. Rendering uses templates/ with jinja2's StrictUndefined, exactly as the tests do.
 """
 
@@ -8,46 +8,13 @@ from __future__ import annotations
 
 import json
 import shlex
-from dataclasses import dataclass, field
 
 import jinja2
 
 from sparkctl import REPO_ROOT
-from sparkctl.catalog import CODER, ModelSpec
+from sparkctl.config.catalog import CODER
+from sparkctl.config.service import Service, snapshot_path
 from sparkctl.errors import SettingError
-from sparkctl.lock import LockedCheckpoint
-
-GIB = 2**30
-
-
-@dataclass(frozen=True)
-class Service:
-    """One vLLM server on the box."""
-
-    name: str  # short name: "coder", "embed-qwen3", ...
-    role: str  # CODER or EMBEDDER
-    model: ModelSpec
-    served_name: str  # OpenAI model id; also the proxy path prefix
-    port: int  # 127.0.0.1 port
-    kv_cache_bytes: int  # --kv-cache-memory-bytes, plain integer bytes
-    checkpoint: LockedCheckpoint
-    draft: LockedCheckpoint | None = None
-    extra_args: tuple[str, ...] = ()  # topology flags (tensor-parallel ranks), added after the model's own
-    headless: bool = False  # a tensor-parallel worker: no API server, not behind the proxy
-    extra_env: dict = field(default_factory=dict)  # topology environment (NCCL/Gloo interfaces, VLLM_HOST_IP)
-
-    @property
-    def unit(self) -> str:
-        return f"vllm-{self.name}.service"
-
-    @property
-    def env_file(self) -> str:
-        return f"vllm-{self.name}.env"
-
-
-def snapshot_path(model_store: str, cp: LockedCheckpoint) -> str:
-    """Where huggingface_hub puts a complete snapshot of a locked commit under MODEL_STORE."""
-    return f"{model_store}/hub/{cp.cache_dirname()}/snapshots/{cp.sha}"
 
 
 def vllm_args(svc: Service, data: dict) -> list[str]:
@@ -132,6 +99,3 @@ def render_unit(svc: Service, data: dict) -> str:
                            env_path=f"{data['ENV_DIR']}/{svc.env_file}",
                            vllm_bin=f"{data['SPARKCTL_HOME']}/venv/bin/vllm")
 
-
-def argv_for_display(svc: Service, data: dict) -> str:
-    return shlex.join(["vllm", "serve", *vllm_args(svc, data)])

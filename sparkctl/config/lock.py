@@ -11,13 +11,13 @@ Format (MODEL_LOCK_FILE, JSON):
 
 from __future__ import annotations
 
-import argparse
 import json
 import re
 from dataclasses import dataclass
 from pathlib import Path
 
-from sparkctl import REPO_ROOT, catalog, groupdata
+from sparkctl import REPO_ROOT
+from sparkctl.config import catalog, groupdata
 from sparkctl.errors import SettingError
 
 SHA_RE = re.compile(r"^[0-9a-f]{40}$")
@@ -104,7 +104,7 @@ def refresh_lock(groups: list[str], endpoint: str | None = None,
     not yet in the catalog) to a commit and listing; write their lock file."""
     from huggingface_hub import HfApi
 
-    from sparkctl.secrets import read_hf_token
+    from sparkctl.config.secrets import read_hf_token
 
     data = groupdata.load(groups)
     endpoint = endpoint or data["HF_ENDPOINT"]
@@ -118,34 +118,3 @@ def refresh_lock(groups: list[str], endpoint: str | None = None,
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(out, indent=2, sort_keys=True) + "\n")
     return path
-
-
-def _cmd_refresh(args) -> int:
-    path = refresh_lock(args.groups.split(","), args.endpoint)
-    lock = load(path)
-    for repo, entry in lock["checkpoints"].items():
-        print(f"{repo:45} {entry['revision']:10} {entry['sha']}  {len(entry['files'])} files")
-    print(f"wrote {path}")
-    return 0
-
-
-def _cmd_show(args) -> int:
-    data = groupdata.load(args.groups.split(",") if args.groups else None)
-    path = lock_path(data)
-    lock = load(path)
-    for repo, entry in sorted(lock["checkpoints"].items()):
-        size = sum(int(f["size"]) for f in (entry.get("files") or {}).values())
-        print(f"{repo:45} {entry.get('revision'):10} {entry.get('sha') or 'UNRESOLVED':40} {size / 2**30:8.2f} GiB")
-    return 0
-
-
-def add_parser(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("lock", help="resolve checkpoint revisions to commits (models.lock.json)")
-    lsub = p.add_subparsers(dest="lock_command", required=True)
-    r = lsub.add_parser("refresh", help="ask the Hub what each catalog revision points at; rewrite the lock")
-    r.add_argument("--groups", default="all,gx10", help="group data to read (default: all,gx10 = a real box)")
-    r.add_argument("--endpoint", help="Hub endpoint (default: the HF_ENDPOINT setting)")
-    r.set_defaults(func=_cmd_refresh)
-    s = lsub.add_parser("show", help="print the lock")
-    s.add_argument("--groups", help="group data to read (default: the configured box)")
-    s.set_defaults(func=_cmd_show)

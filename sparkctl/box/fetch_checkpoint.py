@@ -62,7 +62,9 @@ def main(argv=None) -> int:
     if args.verify_only:
         snapshot = os.path.join(args.cache_dir, "models--" + repo.replace("/", "--"), "snapshots", sha)
     else:
-        from huggingface_hub import snapshot_download  # imported late: it reads HF_ENDPOINT... at import
+        from huggingface_hub import (
+            snapshot_download,  # imported late: it reads HF_ENDPOINT... at import
+        )
 
         snapshot = snapshot_download(repo_id=repo, revision=sha, cache_dir=args.cache_dir,
                                      allow_patterns=sorted(files), max_workers=args.workers)

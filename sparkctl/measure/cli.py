@@ -4,7 +4,7 @@ The box is reached through its TLS proxy (https://<address>:PROXY_PORT/<CODER_SE
 token, trusting only the deploy's CA (--ca, default <SECRETS_DIR>/pki/ca.pem); /metrics is read on the box over
 ssh (`curl http://127.0.0.1:CODER_PORT/metrics`), since the proxy does not publish it.
 
-bench JSON record (schema "sparkctl.bench/1"):
+bench JSON record (schema "sparkctl.measure.bench/1"):
   date (UTC ISO 8601), workload {name, version, prompts, sha256}, window_s, streams [..], max_tokens,
   temperature, ignore_eos, model {key, title, served_name, repo, revision, sha, draft, speculative, ...},
   revision (the locked commit sha of the checkpoint), vllm_version, box {name, address, simulated,
@@ -27,13 +27,16 @@ from __future__ import annotations
 import argparse
 import asyncio
 import datetime as _dt
+import json
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from sparkctl import REPO_ROOT, bench, groupdata, hosts, niah
+from sparkctl import REPO_ROOT
+from sparkctl.config import groupdata, hosts
+from sparkctl.config.secrets import read_api_token, secrets_dir
 from sparkctl.errors import SettingError, SparkctlError
-from sparkctl.secrets import read_api_token, secrets_dir
-
+from sparkctl.measure import bench, evals, niah
 
 # ---------------------------------------------------------------------------------------------------- parsing
 
@@ -123,6 +126,8 @@ def add_parser(subparsers) -> None:
     n.add_argument("--seed", type=int, default=0, help="haystack/needle seed")
     n.add_argument("--out", default=None, help="JSON path (default results/niah-<model>-<time>.json)")
     n.set_defaults(func=run_niah)
+
+    _add_evals_parser(subparsers)
 
 
 # ---------------------------------------------------------------------------------------------------- context
@@ -217,9 +222,15 @@ class RichReporter(bench.Reporter):
 
 
 def run_bench(args) -> int:
-    from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+    from rich.progress import (
+        BarColumn,
+        Progress,
+        SpinnerColumn,
+        TextColumn,
+        TimeElapsedColumn,
+    )
 
-    from sparkctl import workloads
+    from sparkctl.measure import workloads
 
     t = resolve_target(args)
     d = t.data
@@ -289,4 +300,41 @@ def run_niah(args) -> int:
     console.print(niah.grid_table(record))
     overall = record["scores"]["overall"]
     console.print(f"score: {'-' if overall is None else f'{overall:.1f}'}/10  record: {out}")
+    return 0
+
+
+# evals compare: paired pass/fail comparison with the exact McNemar p (sparkctl/measure/evals.py)
+
+def _add_evals_parser(subparsers) -> None:
+    p = subparsers.add_parser("evals", help="compare eval results (paired, exact McNemar)",
+                              description="Paired comparisons of per-problem eval results.")
+    sub = p.add_subparsers(dest="evals_command", required=True)
+    c = sub.add_parser("compare", help="both-solved / both-failed / each-alone and the exact McNemar p",
+                       description=evals.__doc__.split("\n\n")[0])
+    c.add_argument("a", help="results A: BigCodeBench *_eval_results.json or JSON lines {task_id, passed}")
+    c.add_argument("b", help="results B, same problems")
+    c.add_argument("--names", default=None, help="display names A,B (default: the file names)")
+    c.add_argument("--json", action="store_true",
+                   help='print {"both_pass", "both_fail", "only_a", "only_b", "n", "p_value"} only')
+    c.set_defaults(func=run_evals_compare)
+
+
+def run_evals_compare(args: argparse.Namespace) -> int:
+    a, b = evals.load_results(args.a), evals.load_results(args.b)
+    if args.names:
+        names = [n.strip() for n in args.names.split(",")]
+        if len(names) != 2 or not all(names):
+            raise evals.EvalsError(f"--names {args.names!r}: expected two names, A,B")
+    else:
+        names = [Path(args.a).name, Path(args.b).name]
+    c = evals.compare(a, b)
+    if c.n == 0:
+        raise evals.EvalsError(f"{args.a} and {args.b} have no problem in common")
+    note = evals.unpaired_note(c, *names)
+    if args.json:
+        print(json.dumps(c.to_dict()))
+        if note:
+            print(f"sparkctl evals: {note}", file=sys.stderr)
+        return 0
+    _console().print(evals.comparison_table(c, *names))
     return 0

@@ -1,0 +1,6 @@
+"""Scripts the deploy uploads to the box and runs there: the rollout transaction, the checkpoint download and
+verification, vLLM's own argument check.
+
+Standard library only (plus, where named, the box's vLLM venv): they run with the box's python3, and nothing here
+imports the rest of sparkctl. The control side refers to them by path.
+"""

@@ -1,1 +1,0 @@
-"""Scripts the deploy uploads to the box (stdlib only, plus the vLLM venv where noted); importable for tests."""

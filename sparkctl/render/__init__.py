@@ -1,0 +1,5 @@
+"""What gets written to a box or handed off: vLLM unit and env files (templates/), the health table the deploy
+prints, the gateway hand-off and its Kubernetes manifests.
+
+May import: sparkctl.config, sparkctl.capacity, sparkctl.errors. Pure functions: no pyinfra, no I/O on a box.
+"""
