@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from sparkctl.__main__ import main
-from sparkctl.capacity import planner
+from sparkctl.capacity import planner, report
 from sparkctl.config import catalog, groupdata
 from sparkctl.errors import SettingError, SparkctlError
 
@@ -162,7 +162,7 @@ def test_qwen_at_48_gib_holds_five(gx10):
 
 def test_measured_figure_is_shown_beside_the_estimate(gx10):
     data, cat = gx10
-    entry = planner.plan_box(data, cat, coding_model=QWEN).to_json()["models"][0]
+    entry = planner.plan_json(planner.plan_box(data, cat, coding_model=QWEN))["models"][0]
     assert entry["kv_tokens_measured"] == 1_014_892 and entry["kv_tokens_estimate"] == 1_014_892
     assert entry["concurrent_requests_measured"] == 3.87 and entry["concurrent_requests_estimate"] == 3.87
 
@@ -239,7 +239,7 @@ def test_two_replicas_double_capacity(gx10):
     assert two.kv_tokens == 2 * one.kv_tokens and two.source == "measured"
     assert two.concurrent_requests == pytest.approx(2 * one.concurrent_requests)
     assert two.free_gib == one.free_gib  # per box
-    assert two.to_json()["concurrent_requests"] == 7.74  # the pair's total
+    assert report.model_json(two)["concurrent_requests"] == 7.74  # the pair's total
 
 
 def test_tensor_parallel_halves_weights_and_pools_kv(gx10):
@@ -296,7 +296,7 @@ REQUIRED = {"name", "resident_gib", "free_gib", "kv_gib", "kv_tokens", "max_cont
 
 def test_json_schema(gx10):
     data, cat = gx10
-    out = json.loads(json.dumps(planner.plan_box(data, cat).to_json()))
+    out = json.loads(json.dumps(planner.plan_json(planner.plan_box(data, cat))))
     assert set(out) == {"schema", "box", "models"} and out["schema"] == "sparkctl.plan/1"
     assert out["box"]["usable_gib"] == 121.6 and out["box"]["available_gib"] == 106.0
     for entry in out["models"]:
