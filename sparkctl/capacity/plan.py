@@ -57,18 +57,10 @@ from sparkctl.capacity.kv import (
 )
 from sparkctl.capacity.report import refusal_message
 from sparkctl.config.catalog import CODER, EMBEDDER, ModelSpec, lookup
+from sparkctl.config.topology import TOPOLOGIES
 from sparkctl.errors import SettingError, SparkctlError
 
-TOPOLOGIES = ("replicas", "split", "tensor-parallel")
-MEASURED_TOLERANCE = 0.10  # estimate vs measured KV tokens: a larger gap is reported as a problem of the facts
 _EPS = 1e-9
-
-# Single-stream decode on the bench probe (production write-up), by checkpoint: keyed by repository so a stand-in
-# checkpoint under the same catalog key (the simulated Spark) never inherits a real model's figure.
-MEASURED_DECODE_TOKENS_PER_S = {
-    "unsloth/Qwen3.8-27B-NVFP4": 18.3,
-    "poolside/Laguna-S-2.1-NVFP4": 46.5,
-}
 
 
 class PlanError(SparkctlError):
@@ -236,7 +228,14 @@ class BoxPlan:
         raise KeyError(name)
 
 
+def _measured_here(spec: ModelSpec) -> bool:
+    """Whether the catalog's measured figures belong to the checkpoint this entry names (not a stand-in's)."""
+    return spec.memory.measured_on in ("", spec.checkpoint.repo)
+
+
 def _measured_tokens(spec: ModelSpec, kv_gib: float) -> int | None:
+    if not _measured_here(spec):
+        return None
     for budget, tokens in (spec.memory.measured_kv_tokens or {}).items():
         try:
             if abs(float(budget) - kv_gib) < 1e-6 and int(tokens) > 0:
@@ -308,7 +307,7 @@ def plan_model(data: dict, catalog: dict[str, ModelSpec], coding_model: str, *, 
                                                                                          spec.max_model_len)
             kv_read += layout.state_layers * cdiv(layout.state_bytes_per_layer, tp)
             full_ctx = bw / (step + kv_read) * m.tokens_per_step
-    measured_decode = MEASURED_DECODE_TOKENS_PER_S.get(spec.checkpoint.repo) if tp == 1 else None
+    measured_decode = (m.measured_decode_tokens_per_s or None) if tp == 1 and _measured_here(spec) else None
 
     plan = ModelPlan(
         name=spec.key, title=spec.title, topology=topology, sparks=sparks, engines=engines, boxes=boxes, tp=tp,
@@ -316,10 +315,10 @@ def plan_model(data: dict, catalog: dict[str, ModelSpec], coding_model: str, *, 
         kv_setting=kv_setting, max_context=spec.max_model_len, layout=layout, capacity=capacity,
         measured_engine_kv_tokens=measured, roofline_tokens_per_s=roofline,
         roofline_full_context_tokens_per_s=full_ctx, measured_decode_tokens_per_s=measured_decode)
-    return _annotate(plan, spec)
+    return _annotate(plan, spec, _number(data, "PLAN_MEASURED_TOLERANCE", strict=True))
 
 
-def _annotate(plan: ModelPlan, spec: ModelSpec) -> ModelPlan:
+def _annotate(plan: ModelPlan, spec: ModelSpec, tolerance: float) -> ModelPlan:
     problems, notes = [], []
     if plan.headroom_gib < -_EPS:
         problems.append(f"resident {plan.resident_gib:.1f} GiB + KV {plan.kv_gib:.1f} GiB = {plan.footprint_gib:.1f}"
@@ -335,9 +334,10 @@ def _annotate(plan: ModelPlan, spec: ModelSpec) -> ModelPlan:
         problems.append("no layer facts (catalog MemoryFacts or config.json): KV capacity unknown")
     if cap is not None and plan.measured_engine_kv_tokens:
         gap = abs(cap.tokens - plan.measured_engine_kv_tokens) / plan.measured_engine_kv_tokens
-        if gap > MEASURED_TOLERANCE:
+        if gap > tolerance:
             problems.append(f"estimate {cap.tokens:,} KV tokens is {gap:.0%} from the measured "
-                            f"{plan.measured_engine_kv_tokens:,}: check the layer facts in sparkctl/config/catalog.py")
+                            f"{plan.measured_engine_kv_tokens:,} (beyond PLAN_MEASURED_TOLERANCE, {tolerance:.0%}): "
+                            f"check the layer facts in sparkctl/config/catalog.py")
     m = spec.memory
     if plan.layout is not None and plan.layout.source == "catalog" and m.linear_attention_layers and \
             not plan.layout.state_layers:

@@ -43,6 +43,9 @@ class MemoryFacts:
     measured_kv_tokens: dict = field(default_factory=dict)  # {kv_budget_gib: tokens vLLM reported}
     draft_attention_layers: int = 0  # speculative layers (MTP) whose KV shares the target's pool, grows with context
     weights_gib: float = 0.0  # checkpoint weights alone (tensor-parallel splits these); 0: unknown, split all resident
+    measured_decode_tokens_per_s: float = 0.0  # bench probe, single stream, production; 0: not measured
+    measured_on: str = ""  # checkpoint repo the measured_* figures were taken on: another checkpoint under the same
+    # key (the simulated Spark's stand-ins) does not inherit them; "": whatever checkpoint the entry names
 
 
 @dataclass(frozen=True)
@@ -88,6 +91,8 @@ QWEN = ModelSpec(
         linear_attention_layers=48,
         linear_state_bytes_per_layer=3_145_728 + 122_880,
         measured_kv_tokens={36: 1_014_892},
+        measured_decode_tokens_per_s=18.3,
+        measured_on="unsloth/Qwen3.8-27B-NVFP4",
         draft_attention_layers=1,  # the MTP head's attention layer: 17 in the pool reproduces the measured tokens
         weights_gib=20.0,  # estimate: NVFP4 MLPs, FP8 attention, BF16 embeddings/MTP/vision tower
     ),
@@ -118,6 +123,8 @@ LAGUNA = ModelSpec(
         linear_attention_layers=36,
         linear_state_bytes_per_layer=0,
         measured_kv_tokens={},
+        measured_decode_tokens_per_s=46.5,
+        measured_on="poolside/Laguna-S-2.1-NVFP4",
         weights_gib=64.0,  # estimate: 117.6B at NVFP4 plus the ~1B BF16 DFlash draft
     ),
 )
