@@ -15,10 +15,12 @@ vLLM's hybrid allocator keeps one pool of equal pages, and `kv_capacity` follows
   ceil((window - 1 + max_num_batched_tokens) / block) + 1 in each sliding-window group;
 * concurrency = blocks / blocks per request; tokens = int(concurrency x max_context), vLLM's group-aware figure.
 
-The MTP head's attention layer shares the pool (a speculative method of "mtp" adds MemoryFacts
-draft_attention_layers, or the config's mtp_num_hidden_layers). Sliding-window layers are counted only when a
-checkpoint's config.json gives the window; from catalog facts alone they are left out. Layer facts come from the
-checkpoint's config.json when one is given or found in a local Hugging Face cache (layer_types /
+Draft layers share the pool as full-attention layers: the MTP head's attention layer (method "mtp": the config's
+mtp_num_hidden_layers, else MemoryFacts draft_attention_layers) and a DFlash draft's layers (method "dflash":
+MemoryFacts draft_attention_layers), counted with the target's KV heads and head dim. Sliding-window layers are
+counted when the window is known (the config's sliding_window, or MemoryFacts sliding_window); linear layers of
+neither a known state nor a known window are left out (the estimate is then an upper bound). Layer facts come from
+the checkpoint's config.json when one is given or found in a local Hugging Face cache (layer_types /
 full_attention_interval / text_config are read), else from the catalog.
 
 Pure logic: no pyinfra, no printing.
@@ -48,6 +50,10 @@ DTYPE_BYTES = {
 FULL_TYPES = {"full_attention", "attention", "global_attention", "full"}
 LINEAR_TYPES = {"linear_attention", "gated_delta_net", "mamba", "mamba2", "linear"}
 SLIDING_TYPES = {"sliding_attention", "sliding_window_attention", "local_attention", "chunked_attention"}
+# speculative methods whose draft layers keep a full-context KV in the target's pool: the MTP head's attention layer,
+# and a DFlash draft's layers (vLLM's laguna_dflash.py drops their sliding window from the KV allocation: "DFlash
+# inserts verifier-context K/V at absolute cache slots")
+DRAFT_IN_POOL = ("mtp", "dflash")
 
 
 def dtype_bytes(name: str | None, default: int = 2) -> int:
@@ -122,13 +128,15 @@ def layout_from_catalog(spec: ModelSpec) -> KvLayout | None:
     m = spec.memory
     if m.full_attention_layers <= 0 or m.kv_heads <= 0 or m.head_dim <= 0:
         return None
-    # linear layers of unknown state (Laguna's sliding-window layers) are left out: the estimate is an upper bound
+    # linear layers of neither a known state nor a known window are left out: the estimate is then an upper bound
     state_layers = m.linear_attention_layers if m.linear_state_bytes_per_layer > 0 else 0
+    window_layers = m.linear_attention_layers if not state_layers and m.sliding_window > 0 else 0
     return KvLayout(
         full_layers=m.full_attention_layers, kv_heads=m.kv_heads, head_dim=m.head_dim,
         kv_dtype_bytes=kv_dtype_bytes(spec.kv_cache_dtype),
         state_layers=state_layers, state_bytes_per_layer=m.linear_state_bytes_per_layer if state_layers else 0,
-        draft_layers=m.draft_attention_layers if spec_method(spec) == "mtp" else 0,
+        window_layers=window_layers, window_tokens=m.sliding_window if window_layers else 0,
+        draft_layers=m.draft_attention_layers if spec_method(spec) in DRAFT_IN_POOL else 0,
         source="catalog")
 
 
@@ -170,6 +178,8 @@ def layout_from_config(config: dict, spec: ModelSpec, source: str = "config.json
     draft = 0
     if spec_method(spec) == "mtp":
         draft = int(cfg.get("mtp_num_hidden_layers") or cfg.get("num_nextn_predict_layers") or 0)
+    elif spec_method(spec) in DRAFT_IN_POOL:  # a separate draft checkpoint: its layers from the catalog
+        draft = spec.memory.draft_attention_layers
     return KvLayout(
         full_layers=n_full, kv_heads=kv_heads, head_dim=head_dim,
         kv_dtype_bytes=kv_dtype_bytes(spec.kv_cache_dtype, model_bytes),

@@ -22,9 +22,13 @@ resident excludes KV for both (Qwen 44, Laguna 98 - 12 = 86), embedders + OS res
 Qwen's free_gib = 62, and Laguna's free_gib = 20 of which its 12 GiB KV leaves headroom_gib = 8
 (footprint_gib = resident + KV = 98). The catalog's embedder residents are set so the 15.6 adds up.
 
-The KV pool is `sparkctl.capacity.kv`'s. With the MTP layer in it, Qwen's production configuration (36 GiB, FP8,
-MTP depth 3, prefix caching) gives 693 blocks of 1,600 tokens and 179 blocks per request: 3.87 x 262,144 =
-1,014,892 tokens, the figure vLLM logged.
+The KV pool is `sparkctl.capacity.kv`'s; production's figures beside it are `sparkctl.capacity.measured`'s.
+With the MTP layer in it, Qwen's production configuration (36 GiB, FP8, MTP depth 3, prefix caching) gives 693
+blocks of 1,600 tokens and 179 blocks per request: 3.87 x 262,144 = 1,014,892 tokens, the figure vLLM logged; that
+the MTP layer shares the pool is calibrated to that figure, so the agreement is not independent. Laguna at 12 GiB:
+the write-up measured 1.2 concurrent 262K requests. Its 12 full-attention layers alone (24 KiB/token, FP8) give
+2.00; its DFlash draft's 6 layers keep a full-context KV too (+12 KiB/token, counted with the target's heads: an
+assumption) and its 36 sliding-window layers (512 tokens) hold ~1K blocks each per request: 1.18 estimated.
 
 Several Sparks (--sparks N): "replicas" runs N identical boxes (capacity adds up); "split" gives each coding model
 its own box, where its KV budget becomes all the memory the box has left (unless a KV budget is given);
@@ -42,6 +46,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
+from sparkctl.capacity.box import Box, box_from_data, number
 from sparkctl.capacity.kv import (
     DEFAULT_MAX_NUM_BATCHED_TOKENS,
     GIB,
@@ -54,9 +59,11 @@ from sparkctl.capacity.kv import (
     model_layout,
     num_speculative_tokens,
     serve_options,
+    spec_method,
 )
+from sparkctl.capacity.measured import Measured, disagreement, measured_for
 from sparkctl.capacity.report import refusal_message
-from sparkctl.config.catalog import CODER, EMBEDDER, ModelSpec, lookup
+from sparkctl.config.catalog import CODER, ModelSpec, lookup
 from sparkctl.config.topology import TOPOLOGIES
 from sparkctl.errors import SettingError, SparkctlError
 
@@ -65,69 +72,6 @@ _EPS = 1e-9
 
 class PlanError(SparkctlError):
     """A configuration whose memory does not add up; the message lists the numbers and the settings to change."""
-
-
-# --- the box --------------------------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class EmbedderUse:
-    name: str
-    setting: str  # "EMBEDDERS[0]"
-    resident_gib: float
-    kv_gib: float
-    resident_source: str
-
-    @property
-    def total_gib(self) -> float:
-        return self.resident_gib + self.kv_gib
-
-
-@dataclass(frozen=True)
-class Box:
-    usable_gib: float
-    os_reserve_gib: float
-    embedders: tuple[EmbedderUse, ...]
-    bandwidth_gbps: float
-
-    @property
-    def embedders_gib(self) -> float:
-        return sum(e.total_gib for e in self.embedders)
-
-    @property
-    def available_gib(self) -> float:
-        """What the coding model (resident + KV) may use."""
-        return self.usable_gib - self.os_reserve_gib - self.embedders_gib
-
-
-def _number(data: dict, name: str, minimum: float = 0.0, strict: bool = False) -> float:
-    value = data.get(name)
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or value < minimum or (strict and
-                                                                                            value <= minimum):
-        raise SettingError(name, value, f"a number {'>' if strict else '>='} {minimum:g}")
-    return float(value)
-
-
-def box_from_data(data: dict, catalog: dict[str, ModelSpec]) -> Box:
-    embedders = []
-    entries = data.get("EMBEDDERS") or []
-    if not isinstance(entries, (list, tuple)):
-        raise SettingError("EMBEDDERS", entries, 'a list of {"model": <catalog key>, "kv_cache_gib": <GiB>}')
-    for i, entry in enumerate(entries):
-        if not isinstance(entry, dict) or "model" not in entry:
-            raise SettingError(f"EMBEDDERS[{i}]", entry, '{"model": <catalog key>, "kv_cache_gib": <GiB>}')
-        spec = lookup(catalog, f"EMBEDDERS[{i}].model", entry["model"], EMBEDDER)
-        kv = entry.get("kv_cache_gib")
-        if isinstance(kv, bool) or not isinstance(kv, (int, float)) or kv < 0:
-            raise SettingError(f"EMBEDDERS[{i}].kv_cache_gib", kv, "a KV budget in GiB (a number >= 0)")
-        embedders.append(EmbedderUse(name=spec.key, setting=f"EMBEDDERS[{i}]", resident_gib=spec.memory.resident_gib,
-                                     kv_gib=float(kv), resident_source=spec.memory.resident_source))
-    return Box(usable_gib=_number(data, "BOX_USABLE_MEMORY_GIB", strict=True),
-               os_reserve_gib=_number(data, "OS_RESERVE_GIB"),
-               embedders=tuple(embedders),
-               bandwidth_gbps=_number(data, "BOX_MEMORY_BANDWIDTH_GBPS", strict=True)
-               if "BOX_MEMORY_BANDWIDTH_GBPS" in data else 273.0)
-
 
 
 # --- one model on the box ---------------------------------------------------------------------------------------------
@@ -151,10 +95,10 @@ class ModelPlan:
     max_context: int
     layout: KvLayout | None
     capacity: KvCapacity | None  # per engine, estimate
-    measured_engine_kv_tokens: int | None  # what vLLM reported for this budget on one box, if known
+    measured: Measured  # what production reported for this budget on one box (nothing when unknown)
     roofline_tokens_per_s: float | None
     roofline_full_context_tokens_per_s: float | None
-    measured_decode_tokens_per_s: float | None
+    engine_concurrency_without_draft: float | None = None  # the estimate without the draft layers' KV
     problems: tuple[str, ...] = ()  # why it is refused, or why its facts disagree with a measurement
     notes: tuple[str, ...] = ()  # what the figures leave out
 
@@ -188,17 +132,37 @@ class ModelPlan:
         return self.capacity.concurrency * self.engines if self.capacity else None
 
     @property
+    def measured_decode_tokens_per_s(self) -> float | None:
+        return self.measured.decode_tokens_per_s
+
+    @property
     def kv_tokens_measured(self) -> int | None:
-        return self.measured_engine_kv_tokens * self.engines if self.measured_engine_kv_tokens else None
+        t = self.measured.engine_kv_tokens
+        return t * self.engines if t else None
 
     @property
     def concurrent_requests_measured(self) -> float | None:
-        t = self.kv_tokens_measured
-        return t / self.max_context if t else None
+        if self.kv_tokens_measured:
+            return self.kv_tokens_measured / self.max_context
+        c = self.measured.engine_concurrency
+        return c * self.engines if c else None
 
     @property
     def source(self) -> str:
-        return "measured" if self.measured_engine_kv_tokens else "estimate"
+        """Where concurrent_requests comes from (kv_tokens_source for kv_tokens)."""
+        return "measured" if self.measured.capacity_known else "estimate"
+
+    @property
+    def kv_tokens_source(self) -> str:
+        return "measured" if self.kv_tokens_measured else "estimate"
+
+    @property
+    def estimate_agreement(self) -> str | None:
+        """'calibrated' when a layer fact was set so the estimate meets the measurement, 'independent' when none
+        was; None without a measurement."""
+        if not self.measured.capacity_known or self.capacity is None:
+            return None
+        return "calibrated" if self.measured.calibrated else "independent"
 
     @property
     def kv_tokens(self) -> int | None:
@@ -226,23 +190,6 @@ class BoxPlan:
             if m.name == name:
                 return m
         raise KeyError(name)
-
-
-def _measured_here(spec: ModelSpec) -> bool:
-    """Whether the catalog's measured figures belong to the checkpoint this entry names (not a stand-in's)."""
-    return spec.memory.measured_on in ("", spec.checkpoint.repo)
-
-
-def _measured_tokens(spec: ModelSpec, kv_gib: float) -> int | None:
-    if not _measured_here(spec):
-        return None
-    for budget, tokens in (spec.memory.measured_kv_tokens or {}).items():
-        try:
-            if abs(float(budget) - kv_gib) < 1e-6 and int(tokens) > 0:
-                return int(tokens)
-        except (TypeError, ValueError):
-            continue
-    return None
 
 
 def configured_kv_gib(data: dict, coding_model: str) -> float:
@@ -285,37 +232,46 @@ def plan_model(data: dict, catalog: dict[str, ModelSpec], coding_model: str, *, 
         raise SettingError("KV budget", kv, "a number of GiB >= 0")
 
     layout = model_layout(spec, config, config_source)
-    num_spec = num_speculative_tokens(spec)
-    capacity = None
-    if layout is not None:
-        opts = serve_options(spec, data)
-        capacity = kv_capacity(layout, int(round(kv * GIB)), spec.max_model_len, tp=tp,
-                               num_speculative_tokens=num_spec, prefix_caching=opts["prefix_caching"],
-                               mamba_cache_mode=opts["mamba_cache_mode"], block_size=opts["block_size"],
-                               max_num_batched_tokens=int(data.get("CODER_MAX_NUM_BATCHED_TOKENS")
-                                                          or DEFAULT_MAX_NUM_BATCHED_TOKENS))
-    measured = _measured_tokens(spec, kv) if tp == 1 else None
-
-    bw = box.bandwidth_gbps * 1e9
-    roofline = full_ctx = None
-    if m.bytes_read_per_step_gb > 0:
-        step = m.bytes_read_per_step_gb * 1e9 / tp
-        roofline = bw / step * m.tokens_per_step
-        if layout is not None:
-            kv_read = layout.pool_full_layers * layout.bytes_per_token_per_layer(tp) * spec.max_model_len
-            kv_read += layout.window_layers * layout.bytes_per_token_per_layer(tp) * min(layout.window_tokens,
-                                                                                         spec.max_model_len)
-            kv_read += layout.state_layers * cdiv(layout.state_bytes_per_layer, tp)
-            full_ctx = bw / (step + kv_read) * m.tokens_per_step
-    measured_decode = (m.measured_decode_tokens_per_s or None) if tp == 1 and _measured_here(spec) else None
+    capacity = _pool(layout, kv, spec, data, tp) if layout is not None else None
+    without_draft = None  # what the pool would hold without the draft's KV: the part of the estimate it explains
+    if layout is not None and layout.draft_layers:
+        without_draft = _pool(replace(layout, draft_layers=0), kv, spec, data, tp).concurrency
+    measured = measured_for(spec, kv, tp, layout.draft_layers if layout else 0)
+    roofline, full_ctx = _roofline(spec, layout, box, tp)
 
     plan = ModelPlan(
         name=spec.key, title=spec.title, topology=topology, sparks=sparks, engines=engines, boxes=boxes, tp=tp,
         box=box, resident_gib=resident, resident_source=resident_source, free_gib=free, kv_gib=kv,
         kv_setting=kv_setting, max_context=spec.max_model_len, layout=layout, capacity=capacity,
-        measured_engine_kv_tokens=measured, roofline_tokens_per_s=roofline,
-        roofline_full_context_tokens_per_s=full_ctx, measured_decode_tokens_per_s=measured_decode)
-    return _annotate(plan, spec, _number(data, "PLAN_MEASURED_TOLERANCE", strict=True))
+        measured=measured, roofline_tokens_per_s=roofline, roofline_full_context_tokens_per_s=full_ctx,
+        engine_concurrency_without_draft=without_draft)
+    return _annotate(plan, spec, number(data, "PLAN_MEASURED_TOLERANCE", strict=True))
+
+
+def _pool(layout: KvLayout, kv_gib: float, spec: ModelSpec, data: dict, tp: int) -> KvCapacity:
+    """One engine's KV pool for this budget, with the `vllm serve` flags that change it."""
+    opts = serve_options(spec, data)
+    return kv_capacity(layout, int(round(kv_gib * GIB)), spec.max_model_len, tp=tp,
+                       num_speculative_tokens=num_speculative_tokens(spec), prefix_caching=opts["prefix_caching"],
+                       mamba_cache_mode=opts["mamba_cache_mode"], block_size=opts["block_size"],
+                       max_num_batched_tokens=int(data.get("CODER_MAX_NUM_BATCHED_TOKENS")
+                                                  or DEFAULT_MAX_NUM_BATCHED_TOKENS))
+
+
+def _roofline(spec: ModelSpec, layout: KvLayout | None, box: Box, tp: int) -> tuple[float | None, float | None]:
+    """Single-stream decode upper bounds, tokens/s: at short context, and reading one max-context sequence's KV."""
+    m = spec.memory
+    if m.bytes_read_per_step_gb <= 0:
+        return None, None
+    bw = box.bandwidth_gbps * 1e9
+    step = m.bytes_read_per_step_gb * 1e9 / tp
+    if layout is None:
+        return bw / step * m.tokens_per_step, None
+    per_token = layout.bytes_per_token_per_layer(tp)
+    kv_read = layout.pool_full_layers * per_token * spec.max_model_len
+    kv_read += layout.window_layers * per_token * min(layout.window_tokens, spec.max_model_len)
+    kv_read += layout.state_layers * cdiv(layout.state_bytes_per_layer, tp)
+    return bw / step * m.tokens_per_step, bw / (step + kv_read) * m.tokens_per_step
 
 
 def _annotate(plan: ModelPlan, spec: ModelSpec, tolerance: float) -> ModelPlan:
@@ -332,18 +288,26 @@ def _annotate(plan: ModelPlan, spec: ModelSpec, tolerance: float) -> ModelPlan:
                         f"holds one is {ceil_to(cap.min_kv_bytes / GIB):.1f} GiB")
     if plan.layout is None:
         problems.append("no layer facts (catalog MemoryFacts or config.json): KV capacity unknown")
-    if cap is not None and plan.measured_engine_kv_tokens:
-        gap = abs(cap.tokens - plan.measured_engine_kv_tokens) / plan.measured_engine_kv_tokens
-        if gap > tolerance:
-            problems.append(f"estimate {cap.tokens:,} KV tokens is {gap:.0%} from the measured "
-                            f"{plan.measured_engine_kv_tokens:,} (beyond PLAN_MEASURED_TOLERANCE, {tolerance:.0%}): "
-                            f"check the layer facts in sparkctl/config/catalog.py")
-    m = spec.memory
-    if plan.layout is not None and plan.layout.source == "catalog" and m.linear_attention_layers and \
-            not plan.layout.state_layers:
-        notes.append(f"{m.linear_attention_layers} sliding-window layers have no per-sequence size in the catalog and "
-                     f"are left out, so the KV capacity is an upper bound (its config.json's sliding_window refines "
-                     f"it)")
+    if cap is not None and (why := disagreement(cap, plan.measured, tolerance)):
+        problems.append(why)
+    m, layout = spec.memory, plan.layout
+    if layout is not None and layout.source == "catalog" and m.linear_attention_layers and \
+            not (layout.state_layers or layout.window_layers):
+        notes.append(f"{m.linear_attention_layers} linear layers have no per-sequence size in the catalog and are left "
+                     f"out, so the KV capacity is an upper bound (its config.json refines it)")
+    if layout is not None and layout.draft_layers and plan.engine_concurrency_without_draft is not None:
+        n, extra = layout.draft_layers, layout.draft_layers * layout.bytes_per_token_per_layer() // 1024
+        what = "the MTP head's attention layer holds" if spec_method(spec) == "mtp" else (
+            f"the DFlash draft's {n} layers hold")
+        assumed = "" if spec_method(spec) == "mtp" else (
+            ", counted with the target's KV heads and head dim: an assumption, the draft's config.json is not at hand")
+        notes.append(f"{what} a full-context KV in the pool (+{extra} KiB/token on the model's "
+                     f"{layout.kv_bytes_per_token // 1024} KiB{assumed}); without {'them' if n > 1 else 'it'} the "
+                     f"estimate would be {plan.engine_concurrency_without_draft * plan.engines:.2f} requests")
+    if plan.measured.source and (plan.measured.capacity_known or plan.measured_decode_tokens_per_s):
+        notes.append(f"measured: {plan.measured.source}")
+    for fact, why in plan.measured.calibrated.items():
+        notes.append(f"calibrated, not independent: {fact}: {why}")
     if plan.tp > 1:
         notes.append(f"tensor-parallel over {plan.tp} boxes: weights split, KV pooled; the per-layer all-reduce over "
                      f"the link is not in the roofline")

@@ -1,11 +1,14 @@
 """The capacity planner's public surface, for callers outside sparkctl/capacity (the deploy's check, the health
-table, the bench probe's roofline). The work is done in three modules:
+table, the bench probe's roofline). The work is done in these modules:
 
-    kv.py      vLLM's KV allocator maths: dtype bytes, a model's KV layout, blocks, groups and concurrency
-    plan.py    the plan: the box, each coding model on it (or on several Sparks), check_fits for the preflight
-    report.py  the JSON (schema sparkctl.plan/1), the table `python -m sparkctl plan` prints, the refusal message
+    kv.py        vLLM's KV allocator maths: dtype bytes, a model's KV layout, blocks, groups and concurrency
+    box.py       the box: usable memory, OS reserve, embedders
+    measured.py  what production measured (catalog facts, with their source and what was calibrated to them)
+    plan.py      the plan: each coding model on the box (or on several Sparks), check_fits for the preflight
+    report.py    the JSON (schema sparkctl.plan/1), the table `python -m sparkctl plan` prints, the refusal message
 """
 
+from sparkctl.capacity.box import Box, EmbedderUse, box_from_data
 from sparkctl.capacity.kv import (
     GIB,
     KvCapacity,
@@ -18,12 +21,9 @@ from sparkctl.capacity.kv import (
 )
 from sparkctl.capacity.plan import (
     TOPOLOGIES,
-    Box,
     BoxPlan,
-    EmbedderUse,
     ModelPlan,
     PlanError,
-    box_from_data,
     check_fits,
     coding_models,
     plan_box,

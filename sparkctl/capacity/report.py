@@ -6,14 +6,14 @@ JSON (`plan_json`, printed by `python -m sparkctl plan --json`; stable, addition
 {
   "schema": "sparkctl.plan/1",
   "box": {"usable_gib", "os_reserve_gib", "embedders": [{"name", "resident_gib", "kv_gib", "total_gib",
-          "resident_source"}], "embedders_gib", "available_gib" (for the coder, after OS reserve and embedders),
-          "bandwidth_gbps", "sparks", "topology"},
+          "resident_source" ("calibrated": set so the write-up's figures add up)}], "embedders_gib",
+          "available_gib" (for the coder, after OS reserve and embedders), "bandwidth_gbps", "sparks", "topology"},
   "models": [{
     "name"                    catalog key ("qwen3.8-27b")
     "title"
     "topology", "sparks"      as planned; "engines": vLLM engines serving this model (replicas: sparks, else 1)
     "boxes"                   boxes this model occupies
-    "resident_gib"            per box, excluding KV; "resident_source": "measured" | "estimate"
+    "resident_gib"            per box, excluding KV; "resident_source": "measured" | "estimate" | "calibrated"
     "free_gib"                per box, after OS reserve and embedders, before KV
     "kv_gib"                  KV budget per box (--kv-cache-memory-bytes); "kv_setting": where it came from
     "headroom_gib"            free_gib - kv_gib; "footprint_gib": resident_gib + kv_gib
@@ -26,8 +26,16 @@ JSON (`plan_json`, printed by `python -m sparkctl plan --json`; stable, addition
     "kv_tokens"               cached tokens, all engines together (measured when known, else estimate)
     "concurrent_requests"     concurrent max_context requests, all engines together (ditto); with --sparks 2 the
                               pair's total
-    "source"                  "measured" | "estimate": which of the two kv_tokens / concurrent_requests are
+    "source"                  "measured" | "estimate": where concurrent_requests comes from
+    "kv_tokens_source"        "measured" | "estimate": where kv_tokens comes from (a source may give only the
+                              concurrency: Laguna's "1.2 full-context requests")
     "kv_tokens_estimate", "kv_tokens_measured" (null when unknown), and the same for concurrent_requests
+    "measured_source"         where the measured figures were published (null when none)
+    "estimate_agreement"      "calibrated": a layer fact was set so the estimate meets the measurement (not
+                              independent evidence); "independent": none was; null: nothing measured
+    "calibrated"              {layer fact: why} calibrated to the measurement ({} when none)
+    "draft_layers"            speculative (MTP / DFlash draft) layers whose KV shares the pool, per engine
+    "engine_concurrent_requests_without_draft_estimate"  the estimate without the draft layers' KV (null: none)
     "engine_kv_tokens_estimate"        what one vLLM engine should log as "GPU KV cache size: N tokens"
     "engine_concurrent_requests_estimate"  ... and as "Maximum concurrency for L tokens per request: X"
     "engine_kv_token_slots_estimate"   num_gpu_blocks x block_size (vllm:cache_config_info labels)
@@ -99,6 +107,10 @@ def model_json(m: ModelPlan) -> dict:
         "roofline_tokens_per_s": _r(m.roofline_tokens_per_s, 1),
         "roofline_full_context_tokens_per_s": _r(m.roofline_full_context_tokens_per_s, 1),
         "measured_decode_tokens_per_s": m.measured_decode_tokens_per_s,
+        "kv_tokens_source": m.kv_tokens_source, "measured_source": m.measured.source,
+        "estimate_agreement": m.estimate_agreement, "calibrated": dict(m.measured.calibrated),
+        "draft_layers": m.layout.draft_layers if m.layout else None,
+        "engine_concurrent_requests_without_draft_estimate": _r(m.engine_concurrency_without_draft, 2),
     }
 
 
@@ -141,22 +153,28 @@ def _gib(value: float) -> str:
     return f"{value:,.1f}" if abs(value) >= 0.1 or value == 0 else f"{value:.4g}"
 
 
-def _est_meas(est, meas, fmt: str) -> str:
-    """An estimate with the production measurement under it when one is known."""
+def _est_meas(est: str | None, meas: str | None, calibrated: bool) -> str:
+    """An estimate with the production measurement under it when one is known, and whether the two agree by
+    calibration."""
     if est is None and meas is None:
         return "unknown"
-    text = f"{est:{fmt}} est" if est is not None else ""
+    text = f"{est} est" if est is not None else ""
     if meas is not None:
-        text += f"\n{meas:{fmt}} measured"
+        text += f"\n{meas} measured" + ("\n[dim](est calibrated)[/dim]" if calibrated and est is not None else "")
     return text
 
 
 def _tokens(m: ModelPlan) -> str:
-    return _est_meas(m.kv_tokens_estimate, m.kv_tokens_measured, ",")
+    est, meas = m.kv_tokens_estimate, m.kv_tokens_measured
+    return _est_meas(None if est is None else f"{est:,}", None if meas is None else f"{meas:,}",
+                     m.estimate_agreement == "calibrated")
 
 
 def _concurrency(m: ModelPlan) -> str:
-    return _est_meas(m.concurrent_requests_estimate, m.concurrent_requests_measured, ".2f")
+    est, meas = m.concurrent_requests_estimate, m.concurrent_requests_measured
+    # from a token count: two decimals, as vLLM logs it; from a source that gave only the concurrency: as it gave it
+    meas_text = None if meas is None else (f"{meas:.2f}" if m.kv_tokens_measured else f"{meas:g}")
+    return _est_meas(None if est is None else f"{est:.2f}", meas_text, m.estimate_agreement == "calibrated")
 
 
 def _decode(m: ModelPlan) -> str:
@@ -185,7 +203,8 @@ def print_table(plan: BoxPlan, data: dict) -> None:
     if not console.is_terminal:
         console = Console(width=170)
     box = plan.box
-    emb = ", ".join(f"{e.name} {_gib(e.resident_gib)} + {_gib(e.kv_gib)} KV" for e in box.embedders) or "none"
+    emb = ", ".join(f"{e.name} {_gib(e.resident_gib)}{' calibrated' if e.resident_source == 'calibrated' else ''} + "
+                    f"{_gib(e.kv_gib)} KV" for e in box.embedders) or "none"
     where = "each box" if plan.sparks > 1 else "the box"
     console.print(f"[bold]Box[/bold] ({plan.sparks} Spark{'s' if plan.sparks > 1 else ''}, {plan.topology}; figures "
                   f"per box unless marked total): {_gib(box.usable_gib)} GiB usable - {_gib(box.os_reserve_gib)} OS "
@@ -217,6 +236,7 @@ def print_table(plan: BoxPlan, data: dict) -> None:
             console.print(f"[red]{m.name}:[/red] {p}", highlight=False)
         for n in m.notes:
             console.print(f"[dim]{m.name}: {n}[/dim]", highlight=False)
-    console.print("[dim]est = estimate from the layer facts (vLLM's hybrid KV allocator); measured = what vLLM "
-                  "reported in production. Roofline = bandwidth / weight bytes per step x tokens per step "
-                  "(upper bound).[/dim]", highlight=False)
+    console.print("[dim]est = estimate from the layer facts (vLLM's hybrid KV allocator); measured = what production "
+                  "reported (source in the notes); calibrated = a fact set so that a production figure comes out, so "
+                  "its agreement is not independent evidence. Roofline = bandwidth / weight bytes per step x tokens "
+                  "per step (upper bound).[/dim]", highlight=False)
