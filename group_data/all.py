@@ -15,7 +15,8 @@ DGX_RELEASE_FILE = "/etc/dgx-release"  # present on DGX OS: driver + CUDA come w
 BOX_USABLE_MEMORY_GIB = 121.6  # unified memory CUDA sees on a GX10, GiB
 BOX_MEMORY_BANDWIDTH_GBPS = 273  # LPDDR5x bandwidth, GB/s (1e9 bytes/s); the decode roofline's numerator
 OS_RESERVE_GIB = 6.0  # kept free for the OS, sshd, nginx, page cache, GiB
-PLAN_MEASURED_TOLERANCE = 0.25  # planned vs vLLM-reported KV tokens: relative gap above which health warns
+PLAN_MEASURED_TOLERANCE = 0.25  # planned vs measured KV capacity, relative gap (fraction): above it the health
+# table warns (vLLM's startup log) and the plan flags its estimate against the catalog's production measurement
 
 # --- NVIDIA driver and CUDA (skipped entirely on DGX OS) -------------------------------------------------
 NVIDIA_DRIVER_BRANCH = 580  # minimum driver major version

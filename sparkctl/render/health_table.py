@@ -26,7 +26,7 @@ def compare(settings, svc, kv_log: str | None):
 
     cat = catalog.resolve(settings.data.get("CATALOG_OVERRIDES"))
     plan = planner.check_fits(settings.data, cat, svc.model.key)
-    return vllm_reported.compare_with_plan(plan, kv_log or None, None, settings.data["PLAN_MEASURED_TOLERANCE"])
+    return vllm_reported.compare_with_plan(plan, kv_log or None, settings.data["PLAN_MEASURED_TOLERANCE"])
 
 
 def render(rows: list[Row], settings, base_url: str) -> tuple[str, list[str]]:

@@ -1,0 +1,367 @@
+"""The plan for a box (or several): what the weights leave free on a unified-memory box, and how many full-context
+requests the KV cache then holds at once. Pure logic: no pyinfra, no printing (`sparkctl.capacity.report` writes
+the JSON, the table and the refusal; the deploy's preflight calls `check_fits`).
+
+Memory model (GiB = 2**30 bytes; one box)
+-----------------------------------------
+      usable                     BOX_USABLE_MEMORY_GIB (what CUDA reports on a GX10: 121.6)
+    - OS reserve                 OS_RESERVE_GIB
+    - each embedder              catalog resident_gib + its EMBEDDERS[i]["kv_cache_gib"]
+    = available to the coder
+    - coder resident             catalog MemoryFacts.resident_gib: weights + runtime, *excluding* the KV budget
+    = free_gib                   "free after the embedders": what the coder's KV budget may take
+    - coder KV budget            CODER_KV_CACHE_GIB[model] (--kv-cache-memory-bytes)
+    = headroom_gib               must be >= 0, or the configuration is refused
+
+Reconciling the production write-up: "Qwen at 44 GiB resident leaves 62 GiB free; Laguna at 98 GiB leaves 8".
+Qwen's 44 GiB cannot include its 36 GiB KV (8 GiB is less than a 27B model's weights), and its 62 GiB is where
+the KV budget goes ("a budget three times the size, with room for four"). Laguna's ~98 GiB was measured "at 262K
+context", i.e. with its 12 GiB KV allocated, and its 8 GiB is what is left after that KV: had the 98 excluded the
+KV, the 12 GiB budget Laguna ran with in production would not have fitted in 8. So one consistent reading is:
+resident excludes KV for both (Qwen 44, Laguna 98 - 12 = 86), embedders + OS reserve = 121.6 - 44 - 62 = 15.6 GiB,
+Qwen's free_gib = 62, and Laguna's free_gib = 20 of which its 12 GiB KV leaves headroom_gib = 8
+(footprint_gib = resident + KV = 98). The catalog's embedder residents are set so the 15.6 adds up.
+
+The KV pool is `sparkctl.capacity.kv`'s; production's figures beside it are `sparkctl.capacity.measured`'s.
+With the MTP layer in it, Qwen's production configuration (36 GiB, FP8, MTP depth 3, prefix caching) gives 693
+blocks of 1,600 tokens and 179 blocks per request: 3.87 x 262,144 = 1,014,892 tokens, the figure vLLM logged; that
+the MTP layer shares the pool is calibrated to that figure, so the agreement is not independent. Laguna at 12 GiB:
+the write-up measured 1.2 concurrent 262K requests. Its 12 full-attention layers alone (24 KiB/token, FP8) give
+2.00; its DFlash draft's 6 layers keep a full-context KV too (+12 KiB/token, counted with the target's heads: an
+assumption) and its 36 sliding-window layers (512 tokens) hold ~1K blocks each per request: 1.18 estimated.
+
+Several Sparks (--sparks N): "replicas" runs N identical boxes (capacity adds up); "split" gives each coding model
+its own box, where its KV budget becomes all the memory the box has left (unless a KV budget is given);
+"tensor-parallel" runs one engine over N boxes: the weights (MemoryFacts.weights_gib) are divided by N on each box,
+the runtime part of the resident figure is not, and the KV budget is per box with each box holding 1/N of every
+token's KV heads, so the pool's tokens add up across boxes.
+
+Decode roofline: BOX_MEMORY_BANDWIDTH_GBPS / weight bytes read per decode step x tokens per step (speculative
+decoding), single stream at short context; `roofline_full_context_tokens_per_s` also reads one max-context
+sequence's KV and state every step. Both are upper bounds, labelled estimates; the bench probe's measured
+single-stream rate is shown beside them where production measured one.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+
+from sparkctl.capacity.box import Box, box_from_data, number
+from sparkctl.capacity.kv import (
+    DEFAULT_MAX_NUM_BATCHED_TOKENS,
+    GIB,
+    KvCapacity,
+    KvLayout,
+    cdiv,
+    ceil_to,
+    floor_to,
+    kv_capacity,
+    model_layout,
+    num_speculative_tokens,
+    serve_options,
+    spec_method,
+)
+from sparkctl.capacity.measured import Measured, disagreement, measured_for
+from sparkctl.capacity.report import refusal_message
+from sparkctl.config.catalog import CODER, ModelSpec, lookup
+from sparkctl.config.topology import TOPOLOGIES
+from sparkctl.errors import SettingError, SparkctlError
+
+_EPS = 1e-9
+
+
+class PlanError(SparkctlError):
+    """A configuration whose memory does not add up; the message lists the numbers and the settings to change."""
+
+
+# --- one model on the box ---------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class ModelPlan:
+    name: str
+    title: str
+    topology: str
+    sparks: int
+    engines: int  # vLLM engines serving the model
+    boxes: int  # boxes it occupies
+    tp: int  # tensor-parallel ranks per engine
+    box: Box
+    resident_gib: float  # per box, excluding KV
+    resident_source: str
+    free_gib: float  # per box, after OS reserve and embedders, before KV
+    kv_gib: float  # per box
+    kv_setting: str  # where kv_gib came from
+    max_context: int
+    layout: KvLayout | None
+    capacity: KvCapacity | None  # per engine, estimate
+    measured: Measured  # what production reported for this budget on one box (nothing when unknown)
+    roofline_tokens_per_s: float | None
+    roofline_full_context_tokens_per_s: float | None
+    engine_concurrency_without_draft: float | None = None  # the estimate without the draft layers' KV
+    problems: tuple[str, ...] = ()  # why it is refused, or why its facts disagree with a measurement
+    notes: tuple[str, ...] = ()  # what the figures leave out
+
+    # derived figures ---------------------------------------------------------------------------------------------
+    @property
+    def headroom_gib(self) -> float:
+        return self.free_gib - self.kv_gib
+
+    @property
+    def footprint_gib(self) -> float:
+        return self.resident_gib + self.kv_gib
+
+    @property
+    def max_kv_gib(self) -> float:
+        return max(0.0, self.free_gib)
+
+    @property
+    def min_kv_gib(self) -> float | None:
+        return self.capacity.min_kv_bytes / GIB if self.capacity else None
+
+    @property
+    def kv_bytes_per_token(self) -> int | None:
+        return self.layout.kv_bytes_per_token if self.layout else None
+
+    @property
+    def kv_tokens_estimate(self) -> int | None:
+        return self.capacity.tokens * self.engines if self.capacity else None
+
+    @property
+    def concurrent_requests_estimate(self) -> float | None:
+        return self.capacity.concurrency * self.engines if self.capacity else None
+
+    @property
+    def measured_decode_tokens_per_s(self) -> float | None:
+        return self.measured.decode_tokens_per_s
+
+    @property
+    def kv_tokens_measured(self) -> int | None:
+        t = self.measured.engine_kv_tokens
+        return t * self.engines if t else None
+
+    @property
+    def concurrent_requests_measured(self) -> float | None:
+        if self.kv_tokens_measured:
+            return self.kv_tokens_measured / self.max_context
+        c = self.measured.engine_concurrency
+        return c * self.engines if c else None
+
+    @property
+    def source(self) -> str:
+        """Where concurrent_requests comes from (kv_tokens_source for kv_tokens)."""
+        return "measured" if self.measured.capacity_known else "estimate"
+
+    @property
+    def kv_tokens_source(self) -> str:
+        return "measured" if self.kv_tokens_measured else "estimate"
+
+    @property
+    def estimate_agreement(self) -> str | None:
+        """'calibrated' when a layer fact was set so the estimate meets the measurement, 'independent' when none
+        was; None without a measurement."""
+        if not self.measured.capacity_known or self.capacity is None:
+            return None
+        return "calibrated" if self.measured.calibrated else "independent"
+
+    @property
+    def kv_tokens(self) -> int | None:
+        return self.kv_tokens_measured or self.kv_tokens_estimate
+
+    @property
+    def concurrent_requests(self) -> float | None:
+        m = self.concurrent_requests_measured
+        return m if m is not None else self.concurrent_requests_estimate
+
+    @property
+    def fits(self) -> bool:
+        return self.headroom_gib >= -_EPS and (self.capacity is None or self.capacity.concurrency >= 1.0)
+
+
+@dataclass(frozen=True)
+class BoxPlan:
+    box: Box
+    sparks: int
+    topology: str
+    models: tuple[ModelPlan, ...] = field(default_factory=tuple)
+
+    def model(self, name: str) -> ModelPlan:
+        for m in self.models:
+            if m.name == name:
+                return m
+        raise KeyError(name)
+
+
+def configured_kv_gib(data: dict, coding_model: str) -> float:
+    table = data.get("CODER_KV_CACHE_GIB")
+    setting = f"CODER_KV_CACHE_GIB[{coding_model!r}]"
+    if not isinstance(table, dict) or coding_model not in table:
+        raise SettingError(setting, None, "a KV budget in GiB for this coding model (group_data/gx10.py)")
+    value = table[coding_model]
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
+        raise SettingError(setting, value, "a KV budget in GiB (a number > 0)")
+    return float(value)
+
+
+def plan_model(data: dict, catalog: dict[str, ModelSpec], coding_model: str, *, box: Box | None = None,
+               kv_gib: float | None = None, sparks: int = 1, topology: str = "replicas",
+               config: dict | None = None, config_source: str = "config.json") -> ModelPlan:
+    """One coding model on the configured box (or boxes); kv_gib None: the group data's budget (split: all free)."""
+    _check_topology(sparks, topology)
+    spec = lookup(catalog, "coding model", coding_model, CODER)
+    box = box or box_from_data(data, catalog)
+    m = spec.memory
+    tp = sparks if topology == "tensor-parallel" else 1
+    engines = sparks if topology == "replicas" else 1
+    boxes = {"replicas": sparks, "split": 1, "tensor-parallel": sparks}[topology]
+
+    resident, resident_source = float(m.resident_gib), m.resident_source
+    if tp > 1:
+        weights = m.weights_gib if 0 < m.weights_gib <= resident else resident
+        resident = resident - weights + weights / tp
+        resident_source = "estimate"
+    free = box.available_gib - resident
+
+    if kv_gib is not None:
+        kv, kv_setting = float(kv_gib), "--kv"
+    elif topology == "split":
+        kv, kv_setting = max(0.0, floor_to(free)), "split: all the box has left"
+    else:
+        kv, kv_setting = configured_kv_gib(data, spec.key), f"CODER_KV_CACHE_GIB[{spec.key!r}]"
+    if kv < 0:
+        raise SettingError("KV budget", kv, "a number of GiB >= 0")
+
+    layout = model_layout(spec, config, config_source)
+    capacity = _pool(layout, kv, spec, data, tp) if layout is not None else None
+    without_draft = None  # what the pool would hold without the draft's KV: the part of the estimate it explains
+    if layout is not None and layout.draft_layers:
+        without_draft = _pool(replace(layout, draft_layers=0), kv, spec, data, tp).concurrency
+    measured = measured_for(spec, kv, tp, layout.draft_layers if layout else 0)
+    roofline, full_ctx = _roofline(spec, layout, box, tp)
+
+    plan = ModelPlan(
+        name=spec.key, title=spec.title, topology=topology, sparks=sparks, engines=engines, boxes=boxes, tp=tp,
+        box=box, resident_gib=resident, resident_source=resident_source, free_gib=free, kv_gib=kv,
+        kv_setting=kv_setting, max_context=spec.max_model_len, layout=layout, capacity=capacity,
+        measured=measured, roofline_tokens_per_s=roofline, roofline_full_context_tokens_per_s=full_ctx,
+        engine_concurrency_without_draft=without_draft)
+    return _annotate(plan, spec, number(data, "PLAN_MEASURED_TOLERANCE", strict=True))
+
+
+def _pool(layout: KvLayout, kv_gib: float, spec: ModelSpec, data: dict, tp: int) -> KvCapacity:
+    """One engine's KV pool for this budget, with the `vllm serve` flags that change it."""
+    opts = serve_options(spec, data)
+    return kv_capacity(layout, int(round(kv_gib * GIB)), spec.max_model_len, tp=tp,
+                       num_speculative_tokens=num_speculative_tokens(spec), prefix_caching=opts["prefix_caching"],
+                       mamba_cache_mode=opts["mamba_cache_mode"], block_size=opts["block_size"],
+                       max_num_batched_tokens=int(data.get("CODER_MAX_NUM_BATCHED_TOKENS")
+                                                  or DEFAULT_MAX_NUM_BATCHED_TOKENS))
+
+
+def _roofline(spec: ModelSpec, layout: KvLayout | None, box: Box, tp: int) -> tuple[float | None, float | None]:
+    """Single-stream decode upper bounds, tokens/s: at short context, and reading one max-context sequence's KV."""
+    m = spec.memory
+    if m.bytes_read_per_step_gb <= 0:
+        return None, None
+    bw = box.bandwidth_gbps * 1e9
+    step = m.bytes_read_per_step_gb * 1e9 / tp
+    if layout is None:
+        return bw / step * m.tokens_per_step, None
+    per_token = layout.bytes_per_token_per_layer(tp)
+    kv_read = layout.pool_full_layers * per_token * spec.max_model_len
+    kv_read += layout.window_layers * per_token * min(layout.window_tokens, spec.max_model_len)
+    kv_read += layout.state_layers * cdiv(layout.state_bytes_per_layer, tp)
+    return bw / step * m.tokens_per_step, bw / (step + kv_read) * m.tokens_per_step
+
+
+def _annotate(plan: ModelPlan, spec: ModelSpec, tolerance: float) -> ModelPlan:
+    problems, notes = [], []
+    if plan.headroom_gib < -_EPS:
+        problems.append(f"resident {plan.resident_gib:.1f} GiB + KV {plan.kv_gib:.1f} GiB = {plan.footprint_gib:.1f}"
+                        f" GiB, but only {plan.box.available_gib:.1f} GiB is left beside the OS reserve and the "
+                        f"embedders ({-plan.headroom_gib:.1f} GiB over); the largest KV budget that fits is "
+                        f"{floor_to(plan.max_kv_gib):.1f} GiB")
+    cap = plan.capacity
+    if cap is not None and cap.concurrency < 1.0:
+        problems.append(f"a {plan.kv_gib:g} GiB KV budget holds {cap.concurrency:.2f} requests of "
+                        f"{plan.max_context:,} tokens: vLLM refuses to start below one; the smallest budget that "
+                        f"holds one is {ceil_to(cap.min_kv_bytes / GIB):.1f} GiB")
+    if plan.layout is None:
+        problems.append("no layer facts (catalog MemoryFacts or config.json): KV capacity unknown")
+    if cap is not None and (why := disagreement(cap, plan.measured, tolerance)):
+        problems.append(why)
+    m, layout = spec.memory, plan.layout
+    if layout is not None and layout.source == "catalog" and m.linear_attention_layers and \
+            not (layout.state_layers or layout.window_layers):
+        notes.append(f"{m.linear_attention_layers} linear layers have no per-sequence size in the catalog and are left "
+                     f"out, so the KV capacity is an upper bound (its config.json refines it)")
+    if layout is not None and layout.draft_layers and plan.engine_concurrency_without_draft is not None:
+        n, extra = layout.draft_layers, layout.draft_layers * layout.bytes_per_token_per_layer() // 1024
+        what = "the MTP head's attention layer holds" if spec_method(spec) == "mtp" else (
+            f"the DFlash draft's {n} layers hold")
+        assumed = "" if spec_method(spec) == "mtp" else (
+            ", counted with the target's KV heads and head dim: an assumption, the draft's config.json is not at hand")
+        notes.append(f"{what} a full-context KV in the pool (+{extra} KiB/token on the model's "
+                     f"{layout.kv_bytes_per_token // 1024} KiB{assumed}); without {'them' if n > 1 else 'it'} the "
+                     f"estimate would be {plan.engine_concurrency_without_draft * plan.engines:.2f} requests")
+    if plan.measured.source and (plan.measured.capacity_known or plan.measured_decode_tokens_per_s):
+        notes.append(f"measured: {plan.measured.source}")
+    for fact, why in plan.measured.calibrated.items():
+        notes.append(f"calibrated, not independent: {fact}: {why}")
+    if plan.tp > 1:
+        notes.append(f"tensor-parallel over {plan.tp} boxes: weights split, KV pooled; the per-layer all-reduce over "
+                     f"the link is not in the roofline")
+    if plan.kv_setting.startswith("split"):
+        notes.append("split: the KV budget is all the memory this model's box has left (a what-if: the deploy "
+                     "passes CODER_KV_CACHE_GIB)")
+    return replace(plan, problems=tuple(problems), notes=tuple(notes))
+
+
+def _check_topology(sparks: int, topology: str) -> None:
+    if isinstance(sparks, bool) or not isinstance(sparks, int) or sparks < 1:
+        raise SettingError("sparks", sparks, "a whole number of boxes >= 1")
+    if topology not in TOPOLOGIES:
+        raise SettingError("SPARK_TOPOLOGY", topology, list(TOPOLOGIES))
+    if topology != "replicas" and sparks < 2:
+        raise SettingError("sparks", sparks, f"2 or more: the {topology} topology spans several Sparks")
+
+
+def coding_models(catalog: dict[str, ModelSpec]) -> list[str]:
+    return [k for k, s in catalog.items() if s.role == CODER]
+
+
+def plan_box(data: dict, catalog: dict[str, ModelSpec], coding_model: str | None = None, kv_gib: float | None = None,
+             sparks: int = 1, topology: str = "replicas", configs: dict[str, tuple[dict, str]] | None = None
+             ) -> BoxPlan:
+    """The plan for the configured box and every coding model (or the one named).
+
+    configs: {model key: (config.json dict, where it came from)} to use instead of the catalog's layer facts.
+    With topology "split", each model is on its own box and (without kv_gib) gets all that box has left for KV.
+    """
+    _check_topology(sparks, topology)
+    box = box_from_data(data, catalog)
+    names = [coding_model] if coding_model else coding_models(catalog)
+    plans = []
+    for name in names:
+        config, source = (configs or {}).get(name, (None, "config.json"))
+        plans.append(plan_model(data, catalog, name, box=box, kv_gib=kv_gib, sparks=sparks, topology=topology,
+                                config=config, config_source=source))
+    return BoxPlan(box=box, sparks=sparks, topology=topology, models=tuple(plans))
+
+
+def check_fits(data: dict, catalog: dict[str, ModelSpec], coding_model: str, *, kv_gib: float | None = None,
+               config: dict | None = None) -> ModelPlan:
+    """The deploy's preflight: the plan of what this host will run, or PlanError naming what does not add up.
+
+    Checks the KV budget the deploy passes (CODER_KV_CACHE_GIB[coding_model], or kv_gib); with SPARK_TOPOLOGY
+    "tensor-parallel" the weights are split over two boxes.
+    """
+    topology = data.get("SPARK_TOPOLOGY", "replicas")
+    tp_sparks = 2 if topology == "tensor-parallel" else 1
+    kv = configured_kv_gib(data, coding_model) if kv_gib is None else float(kv_gib)
+    plan = plan_model(data, catalog, coding_model, kv_gib=kv, sparks=tp_sparks,
+                      topology="tensor-parallel" if tp_sparks > 1 else "replicas", config=config)
+    plan = replace(plan, kv_setting=f"CODER_KV_CACHE_GIB[{coding_model!r}]" if kv_gib is None else "kv_gib")
+    if not plan.fits:
+        raise PlanError(refusal_message(plan))
+    return plan

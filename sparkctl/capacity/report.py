@@ -1,0 +1,242 @@
+"""The plan's report: the stable JSON (schema sparkctl.plan/1), the table `python -m sparkctl plan` prints, and the
+message that refuses a configuration whose memory does not add up.
+
+JSON (`plan_json`, printed by `python -m sparkctl plan --json`; stable, additions only)
+----------------------------------------------------------------------------------------
+{
+  "schema": "sparkctl.plan/1",
+  "box": {"usable_gib", "os_reserve_gib", "embedders": [{"name", "resident_gib", "kv_gib", "total_gib",
+          "resident_source" ("calibrated": set so the write-up's figures add up)}], "embedders_gib",
+          "available_gib" (for the coder, after OS reserve and embedders), "bandwidth_gbps", "sparks", "topology"},
+  "models": [{
+    "name"                    catalog key ("qwen3.8-27b")
+    "title"
+    "topology", "sparks"      as planned; "engines": vLLM engines serving this model (replicas: sparks, else 1)
+    "boxes"                   boxes this model occupies
+    "resident_gib"            per box, excluding KV; "resident_source": "measured" | "estimate" | "calibrated"
+    "free_gib"                per box, after OS reserve and embedders, before KV
+    "kv_gib"                  KV budget per box (--kv-cache-memory-bytes); "kv_setting": where it came from
+    "headroom_gib"            free_gib - kv_gib; "footprint_gib": resident_gib + kv_gib
+    "max_kv_gib"              largest KV budget that fits (= free_gib)
+    "fits"                    bool: headroom >= 0 and the KV holds at least one max-context request
+    "problems"                list of strings (why it does not fit, estimate/measurement disagreements)
+    "notes"                   list of strings (what the figures leave out)
+    "max_context"             tokens per request (--max-model-len)
+    "kv_bytes_per_token"      full-attention KV per token (the model's own layers, one engine, all boxes)
+    "kv_tokens"               cached tokens, all engines together (measured when known, else estimate)
+    "concurrent_requests"     concurrent max_context requests, all engines together (ditto); with --sparks 2 the
+                              pair's total
+    "source"                  "measured" | "estimate": where concurrent_requests comes from
+    "kv_tokens_source"        "measured" | "estimate": where kv_tokens comes from (a source may give only the
+                              concurrency: Laguna's "1.2 full-context requests")
+    "kv_tokens_estimate", "kv_tokens_measured" (null when unknown), and the same for concurrent_requests
+    "measured_source"         where the measured figures were published (null when none)
+    "estimate_agreement"      "calibrated": a layer fact was set so the estimate meets the measurement (not
+                              independent evidence); "independent": none was; null: nothing measured
+    "calibrated"              {layer fact: why} calibrated to the measurement ({} when none)
+    "draft_layers"            speculative (MTP / DFlash draft) layers whose KV shares the pool, per engine
+    "engine_concurrent_requests_without_draft_estimate"  the estimate without the draft layers' KV (null: none)
+    "engine_kv_tokens_estimate"        what one vLLM engine should log as "GPU KV cache size: N tokens"
+    "engine_concurrent_requests_estimate"  ... and as "Maximum concurrency for L tokens per request: X"
+    "engine_kv_token_slots_estimate"   num_gpu_blocks x block_size (vllm:cache_config_info labels)
+    "block_size", "num_blocks", "blocks_per_request"   per engine, estimate (null when layer facts are missing)
+    "min_kv_gib"              smallest KV budget that holds one max-context request (null when unknown)
+    "layout_source"           "catalog" or "config.json:<path>"
+    "roofline_tokens_per_s", "roofline_full_context_tokens_per_s"  estimates (tokens/s, one stream)
+    "measured_decode_tokens_per_s"     bench probe, single stream (null when not measured)
+  }]
+}
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from sparkctl.capacity.kv import ceil_to, floor_to
+
+if TYPE_CHECKING:  # the plan imports this module (its refusal); the types are for reading only
+    from sparkctl.capacity.plan import Box, BoxPlan, ModelPlan
+
+SCHEMA = "sparkctl.plan/1"
+
+
+def _r(value: float | None, digits: int = 4) -> float | None:
+    return None if value is None else round(value + 0.0, digits)
+
+
+# --- JSON -----------------------------------------------------------------------------------------------------------
+
+
+def plan_json(plan: BoxPlan) -> dict:
+    return {"schema": SCHEMA, "box": {**box_json(plan.box), "sparks": plan.sparks, "topology": plan.topology},
+            "models": [model_json(m) for m in plan.models]}
+
+
+def box_json(box: Box) -> dict:
+    return {"usable_gib": _r(box.usable_gib), "os_reserve_gib": _r(box.os_reserve_gib),
+            "embedders": [{"name": e.name, "resident_gib": _r(e.resident_gib), "kv_gib": _r(e.kv_gib),
+                           "total_gib": _r(e.total_gib), "resident_source": e.resident_source}
+                          for e in box.embedders],
+            "embedders_gib": _r(box.embedders_gib), "available_gib": _r(box.available_gib),
+            "bandwidth_gbps": box.bandwidth_gbps}
+
+
+def model_json(m: ModelPlan) -> dict:
+    cap = m.capacity
+    return {
+        "name": m.name, "title": m.title, "topology": m.topology, "sparks": m.sparks,
+        "engines": m.engines, "boxes": m.boxes,
+        "resident_gib": _r(m.resident_gib), "resident_source": m.resident_source,
+        "free_gib": _r(m.free_gib), "kv_gib": _r(m.kv_gib), "kv_setting": m.kv_setting,
+        "headroom_gib": _r(m.headroom_gib), "footprint_gib": _r(m.footprint_gib),
+        "max_kv_gib": _r(m.max_kv_gib), "fits": m.fits,
+        "problems": list(m.problems), "notes": list(m.notes),
+        "max_context": m.max_context, "kv_bytes_per_token": m.kv_bytes_per_token,
+        "kv_tokens": m.kv_tokens, "concurrent_requests": _r(m.concurrent_requests, 2),
+        "source": m.source,
+        "kv_tokens_estimate": m.kv_tokens_estimate, "kv_tokens_measured": m.kv_tokens_measured,
+        "concurrent_requests_estimate": _r(m.concurrent_requests_estimate, 2),
+        "concurrent_requests_measured": _r(m.concurrent_requests_measured, 2),
+        "engine_kv_tokens_estimate": cap.tokens if cap else None,
+        "engine_concurrent_requests_estimate": _r(cap.concurrency, 2) if cap else None,
+        "engine_kv_token_slots_estimate": cap.token_slots if cap else None,
+        "block_size": cap.block_size if cap else None, "num_blocks": cap.num_blocks if cap else None,
+        "blocks_per_request": cap.blocks_per_request if cap else None,
+        "min_kv_gib": _r(m.min_kv_gib),
+        "layout_source": m.layout.source if m.layout else None,
+        "roofline_tokens_per_s": _r(m.roofline_tokens_per_s, 1),
+        "roofline_full_context_tokens_per_s": _r(m.roofline_full_context_tokens_per_s, 1),
+        "measured_decode_tokens_per_s": m.measured_decode_tokens_per_s,
+        "kv_tokens_source": m.kv_tokens_source, "measured_source": m.measured.source,
+        "estimate_agreement": m.estimate_agreement, "calibrated": dict(m.measured.calibrated),
+        "draft_layers": m.layout.draft_layers if m.layout else None,
+        "engine_concurrent_requests_without_draft_estimate": _r(m.engine_concurrency_without_draft, 2),
+    }
+
+
+# --- the refusal ------------------------------------------------------------------------------------------------------
+
+
+def refusal_message(plan: ModelPlan) -> str:
+    """Why a plan is refused: every number of the sum, the largest KV budget that fits, the settings to change."""
+    box = plan.box
+    key = plan.name
+    lines = [f"{plan.title} ({key}) cannot run as configured:"]
+    rows = [("usable memory (BOX_USABLE_MEMORY_GIB)", box.usable_gib),
+            ("OS reserve (OS_RESERVE_GIB)", -box.os_reserve_gib)]
+    for e in box.embedders:
+        rows.append((f"embedder {e.name} ({e.setting}: {e.resident_gib:g} resident + {e.kv_gib:g} KV)",
+                     -e.total_gib))
+    rows.append((f"{key} resident (weights + runtime{', per box' if plan.tp > 1 else ''})", -plan.resident_gib))
+    rows.append(("= free for its KV cache", plan.free_gib))
+    rows.append((f"{key} KV budget ({plan.kv_setting})", -plan.kv_gib))
+    rows.append(("= headroom", plan.headroom_gib))
+    width = max(len(r[0]) for r in rows)
+    lines += [f"  {label:<{width}} {value:8.1f} GiB" for label, value in rows]
+    needed = box.os_reserve_gib + box.embedders_gib + plan.footprint_gib
+    lines.append(f"  total {needed:.1f} GiB needed vs {box.usable_gib:.1f} GiB usable")
+    lines += [f"  - {p}" for p in plan.problems]
+    fit = floor_to(plan.max_kv_gib)
+    lines.append(f"Largest KV budget that fits: {fit:.1f} GiB" + (
+        f" (smallest that holds one {plan.max_context:,}-token request: {ceil_to(plan.min_kv_gib):.1f} GiB)"
+        if plan.min_kv_gib is not None else "") + ".")
+    lines.append(f"Change CODER_KV_CACHE_GIB[{key!r}] in group_data/gx10.py (group_data/sim.py on the simulated "
+                 f"Spark), or free memory: EMBEDDERS (fewer, or a smaller kv_cache_gib) or OS_RESERVE_GIB in "
+                 f"group_data/all.py.")
+    return "\n".join(lines)
+
+
+# --- the table --------------------------------------------------------------------------------------------------------
+
+
+def _gib(value: float) -> str:
+    return f"{value:,.1f}" if abs(value) >= 0.1 or value == 0 else f"{value:.4g}"
+
+
+def _est_meas(est: str | None, meas: str | None, calibrated: bool) -> str:
+    """An estimate with the production measurement under it when one is known, and whether the two agree by
+    calibration."""
+    if est is None and meas is None:
+        return "unknown"
+    text = f"{est} est" if est is not None else ""
+    if meas is not None:
+        text += f"\n{meas} measured" + ("\n[dim](est calibrated)[/dim]" if calibrated and est is not None else "")
+    return text
+
+
+def _tokens(m: ModelPlan) -> str:
+    est, meas = m.kv_tokens_estimate, m.kv_tokens_measured
+    return _est_meas(None if est is None else f"{est:,}", None if meas is None else f"{meas:,}",
+                     m.estimate_agreement == "calibrated")
+
+
+def _concurrency(m: ModelPlan) -> str:
+    est, meas = m.concurrent_requests_estimate, m.concurrent_requests_measured
+    # from a token count: two decimals, as vLLM logs it; from a source that gave only the concurrency: as it gave it
+    meas_text = None if meas is None else (f"{meas:.2f}" if m.kv_tokens_measured else f"{meas:g}")
+    return _est_meas(None if est is None else f"{est:.2f}", meas_text, m.estimate_agreement == "calibrated")
+
+
+def _decode(m: ModelPlan) -> str:
+    parts = []
+    if m.roofline_tokens_per_s is not None:
+        parts.append(f"{m.roofline_tokens_per_s:,.1f} roofline")
+    if m.roofline_full_context_tokens_per_s is not None:
+        parts.append(f"{m.roofline_full_context_tokens_per_s:,.1f} at full ctx")
+    if m.measured_decode_tokens_per_s is not None:
+        parts.append(f"{m.measured_decode_tokens_per_s:,.1f} measured")
+    return "\n".join(parts) or "-"
+
+
+def _kv_label(setting: str) -> str:
+    if setting.startswith("CODER_KV_CACHE_GIB"):
+        return "group data"
+    return "all free (split)" if setting.startswith("split") else setting
+
+
+def print_table(plan: BoxPlan, data: dict) -> None:
+    """The plan as a table on the terminal (170 columns when not one), its problems and notes under it."""
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console()
+    if not console.is_terminal:
+        console = Console(width=170)
+    box = plan.box
+    emb = ", ".join(f"{e.name} {_gib(e.resident_gib)}{' calibrated' if e.resident_source == 'calibrated' else ''} + "
+                    f"{_gib(e.kv_gib)} KV" for e in box.embedders) or "none"
+    where = "each box" if plan.sparks > 1 else "the box"
+    console.print(f"[bold]Box[/bold] ({plan.sparks} Spark{'s' if plan.sparks > 1 else ''}, {plan.topology}; figures "
+                  f"per box unless marked total): {_gib(box.usable_gib)} GiB usable - {_gib(box.os_reserve_gib)} OS "
+                  f"reserve - embedders {_gib(box.embedders_gib)} ({emb}) = {_gib(box.available_gib)} GiB for the "
+                  f"coding model on {where}; {box.bandwidth_gbps:g} GB/s")
+    table = Table(show_lines=True)
+    for col, justify in (("model", "left"), ("resident GiB", "right"), ("free after\nembedders", "right"),
+                         ("KV budget", "right"), ("headroom", "right"), ("KV tokens\n(total)", "right"),
+                         ("max ctx", "right"), ("concurrent\nmax-ctx reqs\n(total)", "right"),
+                         ("decode tok/s\n(1 stream)", "right"), ("fits", "center")):
+        table.add_column(col, justify=justify)
+    for m in plan.models:
+        configured = " [dim](configured)[/dim]" if m.name == data.get("CODING_MODEL") else ""
+        table.add_row(
+            f"{m.name}{configured}\n[dim]{m.layout.source if m.layout else 'no layer facts'}[/dim]",
+            f"{_gib(m.resident_gib)}\n[dim]{m.resident_source}[/dim]",
+            _gib(m.free_gib),
+            f"{_gib(m.kv_gib)}\n[dim]{_kv_label(m.kv_setting)}[/dim]",
+            _gib(m.headroom_gib),
+            _tokens(m),
+            f"{m.max_context:,}",
+            _concurrency(m),
+            _decode(m),
+            "[green]yes[/green]" if m.fits else "[red]NO[/red]",
+        )
+    console.print(table)
+    for m in plan.models:
+        for p in m.problems:
+            console.print(f"[red]{m.name}:[/red] {p}", highlight=False)
+        for n in m.notes:
+            console.print(f"[dim]{m.name}: {n}[/dim]", highlight=False)
+    console.print("[dim]est = estimate from the layer facts (vLLM's hybrid KV allocator); measured = what production "
+                  "reported (source in the notes); calibrated = a fact set so that a production figure comes out, so "
+                  "its agreement is not independent evidence. Roofline = bandwidth / weight bytes per step x tokens "
+                  "per step (upper bound).[/dim]", highlight=False)
