@@ -119,7 +119,8 @@ def test_run_niah_against_fake_server(monkeypatch):
     labels = {"model": {"key": "qwen3.8-27b"}, "revision": "b" * 40, "box": {"name": "spark-1"}}
     rec = asyncio.run(niah.run_niah(ep, labels, lengths=[1000, 2000, 4000], depths=[10, 50, 90], max_tokens=128,
                                     timeout_s=60))
-    assert rec["schema"] == niah.SCHEMA == "sparkctl.niah/1" and rec["vllm_version"] == "0.32.0" and rec["revision"] == "b" * 40
+    assert rec["schema"] == niah.SCHEMA == "sparkctl.niah/1"
+    assert rec["vllm_version"] == "0.32.0" and rec["revision"] == "b" * 40
     cells = rec["cells"]
     assert len(cells) == 9
     fitted = [c for c in cells if not c["skipped"]]
