@@ -135,3 +135,8 @@ BENCH_MAX_TOKENS = 1024  # max_tokens per probe request
 BENCH_PREFILL_TOKENS = 12288  # the fresh prefill after the decode window, tokens
 BENCH_CLIENT_TIMEOUT_S = 7200  # bench/niah/evals client timeout; no retries, s
 BENCH_IGNORE_EOS = False  # True: requests run to BENCH_MAX_TOKENS even past end-of-sequence (random-weight models)
+# --- bench/niah settings (issue 13) ----------------------------------------------------------------------------
+BENCH_AGREEMENT_TOLERANCE = 0.05  # counter vs client tokens: largest relative gap outside the scrape bracket, fraction
+BENCH_SETTLE_S = 1.0  # wait after every stream has its first token, before the decode window opens, s
+BENCH_IDLE_TIMEOUT_S = 120  # longest wait for vLLM to have no request in flight between phases, s
+NIAH_MAX_TOKENS = 4096  # NIAH answer budget per request (reasoning models think first), tokens

@@ -9,7 +9,8 @@ import re
 import httpx
 import pytest
 
-from sparkctl.measure import bench, niah
+from sparkctl.config import catalog, groupdata
+from sparkctl.measure import client, niah
 from sparkctl.measure.workloads import haystack
 
 
@@ -22,9 +23,16 @@ def test_needle_is_reproducible_and_differs_across_cells():
     assert len(values) == 12
 
 
-def test_default_grid():
-    assert niah.DEFAULT_LENGTHS == (32768, 97280, 160768, 225280)
-    assert niah.DEFAULT_DEPTHS == (10.0, 50.0, 90.0)
+def test_default_grid_fits_every_configured_coding_model():
+    """No cell of the default grid is skipped on a coding model the deploy can serve: the longest length plus the
+    answer budget fits each catalog coder's max_model_len (else `niah` would silently score a smaller grid)."""
+    data = groupdata.load(["all", "gx10"])
+    budget = data["NIAH_MAX_TOKENS"]
+    coders = [s for s in catalog.resolve(data.get("CATALOG_OVERRIDES")).values() if s.role == catalog.CODER]
+    assert coders
+    for spec in coders:
+        assert max(niah.DEFAULT_LENGTHS) + budget <= spec.max_model_len, spec.key
+    assert all(0 <= d <= 100 for d in niah.DEFAULT_DEPTHS)
 
 
 @pytest.mark.parametrize("depth, expected_index", [(0, 0), (50, 5), (90, 9), (100, 10)])
@@ -105,12 +113,14 @@ class Oracle:
 
 def test_run_niah_against_fake_server(monkeypatch):
     oracle = Oracle()
-    monkeypatch.setattr(bench, "make_client", lambda ep, timeout_s, max_connections=64: httpx.AsyncClient(
+    monkeypatch.setattr(niah, "make_client", lambda ep, timeout_s, max_connections=64: httpx.AsyncClient(
         transport=httpx.MockTransport(oracle.handler)))
-    ep = bench.Endpoint("http://fake/coder/v1", "coder")
+    ep = client.Endpoint("http://fake/coder/v1", "coder")
     labels = {"model": {"key": "qwen3.8-27b"}, "revision": "b" * 40, "box": {"name": "spark-1"}}
-    rec = asyncio.run(niah.run_niah(ep, labels, lengths=[1000, 2000, 4000], depths=[10, 50, 90], max_tokens=128))
-    assert rec["schema"] == niah.SCHEMA and rec["vllm_version"] == "0.32.0" and rec["revision"] == "b" * 40
+    rec = asyncio.run(niah.run_niah(ep, labels, lengths=[1000, 2000, 4000], depths=[10, 50, 90], max_tokens=128,
+                                    timeout_s=60))
+    assert rec["schema"] == niah.SCHEMA == "sparkctl.niah/1"
+    assert rec["vllm_version"] == "0.32.0" and rec["revision"] == "b" * 40
     cells = rec["cells"]
     assert len(cells) == 9
     fitted = [c for c in cells if not c["skipped"]]

@@ -65,5 +65,4 @@ def box_from_data(data: dict, catalog: dict[str, ModelSpec]) -> Box:
     return Box(usable_gib=number(data, "BOX_USABLE_MEMORY_GIB", strict=True),
                os_reserve_gib=number(data, "OS_RESERVE_GIB"),
                embedders=tuple(embedders),
-               bandwidth_gbps=number(data, "BOX_MEMORY_BANDWIDTH_GBPS", strict=True)
-               if "BOX_MEMORY_BANDWIDTH_GBPS" in data else 273.0)
+               bandwidth_gbps=number(data, "BOX_MEMORY_BANDWIDTH_GBPS", strict=True))

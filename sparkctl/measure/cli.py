@@ -4,22 +4,11 @@ The box is reached through its TLS proxy (https://<address>:PROXY_PORT/<CODER_SE
 token, trusting only the deploy's CA (--ca, default <SECRETS_DIR>/pki/ca.pem); /metrics is read on the box over
 ssh (`curl http://127.0.0.1:CODER_PORT/metrics`), since the proxy does not publish it.
 
-bench JSON record (schema "sparkctl.measure.bench/1"):
-  date (UTC ISO 8601), workload {name, version, prompts, sha256}, window_s, streams [..], max_tokens,
-  temperature, ignore_eos, model {key, title, served_name, repo, revision, sha, draft, speculative, ...},
-  revision (the locked commit sha of the checkpoint), vllm_version, box {name, address, simulated,
-  usable_memory_gib, memory_bandwidth_gbps}, endpoint, max_model_len, served_model_root (vLLM's model path),
-  served_sha (the commit in that path; checked against revision), roofline_single_stream_tokens_per_s,
-  runs [{streams, window_s (measured), counter_tokens, client_tokens, counter_tokens_per_s,
-         client_tokens_per_s, per_stream_tokens_per_s, client_tokens_bracket [lo, hi], client_vs_counter
-         (midpoint), counter_outside_bracket, agree, client_count_method,
-         roofline_tokens_per_s, roofline_pct, spec_decode {drafts, draft_tokens, accepted_tokens,
-         acceptance_rate, tokens_per_step, mean_draft_length, per_position_acceptance {"0": ..}} | null,
-         requests_started, requests_finished, requests_errored, ttft_s_mean, scrape_s}],
-  prefill [{target_tokens, prompt_tokens, ttft_s, tokens_per_s, server_prefill_s, server_tokens_per_s,
-            prompt_tokens_delta, prefix_cache_queries_delta, prefix_cache_hits_delta,
-            prompt_tokens_cached_delta, fresh, token_count_source, error}],
-  problems [why the figures cannot be trusted; empty when they can]
+The bench JSON record (schema "sparkctl.bench/1") is described field by field by its pydantic model,
+sparkctl/measure/record.py; `bench compare` validates both files against it.
+
+List options (--streams, --prefill, --lengths, --depths, --groups) all take a comma list, may be repeated, and
+accumulate: `--streams 1 --streams 4` and `--streams 1,4` mean the same.
 """
 
 from __future__ import annotations
@@ -29,6 +18,7 @@ import asyncio
 import datetime as _dt
 import json
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -36,7 +26,8 @@ from sparkctl import REPO_ROOT
 from sparkctl.config import groupdata, hosts
 from sparkctl.config.secrets import read_api_token, secrets_dir
 from sparkctl.errors import SettingError, SparkctlError
-from sparkctl.measure import bench, evals, niah
+from sparkctl.measure import evals, labels, niah, probe, record, report
+from sparkctl.measure.client import Endpoint
 
 # ---------------------------------------------------------------------------------------------------- parsing
 
@@ -47,6 +38,13 @@ def int_list(text: str) -> list[int]:
         raise argparse.ArgumentTypeError(f"{text!r} is not a comma-separated list of integers") from None
     if not values or any(v <= 0 for v in values):
         raise argparse.ArgumentTypeError(f"{text!r}: expected positive integers, e.g. 1,2,4,8")
+    return values
+
+
+def str_list(text: str) -> list[str]:
+    values = [x.strip() for x in text.split(",") if x.strip()]
+    if not values:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected one or more comma-separated names")
     return values
 
 
@@ -63,21 +61,33 @@ def token_count(text: str) -> int:
 
 
 def token_list(text: str) -> list[int]:
-    return [token_count(x) for x in text.split(",") if x.strip()]
+    values = [token_count(x) for x in text.split(",") if x.strip()]
+    if not values:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected token counts, e.g. 12K,54K")
+    return values
 
 
 def float_list(text: str) -> list[float]:
     try:
-        return [float(x) for x in text.split(",") if x.strip()]
+        values = [float(x) for x in text.split(",") if x.strip()]
     except ValueError:
         raise argparse.ArgumentTypeError(f"{text!r} is not a comma-separated list of numbers") from None
+    if not values:
+        raise argparse.ArgumentTypeError(f"{text!r}: expected numbers, e.g. 10,50,90")
+    return values
+
+
+def add_list_option(group, flag: str, parse: Callable[[str], list], text: str, *, example: str, **kw) -> None:
+    """The one convention for list options: a comma list, repeatable, accumulating (action "extend")."""
+    group.add_argument(flag, type=parse, action="extend", default=None,
+                       help=f"{text}; comma list or repeated, e.g. {example}", **kw)
 
 
 def _target_args(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("target")
     g.add_argument("--host", default=None, help="inventory host name (default: the first configured)")
-    g.add_argument("--groups", default=None,
-                   help="comma-separated group data to merge (default: all,gx10 for a real box, all,gx10,sim else)")
+    add_list_option(g, "--groups", str_list, "group data to merge (default: all,gx10 for a real box, all,gx10,sim "
+                    "else)", example="all,gx10")
     g.add_argument("--ca", default=None, help="CA bundle (PEM) the proxy's certificate chains to "
                                               "(default: <SECRETS_DIR>/pki/ca.pem)")
     g.add_argument("--base-url", default=None,
@@ -88,15 +98,16 @@ def _target_args(p: argparse.ArgumentParser) -> None:
 
 def add_parser(subparsers) -> None:
     p = subparsers.add_parser("bench", help="decode/prefill probe through the proxy; `bench compare A B`",
-                              description=bench.__doc__.split("\n\n")[0])
+                              description=probe.__doc__.split("\n\n")[0])
     _target_args(p)
-    p.add_argument("--streams", type=int_list, default=None, help="concurrent streams to sweep (BENCH_STREAMS)")
+    add_list_option(p, "--streams", int_list, "concurrent streams to sweep (default BENCH_STREAMS)",
+                    example="--streams 1,2 --streams 8")
     p.add_argument("--window", type=float, default=None, help="decode window, s (BENCH_WINDOW_S)")
     p.add_argument("--max-tokens", type=int, default=None, help="max_tokens per request (BENCH_MAX_TOKENS)")
-    p.add_argument("--prefill", type=token_count, action="append", default=None, metavar="TOKENS",
-                   help="fresh-prefill prompt length; repeat for more (default BENCH_PREFILL_TOKENS; "
-                        "e.g. --prefill 12288 --prefill 55296 --prefill 204800)")
-    p.add_argument("--no-prefill", action="store_true", help="skip the prefill measurement")
+    prefill = p.add_mutually_exclusive_group()
+    add_list_option(prefill, "--prefill", token_list, "fresh-prefill prompt lengths (default BENCH_PREFILL_TOKENS)",
+                    example="--prefill 12K,54K --prefill 204800", metavar="TOKENS")
+    prefill.add_argument("--no-prefill", action="store_true", help="skip the prefill measurement")
     p.add_argument("--workload", default=None, help="workload name-version (default codegen-v1)")
     p.add_argument("--ignore-eos", action=argparse.BooleanOptionalAction, default=None,
                    help="run every request to max_tokens (default BENCH_IGNORE_EOS, else off; on for tiny "
@@ -118,11 +129,13 @@ def add_parser(subparsers) -> None:
     n = subparsers.add_parser("niah", help="needle-in-a-haystack grid through the proxy",
                               description=niah.__doc__.split("\n\n")[0])
     _target_args(n)
-    n.add_argument("--lengths", type=token_list, default=None,
-                   help="context lengths in tokens (default 32K,95K,157K,220K; K = 1024)")
-    n.add_argument("--depths", type=float_list, default=None, help="needle depths, %% (default 10,50,90)")
+    lengths = ",".join(f"{x // 1024}K" for x in niah.DEFAULT_LENGTHS)
+    depths = ",".join(f"{x:g}" for x in niah.DEFAULT_DEPTHS)
+    add_list_option(n, "--lengths", token_list, f"context lengths in tokens (default {lengths}; K = 1024)",
+                    example="32K,95K")
+    add_list_option(n, "--depths", float_list, f"needle depths, %% (default {depths})", example="10,90")
     n.add_argument("--trials", type=int, default=1, help="needles per cell (default 1)")
-    n.add_argument("--max-tokens", type=int, default=niah.DEFAULT_MAX_TOKENS, help="answer budget per request")
+    n.add_argument("--max-tokens", type=int, default=None, help="answer budget per request (NIAH_MAX_TOKENS)")
     n.add_argument("--seed", type=int, default=0, help="haystack/needle seed")
     n.add_argument("--out", default=None, help="JSON path (default results/niah-<model>-<time>.json)")
     n.set_defaults(func=run_niah)
@@ -135,9 +148,8 @@ def add_parser(subparsers) -> None:
 @dataclass
 class Target:
     data: dict
-    host: hosts.HostConn | None
-    endpoint: bench.Endpoint
-    metrics: bench.MetricsSource
+    endpoint: Endpoint
+    metrics: probe.MetricsSource
     labels: dict
 
 
@@ -146,8 +158,7 @@ def _url_host(address: str) -> str:
 
 
 def resolve_target(args) -> Target:
-    groups = [g.strip() for g in args.groups.split(",") if g.strip()] if args.groups else None
-    data = groupdata.load(groups)
+    data = groupdata.load(args.groups or None)
     dev = bool(args.base_url and args.metrics_url)
     host = None
     try:
@@ -174,16 +185,15 @@ def resolve_target(args) -> Target:
             raise SettingError("--ca", ca, "a CA bundle (PEM) that signed the proxy's certificate",
                                "The deploy generates <SECRETS_DIR>/pki/ca.pem; with your own TLS_CERT_FILE pass its CA")
     if args.metrics_url:
-        source = bench.MetricsSource.local(args.metrics_url)
+        source = probe.MetricsSource.local(args.metrics_url)
     else:
-        source = bench.MetricsSource.ssh(host, int(data["CODER_PORT"]))
+        source = probe.MetricsSource.ssh(host, int(data["CODER_PORT"]))
     if host is not None and not (args.base_url and args.host is None):
-        box = bench.box_labels(host, data)
+        box = labels.box_labels(host, data)
     else:  # development run against some other server: never label it as the inventory's box
         box = {"box": {"name": "dev", "address": base, "simulated": None}}
-    labels = {**bench.model_labels(data), **box}
-    return Target(data=data, host=host, endpoint=bench.Endpoint(base, served, token, ca), metrics=source,
-                  labels=labels)
+    return Target(data=data, endpoint=Endpoint(base, served, token, ca), metrics=source,
+                  labels={**labels.model_labels(data), **box})
 
 
 def _console():
@@ -197,14 +207,22 @@ def _stamp() -> str:
     return _dt.datetime.now(_dt.timezone.utc).strftime("%Y%m%d-%H%M%S")
 
 
-def _default_out(kind: str, labels: dict) -> Path:
-    key = (labels.get("model") or {}).get("key") or "model"
+def _default_out(kind: str, record_labels: dict) -> Path:
+    key = (record_labels.get("model") or {}).get("key") or "model"
     return REPO_ROOT / "results" / f"{kind}-{key}-{_stamp()}.json"
 
 
 # ---------------------------------------------------------------------------------------------------- commands
 
-class RichReporter(bench.Reporter):
+def positive_setting(data: dict, name: str) -> float:
+    """A group data number that must be > 0, or SettingError naming it."""
+    value = data[name]
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
+        raise SettingError(name, value, "a number greater than 0")
+    return value
+
+
+class RichReporter(probe.Reporter):
     def __init__(self, progress):
         self.progress = progress
         self.task = progress.add_task("starting", total=1.0, info="")
@@ -236,7 +254,7 @@ def run_bench(args) -> int:
     d = t.data
     prefill = [] if args.no_prefill else (args.prefill or [int(d["BENCH_PREFILL_TOKENS"])])
     ignore_eos = args.ignore_eos if args.ignore_eos is not None else bool(d["BENCH_IGNORE_EOS"])
-    settings = bench.ProbeSettings(
+    settings = probe.ProbeSettings(
         workload=workloads.load(args.workload or workloads.DEFAULT_WORKLOAD),
         streams=args.streams or list(d["BENCH_STREAMS"]),
         window_s=args.window if args.window is not None else float(d["BENCH_WINDOW_S"]),
@@ -244,29 +262,32 @@ def run_bench(args) -> int:
         prefill_tokens=prefill,
         ignore_eos=ignore_eos,
         timeout_s=float(d["BENCH_CLIENT_TIMEOUT_S"]),
+        settle_s=float(positive_setting(d, "BENCH_SETTLE_S")),
+        idle_timeout_s=float(positive_setting(d, "BENCH_IDLE_TIMEOUT_S")),
+        agreement_tolerance=float(positive_setting(d, "BENCH_AGREEMENT_TOLERANCE")),
     )
-    roofline, why = bench.roofline_single_stream(d)
+    roofline, why = labels.roofline_single_stream(d)
     console = _console()
     if roofline is None:
         console.log(f"roofline omitted: {why}")
     with Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), TextColumn("{task.fields[info]}"),
                   TimeElapsedColumn(), console=console) as progress:
-        record = asyncio.run(bench.run_probe(t.endpoint, t.metrics, settings, t.labels, RichReporter(progress),
-                                             roofline_single=roofline))
-    out = bench.write_record(record, args.out or _default_out("bench", t.labels))
-    for table in bench.record_table(record):
+        rec = asyncio.run(probe.run_probe(t.endpoint, t.metrics, settings, t.labels, RichReporter(progress),
+                                          roofline_single=roofline))
+    out = record.write_record(rec, args.out or _default_out("bench", t.labels))
+    for table in report.record_tables(rec):
         console.print(table)
     console.print(f"record: {out}")
     if not args.no_plot:
-        png = bench.plot_records([record], args.plot or out.with_suffix(".png"))
+        png = report.plot_records([rec], args.plot or out.with_suffix(".png"))
         console.print(f"plot: {png}")
-    for problem in record["problems"]:
+    for problem in rec["problems"]:
         console.print(f"[bold red]problem:[/] {problem}")
-    return 1 if record["problems"] else 0
+    return 1 if rec["problems"] else 0
 
 
 def run_compare(args) -> int:
-    a, b = bench.load_record(args.a), bench.load_record(args.b)
+    a, b = record.load_record(args.a), record.load_record(args.b)
     if args.names:
         names = [n.strip() for n in args.names.split(",")]
         if len(names) != 2 or not all(names):
@@ -276,9 +297,9 @@ def run_compare(args) -> int:
         if names[0] == names[1]:
             names = [f"A {names[0]}", f"B {names[1]}"]
     console = _console()
-    console.print(bench.compare_table(a, b, *names))
+    console.print(report.compare_table(a, b, *names))
     if args.plot:
-        console.print(f"plot: {bench.plot_records([a, b], args.plot)}")
+        console.print(f"plot: {report.plot_records([a, b], args.plot)}")
     return 0
 
 
@@ -293,12 +314,13 @@ def run_niah(args) -> int:
             verdict = "pass" if c["passed"] else ("miss" + (f": {c['error']}" if c["error"] else ""))
         console.log(f"{c['length']} tokens, depth {c['depth']:g}%: {verdict}")
 
-    record = niah.run(t.endpoint, t.labels, lengths=args.lengths or niah.DEFAULT_LENGTHS,
-                      depths=args.depths or niah.DEFAULT_DEPTHS, trials=args.trials, max_tokens=args.max_tokens,
-                      timeout_s=float(t.data["BENCH_CLIENT_TIMEOUT_S"]), seed=args.seed, on_cell=on_cell)
-    out = bench.write_record(record, args.out or _default_out("niah", t.labels))
-    console.print(niah.grid_table(record))
-    overall = record["scores"]["overall"]
+    max_tokens = args.max_tokens or int(positive_setting(t.data, "NIAH_MAX_TOKENS"))
+    rec = niah.run(t.endpoint, t.labels, lengths=args.lengths or niah.DEFAULT_LENGTHS,
+                   depths=args.depths or niah.DEFAULT_DEPTHS, trials=args.trials, max_tokens=max_tokens,
+                   timeout_s=float(t.data["BENCH_CLIENT_TIMEOUT_S"]), seed=args.seed, on_cell=on_cell)
+    out = record.write_record(rec, args.out or _default_out("niah", t.labels))
+    console.print(niah.grid_table(rec))
+    overall = rec["scores"]["overall"]
     console.print(f"score: {'-' if overall is None else f'{overall:.1f}'}/10  record: {out}")
     return 0
 

@@ -15,7 +15,6 @@ fails (HTTP error, timeout) counts as a miss and carries its error.
 from __future__ import annotations
 
 import asyncio
-import datetime as _dt
 import random
 import re
 import time
@@ -24,13 +23,14 @@ from dataclasses import dataclass
 
 import httpx
 
+from sparkctl.measure.client import fit_text, make_client, server_info, tokenize_count
+from sparkctl.measure.record import utc_timestamp
 from sparkctl.measure.workloads import haystack
 
-SCHEMA = "sparkctl.measure.niah/1"
+SCHEMA = "sparkctl.niah/1"
 K = 1024
 DEFAULT_LENGTHS = (32 * K, 95 * K, 157 * K, 220 * K)  # prompt tokens: "32K, 95K, 157K, 220K"
 DEFAULT_DEPTHS = (10.0, 50.0, 90.0)  # needle position, % of the haystack
-DEFAULT_MAX_TOKENS = 4096  # answer budget (reasoning models think first)
 INTRO = "Below are some notes. Somewhere in them is a special magic number. Read carefully.\n\n"
 
 KEY_ADJECTIVES = ["amber", "silver", "quiet", "northern", "crooked", "velvet", "hollow", "bright", "salted", "distant"]
@@ -151,8 +151,6 @@ def grid_table(record: dict):
 
 async def run_cell(client: httpx.AsyncClient, ep, length: int, depth: float, trial: int, max_tokens: int,
                    max_model_len: int | None, seed: int = 0) -> dict:
-    from sparkctl.measure import bench
-
     needle = make_needle(length, depth, trial, seed)
     cell = {"length": length, "depth": depth, "trial": trial, "needle_key": needle.key,
             "needle_value": needle.value, "prompt_tokens": None, "passed": False, "skipped": False,
@@ -162,14 +160,14 @@ async def run_cell(client: httpx.AsyncClient, ep, length: int, depth: float, tri
         return cell
 
     async def count(text: str):
-        return await bench.tokenize_count(client, ep, messages=[{"role": "user", "content": text}])
+        return await tokenize_count(client, ep, messages=[{"role": "user", "content": text}])
 
-    prompt, counted, _source = await bench.fit_text(count, lambda n: build_prompt(n, needle, depth, seed), length)
+    prompt, counted, _source = await fit_text(count, lambda n: build_prompt(n, needle, depth, seed), length)
     body = {"model": ep.served_name, "messages": [{"role": "user", "content": prompt}],
             "max_tokens": max_tokens, "temperature": 0.0}
     t0 = time.perf_counter()
     try:
-        r = await client.post(ep.base_url.rstrip("/") + "/chat/completions", json=body)
+        r = await client.post(ep.url("/chat/completions"), json=body)
     except httpx.HTTPError as exc:
         cell.update(error=f"{type(exc).__name__}: {exc}", prompt_tokens=counted)
         return cell
@@ -187,17 +185,16 @@ async def run_cell(client: httpx.AsyncClient, ep, length: int, depth: float, tri
     return cell
 
 
-async def run_niah(ep, labels: dict, lengths: Sequence[int] = DEFAULT_LENGTHS,
-                   depths: Sequence[float] = DEFAULT_DEPTHS, trials: int = 1,
-                   max_tokens: int = DEFAULT_MAX_TOKENS, timeout_s: float = 7200.0, seed: int = 0,
-                   on_cell=None) -> dict:
-    """Every cell in turn (one request at a time); returns the JSON record."""
-    from sparkctl.measure import bench
+async def run_niah(ep, labels: dict, *, max_tokens: int, timeout_s: float,
+                   lengths: Sequence[int] = DEFAULT_LENGTHS, depths: Sequence[float] = DEFAULT_DEPTHS,
+                   trials: int = 1, seed: int = 0, on_cell=None) -> dict:
+    """Every cell in turn (one request at a time); returns the JSON record.
 
-    date = _dt.datetime.now(_dt.timezone.utc).replace(microsecond=0).isoformat().replace("+00:00", "Z")
+    max_tokens: the answer budget (NIAH_MAX_TOKENS); timeout_s: the client timeout (BENCH_CLIENT_TIMEOUT_S)."""
+    date = utc_timestamp()
     cells = []
-    async with bench.make_client(ep, timeout_s) as client:
-        info = await bench.server_info(client, ep)
+    async with make_client(ep, timeout_s) as client:
+        info = await server_info(client, ep)
         for n in lengths:
             for d in depths:
                 for trial in range(trials):

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from sparkctl.__main__ import main
-from sparkctl.measure import bench, niah, workloads
+from sparkctl.measure import client, labels, niah, probe, record, report, workloads
 
 pytestmark = pytest.mark.e2e
 
@@ -28,25 +28,27 @@ def probe_record(converged_spark, tmp_path_factory):
     sp = converged_spark
     data = sp.data
     served = data["CODER_SERVED_NAME"]
-    ep = bench.Endpoint(sp.base_url(served), served, token=sp.token, ca=sp.ca)
-    source = bench.MetricsSource.ssh(sp.host, data["CODER_PORT"])
-    labels = {**bench.model_labels(data), **bench.box_labels(sp.host, data)}
-    settings = bench.ProbeSettings(
+    ep = client.Endpoint(sp.base_url(served), served, token=sp.token, ca=sp.ca)
+    source = probe.MetricsSource.ssh(sp.host, data["CODER_PORT"])
+    tags = {**labels.model_labels(data), **labels.box_labels(sp.host, data)}
+    settings = probe.ProbeSettings(
         workload=workloads.load(), streams=[1, 2], window_s=4.0, max_tokens=int(data["BENCH_MAX_TOKENS"]),
         prefill_tokens=[int(data["BENCH_PREFILL_TOKENS"])], ignore_eos=True,  # tiny random weights: run to max
-        timeout_s=float(data["BENCH_CLIENT_TIMEOUT_S"]))
-    roofline, _why = bench.roofline_single_stream(data)
-    record = asyncio.run(bench.run_probe(ep, source, settings, labels, roofline_single=roofline))
+        timeout_s=float(data["BENCH_CLIENT_TIMEOUT_S"]), settle_s=float(data["BENCH_SETTLE_S"]),
+        idle_timeout_s=float(data["BENCH_IDLE_TIMEOUT_S"]),
+        agreement_tolerance=float(data["BENCH_AGREEMENT_TOLERANCE"]))
+    roofline, _why = labels.roofline_single_stream(data)
+    rec = asyncio.run(probe.run_probe(ep, source, settings, tags, roofline_single=roofline))
     out = tmp_path_factory.mktemp("bench")
-    path = bench.write_record(record, out / "bench.json")
-    png = bench.plot_records([record], out / "bench.png")
-    return record, path, png
+    path = record.write_record(rec, out / "bench.json")
+    png = report.plot_records([rec], out / "bench.png")
+    return rec, path, png
 
 
 def test_counter_and_client_tokens_agree(probe_record):
-    record, _, _ = probe_record
-    assert [r["streams"] for r in record["runs"]] == [1, 2]
-    for run in record["runs"]:
+    rec, _, _ = probe_record
+    assert [r["streams"] for r in rec["runs"]] == [1, 2]
+    for run in rec["runs"]:
         assert run["counter_tokens"] > 0, run
         assert run["client_count_method"] == "usage", run
         lo, hi = run["client_tokens_bracket"]  # the client count over the scrapes' earliest/latest instants
@@ -57,9 +59,10 @@ def test_counter_and_client_tokens_agree(probe_record):
 
 
 def test_record_carries_every_label(probe_record, converged_spark):
-    record, path, _ = probe_record
+    rec, path, _ = probe_record
     on_disk = json.loads(path.read_text())
-    assert on_disk == json.loads(json.dumps(record))
+    assert on_disk == json.loads(json.dumps(rec))
+    assert record.validate_record(on_disk) == on_disk  # the pydantic model keeps every field, coerces none
     assert on_disk["workload"]["name"] == "codegen" and on_disk["workload"]["version"] == 1
     assert on_disk["window_s"] == 4.0 and on_disk["streams"] == [1, 2]
     model = on_disk["model"]
@@ -73,8 +76,8 @@ def test_record_carries_every_label(probe_record, converged_spark):
 
 
 def test_spec_decode_fields(probe_record):
-    record, _, _ = probe_record
-    for run in record["runs"]:
+    rec, _, _ = probe_record
+    for run in rec["runs"]:
         sd = run["spec_decode"]
         assert sd is not None, "the sim coder runs ngram speculative decoding"
         assert sd["draft_tokens"] > 0 and 0 < sd["acceptance_rate"] <= 1
@@ -83,8 +86,8 @@ def test_spec_decode_fields(probe_record):
 
 
 def test_prefill_is_fresh_and_measured(probe_record, converged_spark):
-    record, _, _ = probe_record
-    (p,) = record["prefill"]
+    rec, _, _ = probe_record
+    (p,) = rec["prefill"]
     target = int(converged_spark.data["BENCH_PREFILL_TOKENS"])
     assert p["error"] is None
     assert p["prefix_cache_hits_delta"] == 0 and p["fresh"] is True
@@ -99,8 +102,8 @@ def test_plot_written(probe_record):
 
 
 def test_bench_compare_cli_flags_different_windows(probe_record, tmp_path, capsys):
-    record, path, _ = probe_record
-    other = bench.write_record({**record, "window_s": 40}, tmp_path / "other.json")
+    rec, path, _ = probe_record
+    other = record.write_record({**rec, "window_s": 40}, tmp_path / "other.json")
     assert main(["bench", "compare", str(path), str(other), "--plot", str(tmp_path / "cmp.png")]) == 0
     out = capsys.readouterr().out
     assert "WINDOWS DIFFER" in out and "decode tok/s, 2 streams" in out

@@ -17,19 +17,15 @@ import httpx
 from sparkctl import REPO_ROOT
 from sparkctl.config import catalog, groupdata
 from sparkctl.config.lock import refresh_lock
+from sparkctl.measure import prometheus
 from tests.e2e.conftest import pyinfra, record, sim_exec
 
 HOST = "spark-1"
 
 
-def metric(port: int, name: str, label: str = "") -> float:
-    """Sum of a metric's samples on the box (optionally only those carrying `label`, e.g. finished_reason="abort")."""
-    text = sim_exec(HOST, f"curl -fsS http://127.0.0.1:{port}/metrics")
-    total = 0.0
-    for line in text.splitlines():
-        if line.startswith(name + "{") and label in line:
-            total += float(line.rsplit(" ", 1)[1])
-    return total
+def metric(port: int, name: str) -> float:
+    """Sum of a metric's samples over every label set on the box (prometheus_client's parser, as the bench uses)."""
+    return prometheus.parse(sim_exec(HOST, f"curl -fsS http://127.0.0.1:{port}/metrics")).total(name)
 
 
 def wait_for(predicate, timeout: float, what: str, interval: float = 1.0):

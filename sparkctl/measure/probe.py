@@ -1,0 +1,318 @@
+"""The decode/prefill probe behind `python -m sparkctl bench` (the probe the model decision was made from).
+
+* Decode. N concurrent streams of code-generation chat requests (a fixed, versioned prompt set, round-robin),
+  kept full for the whole window: each stream replaces a finished request at once. Once every stream has
+  produced tokens (and BENCH_SETTLE_S more), /metrics is scraped (on the box, over ssh: it is not public), the
+  window runs (BENCH_WINDOW_S), /metrics is scraped again. The decode rate is Δ vllm:generation_tokens_total / Δt
+  between the two scrapes, summed over label sets. The same window is counted on the client, and both are
+  reported; how the two are compared is in maths.py.
+* Speculative decoding over the same window: acceptance rate, tokens per step, per-position rates (prometheus.py).
+* Prefill. After the decode sweep, on an idle server, one fresh prompt per requested length (12K by default):
+  a unique prefix at token 0 so no prefix-cache block can match (verified: Δ prefix_cache_hits_total must be 0),
+  `max_tokens` 1, timed to the first streamed token; prefill tokens/s = usage.prompt_tokens / TTFT.
+
+Between phases the probe waits (at most BENCH_IDLE_TIMEOUT_S) for vLLM to have no request in flight: another
+client's requests would make the counters not the probe's alone.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+import tempfile
+import time
+import uuid
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import httpx
+
+from sparkctl.measure import prometheus
+from sparkctl.measure.client import (
+    Endpoint,
+    fit_text,
+    make_client,
+    server_info,
+    stream_request,
+    tokenize_count,
+)
+from sparkctl.measure.maths import (
+    RequestLog,
+    Scrape,
+    prefill_failure,
+    prefill_result,
+    tokens_in_window,
+    window_result,
+)
+from sparkctl.measure.record import (
+    SCHEMA,
+    BenchError,
+    check_record,
+    served_sha,
+    utc_timestamp,
+)
+from sparkctl.measure.workloads import Workload, haystack
+
+PREFILL_SUFFIX = "\n\nSummarize the text above in one sentence."
+
+
+class MetricsSource:
+    """Reads vLLM's /metrics by running a command (curl on the box over ssh, or locally) and parses it."""
+
+    def __init__(self, argv: list[str], start: list[str] | None = None, cleanup: list[str] | None = None,
+                 tmpdir: str | None = None):
+        self.argv = argv
+        self._start, self._cleanup, self._tmpdir = start, cleanup, tmpdir
+        self._started = False
+
+    @staticmethod
+    async def _quiet(argv: list[str]) -> int:
+        proc = await asyncio.create_subprocess_exec(*argv, stdin=asyncio.subprocess.DEVNULL,
+                                                    stdout=asyncio.subprocess.DEVNULL,
+                                                    stderr=asyncio.subprocess.DEVNULL)
+        return await proc.wait()
+
+    async def __call__(self) -> Scrape:
+        if self._start and not self._started:
+            self._started = True
+            await self._quiet(self._start)  # a failed master only costs speed: scrapes then connect directly
+        t0 = time.perf_counter()
+        proc = await asyncio.create_subprocess_exec(*self.argv, stdin=asyncio.subprocess.DEVNULL,
+                                                    stdout=asyncio.subprocess.PIPE,
+                                                    stderr=asyncio.subprocess.PIPE)
+        out, err = await proc.communicate()
+        t1 = time.perf_counter()
+        if proc.returncode != 0:
+            raise BenchError(f"reading /metrics failed (exit {proc.returncode}): "
+                             f"{err.decode(errors='replace').strip()[-400:]} [{' '.join(self.argv[-1:])}]")
+        return Scrape(t0, t1, prometheus.parse(out.decode(errors="replace")))
+
+    async def close(self) -> None:
+        if self._cleanup and self._started:
+            await self._quiet(self._cleanup)
+        if self._tmpdir:
+            shutil.rmtree(self._tmpdir, ignore_errors=True)
+
+    @classmethod
+    def local(cls, url: str) -> "MetricsSource":
+        return cls(["curl", "-fsS", url])
+
+    @classmethod
+    def ssh(cls, host, port: int, multiplex: bool = True) -> "MetricsSource":
+        """curl on the box over ssh. With multiplex, one ssh master connection (started once, detached, stdio on
+        /dev/null) carries every scrape, so a scrape takes milliseconds instead of a handshake: less timing
+        uncertainty per window. Scrapes never become masters themselves (ControlMaster=no): a backgrounded
+        master holding a scrape's stderr pipe would hang the read."""
+        argv = host.ssh_argv(f"curl -fsS http://127.0.0.1:{int(port)}/metrics")
+        if not multiplex or not argv or argv[0] != "ssh":
+            return cls(argv)
+        tmpdir = tempfile.mkdtemp(prefix="sparkctl-ssh-")
+        sock = str(Path(tmpdir) / "cm")
+        base = argv[1:-1]  # options and destination, without the remote command
+        start = ["ssh", "-o", "ControlMaster=yes", "-o", f"ControlPath={sock}", "-o", "ControlPersist=300",
+                 "-N", "-f", *base]
+        scrape = ["ssh", "-o", "ControlMaster=no", "-o", f"ControlPath={sock}", *argv[1:]]
+        cleanup = ["ssh", "-o", f"ControlPath={sock}", "-O", "exit", *base]
+        return cls(scrape, start=start, cleanup=cleanup, tmpdir=tmpdir)
+
+
+@dataclass
+class ProbeSettings:
+    """What one probe run does; the CLI fills every field from group data (BENCH_*) and its options."""
+
+    workload: Workload
+    streams: Sequence[int]  # BENCH_STREAMS
+    window_s: float  # BENCH_WINDOW_S
+    max_tokens: int  # BENCH_MAX_TOKENS
+    prefill_tokens: Sequence[int]  # BENCH_PREFILL_TOKENS
+    ignore_eos: bool  # BENCH_IGNORE_EOS
+    timeout_s: float  # BENCH_CLIENT_TIMEOUT_S
+    settle_s: float  # BENCH_SETTLE_S: after every stream has its first token, before the window opens
+    idle_timeout_s: float  # BENCH_IDLE_TIMEOUT_S: waiting for vLLM to drain between phases
+    agreement_tolerance: float  # BENCH_AGREEMENT_TOLERANCE: counter vs client, relative
+    temperature: float = 0.0  # greedy: the same prompts give the same work run after run
+    seed: int = 0  # haystack text of the prefill prompts
+
+
+class Reporter:
+    """Progress callbacks; the CLI's rich display implements them, tests use this silent one."""
+
+    def phase(self, text: str) -> None: ...
+
+    def window(self, streams: int, elapsed: float, window: float, client_tokens: int) -> None: ...
+
+    def done(self, text: str) -> None: ...
+
+
+def chat_body(ep: Endpoint, s: ProbeSettings, prompt: str) -> dict:
+    body = {
+        "model": ep.served_name,
+        "messages": [{"role": "user", "content": prompt}],
+        "max_tokens": s.max_tokens,
+        "temperature": s.temperature,
+        "stream": True,
+        "stream_options": {"include_usage": True, "continuous_usage_stats": True},
+    }
+    if s.ignore_eos:
+        body["ignore_eos"] = True
+    return body
+
+
+async def wait_idle(metrics_source: MetricsSource, timeout_s: float) -> Scrape:
+    """Scrape until vLLM has no running or waiting request (aborted streams drain in well under a second)."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        s = await metrics_source()
+        if prometheus.requests_in_flight(s.snapshot) == 0:
+            return s
+        if time.monotonic() > deadline:
+            raise BenchError(f"vLLM still has requests in flight after {timeout_s:.0f} s (BENCH_IDLE_TIMEOUT_S); "
+                             "another client is using it, so the counters would not be the probe's alone")
+        await asyncio.sleep(0.5)
+
+
+async def decode_window(client: httpx.AsyncClient, ep: Endpoint, metrics_source: MetricsSource,
+                        s: ProbeSettings, streams: int, reporter: Reporter, start_index: int = 0,
+                        roofline_single: float | None = None) -> tuple[dict, int]:
+    """One decode window at `streams` concurrent streams; returns (window result, next prompt index)."""
+    url = ep.url("/chat/completions")
+    logs: list[RequestLog] = []
+    stop = asyncio.Event()
+    first_token = [asyncio.Event() for _ in range(streams)]
+    counter = {"next": start_index}
+    fatal: list[str] = []
+
+    async def worker(i: int) -> None:
+        consecutive_errors = 0
+        while not stop.is_set():
+            idx = counter["next"]
+            counter["next"] += 1
+            log = RequestLog(t_sent=time.perf_counter())
+            logs.append(log)
+            try:
+                await stream_request(client, url, chat_body(ep, s, s.workload.prompt(idx)), log,
+                                     on_tokens=first_token[i].set)
+            except httpx.HTTPError as exc:
+                log.error = f"{type(exc).__name__}: {exc}"
+            except Exception as exc:  # a bug or a malformed stream: stop the window, never hang it
+                log.error = f"{type(exc).__name__}: {exc}"
+                fatal.append(log.error)
+                first_token[i].set()
+                return
+            if log.error:
+                consecutive_errors += 1
+                if consecutive_errors >= 3:
+                    fatal.append(log.error)
+                    first_token[i].set()
+                    return
+                await asyncio.sleep(1.0)
+            else:
+                consecutive_errors = 0
+
+    tasks = [asyncio.create_task(worker(i)) for i in range(streams)]
+    try:
+        reporter.phase(f"{streams} stream(s): filling")
+        await asyncio.wait_for(asyncio.gather(*(e.wait() for e in first_token)), timeout=s.timeout_s)
+        if fatal:
+            raise BenchError(f"requests fail: {fatal[0]}")
+        await asyncio.sleep(s.settle_s)
+        s0 = await metrics_source()
+        t_open = time.perf_counter()
+        while (elapsed := time.perf_counter() - t_open) < s.window_s:
+            if fatal:
+                raise BenchError(f"requests fail during the window: {fatal[0]}")
+            reporter.window(streams, elapsed, s.window_s, tokens_in_window(logs, s0.t, time.perf_counter()))
+            await asyncio.sleep(min(0.25, max(s.window_s - elapsed, 0.0)))
+        s1 = await metrics_source()
+        reporter.window(streams, s.window_s, s.window_s, tokens_in_window(logs, s0.t, s1.t))
+    finally:
+        stop.set()
+        for t in tasks:
+            t.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+    result = window_result(streams, s0, s1, logs, tolerance=s.agreement_tolerance, roofline_single=roofline_single)
+    return result, counter["next"]
+
+
+async def measure_prefill(client: httpx.AsyncClient, ep: Endpoint, metrics_source: MetricsSource,
+                          s: ProbeSettings, target: int, max_model_len: int | None) -> dict:
+    """One fresh prompt of about `target` tokens, max_tokens 1: TTFT and the prefix-cache check."""
+    if max_model_len and target + 1 > max_model_len:
+        return prefill_failure(target, f"does not fit max_model_len {max_model_len}")
+    prefix = f"Session {uuid.uuid4().hex}. Read the following notes.\n\n"
+
+    def build(n_chars: int) -> str:
+        # whole sentences step ~70 tokens at a time: cut a longer text at a word boundary to size it finely
+        body = haystack.text(n_chars + 400, s.seed)[:n_chars]
+        return prefix + body[:body.rfind(" ") + 1 or len(body)] + PREFILL_SUFFIX
+
+    text, counted, source = await fit_text(lambda t: tokenize_count(client, ep, prompt=t), build, target)
+    body = {"model": ep.served_name, "prompt": text, "max_tokens": 1, "temperature": 0.0, "stream": True,
+            "stream_options": {"include_usage": True}}
+    before = await wait_idle(metrics_source, s.idle_timeout_s)
+    log = RequestLog(t_sent=time.perf_counter())
+    try:
+        await stream_request(client, ep.url("/completions"), body, log)
+    except httpx.HTTPError as exc:
+        log.error = f"{type(exc).__name__}: {exc}"
+    after = await wait_idle(metrics_source, s.idle_timeout_s)
+    if log.error:
+        return prefill_failure(target, log.error, counted)
+    ttft = log.t_first - log.t_sent if log.t_first else None
+    return prefill_result(target, log.prompt_tokens or counted, ttft, before.snapshot, after.snapshot, source)
+
+
+async def _probe(client: httpx.AsyncClient, ep: Endpoint, metrics_source: MetricsSource, s: ProbeSettings,
+                 reporter: Reporter, roofline_single: float | None) -> tuple[dict, list, list]:
+    reporter.phase("server info")
+    info = await server_info(client, ep)
+    reporter.phase("waiting for an idle server")
+    await wait_idle(metrics_source, s.idle_timeout_s)
+    runs = []
+    idx = 0
+    for n in s.streams:
+        run, idx = await decode_window(client, ep, metrics_source, s, n, reporter, idx, roofline_single)
+        runs.append(run)
+        reporter.done(f"{n} stream(s): {run['counter_tokens_per_s']:.1f} tok/s")
+        await wait_idle(metrics_source, s.idle_timeout_s)
+    prefill = []
+    for target in s.prefill_tokens:
+        reporter.phase(f"prefill {target} tokens")
+        p = await measure_prefill(client, ep, metrics_source, s, target, info.get("max_model_len"))
+        prefill.append(p)
+        reporter.done(f"prefill {target}: " + (p["error"] or f"{p['tokens_per_s']:.0f} tok/s"))
+    return info, runs, prefill
+
+
+async def run_probe(ep: Endpoint, metrics_source: MetricsSource, s: ProbeSettings, labels: dict,
+                    reporter: Reporter | None = None, roofline_single: float | None = None) -> dict:
+    """The whole probe: decode sweep, then prefill; returns the JSON record (record.BenchRecord)."""
+    reporter = reporter or Reporter()
+    date = utc_timestamp()
+    try:
+        async with make_client(ep, s.timeout_s, max_connections=max(64, 2 * max(s.streams, default=1))) as client:
+            info, runs, prefill = await _probe(client, ep, metrics_source, s, reporter, roofline_single)
+    finally:
+        await metrics_source.close()
+    record = {
+        "schema": SCHEMA,
+        "date": date,
+        **labels,
+        "vllm_version": info["vllm_version"] or labels.get("vllm_version"),
+        "workload": s.workload.to_dict(),
+        "window_s": s.window_s,
+        "streams": list(s.streams),
+        "max_tokens": s.max_tokens,
+        "temperature": s.temperature,
+        "ignore_eos": s.ignore_eos,
+        "endpoint": ep.base_url,
+        "max_model_len": info.get("max_model_len"),
+        "served_model_root": info.get("model_root"),
+        "served_sha": served_sha(info.get("model_root")),
+        "roofline_single_stream_tokens_per_s": roofline_single,
+        "runs": runs,
+        "prefill": prefill,
+    }
+    record["problems"] = check_record(record)
+    return record

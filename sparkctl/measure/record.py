@@ -1,0 +1,205 @@
+"""The bench JSON record (schema "sparkctl.bench/1"): its pydantic model, what makes its figures untrustworthy,
+and reading and writing it.
+
+The model is what `bench compare` and `load_record` check a file against. It names every field the probe writes
+and the types the reports rely on; fields added after the first records were written are optional, and unknown
+fields are kept (a newer probe's extra figures survive a read), so every record written so far still loads.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import re
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from sparkctl.errors import SparkctlError
+
+SCHEMA = "sparkctl.bench/1"
+Number = int | float  # kept as written: 40 stays 40 (the reports print it), 40.5 stays 40.5
+
+
+class BenchError(SparkctlError):
+    """The probe could not measure (server refused, counters missing, endpoint unreachable), or a bench record
+    cannot be read."""
+
+
+def utc_timestamp() -> str:
+    """Now, UTC, to the second, ISO 8601 with a Z: the `date` of bench and NIAH records."""
+    return _dt.datetime.now(_dt.timezone.utc).replace(microsecond=0).isoformat().replace("+00:00", "Z")
+
+
+class _Part(BaseModel):
+    model_config = ConfigDict(extra="allow")
+
+
+class Workload(_Part):
+    name: str
+    version: int
+    prompts: int | None = None
+    sha256: str | None = None
+
+
+class Checkpoint(_Part):
+    repo: str | None = None
+    revision: str | None = None
+    sha: str | None = None
+
+
+class Model(Checkpoint):
+    key: str
+    title: str | None = None
+    served_name: str | None = None
+    draft: Checkpoint | None = None
+    speculative: dict | None = None
+    kv_cache_dtype: str | None = None
+    max_model_len: int | None = None
+
+
+class Box(_Part):
+    name: str | None = None
+    address: str | None = None
+    simulated: bool | None = None
+    usable_memory_gib: Number | None = None
+    memory_bandwidth_gbps: Number | None = None
+
+
+class SpecDecode(_Part):
+    drafts: Number | None = None
+    draft_tokens: Number | None = None
+    accepted_tokens: Number | None = None
+    acceptance_rate: Number | None = None
+    tokens_per_step: Number | None = None
+    mean_draft_length: Number | None = None
+    per_position_acceptance: dict[str, Number] | None = None
+
+
+class Run(_Part):
+    """One decode window (maths.window_result)."""
+
+    streams: int = Field(gt=0)
+    counter_tokens_per_s: Number
+    window_s: Number | None = None
+    counter_tokens: Number | None = None
+    client_tokens: int | None = None
+    client_tokens_per_s: Number | None = None
+    per_stream_tokens_per_s: Number | None = None
+    client_tokens_bracket: list[int] | None = None
+    client_vs_counter: Number | None = None
+    counter_outside_bracket: Number | None = None
+    agree: bool | None = None
+    client_count_method: str | None = None
+    roofline_tokens_per_s: Number | None = None
+    roofline_pct: Number | None = None
+    spec_decode: SpecDecode | None = None
+    requests_started: int | None = None
+    requests_finished: int | None = None
+    requests_errored: int | None = None
+    ttft_s_mean: Number | None = None
+    scrape_s: list[Number] | None = None
+
+
+class Prefill(_Part):
+    """One fresh prefill (maths.prefill_result, or maths.prefill_failure with its error)."""
+
+    target_tokens: int = Field(gt=0)
+    error: str | None = None
+    prompt_tokens: int | None = None
+    ttft_s: Number | None = None
+    tokens_per_s: Number | None = None
+    server_prefill_s: Number | None = None
+    server_tokens_per_s: Number | None = None
+    prompt_tokens_delta: Number | None = None
+    prefix_cache_queries_delta: Number | None = None
+    prefix_cache_hits_delta: Number | None = None
+    prompt_tokens_cached_delta: Number | None = None
+    fresh: bool | None = None
+    token_count_source: str | None = None
+
+
+class BenchRecord(_Part):
+    schema_: Literal[SCHEMA] = Field(alias="schema")  # a later version gets its own model
+    date: str
+    workload: Workload
+    window_s: Number
+    model: Model
+    runs: list[Run]
+    prefill: list[Prefill] = []
+    streams: list[int] | None = None
+    max_tokens: int | None = None
+    temperature: Number | None = None
+    ignore_eos: bool | None = None
+    revision: str | None = None
+    vllm_version: str | None = None
+    box: Box | None = None
+    endpoint: str | None = None
+    max_model_len: int | None = None
+    served_model_root: str | None = None
+    served_sha: str | None = None
+    roofline_single_stream_tokens_per_s: Number | None = None
+    problems: list[str] = []
+
+
+def validate_record(record: dict, where: str = "bench record") -> dict:
+    """The record checked against BenchRecord, as a plain dict of what it holds (absent fields stay absent)."""
+    try:
+        model = BenchRecord.model_validate(record)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        at = ".".join(str(p) for p in first["loc"]) or "record"
+        raise BenchError(f"{where}: not a sparkctl bench record of schema {SCHEMA!r}: {at}: {first['msg']} "
+                         f"({exc.error_count()} problem(s))") from None
+    return model.model_dump(by_alias=True, exclude_unset=True)
+
+
+def load_record(path: str | Path) -> dict:
+    try:
+        rec = json.loads(Path(path).read_text())
+    except (OSError, ValueError) as exc:
+        raise BenchError(f"{path}: not a readable bench record ({exc})") from None
+    if not isinstance(rec, dict):
+        raise BenchError(f"{path}: not a sparkctl bench record (a JSON {type(rec).__name__}, not an object)")
+    return validate_record(rec, str(path))
+
+
+def write_record(record: dict, path: str | Path) -> Path:
+    """Any record (bench or NIAH) as indented JSON, its folder created."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(record, indent=2) + "\n")
+    return path
+
+
+def served_sha(model_root: str | None) -> str | None:
+    """The commit a vLLM serves, from its model path (.../snapshots/<40 hex>), or None."""
+    m = re.search(r"/snapshots/([0-9a-f]{40})(?:/|$)", model_root or "")
+    return m.group(1) if m else None
+
+
+def check_record(record: dict) -> list[str]:
+    """Why a record's figures cannot be trusted (empty: they can)."""
+    problems = []
+    repo = (record.get("model") or {}).get("repo")
+    root = record.get("served_model_root")
+    if repo and root and "/snapshots/" in root and f"models--{repo.replace('/', '--')}/" not in root:
+        problems.append(f"the server runs {root}, not the configured checkpoint {repo}: labels would be wrong")
+    sha = record.get("served_sha")
+    if sha and record.get("revision") and sha != record["revision"]:
+        problems.append(f"the server runs commit {sha}, the lock file says {record['revision']}")
+    for run in record.get("runs", []):
+        if not run.get("agree"):
+            gap = run.get("counter_outside_bracket")
+            lo, hi = run.get("client_tokens_bracket") or (None, None)
+            why = "no counter movement" if gap is None else \
+                f"{100 * gap:+.1f} % outside the client's {lo}-{hi} tokens, counter {run.get('counter_tokens'):g}"
+            problems.append(f"{run['streams']} streams: client and counter tokens disagree ({why})")
+    for p in record.get("prefill", []):
+        if p.get("error"):
+            problems.append(f"prefill {p['target_tokens']}: {p['error']}")
+        elif not p.get("fresh"):
+            problems.append(f"prefill {p['target_tokens']}: prefix cache hit {p['prefix_cache_hits_delta']:g} "
+                            "tokens, the prompt was not fresh")
+    return problems
