@@ -97,6 +97,14 @@ TLS_CERT_FILE = ""  # control-machine path of the server certificate chain (PEM)
 TLS_KEY_FILE = ""  # control-machine path of its private key (PEM)
 TLS_SERVER_NAMES = []  # extra DNS names / IPs for a generated certificate (the host address is always in)
 SECRETS_DIR = "secrets"  # control-machine directory (git-ignored) for api_token, hf_token and the generated PKI
+# --- proxy allow-list (issue 10) ---
+PROXY_ROUTES = {  # per model role: the only vLLM routes published below /<served name>/; every other path is 404
+    # OpenAI chat/completions/models, the Responses and Anthropic Messages APIs coding agents speak, and the
+    # server-root /tokenize and /version the bench and NIAH probe read through the proxy
+    "coder": ["/v1/chat/completions", "/v1/completions", "/v1/models", "/v1/responses", "/v1/messages",
+              "/v1/messages/count_tokens", "/tokenize", "/version"],
+    "embedder": ["/v1/embeddings", "/v1/models", "/version"],
+}
 
 # --- OOM guard --------------------------------------------------------------------------------------------------
 EARLYOOM_MIN_FREE_PERCENT = 4  # earlyoom -m: act when available memory falls below this, %
