@@ -135,6 +135,10 @@ GATEWAY_HANDOFF_DIR = "handoff"  # control machine: endpoints.json + Kubernetes 
 GATEWAY_NAMESPACE = "carouter"  # Kubernetes namespace of the rendered Service/EndpointSlice manifests
 GATEWAY_K8S_VERSION = "1.30"  # Kubernetes schema version the manifests are validated against
 
+# --- checkpoint copy over the link (issue 13) ---
+CHECKPOINT_SYNC_USER = "root"  # tensor-parallel: head account the worker's rsync logs in as (root's forced rrsync)
+CHECKPOINT_SYNC_SSH_OPTIONS = ["BatchMode=yes", "StrictHostKeyChecking=accept-new"]  # ssh -o options of that copy
+
 # --- bench probe and acceptance checks --------------------------------------------------------------------------
 BENCH_STREAMS = [1, 2, 4, 8]  # concurrent streams swept by `sparkctl bench`
 BENCH_WINDOW_S = 40  # decode measurement window, s

@@ -46,34 +46,33 @@ def pip_dist(venv: str, dist: str, version: str, requirement: str, pip_args: lis
 
 
 @operation()
-def fetch_checkpoint(repo: str, sha: str, listing: str, cache_dir: str, marker_dir: str, python: str,
-                     script: str, workers: int = 8):
+def fetch_checkpoint(repo: str, sha: str, listing: str, cache_dir: str, marker: str, python: str, script: str,
+                     workers: int = 8):
     """Download and verify one locked checkpoint unless its verified marker exists."""
-    marker = f"{marker_dir}/{repo.replace('/', '--')}@{sha}"
     if host.get_fact(File, path=marker):
         host.noop(f"{repo}@{sha[:12]} is on disk and verified")
         return
     yield StringCommand(QuoteString(python), QuoteString(script), "--listing", QuoteString(listing),
-                        "--cache-dir", QuoteString(cache_dir), "--marker-dir", QuoteString(marker_dir),
+                        "--cache-dir", QuoteString(cache_dir), "--marker", QuoteString(marker),
                         "--workers", str(int(workers)))
 
 
 @operation()
-def sync_checkpoint(repo: str, sha: str, listing: str, cache_dir: str, marker_dir: str, python: str, script: str,
-                    head_address: str, key: str, known_hosts: str):
+def sync_checkpoint(repo: str, sha: str, listing: str, cache_dir: str, folder: str, snapshot: str, marker: str,
+                    python: str, script: str, source: str, ssh_argv: list[str], workers: int = 8):
     """Tensor-parallel worker: copy a verified checkpoint from the head over the CX7 link (never a second Hub
-    download), then verify it against the lock like a download, unless its marker exists."""
-    marker = f"{marker_dir}/{repo.replace('/', '--')}@{sha}"
+    download), then verify it against the lock by content like a download, unless its marker exists.
+
+    source: user@head, whose forced rrsync serves the head's MODEL_STORE/hub; ssh_argv: rsync's -e command."""
     if host.get_fact(File, path=marker):
         host.noop(f"{repo}@{sha[:12]} is on disk and verified")
         return
-    folder = "models--" + repo.replace("/", "--")
-    ssh = f"ssh -i {key} -o BatchMode=yes -o UserKnownHostsFile={known_hosts} -o StrictHostKeyChecking=accept-new"
+    ssh = " ".join(ssh_argv)
     yield StringCommand("mkdir -p", QuoteString(f"{cache_dir}/{folder}"), "&& rsync -a --partial --delete -e",
-                        QuoteString(ssh), QuoteString(f"root@{head_address}:{folder}/"),
-                        QuoteString(f"{cache_dir}/{folder}/"))
+                        QuoteString(ssh), QuoteString(f"{source}:{folder}/"), QuoteString(f"{cache_dir}/{folder}/"))
     yield StringCommand(QuoteString(python), QuoteString(script), "--verify-only", "--listing", QuoteString(listing),
-                        "--cache-dir", QuoteString(cache_dir), "--marker-dir", QuoteString(marker_dir))
+                        "--snapshot", QuoteString(snapshot), "--marker", QuoteString(marker),
+                        "--workers", str(int(workers)))
 
 
 @operation()
