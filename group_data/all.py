@@ -78,6 +78,8 @@ HEALTH_READY_TIMEOUT_S = 1800  # seconds a (re)started service may take to answe
 HEALTH_POLL_INTERVAL_S = 2  # seconds between readiness polls
 HEALTH_JOURNAL_LINES = 40  # journal lines shown when a service fails its health check
 HEALTH_REQUEST_TIMEOUT_S = 7200  # client timeout of the health check's real requests, s
+# --- readiness probe timeout (issue 13) ---
+HEALTH_LISTENER_TIMEOUT_S = 10  # curl --max-time of one on-box readiness try of 127.0.0.1:<port>/v1/models, s
 
 # --- checkpoints (Hugging Face) ---------------------------------------------------------------------------------
 HF_ENDPOINT = "https://huggingface.co"  # Hub (or mirror) the box downloads from
@@ -108,8 +110,13 @@ PROXY_ROUTES = {  # per model role: the only vLLM routes published below /<serve
 
 # --- OOM guard --------------------------------------------------------------------------------------------------
 EARLYOOM_MIN_FREE_PERCENT = 4  # earlyoom -m: act when available memory falls below this, %
-EARLYOOM_PREFER = "^(vllm|VLLM|python3?)"  # earlyoom --prefer: process names killed first (vLLM's processes)
-EARLYOOM_AVOID = "^(sshd|systemd|nginx|journald)$"  # earlyoom --avoid: never kill these
+# earlyoom matches these POSIX extended regexes against /proc/<pid>/comm (the name, at most 15 characters)
+# --prefer: vLLM's own processes, killed first: the API server ("vllm", the script's name), its engine and workers
+# ("VLLM::EngineCore", "VLLM::Worker_TP0"... cut to 15 characters), Ray actors with TP_BACKEND = "ray" ("ray::...");
+# never a bare "python"/"python3": the deploy's own helpers (rollout.py, fetch_checkpoint.py) run under those names
+EARLYOOM_PREFER = "^(vllm|VLLM::.+|ray::.+)$"
+# --avoid: what the box needs to stay reachable and serving ("systemd-journal" is journald's comm)
+EARLYOOM_AVOID = "^(systemd|systemd-journal|systemd-logind|systemd-udevd|dbus-daemon|sshd|sshd-session|nginx)$"
 EARLYOOM_REPORT_INTERVAL_S = 3600  # earlyoom -r: memory report in its journal every this many seconds
 SSHD_MEMORY_MIN = "64M"  # MemoryMin= for sshd: the operator can always log in
 SSHD_OOM_SCORE_ADJUST = -900  # OOMScoreAdjust= for sshd (-1000..1000): the kernel kills it last
