@@ -117,13 +117,19 @@ def test_a_checkpoint_that_does_not_match_the_lock_is_refused(repo, hf_env, tmp_
     assert not marker(tmp_path, lock["sha"]).exists()  # never marked
 
 
-def test_verify_only_marks_a_copied_snapshot_and_refuses_a_partial_one(repo, hf_env, tmp_path):
-    url, _path = repo
+def downloaded_unmarked(url, hf_env, tmp_path):
+    """A good download whose marker is then removed (as on a worker before its copy is verified)."""
     env = hf_env(url)
     lock, lpath = listing(url, env, tmp_path)
     assert fetch(url, env, tmp_path, lpath).returncode == 0
     mark = marker(tmp_path, lock["sha"])
     mark.unlink()
+    return env, lock, lpath, mark
+
+
+def test_verify_only_marks_a_copied_snapshot_and_refuses_a_partial_one(repo, hf_env, tmp_path):
+    url, _path = repo
+    env, lock, lpath, mark = downloaded_unmarked(url, hf_env, tmp_path)
     assert verify_only(env, tmp_path, lpath).returncode == 0 and mark.exists()  # a good copy is marked
     mark.unlink()
     (snapshot(tmp_path, lock["sha"]) / "config.json").unlink()  # as if the copy from the head was cut short
@@ -136,11 +142,7 @@ def test_a_same_size_corrupted_file_is_refused_by_content(repo, hf_env, tmp_path
     """Size and name match, the bytes do not: the download path and the worker's copy path both refuse it, no
     marker is written, and once the bad blob is deleted as the message says, the next run downloads it again."""
     url, _path = repo
-    env = hf_env(url)
-    lock, lpath = listing(url, env, tmp_path)
-    assert fetch(url, env, tmp_path, lpath).returncode == 0
-    mark = marker(tmp_path, lock["sha"])
-    mark.unlink()
+    env, lock, lpath, mark = downloaded_unmarked(url, hf_env, tmp_path)
     path = snapshot(tmp_path, lock["sha"]) / name
     corrupt_in_place(path)
     assert path.stat().st_size == lock["files"][name]["size"]
