@@ -79,6 +79,8 @@ HEALTH_READY_TIMEOUT_S = 1800  # seconds a (re)started service may take to answe
 HEALTH_POLL_INTERVAL_S = 2  # seconds between readiness polls
 HEALTH_JOURNAL_LINES = 40  # journal lines shown when a service fails its health check
 HEALTH_REQUEST_TIMEOUT_S = 7200  # client timeout of the health check's real requests, s
+# --- readiness probe timeout (issue 13) ---
+HEALTH_LISTENER_TIMEOUT_S = 10  # curl --max-time of one on-box readiness try of 127.0.0.1:<port>/v1/models, s
 
 # --- checkpoints (Hugging Face) ---------------------------------------------------------------------------------
 HF_ENDPOINT = "https://huggingface.co"  # Hub (or mirror) the box downloads from
@@ -98,11 +100,24 @@ TLS_CERT_FILE = ""  # control-machine path of the server certificate chain (PEM)
 TLS_KEY_FILE = ""  # control-machine path of its private key (PEM)
 TLS_SERVER_NAMES = []  # extra DNS names / IPs for a generated certificate (the host address is always in)
 SECRETS_DIR = "secrets"  # control-machine directory (git-ignored) for api_token, hf_token and the generated PKI
+# --- proxy allow-list (issue 10) ---
+PROXY_ROUTES = {  # per model role: the only vLLM routes published below /<served name>/; every other path is 404
+    # OpenAI chat/completions/models, the Responses and Anthropic Messages APIs coding agents speak, and the
+    # server-root /tokenize and /version the bench and NIAH probe read through the proxy
+    "coder": ["/v1/chat/completions", "/v1/completions", "/v1/models", "/v1/responses", "/v1/messages",
+              "/v1/messages/count_tokens", "/tokenize", "/version"],
+    "embedder": ["/v1/embeddings", "/v1/models", "/version"],
+}
 
 # --- OOM guard --------------------------------------------------------------------------------------------------
 EARLYOOM_MIN_FREE_PERCENT = 4  # earlyoom -m: act when available memory falls below this, %
-EARLYOOM_PREFER = "^(vllm|VLLM|python3?)"  # earlyoom --prefer: process names killed first (vLLM's processes)
-EARLYOOM_AVOID = "^(sshd|systemd|nginx|journald)$"  # earlyoom --avoid: never kill these
+# earlyoom matches these POSIX extended regexes against /proc/<pid>/comm (the name, at most 15 characters)
+# --prefer: vLLM's own processes, killed first: the API server ("vllm", the script's name), its engine and workers
+# ("VLLM::EngineCore", "VLLM::Worker_TP0"... cut to 15 characters), Ray actors with TP_BACKEND = "ray" ("ray::...");
+# never a bare "python"/"python3": the deploy's own helpers (rollout.py, fetch_checkpoint.py) run under those names
+EARLYOOM_PREFER = "^(vllm|VLLM::.+|ray::.+)$"
+# --avoid: what the box needs to stay reachable and serving ("systemd-journal" is journald's comm)
+EARLYOOM_AVOID = "^(systemd|systemd-journal|systemd-logind|systemd-udevd|dbus-daemon|sshd|sshd-session|nginx)$"
 EARLYOOM_REPORT_INTERVAL_S = 3600  # earlyoom -r: memory report in its journal every this many seconds
 SSHD_MEMORY_MIN = "64M"  # MemoryMin= for sshd: the operator can always log in
 SSHD_OOM_SCORE_ADJUST = -900  # OOMScoreAdjust= for sshd (-1000..1000): the kernel kills it last
@@ -127,6 +142,10 @@ CHECKPOINT_SYNC_KEY = "cx7-sync"  # tensor-parallel: ssh key (in SECRETS_DIR) th
 GATEWAY_HANDOFF_DIR = "handoff"  # control machine: endpoints.json + Kubernetes manifests for the gateway
 GATEWAY_NAMESPACE = "carouter"  # Kubernetes namespace of the rendered Service/EndpointSlice manifests
 GATEWAY_K8S_VERSION = "1.30"  # Kubernetes schema version the manifests are validated against
+
+# --- checkpoint copy over the link (issue 13) ---
+CHECKPOINT_SYNC_USER = "root"  # tensor-parallel: head account the worker's rsync logs in as (root's forced rrsync)
+CHECKPOINT_SYNC_SSH_OPTIONS = ["BatchMode=yes", "StrictHostKeyChecking=accept-new"]  # ssh -o options of that copy
 
 # --- bench probe and acceptance checks --------------------------------------------------------------------------
 BENCH_STREAMS = [1, 2, 4, 8]  # concurrent streams swept by `sparkctl bench`

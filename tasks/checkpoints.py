@@ -12,6 +12,8 @@ from io import StringIO
 from pyinfra.api import deploy
 from pyinfra.operations import files
 
+from sparkctl.config.lock import marker_dir
+from sparkctl.config.service import snapshot_path
 from sparkctl.config.settings import Settings
 from tasks.link import SYNC_KEY, SYNC_KNOWN_HOSTS
 from tasks.ops import fetch_checkpoint, sync_checkpoint
@@ -28,7 +30,7 @@ def checkpoints(settings: Settings) -> None:
     store, home = d["MODEL_STORE"], d["SPARKCTL_HOME"]
     files.directory(name=f"Create {store}", path=store, user="root", group="root", mode="0755")
     files.directory(name=f"Create {store}/hub", path=f"{store}/hub", user="root", group="root", mode="0755")
-    files.directory(name=f"Create {store}/verified", path=f"{store}/verified", user="root", group="root",
+    files.directory(name=f"Create {marker_dir(store)}", path=marker_dir(store), user="root", group="root",
                     mode="0755")
     files.directory(name=f"Create {home}/locks", path=f"{home}/locks", user="root", group="root", mode="0755")
     env = {"HF_ENDPOINT": d["HF_ENDPOINT"], "HF_HUB_DISABLE_PROGRESS_BARS": "1", "HF_HUB_DISABLE_TELEMETRY": "1"}
@@ -45,19 +47,20 @@ def checkpoints(settings: Settings) -> None:
         files.put(name=f"Lock listing {cp.repo}@{cp.sha[:12]}", src=StringIO(listing_json(cp)),
                   dest=listings[cp.repo], user="root", group="root", mode="0644")
     worker = settings.role.name == "worker"
+    common = dict(cache_dir=f"{store}/hub", python=f"{home}/venv/bin/python", script=f"{home}/bin/fetch_checkpoint.py",
+                  workers=d["HF_DOWNLOAD_WORKERS"])
     for cp in settings.checkpoints:  # from the Hub (every box but a tensor-parallel worker)
         if worker:
             continue
-        listing = listings[cp.repo]
         fetch_checkpoint(name=f"Download and verify {cp.repo}@{cp.sha[:12]} ({cp.total_bytes / 2**30:.2f} GiB)",
-                         repo=cp.repo, sha=cp.sha, listing=listing, cache_dir=f"{store}/hub",
-                         marker_dir=f"{store}/verified", python=f"{home}/venv/bin/python",
-                         script=f"{home}/bin/fetch_checkpoint.py", workers=d["HF_DOWNLOAD_WORKERS"], _env=env)
+                         repo=cp.repo, sha=cp.sha, listing=listings[cp.repo], marker=cp.marker_path(store), _env=env,
+                         **common)
+    ssh = ["ssh", "-i", SYNC_KEY, "-o", f"UserKnownHostsFile={SYNC_KNOWN_HOSTS}",
+           *[arg for opt in d["CHECKPOINT_SYNC_SSH_OPTIONS"] for arg in ("-o", opt)]]
     for cp in settings.checkpoints:  # tensor-parallel worker: after the head's downloads, over the CX7 link
         if not worker:
             continue
         sync_checkpoint(name=f"Copy {cp.repo}@{cp.sha[:12]} from the head over the CX7 link", repo=cp.repo,
-                        sha=cp.sha, listing=listings[cp.repo], cache_dir=f"{store}/hub",
-                        marker_dir=f"{store}/verified", python=f"{home}/venv/bin/python",
-                        script=f"{home}/bin/fetch_checkpoint.py", head_address=settings.role.head_address,
-                        key=SYNC_KEY, known_hosts=SYNC_KNOWN_HOSTS)
+                        sha=cp.sha, listing=listings[cp.repo], folder=cp.cache_dirname(),
+                        snapshot=snapshot_path(store, cp), marker=cp.marker_path(store),
+                        source=f"{d['CHECKPOINT_SYNC_USER']}@{settings.role.head_address}", ssh_argv=ssh, **common)

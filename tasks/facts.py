@@ -76,11 +76,11 @@ class RolloutStatus(FactBase):
 
 
 class ListenerReady(FactBase):
-    """Whether http://127.0.0.1:PORT/v1/models answers and lists `served` (one quick try, no waiting)."""
+    """Whether http://127.0.0.1:PORT/v1/models answers and lists `served` (one quick try of `timeout` s, no waiting)."""
 
-    def command(self, port, served):
-        return StringCommand("curl -fsS --max-time 10", QuoteString(f"http://127.0.0.1:{port}/v1/models"),
-                             "2>/dev/null || true")
+    def command(self, port, served, timeout):
+        return StringCommand("curl -fsS --max-time", str(int(timeout)),
+                             QuoteString(f"http://127.0.0.1:{port}/v1/models"), "2>/dev/null || true")
 
     def default(self):
         return None
@@ -142,3 +142,33 @@ class LoadSeconds(FactBase):
         if len(parts) < 2:
             return None
         return round(float(parts[1]) - float(parts[0]), 1)
+
+
+class RunningOomGuard(FactBase):
+    """What the running daemon of a unit has now (not what its unit file says): its main process id and that
+    process's oom_score_adj, and the unit cgroup's memory.min in bytes (None where the cgroup has no memory
+    controller, e.g. a simulated Spark's)."""
+
+    def command(self, unit):
+        u = QuoteString(unit)
+        return StringCommand("s=$(systemctl show -P MainPID", u, "2>/dev/null); cg=$(systemctl show -P ControlGroup",
+                             u, '2>/dev/null); echo "pid=${s:-0}";',
+                             '[ "${s:-0}" -gt 0 ] 2>/dev/null && echo "adj=$(cat /proc/$s/oom_score_adj 2>/dev/null)";',
+                             'f="/sys/fs/cgroup$cg/memory.min"; [ -n "$cg" ] && [ -f "$f" ] && echo "min=$(cat "$f")";',
+                             "true")
+
+    def default(self):
+        return {"pid": 0, "adj": None, "memory_min": None}
+
+    def process(self, output):
+        out = self.default()
+        for line in output:
+            key, _, value = line.strip().partition("=")
+            try:
+                if key in ("pid", "adj"):
+                    out[key] = int(value)
+                elif key == "min":
+                    out["memory_min"] = None if value == "max" else int(value)
+            except ValueError:
+                continue
+        return out

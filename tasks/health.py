@@ -69,7 +69,8 @@ def health_gate(settings: Settings, service_list: list):
                 rows.append(health_table.Row(svc, props.get("ActiveState", "?"), None, None))
                 continue
             while True:
-                ids = host.get_fact(ListenerReady, port=svc.port, served=svc.served_name)
+                ids = host.get_fact(ListenerReady, port=svc.port, served=svc.served_name,
+                                    timeout=d["HEALTH_LISTENER_TIMEOUT_S"])
                 if ids and svc.served_name in ids:
                     break
                 if time.monotonic() > deadline:

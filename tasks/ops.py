@@ -10,7 +10,8 @@ from pyinfra.api import FunctionCommand, StringCommand, operation
 from pyinfra.api.command import QuoteString
 from pyinfra.facts.files import File
 
-from tasks.facts import DistVersion, GpuInfo, RolloutStatus
+from sparkctl.errors import SettingError
+from tasks.facts import DistVersion, GpuInfo, RolloutStatus, RunningOomGuard
 
 
 def _fail(state, host, message: str) -> bool:
@@ -46,34 +47,33 @@ def pip_dist(venv: str, dist: str, version: str, requirement: str, pip_args: lis
 
 
 @operation()
-def fetch_checkpoint(repo: str, sha: str, listing: str, cache_dir: str, marker_dir: str, python: str,
-                     script: str, workers: int = 8):
+def fetch_checkpoint(repo: str, sha: str, listing: str, cache_dir: str, marker: str, python: str, script: str,
+                     workers: int = 8):
     """Download and verify one locked checkpoint unless its verified marker exists."""
-    marker = f"{marker_dir}/{repo.replace('/', '--')}@{sha}"
     if host.get_fact(File, path=marker):
         host.noop(f"{repo}@{sha[:12]} is on disk and verified")
         return
     yield StringCommand(QuoteString(python), QuoteString(script), "--listing", QuoteString(listing),
-                        "--cache-dir", QuoteString(cache_dir), "--marker-dir", QuoteString(marker_dir),
+                        "--cache-dir", QuoteString(cache_dir), "--marker", QuoteString(marker),
                         "--workers", str(int(workers)))
 
 
 @operation()
-def sync_checkpoint(repo: str, sha: str, listing: str, cache_dir: str, marker_dir: str, python: str, script: str,
-                    head_address: str, key: str, known_hosts: str):
+def sync_checkpoint(repo: str, sha: str, listing: str, cache_dir: str, folder: str, snapshot: str, marker: str,
+                    python: str, script: str, source: str, ssh_argv: list[str], workers: int = 8):
     """Tensor-parallel worker: copy a verified checkpoint from the head over the CX7 link (never a second Hub
-    download), then verify it against the lock like a download, unless its marker exists."""
-    marker = f"{marker_dir}/{repo.replace('/', '--')}@{sha}"
+    download), then verify it against the lock by content like a download, unless its marker exists.
+
+    source: user@head, whose forced rrsync serves the head's MODEL_STORE/hub; ssh_argv: rsync's -e command."""
     if host.get_fact(File, path=marker):
         host.noop(f"{repo}@{sha[:12]} is on disk and verified")
         return
-    folder = "models--" + repo.replace("/", "--")
-    ssh = f"ssh -i {key} -o BatchMode=yes -o UserKnownHostsFile={known_hosts} -o StrictHostKeyChecking=accept-new"
+    ssh = " ".join(ssh_argv)
     yield StringCommand("mkdir -p", QuoteString(f"{cache_dir}/{folder}"), "&& rsync -a --partial --delete -e",
-                        QuoteString(ssh), QuoteString(f"root@{head_address}:{folder}/"),
-                        QuoteString(f"{cache_dir}/{folder}/"))
+                        QuoteString(ssh), QuoteString(f"{source}:{folder}/"), QuoteString(f"{cache_dir}/{folder}/"))
     yield StringCommand(QuoteString(python), QuoteString(script), "--verify-only", "--listing", QuoteString(listing),
-                        "--cache-dir", QuoteString(cache_dir), "--marker-dir", QuoteString(marker_dir))
+                        "--snapshot", QuoteString(snapshot), "--marker", QuoteString(marker),
+                        "--workers", str(int(workers)))
 
 
 @operation()
@@ -121,3 +121,46 @@ def require_driver(required_gpu: str, min_driver: int):
         return
     yield fail(f"the NVIDIA driver is installed but the GPU does not answer yet ({gpu}); reboot the box "
                f"(sudo reboot: a new kernel module loads at boot) and rerun the deploy")
+
+
+SIZE_SUFFIXES = {"": 1, "K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}  # systemd's sizes are base 1024
+
+
+def systemd_bytes(setting: str, value) -> int:
+    """A systemd size (MemoryMin=64M) in bytes, as systemd parses it; refuse the forms we cannot compare."""
+    text = str(value).strip().upper()
+    number, suffix = (text[:-1], text[-1:]) if text[-1:] in SIZE_SUFFIXES else (text, "")
+    if not number.isdigit():
+        raise SettingError(setting, value, "a size in bytes with an optional K, M, G or T suffix, e.g. '64M'")
+    return int(number) * SIZE_SUFFIXES[suffix]
+
+
+@operation()
+def running_oom_guard(unit: str, oom_score_adj: int, memory_min: str, memory_min_setting: str):
+    """Give the running daemon of `unit` the OOMScoreAdjust=/MemoryMin= its drop-in sets, without a restart.
+
+    systemd applies OOMScoreAdjust= only when it starts a process, so a drop-in added to a running sshd would wait
+    for the next sshd start. Restarting sshd would apply it, but a restart whose new sshd fails to start leaves
+    the box without logins; so write /proc/<pid>/oom_score_adj of the listener (later connections inherit it)
+    and, best effort, of its per-connection children, and set MemoryMin on the unit's cgroup for this boot
+    (`systemctl set-property --runtime`; the drop-in carries both across restarts and reboots). A score already
+    lower (better protected) than the setting is left alone.
+    """
+    adj, want_min = int(oom_score_adj), systemd_bytes(memory_min_setting, memory_min)
+    now = host.get_fact(RunningOomGuard, unit=unit)
+    if not now["pid"]:
+        host.noop(f"{unit} is not running: its drop-in applies when it starts")
+        return
+    score_ok = now["adj"] is not None and now["adj"] <= adj
+    floor_ok = now["memory_min"] is None or now["memory_min"] == want_min
+    if score_ok and floor_ok:
+        floor = "no memory controller here" if now["memory_min"] is None else f"memory.min {want_min}"
+        host.noop(f"running {unit} (pid {now['pid']}) has oom_score_adj {now['adj']} ({floor})")
+        return
+    if not score_ok:
+        main = str(int(now["pid"]))
+        yield StringCommand(f"for p in {main} $(pgrep -P {main}); do echo {adj} > /proc/$p/oom_score_adj",
+                            f'2>/dev/null || true; done; test "$(cat /proc/{main}/oom_score_adj)" = {adj}')
+    if not floor_ok:
+        yield StringCommand("systemctl set-property --runtime", QuoteString(unit),
+                            QuoteString(f"MemoryMin={memory_min}"))

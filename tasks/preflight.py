@@ -33,7 +33,7 @@ def settings_for_host() -> Settings:
 
 
 def marker_path(settings: Settings, cp) -> str:
-    return f"{settings.data['MODEL_STORE']}/verified/{cp.repo.replace('/', '--')}@{cp.sha}"
+    return cp.marker_path(settings.data["MODEL_STORE"])
 
 
 def check_facts(settings: Settings, arch: str, os_release: dict, gpu: dict | None, is_dgx: bool,

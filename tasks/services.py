@@ -16,7 +16,7 @@ from pyinfra.operations.util import any_changed
 from sparkctl.config.catalog import CODER
 from sparkctl.config.settings import Settings
 from sparkctl.render import units as svcs
-from tasks.ops import rollout
+from tasks.ops import rollout, running_oom_guard
 
 
 def rollout_env(d: dict) -> str:
@@ -40,6 +40,9 @@ def oom_guard(settings: Settings) -> None:
                      dest="/etc/systemd/system/ssh.service.d/sparkctl-memory.conf", user="root", group="root",
                      mode="0644")
     systemd.daemon_reload(name="Reload systemd (sshd drop-in changed)", _if=drop.did_change)
+    running_oom_guard(name="Apply the sshd OOM score and memory floor to the running sshd (no restart)",
+                      unit="ssh.service", oom_score_adj=d["SSHD_OOM_SCORE_ADJUST"], memory_min=d["SSHD_MEMORY_MIN"],
+                      memory_min_setting="SSHD_MEMORY_MIN")
 
 
 @deploy("vLLM services")

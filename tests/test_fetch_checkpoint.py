@@ -1,6 +1,7 @@
 """The box-side download (sparkctl/box/fetch_checkpoint.py) with the real huggingface_hub against the stand-in
-hub: it downloads a locked commit, verifies it, marks it; a rerun downloads nothing; a checkpoint that does not
-match the lock's listing is refused and never marked."""
+hub: it downloads a locked commit, verifies it by content, marks it; a rerun downloads nothing; a checkpoint that
+does not match the lock's listing (a missing file, another size, or a same-size file with other bytes) is refused
+and never marked."""
 
 from __future__ import annotations
 
@@ -8,10 +9,12 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
 from sparkctl import REPO_ROOT
+from sparkctl.config.lock import cache_dirname, marker_path
 
 SCRIPT = REPO_ROOT / "sparkctl" / "box" / "fetch_checkpoint.py"
 LISTING = """
@@ -55,9 +58,32 @@ def listing(url, env, tmp_path) -> tuple[dict, str]:
     return lock, str(path)
 
 
+def marker(tmp_path, sha):
+    return Path(marker_path(str(tmp_path), "acme/tiny", sha))  # MODEL_STORE = tmp_path, as the deploy computes it
+
+
+def snapshot(tmp_path, sha):
+    return tmp_path / "hub" / cache_dirname("acme/tiny") / "snapshots" / sha
+
+
 def fetch(url, env, tmp_path, listing_path):
+    sha = json.loads(Path(listing_path).read_text())["sha"]
     return run([str(SCRIPT), "--listing", listing_path, "--cache-dir", str(tmp_path / "hub"),
-                "--marker-dir", str(tmp_path / "verified")], env)
+                "--marker", str(marker(tmp_path, sha))], env)
+
+
+def verify_only(env, tmp_path, listing_path):
+    sha = json.loads(Path(listing_path).read_text())["sha"]
+    return run([str(SCRIPT), "--verify-only", "--listing", listing_path, "--snapshot", str(snapshot(tmp_path, sha)),
+                "--marker", str(marker(tmp_path, sha))], env)
+
+
+def corrupt_in_place(path: Path) -> None:
+    """Flip one byte of the blob behind `path`, keeping its size (what a bad disk or a bad copy leaves)."""
+    blob = path.resolve()
+    data = bytearray(blob.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    blob.write_bytes(bytes(data))
 
 
 
@@ -68,10 +94,8 @@ def test_download_verify_mark_and_rerun_downloads_nothing(repo, hf_env, tmp_path
     assert lock["files"]["model.safetensors"]["sha256"]  # presented as an LFS file
     r = fetch(url, env, tmp_path, lpath)
     assert r.returncode == 0, r.stderr
-    marker = tmp_path / "verified" / f"acme--tiny@{lock['sha']}"
-    assert json.loads(marker.read_text())["files"] == 2
-    snap = tmp_path / "hub" / "models--acme--tiny" / "snapshots" / lock["sha"]
-    assert (snap / "model.safetensors").stat().st_size == 1_500_000
+    assert json.loads(marker(tmp_path, lock["sha"]).read_text())["files"] == 2
+    assert (snapshot(tmp_path, lock["sha"]) / "model.safetensors").stat().st_size == 1_500_000
     blobs = sorted(p.name for p in (tmp_path / "hub" / "models--acme--tiny" / "blobs").iterdir())
     r2 = fetch(url, env, tmp_path, lpath)  # rerun: the cache answers, nothing new is fetched
     assert r2.returncode == 0
@@ -90,19 +114,44 @@ def test_a_checkpoint_that_does_not_match_the_lock_is_refused(repo, hf_env, tmp_
     assert r.returncode == 3, r.stderr
     assert "does not match the locked listing" in r.stderr and "tokenizer.json: missing" in r.stderr
     assert "model.safetensors: 1500000 bytes, the lock says 1500001" in r.stderr
-    assert not (tmp_path / "verified").exists() or not any((tmp_path / "verified").iterdir())  # never marked
+    assert not marker(tmp_path, lock["sha"]).exists()  # never marked
+
+
+def downloaded_unmarked(url, hf_env, tmp_path):
+    """A good download whose marker is then removed (as on a worker before its copy is verified)."""
+    env = hf_env(url)
+    lock, lpath = listing(url, env, tmp_path)
+    assert fetch(url, env, tmp_path, lpath).returncode == 0
+    mark = marker(tmp_path, lock["sha"])
+    mark.unlink()
+    return env, lock, lpath, mark
 
 
 def test_verify_only_marks_a_copied_snapshot_and_refuses_a_partial_one(repo, hf_env, tmp_path):
     url, _path = repo
-    env = hf_env(url)
-    lock, lpath = listing(url, env, tmp_path)
-    assert fetch(url, env, tmp_path, lpath).returncode == 0
-    marker = tmp_path / "verified" / f"acme--tiny@{lock['sha']}"
-    marker.unlink()
-    snap = tmp_path / "hub" / "models--acme--tiny" / "snapshots" / lock["sha"]
-    (snap / "config.json").unlink()  # as if the copy from the head was cut short
-    args = [str(SCRIPT), "--verify-only", "--listing", lpath, "--cache-dir", str(tmp_path / "hub"),
-            "--marker-dir", str(tmp_path / "verified")]
-    r = run(args, env)
-    assert r.returncode == 3 and "config.json: missing" in r.stderr and not marker.exists()
+    env, lock, lpath, mark = downloaded_unmarked(url, hf_env, tmp_path)
+    assert verify_only(env, tmp_path, lpath).returncode == 0 and mark.exists()  # a good copy is marked
+    mark.unlink()
+    (snapshot(tmp_path, lock["sha"]) / "config.json").unlink()  # as if the copy from the head was cut short
+    r = verify_only(env, tmp_path, lpath)
+    assert r.returncode == 3 and "config.json: missing" in r.stderr and not mark.exists()
+
+
+@pytest.mark.parametrize("name,digest", [("model.safetensors", "sha256"), ("config.json", "git blob")])
+def test_a_same_size_corrupted_file_is_refused_by_content(repo, hf_env, tmp_path, name, digest):
+    """Size and name match, the bytes do not: the download path and the worker's copy path both refuse it, no
+    marker is written, and once the bad blob is deleted as the message says, the next run downloads it again."""
+    url, _path = repo
+    env, lock, lpath, mark = downloaded_unmarked(url, hf_env, tmp_path)
+    path = snapshot(tmp_path, lock["sha"]) / name
+    corrupt_in_place(path)
+    assert path.stat().st_size == lock["files"][name]["size"]
+    for r in (fetch(url, env, tmp_path, lpath), verify_only(env, tmp_path, lpath)):
+        assert r.returncode == 3, r.stderr
+        assert f"{name}: {digest} " in r.stderr and "is not the locked" in r.stderr, r.stderr
+        assert f"delete {path.resolve()}" in r.stderr
+        assert not mark.exists()
+    path.resolve().unlink()
+    r = fetch(url, env, tmp_path, lpath)
+    assert r.returncode == 0, r.stderr
+    assert mark.exists() and path.stat().st_size == lock["files"][name]["size"]

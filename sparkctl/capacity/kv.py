@@ -35,6 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from sparkctl.config.catalog import ModelSpec
+from sparkctl.config.lock import cache_dirname
 from sparkctl.errors import SettingError
 
 GIB = 2**30
@@ -198,7 +199,7 @@ def find_local_config(spec: ModelSpec, data: dict | None = None) -> Path | None:
         roots.append(Path(os.environ["HF_HUB_CACHE"]))
     hf_home = Path(os.environ.get("HF_HOME") or Path.home() / ".cache" / "huggingface")
     roots.append(hf_home / "hub")
-    dirname = "models--" + spec.checkpoint.repo.replace("/", "--")
+    dirname = cache_dirname(spec.checkpoint.repo)
     for root in roots:
         found = sorted((root / dirname / "snapshots").glob("*/config.json"),
                        key=lambda p: (p.stat().st_mtime, str(p)), reverse=True) if (root / dirname).is_dir() else []

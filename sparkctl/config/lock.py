@@ -24,6 +24,21 @@ SHA_RE = re.compile(r"^[0-9a-f]{40}$")
 LOCK_VERSION = 1
 
 
+# Where a locked checkpoint lives on the box, in one place (the box-side scripts are given these paths).
+def cache_dirname(repo: str) -> str:
+    """huggingface_hub's cache folder for a model repo: models--org--name."""
+    return "models--" + repo.replace("/", "--")
+
+
+def marker_dir(model_store: str) -> str:
+    """The folder of verified markers: one file per checkpoint commit fetch_checkpoint.py verified by content."""
+    return f"{model_store}/verified"
+
+
+def marker_path(model_store: str, repo: str, sha: str) -> str:
+    return f"{marker_dir(model_store)}/{repo.replace('/', '--')}@{sha}"
+
+
 @dataclass(frozen=True)
 class LockedCheckpoint:
     repo: str
@@ -37,7 +52,11 @@ class LockedCheckpoint:
 
     def cache_dirname(self) -> str:
         """huggingface_hub's cache folder for this repo (models--org--name)."""
-        return "models--" + self.repo.replace("/", "--")
+        return cache_dirname(self.repo)
+
+    def marker_path(self, model_store: str) -> str:
+        """The verified marker of this commit: present only once its snapshot matched the lock by content."""
+        return marker_path(model_store, self.repo, self.sha)
 
 
 def lock_path(data: dict) -> Path:

@@ -16,6 +16,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from sparkctl.config.lock import cache_dirname
 from sparkctl.errors import SparkctlError
 
 SCHEMA = "sparkctl.bench/1"
@@ -184,7 +185,7 @@ def check_record(record: dict) -> list[str]:
     problems = []
     repo = (record.get("model") or {}).get("repo")
     root = record.get("served_model_root")
-    if repo and root and "/snapshots/" in root and f"models--{repo.replace('/', '--')}/" not in root:
+    if repo and root and "/snapshots/" in root and f"{cache_dirname(repo)}/" not in root:
         problems.append(f"the server runs {root}, not the configured checkpoint {repo}: labels would be wrong")
     sha = record.get("served_sha")
     if sha and record.get("revision") and sha != record["revision"]:
