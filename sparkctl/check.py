@@ -108,7 +108,7 @@ def run(args: argparse.Namespace) -> int:
     for h in targets:
         data = {**base, **h.pyinfra_data(), **overrides}  # pyinfra's order: --data > host data > group data
         try:
-            s = validate_host(data, h.name, hosts=names, address=h.address)
+            s = validate_host(data, h.name, hosts=names)  # the address: ssh_hostname, as the deploy's
         except SparkctlError as exc:
             print(f"sparkctl check: {h.name}: {exc}", file=sys.stderr)
             failed += 1

@@ -407,7 +407,7 @@ def _error(err: dict, data: dict) -> SettingError:
     loc = tuple(p for p in err["loc"] if p not in ("function-after",))
     if err["type"] == "extra_forbidden":
         key = _loc_text(loc)
-        known = list(GroupData.model_fields if len(loc) == 1 else Embedder.model_fields)
+        known = [*GroupData.model_fields, *pyinfra_keys()] if len(loc) == 1 else list(Embedder.model_fields)
         loc = (str(loc[-1]),)
         close = difflib.get_close_matches(loc[0], known, n=3, cutoff=0.6)
         hint = f"Did you mean {', '.join(close)}?" if close else \

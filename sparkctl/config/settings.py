@@ -76,7 +76,8 @@ def validate(data: dict, host_name: str = "", read_secrets: bool = True, hosts: 
     for i, entry in enumerate(data["EMBEDDERS"]):
         spec = catalog.lookup(cat, f"EMBEDDERS[{i}].model", entry["model"], EMBEDDER)
         kv = float(entry["kv_cache_gib"])
-        if not SERVED_NAME_RE.match(spec.served_name) or spec.served_name in (served, *(e.served_name for e in embedders)):
+        taken = (served, *(e.served_name for e in embedders))
+        if not SERVED_NAME_RE.match(spec.served_name) or spec.served_name in taken:
             raise SettingError(f"EMBEDDERS[{i}].model", entry["model"],
                                f"a model whose served name ({spec.served_name!r}) is URL-safe and not already served "
                                f"(CODER_SERVED_NAME = {served!r})")
