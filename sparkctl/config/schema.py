@@ -17,10 +17,11 @@ import re
 from functools import lru_cache
 from typing import Annotated, Any, Literal, get_args, get_origin
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 from pydantic.fields import FieldInfo
 
 from sparkctl.config import catalog
+from sparkctl.config import schema_types as t
 from sparkctl.errors import SettingError
 
 # keys of the inventory's per-host data that are not settings: sparkctl/config/hosts.py HostConn.data of a
@@ -28,214 +29,138 @@ from sparkctl.errors import SettingError
 INVENTORY_KEYS = frozenset({"flavor"})
 
 
-def _check(predicate, what: str):
-    def check(value):
-        if not predicate(value):
-            raise ValueError(what)
-        return value
-    return AfterValidator(check)
-
-
-def _is_ip(text: str) -> bool:
-    try:
-        ipaddress.ip_address(text)
-        return True
-    except ValueError:
-        return False
-
-
-def _is_interface(text: str) -> bool:
-    try:
-        ipaddress.ip_interface(text)
-        return "/" in text
-    except ValueError:
-        return False
-
-
-def _is_regex(text: str) -> bool:
-    try:
-        re.compile(text)
-        return "'" not in text  # rendered inside '...' in earlyoom's EARLYOOM_ARGS
-    except re.error:
-        return False
-
-
-def _t(base, description: str, *extra, **constraints):
-    """A type with its valid range and the words an error message uses for it."""
-    return Annotated[base, Field(description=description, **constraints), *extra]
-
-
-def _pattern(regex: str, description: str):
-    return _t(str, description, pattern=regex)
-
-
-Seconds = _t(float, "a number of seconds greater than 0", gt=0)
-WholeSeconds = _t(int, "a whole number of seconds greater than 0", gt=0)
-Count = _t(int, "a whole number greater than 0", gt=0)
-GiB = _t(float, "a size in GiB greater than 0", gt=0)
-GiBOrZero = _t(float, "a size in GiB >= 0", ge=0)
-Port = _t(int, "an integer TCP port from 1 to 65535", ge=1, le=65535)
-OomScore = _t(int, "an integer OOM score adjustment from -1000 to 1000", ge=-1000, le=1000)
-Text = _t(str, "a non-empty string", min_length=1)
-AbsPath = _t(str, "an absolute path other than /", _check(lambda p: p.startswith("/") and p.rstrip("/") != "",
-                                                            "an absolute path other than /"))
-LocalPath = _t(str, "a control-machine path (relative to the repository or absolute)", min_length=1)
-Url = _pattern(r"^https?://[^\s/$.?#][^\s]*$", "an http:// or https:// URL")
-Version = _pattern(r"^\d+(\.\d+)+$", "a version such as 13.0")
-DebPackage = _pattern(r"^[a-z0-9][a-z0-9+.-]+$", "a Debian package name")
-PipName = _pattern(r"^[A-Za-z0-9][A-Za-z0-9._-]*$", "a pip distribution name")
-IfName = _pattern(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,14}$", "a network interface name (up to 15 characters)")
-Name = _pattern(r"^[a-z0-9][a-z0-9._-]{0,62}$", "a lower-case name usable as a URL path segment")
-EnvName = _pattern(r"^[A-Za-z_][A-Za-z0-9_]*$", "an environment variable name")
-UnixUser = _pattern(r"^[a-z_][a-z0-9_-]{0,31}$", "a system user name (lower case, up to 32 characters)")
-FileName = _pattern(r"^[A-Za-z0-9][A-Za-z0-9._-]*$", "a file name without '/'")
-K8sName = _pattern(r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$", "a Kubernetes namespace (a DNS label)")
-ServerNames = _pattern(r"^[A-Za-z0-9_.*~:\[\]-]+( [A-Za-z0-9_.*~:\[\]-]+)*$",
-                       "nginx server_name values separated by spaces (no ';', quotes or braces)")
-HostName = _t(str, "a DNS name or an IP address", _check(
-    lambda n: _is_ip(n) or re.fullmatch(r"[A-Za-z0-9*]([A-Za-z0-9-]{0,62})(\.[A-Za-z0-9-]{1,63})*\.?", n) is not None,
-    "a DNS name or an IP address"))
-Cidr = _t(str, "an address with its prefix length, e.g. 192.168.100.10/24", _check(_is_interface, "an address/prefix"))
-IpAddress = _t(str, "an IP address", _check(_is_ip, "an IP address"))
-Regex = _t(str, "a regular expression without single quotes", _check(_is_regex, "a valid regular expression"))
-SystemdSize = _pattern(r"^\d+(\.\d+)?[KMGT]?$|^\d+(\.\d+)?%$", "a systemd size such as 64M or a percentage")
-Fraction = _t(float, "a fraction greater than 0 and at most 1", gt=0, le=1)
-Percent = _t(float, "a percentage greater than 0 and below 100", gt=0, lt=100)
 
 
 class Embedder(BaseModel):
-    model_config = ConfigDict(extra="forbid", strict=True)
+    model_config = ConfigDict(extra="forbid", strict=True, allow_inf_nan=False)
     model: Annotated[str, Field(description="an embedder's catalog key")]
-    kv_cache_gib: GiB
+    kv_cache_gib: t.GiB
 
-
-def _list(item, description: str, min_length: int = 0):
-    return Annotated[list[item], Field(description=description, min_length=min_length)]
 
 
 class GroupData(BaseModel):
     """Every setting; the unit is in the description, the meaning in group_data/*.py."""
 
-    model_config = ConfigDict(extra="forbid", strict=True)
+    model_config = ConfigDict(extra="forbid", strict=True, allow_inf_nan=False)
 
     # what the box is
-    EXPECTED_ARCH: _list(Text, "a non-empty list of `uname -m` values", 1)
-    EXPECTED_OS: _list(Text, 'a non-empty list of "<ID> <VERSION_ID>" values', 1)
-    REQUIRED_GPU: Text
-    REQUIRED_COMPUTE_CAP: Version
-    DGX_RELEASE_FILE: AbsPath
+    EXPECTED_ARCH: t.list_of(t.Text, "a non-empty list of `uname -m` values", 1)
+    EXPECTED_OS: t.list_of(t.Text, 'a non-empty list of "<ID> <VERSION_ID>" values', 1)
+    REQUIRED_GPU: t.Text
+    REQUIRED_COMPUTE_CAP: t.Version
+    DGX_RELEASE_FILE: t.AbsPath
     # memory and bandwidth
-    BOX_USABLE_MEMORY_GIB: GiB
-    BOX_MEMORY_BANDWIDTH_GBPS: _t(float, "a bandwidth in GB/s greater than 0", gt=0)
-    OS_RESERVE_GIB: GiBOrZero
-    PLAN_MEASURED_TOLERANCE: Fraction
+    BOX_USABLE_MEMORY_GIB: t.GiB
+    BOX_MEMORY_BANDWIDTH_GBPS: t.typed(float, "a bandwidth in GB/s greater than 0", gt=0)
+    OS_RESERVE_GIB: t.GiBOrZero
+    PLAN_MEASURED_TOLERANCE: t.Fraction
     # NVIDIA driver and CUDA
-    NVIDIA_DRIVER_BRANCH: Count
-    CUDA_VERSION: Version
-    CUDA_HOME: AbsPath
-    NVIDIA_KEYRING_DEB_URL: Url
-    NVIDIA_PREREQ_PACKAGES: _list(DebPackage, "a list of Debian package names")
-    NVIDIA_DRIVER_PACKAGES: _list(DebPackage, "a list of Debian package names")
-    CUDA_PACKAGES: _list(DebPackage, "a list of Debian package names")
-    APT_CACHE_TIME_S: WholeSeconds
+    NVIDIA_DRIVER_BRANCH: t.Count
+    CUDA_VERSION: t.Version
+    CUDA_HOME: t.AbsPath
+    NVIDIA_KEYRING_DEB_URL: t.Url
+    NVIDIA_PREREQ_PACKAGES: t.list_of(t.DebPackage, "a list of Debian package names")
+    NVIDIA_DRIVER_PACKAGES: t.list_of(t.DebPackage, "a list of Debian package names")
+    CUDA_PACKAGES: t.list_of(t.DebPackage, "a list of Debian package names")
+    APT_CACHE_TIME_S: t.WholeSeconds
     # system packages
-    SYSTEM_PACKAGES: _list(DebPackage, "a list of Debian package names")
-    VLLM_BUILD_PACKAGES: _list(DebPackage, "a list of Debian package names")
+    SYSTEM_PACKAGES: t.list_of(t.DebPackage, "a list of Debian package names")
+    VLLM_BUILD_PACKAGES: t.list_of(t.DebPackage, "a list of Debian package names")
     # vLLM
-    VLLM_VERSION: Text
-    VLLM_DIST: PipName
-    VLLM_PIP_REQUIREMENT: Text
-    VLLM_PIP_EXTRA_INDEX_URLS: _list(Url, "a list of http(s) index URLs")
-    VLLM_PIP_CONSTRAINTS: _list(Text, "a list of pip constraint lines")
-    VLLM_PIP_REMOVE: _list(PipName, "a list of pip distribution names")
-    VLLM_METADATA_ALIAS: _t(str, "a version string, or empty")
-    PIP_FIND_LINKS: _list(AbsPath, "a list of absolute directories on the box")
+    VLLM_VERSION: t.Text
+    VLLM_DIST: t.PipName
+    VLLM_PIP_REQUIREMENT: t.Text
+    VLLM_PIP_EXTRA_INDEX_URLS: t.list_of(t.Url, "a list of http(s) index URLs")
+    VLLM_PIP_CONSTRAINTS: t.list_of(t.Text, "a list of pip constraint lines")
+    VLLM_PIP_REMOVE: t.list_of(t.PipName, "a list of pip distribution names")
+    VLLM_METADATA_ALIAS: t.typed(str, "a version string, or empty")
+    PIP_FIND_LINKS: t.list_of(t.AbsPath, "a list of absolute directories on the box")
     PIP_NO_INDEX: bool
-    PIP_VERSION: Version
+    PIP_VERSION: t.Version
     # paths on the box
-    SPARKCTL_HOME: AbsPath
-    MODEL_STORE: AbsPath
-    ENV_DIR: AbsPath
-    STATE_DIR: AbsPath
-    SERVICE_USER: UnixUser
+    SPARKCTL_HOME: t.AbsPath
+    MODEL_STORE: t.AbsPath
+    ENV_DIR: t.AbsPath
+    STATE_DIR: t.AbsPath
+    SERVICE_USER: t.UnixUser
     # services
-    LISTEN_ADDRESS: IpAddress
+    LISTEN_ADDRESS: t.IpAddress
     LISTEN_ADDRESS_NOT_LOOPBACK_OK: bool
-    CODER_PORT: Port
-    EMBEDDER_PORTS: _list(Port, "a list of TCP ports, one per EMBEDDERS entry")
-    CODER_SERVED_NAME: Name
-    CODER_MAX_NUM_SEQS: Count
-    CODER_MAX_NUM_BATCHED_TOKENS: _t(int, "a whole number of tokens greater than 0", gt=0)
-    VLLM_COMMON_ARGS: _list(Text, "a list of `vllm serve` arguments")
-    VLLM_EXTRA_ENV: Annotated[dict[EnvName, str], Field(description="a mapping of environment variable names to "
-                                                                    "string values")]
-    VLLM_ENGINE_READY_TIMEOUT_S: WholeSeconds
-    SERVICE_RESTART_SEC: Seconds
-    SERVICE_START_LIMIT_INTERVAL_S: WholeSeconds
-    SERVICE_START_LIMIT_BURST: Count
-    SERVICE_STOP_TIMEOUT_S: WholeSeconds
-    SERVICE_NOFILE: Count
-    NVIDIA_DEVICES: _list(_pattern(r"^[a-z0-9][a-z0-9_-]*$", "a /proc/devices group name"),
-                          "a list of device groups such as char-nvidiactl")
+    CODER_PORT: t.Port
+    EMBEDDER_PORTS: t.list_of(t.Port, "a list of TCP ports, one per EMBEDDERS entry")
+    CODER_SERVED_NAME: t.Name
+    CODER_MAX_NUM_SEQS: t.Count
+    CODER_MAX_NUM_BATCHED_TOKENS: t.typed(int, "a whole number of tokens greater than 0", gt=0)
+    VLLM_COMMON_ARGS: t.list_of(t.Text, "a list of `vllm serve` arguments")
+    VLLM_EXTRA_ENV: Annotated[dict[t.EnvName, str], Field(
+        description="a mapping of environment variable names to string values")]
+    VLLM_ENGINE_READY_TIMEOUT_S: t.WholeSeconds
+    SERVICE_RESTART_SEC: t.Seconds
+    SERVICE_START_LIMIT_INTERVAL_S: t.WholeSeconds
+    SERVICE_START_LIMIT_BURST: t.Count
+    SERVICE_STOP_TIMEOUT_S: t.WholeSeconds
+    SERVICE_NOFILE: t.Count
+    NVIDIA_DEVICES: t.list_of(t.pattern(r"^[a-z0-9][a-z0-9_-]*$", "a /proc/devices group name"),
+                              "a list of device groups such as char-nvidiactl")
     # readiness
-    HEALTH_READY_TIMEOUT_S: _t(float, "a number of seconds >= 0 (0: look once, do not wait)", ge=0)
-    HEALTH_POLL_INTERVAL_S: Seconds
-    HEALTH_JOURNAL_LINES: Count
-    HEALTH_REQUEST_TIMEOUT_S: Seconds
+    HEALTH_READY_TIMEOUT_S: t.typed(float, "a number of seconds >= 0 (0: look once, do not wait)", ge=0)
+    HEALTH_POLL_INTERVAL_S: t.Seconds
+    HEALTH_JOURNAL_LINES: t.Count
+    HEALTH_REQUEST_TIMEOUT_S: t.Seconds
     # checkpoints
-    HF_ENDPOINT: Url
-    HF_DOWNLOAD_WORKERS: Count
-    MODEL_LOCK_FILE: LocalPath
-    DISK_HEADROOM_GIB: GiBOrZero
+    HF_ENDPOINT: t.Url
+    HF_DOWNLOAD_WORKERS: t.Count
+    MODEL_LOCK_FILE: t.LocalPath
+    DISK_HEADROOM_GIB: t.GiBOrZero
     CATALOG_OVERRIDES: Annotated[dict[str, dict[str, Any]], Field(
         description="a mapping of catalog model keys to {field: value} overrides")]
     # TLS proxy
-    PROXY_PORT: Port
-    PROXY_SERVER_NAME: ServerNames
-    PROXY_READ_TIMEOUT_S: Seconds
-    PROXY_SEND_TIMEOUT_S: Seconds
-    PROXY_TIMEOUT_FLOOR_S: Seconds
-    PROXY_MAX_BODY_MB: _t(int, "a whole number of MiB greater than 0", gt=0)
-    TLS_CERT_FILE: _t(str, "a control-machine path of a PEM certificate chain, or empty")
-    TLS_KEY_FILE: _t(str, "a control-machine path of a PEM private key, or empty")
-    TLS_SERVER_NAMES: _list(HostName, "a list of DNS names or IP addresses")
-    SECRETS_DIR: LocalPath
+    PROXY_PORT: t.Port
+    PROXY_SERVER_NAME: t.ServerNames
+    PROXY_READ_TIMEOUT_S: t.Seconds
+    PROXY_SEND_TIMEOUT_S: t.Seconds
+    PROXY_TIMEOUT_FLOOR_S: t.Seconds
+    PROXY_MAX_BODY_MB: t.typed(int, "a whole number of MiB greater than 0", gt=0)
+    TLS_CERT_FILE: t.typed(str, "a control-machine path of a PEM certificate chain, or empty")
+    TLS_KEY_FILE: t.typed(str, "a control-machine path of a PEM private key, or empty")
+    TLS_SERVER_NAMES: t.list_of(t.HostName, "a list of DNS names or IP addresses")
+    SECRETS_DIR: t.LocalPath
     # OOM guard
-    EARLYOOM_MIN_FREE_PERCENT: Percent
-    EARLYOOM_PREFER: Regex
-    EARLYOOM_AVOID: Regex
-    EARLYOOM_REPORT_INTERVAL_S: _t(int, "a whole number of seconds >= 0 (0: no reports)", ge=0)
-    SSHD_MEMORY_MIN: SystemdSize
-    SSHD_OOM_SCORE_ADJUST: OomScore
-    VLLM_OOM_SCORE_ADJUST: OomScore
+    EARLYOOM_MIN_FREE_PERCENT: t.Percent
+    EARLYOOM_PREFER: t.Regex
+    EARLYOOM_AVOID: t.Regex
+    EARLYOOM_REPORT_INTERVAL_S: t.typed(int, "a whole number of seconds >= 0 (0: no reports)", ge=0)
+    SSHD_MEMORY_MIN: t.SystemdSize
+    SSHD_OOM_SCORE_ADJUST: t.OomScore
+    VLLM_OOM_SCORE_ADJUST: t.OomScore
     # two Sparks
     SPARK_TOPOLOGY: Literal["replicas", "split", "tensor-parallel"]
-    TP_HEAD: _t(str, "an inventory host name, or empty for the first host")
+    TP_HEAD: t.typed(str, "an inventory host name, or empty for the first host")
     TP_BACKEND: Literal["native", "ray"]
-    TP_MASTER_PORT: Port
-    RAY_VERSION: Version
-    RAY_PORT: Port
-    CX7_INTERFACES: _list(IfName, "a non-empty list of interface names", 1)
-    CX7_HCAS: _list(IfName, "a list of RDMA device names")
-    CX7_ADDRESSES: Annotated[dict[str, list[Cidr]], Field(
+    TP_MASTER_PORT: t.Port
+    RAY_VERSION: t.Version
+    RAY_PORT: t.Port
+    CX7_INTERFACES: t.list_of(t.IfName, "a non-empty list of interface names", 1)
+    CX7_HCAS: t.list_of(t.IfName, "a list of RDMA device names")
+    CX7_ADDRESSES: Annotated[dict[str, list[t.Cidr]], Field(
         description="a mapping of inventory host names to lists of address/prefix")]
-    CX7_NETPLAN_FILE: AbsPath
+    CX7_NETPLAN_FILE: t.AbsPath
     CX7_MANAGE_NETPLAN: bool
-    CHECKPOINT_SYNC_KEY: FileName
-    GATEWAY_HANDOFF_DIR: LocalPath
-    GATEWAY_NAMESPACE: K8sName
-    GATEWAY_K8S_VERSION: Version
+    CHECKPOINT_SYNC_KEY: t.FileName
+    GATEWAY_HANDOFF_DIR: t.LocalPath
+    GATEWAY_NAMESPACE: t.K8sName
+    GATEWAY_K8S_VERSION: t.Version
     # bench
-    BENCH_STREAMS: _list(Count, "a non-empty list of stream counts greater than 0", 1)
-    BENCH_WINDOW_S: Seconds
-    BENCH_MAX_TOKENS: Count
-    BENCH_PREFILL_TOKENS: Count
-    BENCH_CLIENT_TIMEOUT_S: Seconds
+    BENCH_STREAMS: t.list_of(t.Count, "a non-empty list of stream counts greater than 0", 1)
+    BENCH_WINDOW_S: t.Seconds
+    BENCH_MAX_TOKENS: t.Count
+    BENCH_PREFILL_TOKENS: t.Count
+    BENCH_CLIENT_TIMEOUT_S: t.Seconds
     BENCH_IGNORE_EOS: bool
     # per-box choices (group_data/gx10.py)
     CODING_MODEL: Annotated[str, Field(description="a coding model's catalog key")]
-    CODER_KV_CACHE_GIB: Annotated[dict[str, GiB], Field(
-        description='a mapping of coding model keys to KV budgets in GiB, e.g. {"qwen3.8-27b": 36}')]
+    CODER_KV_CACHE_GIB: Annotated[dict[str, t.GiB], Field(
+        description='a mapping of coding model keys to KV budgets in t.GiB, e.g. {"qwen3.8-27b": 36}')]
     EMBEDDERS: Annotated[list[Embedder], Field(description='a list of {"model": <catalog key>, "kv_cache_gib": '
                                                            '<GiB>}')]
     # the simulated Spark (group_data/sim.py): memory facts shared by its tiny models' CATALOG_OVERRIDES
