@@ -29,13 +29,10 @@ from sparkctl.errors import SettingError
 INVENTORY_KEYS = frozenset({"flavor"})
 
 
-
-
 class Embedder(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True, allow_inf_nan=False)
     model: Annotated[str, Field(description="an embedder's catalog key")]
     kv_cache_gib: t.GiB
-
 
 
 class GroupData(BaseModel):
@@ -362,11 +359,16 @@ def pyinfra_keys() -> frozenset[str]:
 
 @lru_cache(maxsize=1)
 def _pyinfra_keys() -> frozenset[str]:
-    from pyinfra.api.arguments import all_global_arguments
-    from pyinfra.api.connectors import get_all_connectors
+    from importlib.metadata import entry_points
 
-    keys = {k for mod in get_all_connectors().values() for k in getattr(mod, "data_meta", {})}
-    keys |= {name for name, _ in all_global_arguments() if name.startswith("_")}
+    from pyinfra.api.arguments import all_global_arguments
+
+    keys = {name for name, _ in all_global_arguments() if name.startswith("_")}
+    for ep in entry_points(group="pyinfra.connectors"):  # as pyinfra.api.connectors.get_all_connectors loads them
+        try:
+            keys |= set(getattr(ep.load(), "data_meta", {}))
+        except Exception:  # noqa: BLE001 - a connector whose optional dependency is missing has no keys to allow
+            continue
     return frozenset(keys)
 
 
