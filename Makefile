@@ -1,10 +1,11 @@
 # The two set-up commands (see README):
 #   make deploy   deploy to GX10_HOSTS, or (unset) boot the simulated Spark and deploy to it
 #   make test     the test suite, end-to-end scenarios on the simulated Spark included
+#   make check    the deploy's whole validation of the configured hosts, offline
 SHELL := /bin/bash
 PY := .venv/bin/python
 
-.PHONY: bootstrap deploy test test-fast sim-down plan
+.PHONY: bootstrap deploy check test test-fast sim-down plan
 
 bootstrap:
 	@scripts/bootstrap.sh
@@ -12,6 +13,10 @@ bootstrap:
 deploy: bootstrap
 	@if [ -z "$$GX10_HOSTS" ]; then $(PY) -m sparkctl sim up; fi
 	.venv/bin/pyinfra -y inventory.py deploy.py
+
+# the deploy's whole validation, offline, for the hosts `make deploy` would target (touches no box)
+check: bootstrap
+	@if [ -z "$$GX10_HOSTS" ]; then $(PY) -m sparkctl check --sim; else $(PY) -m sparkctl check; fi
 
 test: bootstrap
 	$(PY) -m pytest

@@ -73,6 +73,8 @@ SERVICE_STOP_TIMEOUT_S = 120  # TimeoutStopSec=: seconds a stopping vLLM gets be
 SERVICE_NOFILE = 65536  # LimitNOFILE=: open files per service
 NVIDIA_DEVICES = ["char-nvidia-frontend", "char-nvidiactl", "char-nvidia-uvm",
                   "char-nvidia-caps"]  # DeviceAllow= device groups (rw) CUDA needs (/proc/devices names)
+# --- settings validation (issue 10)
+LISTEN_ADDRESS_NOT_LOOPBACK_OK = False  # True: allow a non-loopback LISTEN_ADDRESS (vLLM then answers without TLS/token)
 
 # --- readiness --------------------------------------------------------------------------------------------------
 HEALTH_READY_TIMEOUT_S = 1800  # seconds a (re)started service may take to answer /v1/models (GB10: 2-15 min)

@@ -1,18 +1,129 @@
-"""The deploy's whole validation of one host's settings, offline: what `tasks/preflight.py` runs before the first
-operation. The settings (sparkctl.config.settings), then the capacity rule (sparkctl.capacity: the memory must add
-up); each raises SettingError naming the setting, the value and what is valid.
+"""The deploy's whole validation of a host, offline: what `tasks/preflight.py` runs before the first operation, and
+what `python -m sparkctl check` runs for every inventory host without touching one.
+
+    python -m sparkctl check                      # real-box group data (all, gx10) for the GX10_HOSTS boxes
+    python -m sparkctl check --sim                # the simulated Spark's (all, gx10, sim) for its hosts
+    python -m sparkctl check --data CODING_MODEL=laguna-s-2.1     # parsed as pyinfra parses --data
+
+In order: the settings schema (sparkctl.config.schema: every key, type, range, cross-field rule), the derived
+services, the lock's coverage of every checkpoint, secrets (present, non-empty, private), the TLS pair, then the
+capacity rule (the memory must add up, and every service's KV budget must hold one request). Each refusal is a
+SettingError naming the setting, the value and what is valid. Exit status 0 when every host passes, 2 otherwise.
 """
 
 from __future__ import annotations
 
+import argparse
+import json
+import math
+import sys
+
 from sparkctl.capacity import planner
-from sparkctl.config import catalog
+from sparkctl.config import catalog, groupdata, hosts, secrets
+from sparkctl.config.service import GIB
 from sparkctl.config.settings import Settings, validate
+from sparkctl.errors import SettingError, SparkctlError
 
 
-def validate_host(data: dict, host_name: str = "", read_secrets: bool = True,
-                  hosts: list[str] | None = None) -> Settings:
-    """Settings validated, then a configuration whose memory does not add up refused (the planner's arithmetic)."""
+def check_embedders_hold_one_request(settings: Settings) -> None:
+    """Every embedder whose layer facts the catalog knows gets a KV budget that holds one request of its
+    max_model_len: below that vLLM refuses to start (after the deploy restarted it). The coding model's budget is
+    checked by planner.check_fits, with its topology."""
+    for i, svc in enumerate(settings.embedders):
+        layout = planner.model_layout(svc.model)
+        if layout is None:
+            continue  # no layer facts in the catalog for this embedder: nothing to compute
+        cap = planner.kv_capacity(layout, svc.kv_cache_bytes, svc.model.max_model_len)
+        if cap.concurrency < 1.0:
+            raise SettingError(f"EMBEDDERS[{i}].kv_cache_gib", svc.kv_cache_bytes / GIB,
+                               f"at least {math.ceil(cap.min_kv_bytes / GIB * 100) / 100:.2f} GiB, the KV of one "
+                               f"{svc.model.max_model_len:,}-token request of {svc.model.key}",
+                               f"It holds {cap.concurrency:.2f} requests: vLLM refuses to start below one")
+
+
+def validate_host(data: dict, host_name: str = "", read_secrets: bool = True, hosts: list[str] | None = None,
+                  address: str | None = None) -> Settings:
+    """Everything the deploy checks before touching the host; raises SettingError (or PlanError) on the first
+    refusal. address: what clients connect to (the TLS certificate must name it); default data's ssh_hostname."""
     settings = validate(data, host_name, read_secrets=read_secrets, hosts=hosts)
-    planner.check_fits(data, catalog.resolve(data.get("CATALOG_OVERRIDES")), data["CODING_MODEL"])
+    if read_secrets:
+        secrets.check_tls_pair(data, address or str(data.get("ssh_hostname") or host_name))
+    planner.check_fits(data, catalog.resolve(data["CATALOG_OVERRIDES"]), data["CODING_MODEL"])
+    check_embedders_hold_one_request(settings)
     return settings
+
+
+# --- python -m sparkctl check ---------------------------------------------------------------------------------------
+
+
+def parse_data_value(text: str):
+    """A --data value as pyinfra's CLI parses it (pyinfra_cli/util.py parse_cli_arg, pyinfra 3.10): true/false,
+    an int, JSON, else the string. Copied, not imported: importing pyinfra_cli monkey-patches the stdlib (gevent);
+    tests/test_check.py checks it against pyinfra's own function."""
+    if text.lower() == "false":
+        return False
+    if text.lower() == "true":
+        return True
+    try:
+        return int(text)
+    except (TypeError, ValueError):
+        pass
+    try:
+        return json.loads(text)
+    except ValueError:
+        pass
+    return text
+
+
+def parse_data(items: list[str] | None) -> dict:
+    out = {}
+    for item in items or []:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise SettingError("--data", item, "KEY=VALUE")
+        out[key] = value
+    return {k: parse_data_value(v) for k, v in out.items()}
+
+
+def inventory_hosts(sim: bool) -> tuple[list[hosts.HostConn], bool]:
+    """The hosts inventory.py would give (with each box's SPARK_CODING_MODELS), and whether they are real ones;
+    one nominal box when none is configured (GX10_HOSTS unset / the simulated Spark not booted)."""
+    found = hosts.with_models(hosts.sim_hosts() if sim else hosts.real_hosts())
+    if found:
+        return found, True
+    name = "spark-1" if sim else "gx10"
+    return hosts.with_models([hosts.HostConn(name=name, address=name, simulated=sim)]), False
+
+
+def run(args: argparse.Namespace) -> int:
+    groups = ["all", "gx10", "sim"] if args.sim else ["all", "gx10"]
+    overrides = parse_data(args.data)
+    targets, configured = inventory_hosts(args.sim)
+    names = [h.name for h in targets]
+    base = groupdata.load(groups)
+    if not configured:
+        print(f"no {'simulated Spark is booted' if args.sim else 'GX10_HOSTS set'}: checking one nominal box "
+              f"{names[0]!r} ({', '.join(groups)})")
+    failed = 0
+    for h in targets:
+        data = {**base, **h.pyinfra_data(), **overrides}  # pyinfra's order: --data > host data > group data
+        try:
+            s = validate_host(data, h.name, hosts=names)  # the address: ssh_hostname, as the deploy's
+        except SparkctlError as exc:
+            print(f"sparkctl check: {h.name}: {exc}", file=sys.stderr)
+            failed += 1
+            continue
+        for w in s.warnings:
+            print(f"{h.name}: WARNING: {w}")
+        print(f"{h.name}: ok: {s.role.name}, {', '.join(f'{v.name}={v.model.key}' for v in s.services) or 'no vLLM'}, "
+              f"{len(s.checkpoints)} checkpoints locked")
+    return 2 if failed else 0
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("check", help="the deploy's whole validation, offline, for every inventory host",
+                       description=__doc__.splitlines()[0])
+    p.add_argument("--sim", action="store_true", help="the simulated Spark's group data and hosts")
+    p.add_argument("--data", action="append", metavar="KEY=VALUE",
+                   help="override a setting for this check, as `pyinfra --data` does (repeatable)")
+    p.set_defaults(func=run)

@@ -21,10 +21,12 @@ class Refused(PyinfraError):
 
 
 def settings_for_host() -> Settings:
-    """Validate this host's merged data; bad input stops the deploy here, before any command runs."""
+    """The whole offline validation (sparkctl.check, what `python -m sparkctl check` runs) of this host's merged
+    data; bad input stops the deploy here, before any command runs."""
     try:
         hosts = [h.name for h in inventory.get_group("gx10")]
-        settings = validate_host(host.data.dict(), host.name, hosts=hosts)
+        settings = validate_host(host.data.dict(), host.name, hosts=hosts,
+                                 address=str(host.data.get("ssh_hostname") or host.name))
     except SparkctlError as exc:
         raise Refused(f"{host.name}: {exc}") from None
     for w in settings.warnings:

@@ -3,7 +3,6 @@ only the API routes of PROXY_ROUTES published (everything else 404)."""
 
 from __future__ import annotations
 
-import re
 from io import StringIO
 from pathlib import Path
 
@@ -14,10 +13,8 @@ from pyinfra.operations.util import any_changed
 
 from sparkctl import REPO_ROOT
 from sparkctl.config import pki
-from sparkctl.config.catalog import CODER, EMBEDDER
 from sparkctl.config.secrets import secrets_dir
 from sparkctl.config.settings import Settings
-from sparkctl.errors import SettingError
 from sparkctl.render import units as svcs
 
 NGINX_DIR = "/etc/nginx"  # Debian/Ubuntu layout: sites-available/, sites-enabled/
@@ -39,23 +36,7 @@ def tls_material(d: dict) -> tuple[Path, Path, Path | None]:
     return pki.ensure_server_cert(secrets_dir(d) / "pki", host.name, names)
 
 
-ROUTE_RE = re.compile(r"^(/[A-Za-z0-9_.-]+)+$")  # a plain path: nothing nginx would read as syntax or a pattern
-
-
-def check_routes(routes) -> None:
-    """PROXY_ROUTES goes into the site verbatim: refuse anything but plain absolute paths, per model role."""
-    if not isinstance(routes, dict) or set(routes) != {CODER, EMBEDDER}:
-        raise SettingError("PROXY_ROUTES", routes, f"a dict with exactly the keys {CODER!r} and {EMBEDDER!r}")
-    for role, paths in routes.items():
-        bad = [p for p in paths if not isinstance(p, str) or not ROUTE_RE.match(p)] if isinstance(paths, list) \
-            else [paths]
-        if bad or not paths:
-            raise SettingError(f"PROXY_ROUTES[{role!r}]", bad or paths,
-                               "a non-empty list of plain paths such as '/v1/models' (letters, digits, _ . - and /)")
-
-
 def render_site(settings: Settings, service_list) -> str:
-    check_routes(settings.data["PROXY_ROUTES"])
     return svcs.render_template("nginx-sparkctl.conf.j2", d=settings.data, services=service_list,
                                 token_file=TOKEN_FILE, cert_path=f"{TLS_DIR}/server.pem",
                                 key_path=f"{TLS_DIR}/server.key")

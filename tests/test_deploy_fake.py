@@ -19,6 +19,7 @@ def run_fake(kind: str, tmp_path, *extra: str, token: str | None = "fake-token")
     if token is not None:
         tf = tmp_path / "api_token"
         tf.write_text(token)
+        tf.chmod(0o600)  # secrets readable by others are refused
         env["SPARK_API_TOKEN_FILE"] = str(tf)
     else:
         env["SPARK_API_TOKEN_FILE"] = str(tmp_path / "missing-token")

@@ -24,6 +24,7 @@ PAIR = ["spark-1", "spark-2"]
 def run_pair(tmp_path, topology_name: str, *extra: str, models: str = "") -> dict:
     tf = tmp_path / "api_token"
     tf.write_text("fake-token")
+    tf.chmod(0o600)  # secrets readable by others are refused
     env = dict(os.environ, FAKE_KIND="dgx", FAKE_HOSTS="2", FAKE_MODELS=models, PYINFRA_FAKE_DELAY="0",
                PYINFRA_FAKE_DELAY_JITTER="0", SPARKCTL_TEST_SECRETS=str(tmp_path / "secrets"), GX10_HOSTS="",
                SPARK_API_TOKEN_FILE=str(tf), SPARKCTL_TEST_HANDOFF=str(tmp_path / "handoff"))

@@ -18,6 +18,7 @@ from sparkctl.capacity.kv import (
     layout_from_catalog,
     layout_from_config,
     load_config,
+    model_layout,
 )
 from sparkctl.capacity.plan import (
     TOPOLOGIES,
@@ -33,6 +34,6 @@ from sparkctl.capacity.report import SCHEMA, plan_json, refusal_message
 
 __all__ = [
     "GIB", "KvCapacity", "KvLayout", "find_local_config", "kv_capacity", "layout_from_catalog", "layout_from_config",
-    "load_config", "TOPOLOGIES", "Box", "BoxPlan", "EmbedderUse", "ModelPlan", "PlanError", "box_from_data",
+    "load_config", "model_layout", "TOPOLOGIES", "Box", "BoxPlan", "EmbedderUse", "ModelPlan", "PlanError", "box_from_data",
     "check_fits", "coding_models", "plan_box", "plan_model", "SCHEMA", "plan_json", "refusal_message",
 ]

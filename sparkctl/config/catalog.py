@@ -9,6 +9,9 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import difflib
+import functools
+import typing
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -183,36 +186,81 @@ CATALOG: dict[str, ModelSpec] = {m.key: m for m in (QWEN, LAGUNA, QWEN_EMBED, BG
 _NESTED = {"checkpoint": Checkpoint, "draft": Checkpoint, "memory": MemoryFacts}
 
 
-def _apply(spec: ModelSpec, key: str, fields: dict[str, Any]) -> ModelSpec:
+def _typed(cls, name: str, value: Any, setting: str) -> Any:
+    """value checked against the dataclass field's type (pydantic, strict: no "4096" for an int), lists of a tuple
+    field made tuples; a SettingError naming the override otherwise."""
+    from pydantic import ValidationError
+
+    hint = typing.get_type_hints(cls)[name]
+    nested = [t for t in typing.get_args(hint) or (hint,) if dataclasses.is_dataclass(t)]
+    if nested:  # Checkpoint / MemoryFacts (a dict was merged by the caller); None where the field allows it
+        if value is None and type(None) in typing.get_args(hint) or isinstance(value, nested[0]):
+            return value
+        raise SettingError(setting, value, f"a mapping of {nested[0].__name__} fields to values" +
+                           (", or None" if type(None) in typing.get_args(hint) else ""))
+    if isinstance(value, list) and typing.get_origin(hint) is tuple:
+        value = tuple(value)
+    try:
+        _adapter(hint).validate_python(value)
+    except ValidationError as exc:
+        err = exc.errors(include_url=False)[0]
+        raise SettingError(setting, value, f"a value of type {_type_name(hint)}", err["msg"]) from None
+    return value
+
+
+@functools.lru_cache(maxsize=None)
+def _adapter(hint):
+    from pydantic import ConfigDict, TypeAdapter
+
+    return TypeAdapter(hint, config=ConfigDict(strict=True))
+
+
+def _type_name(hint) -> str:
+    return getattr(hint, "__name__", None) if not getattr(hint, "__args__", None) else str(hint).replace("typing.", "")
+
+
+def _apply(spec: ModelSpec, key: str, fields: Any) -> ModelSpec:
     valid = {f.name for f in dataclasses.fields(ModelSpec)} - {"key", "role"}
+    where = f"CATALOG_OVERRIDES[{key!r}]"
+    if not isinstance(fields, dict):
+        raise SettingError(where, fields, "a mapping of catalog field names to values", f"fields: {sorted(valid)}")
     changes: dict[str, Any] = {}
     for name, value in fields.items():
         if name not in valid:
-            raise SettingError(f"CATALOG_OVERRIDES[{key!r}]", name, sorted(valid))
+            close = difflib.get_close_matches(str(name), list(valid), n=1, cutoff=0.6)
+            raise SettingError(where, name, sorted(valid), f"Did you mean {close[0]!r}?" if close else "")
         if name in _NESTED and isinstance(value, dict):
             cls = _NESTED[name]
             base = getattr(spec, name)
             sub_valid = {f.name for f in dataclasses.fields(cls)}
+            merged = dataclasses.asdict(base) if base is not None else {}
             for sub in value:
                 if sub not in sub_valid:
-                    raise SettingError(f"CATALOG_OVERRIDES[{key!r}][{name!r}]", sub, sorted(sub_valid))
-            merged = dataclasses.asdict(base) if base is not None else {}
-            merged.update(value)
+                    raise SettingError(f"{where}[{name!r}]", sub, sorted(sub_valid))
+                merged[sub] = _typed(cls, sub, value[sub], f"{where}[{name!r}][{sub!r}]")
             if "allow_patterns" in merged:
                 merged["allow_patterns"] = tuple(merged["allow_patterns"])
+            missing = [f.name for f in dataclasses.fields(cls) if f.name not in merged
+                       and f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING]
+            if missing:
+                raise SettingError(f"{where}[{name!r}]", value, f"a {cls.__name__} with {', '.join(missing)}")
             value = cls(**merged)
-        elif name == "extra_args":
-            value = tuple(value)
+        else:
+            value = _typed(ModelSpec, name, value, f"{where}[{name!r}]")
         changes[name] = value
     return dataclasses.replace(spec, **changes)
 
 
 def resolve(overrides: dict[str, dict] | None = None) -> dict[str, ModelSpec]:
-    """The catalog with group data's CATALOG_OVERRIDES applied (unknown model or field names are refused)."""
+    """The catalog with group data's CATALOG_OVERRIDES applied (unknown model or field names, and values of the
+    wrong type, are refused with a SettingError)."""
     out = dict(CATALOG)
+    if overrides is not None and not isinstance(overrides, dict):
+        raise SettingError("CATALOG_OVERRIDES", overrides, "a mapping of catalog model keys to {field: value}")
     for key, fields in (overrides or {}).items():
         if key not in out:
-            raise SettingError("CATALOG_OVERRIDES", key, sorted(out))
+            close = difflib.get_close_matches(str(key).lower(), list(out), n=2, cutoff=0.6)
+            raise SettingError("CATALOG_OVERRIDES", key, sorted(out), f"Did you mean {close[0]!r}?" if close else "")
         out[key] = _apply(out[key], key, copy.deepcopy(fields))
     return out
 

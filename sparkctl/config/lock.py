@@ -64,34 +64,52 @@ def lock_path(data: dict) -> Path:
     return p if p.is_absolute() else REPO_ROOT / p
 
 
+def shown(path: Path) -> str:
+    """The lock file as the operator names it in MODEL_LOCK_FILE (relative to the repository when inside it)."""
+    try:
+        return str(path.relative_to(REPO_ROOT))
+    except ValueError:
+        return str(path)
+
+
 def load(path: Path) -> dict:
     try:
         lock = json.loads(path.read_text())
     except FileNotFoundError:
-        raise SettingError("MODEL_LOCK_FILE", str(path), "an existing lock file",
-                           "Run `python -m sparkctl lock refresh` to create it") from None
+        raise SettingError("MODEL_LOCK_FILE", shown(path), "an existing lock file",
+                           "Run `python -m sparkctl lock refresh` to create it (the simulated Spark's: "
+                           "`python -m sparkctl sim up`)") from None
     except json.JSONDecodeError as exc:
-        raise SettingError("MODEL_LOCK_FILE", str(path), "valid JSON", str(exc)) from None
-    if lock.get("version") != LOCK_VERSION:
-        raise SettingError("MODEL_LOCK_FILE", str(path), f"a lock of format version {LOCK_VERSION}")
+        raise SettingError("MODEL_LOCK_FILE", shown(path), "a lock file of valid JSON", str(exc)) from None
+    except OSError as exc:
+        raise SettingError("MODEL_LOCK_FILE", shown(path), "a readable lock file", str(exc)) from None
+    if not isinstance(lock, dict) or lock.get("version") != LOCK_VERSION:
+        raise SettingError("MODEL_LOCK_FILE", shown(path), f"a lock of format version {LOCK_VERSION}")
     return lock
 
 
 def locked(lock: dict, cp: catalog.Checkpoint, path: Path) -> LockedCheckpoint:
     """The lock entry for a checkpoint, refusing unresolved, stale or malformed entries."""
-    entry = lock.get("checkpoints", {}).get(cp.repo)
-    refresh = "Run `python -m sparkctl lock refresh` from a machine that reaches the Hub, review and commit the diff"
+    name = f"MODEL_LOCK_FILE {shown(path)}"
+    entries = lock.get("checkpoints")
+    entry = entries.get(cp.repo) if isinstance(entries, dict) else None
+    refresh = ("Run `python -m sparkctl lock refresh` from a machine that reaches the Hub, review and commit the diff "
+               "(the simulated Spark's lock is written by `python -m sparkctl sim up`)")
     if entry is None:
-        raise SettingError(f"{path.name}[{cp.repo!r}]", None, "a locked commit for this checkpoint", refresh)
+        raise SettingError(f"{name}[{cp.repo!r}]", None, "a locked commit for this checkpoint", refresh)
+    if not isinstance(entry, dict):
+        raise SettingError(f"{name}[{cp.repo!r}]", entry, "an entry with revision, sha and files", refresh)
     if entry.get("revision") != cp.revision:
-        raise SettingError(f"{path.name}[{cp.repo!r}].revision", entry.get("revision"),
+        raise SettingError(f"{name}[{cp.repo!r}].revision", entry.get("revision"),
                            f"the catalog's revision {cp.revision!r}", refresh)
     sha = entry.get("sha")
     if not isinstance(sha, str) or not SHA_RE.match(sha):
-        raise SettingError(f"{path.name}[{cp.repo!r}].sha", sha, "a 40-hex commit sha", refresh)
-    if not entry.get("files"):
-        raise SettingError(f"{path.name}[{cp.repo!r}].files", entry.get("files"), "the file listing at that commit",
-                           refresh)
+        raise SettingError(f"{name}[{cp.repo!r}].sha", sha, "a 40-hex commit sha", refresh)
+    files = entry.get("files")
+    if not files or not isinstance(files, dict) or not all(
+            isinstance(f, dict) and isinstance(f.get("size"), int) for f in files.values()):
+        raise SettingError(f"{name}[{cp.repo!r}].files", files, "the file listing at that commit "
+                           '({"<path>": {"size": <bytes>, ...}})', refresh)
     return LockedCheckpoint(repo=cp.repo, revision=cp.revision, sha=sha, files=entry["files"])
 
 

@@ -32,8 +32,17 @@ def hf_token_path(data: dict | None = None) -> Path:
     return Path(os.environ.get(HF_TOKEN_ENV) or secrets_dir(data) / "hf_token")
 
 
+def check_private(path: Path, setting: str) -> None:
+    """A secret readable by group or others on the control machine is refused (README "Secrets")."""
+    mode = path.stat().st_mode & 0o777
+    if mode & 0o077:
+        raise SettingError(setting, str(path), "a file only its owner can read (mode 0600 or 0400)",
+                           f"It is mode {mode:04o}: chmod 600 {path}")
+
+
 def _read(path: Path, setting: str) -> str:
     try:
+        check_private(path, setting)
         return path.read_text().strip()
     except FileNotFoundError:
         raise SettingError(setting, str(path), "a readable file holding the secret",
@@ -54,11 +63,18 @@ def read_api_token(data: dict | None = None) -> str:
 
 
 def read_hf_token(data: dict | None = None) -> str:
-    """The HF token, or "" when no token file exists (public repositories need none)."""
+    """The HF token, or "" when no token file exists (public repositories need none); an empty file is refused
+    (it would silently mean "no token")."""
     path = hf_token_path(data)
     if not path.exists() and not os.environ.get(HF_TOKEN_ENV):
         return ""
-    return _read(path, HF_TOKEN_ENV)
+    token = _read(path, HF_TOKEN_ENV)
+    if not token:
+        raise SettingError(HF_TOKEN_ENV, str(path), "a file with a non-empty Hugging Face token",
+                           "Delete it to download public repositories without a token")
+    if any(c.isspace() for c in token):
+        raise SettingError(HF_TOKEN_ENV, str(path), "a token without whitespace")
+    return token
 
 
 def ensure_api_token(data: dict | None = None) -> Path:
@@ -70,3 +86,85 @@ def ensure_api_token(data: dict | None = None) -> Path:
         with os.fdopen(fd, "w") as f:
             f.write(_stdlib_secrets.token_urlsafe(32) + "\n")
     return path
+
+
+# --- the operator's TLS pair (TLS_CERT_FILE / TLS_KEY_FILE), checked here before nginx -t would fail on the box ---
+
+
+def _tls_path(data: dict, setting: str) -> Path:
+    p = Path(data[setting])
+    path = p if p.is_absolute() else REPO_ROOT / p
+    if not os.access(path, os.R_OK):
+        raise SettingError(setting, data[setting], "a readable PEM file on the control machine")
+    return path
+
+
+def _names_in(cert) -> list[str]:
+    from cryptography import x509
+
+    try:
+        san = cert.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    except x509.ExtensionNotFound:
+        return []
+    return [str(n) for n in san.get_values_for_type(x509.DNSName)] + \
+        [str(n) for n in san.get_values_for_type(x509.IPAddress)]
+
+
+def _name_matches(pattern: str, address: str) -> bool:
+    pattern, address = pattern.lower().rstrip("."), address.lower().rstrip(".")
+    if pattern.startswith("*."):
+        head, _, rest = address.partition(".")
+        return bool(head) and rest == pattern[2:]
+    return pattern == address
+
+
+def check_tls_pair(data: dict, address: str, now=None) -> None:
+    """With TLS_CERT_FILE/TLS_KEY_FILE set: the key is unencrypted, private and matches the certificate, the chain
+    is in order (each certificate signed by the next), every certificate is valid now, and the box's address is in
+    the server certificate's subjectAltName. Nothing to check when both are empty (a local CA is generated)."""
+    if not data["TLS_CERT_FILE"] and not data["TLS_KEY_FILE"]:
+        return
+    import datetime as dt
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import serialization
+
+    cert_path, key_path = _tls_path(data, "TLS_CERT_FILE"), _tls_path(data, "TLS_KEY_FILE")
+    cert_name, key_name = data["TLS_CERT_FILE"], data["TLS_KEY_FILE"]
+    check_private(key_path, "TLS_KEY_FILE")
+    try:
+        chain = x509.load_pem_x509_certificates(cert_path.read_bytes())
+    except ValueError as exc:
+        raise SettingError("TLS_CERT_FILE", cert_name, "a PEM certificate chain, the server's certificate first",
+                           str(exc)) from None
+    try:
+        key = serialization.load_pem_private_key(key_path.read_bytes(), password=None)
+    except TypeError:
+        raise SettingError("TLS_KEY_FILE", key_name, "an unencrypted PEM private key",
+                           "nginx cannot ask for a passphrase at boot") from None
+    except ValueError as exc:
+        raise SettingError("TLS_KEY_FILE", key_name, "a PEM private key", str(exc)) from None
+    spki = serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo
+    leaf = chain[0]
+    if key.public_key().public_bytes(*spki) != leaf.public_key().public_bytes(*spki):
+        raise SettingError("TLS_KEY_FILE", key_name, f"the private key of TLS_CERT_FILE's certificate "
+                           f"({leaf.subject.rfc4514_string()})", "This key belongs to another certificate: nginx -t "
+                           "would fail on the box and the proxy would not come back after a restart")
+    now = now or dt.datetime.now(dt.timezone.utc)
+    for i, cert in enumerate(chain):
+        subject = cert.subject.rfc4514_string()
+        if not cert.not_valid_before_utc <= now <= cert.not_valid_after_utc:
+            raise SettingError("TLS_CERT_FILE", cert_name, "certificates valid now",
+                               f"certificate {i + 1} ({subject}) is valid from {cert.not_valid_before_utc:%Y-%m-%d} "
+                               f"to {cert.not_valid_after_utc:%Y-%m-%d}")
+        if i + 1 < len(chain):
+            try:
+                cert.verify_directly_issued_by(chain[i + 1])
+            except Exception as exc:  # noqa: BLE001 - ValueError, TypeError or InvalidSignature: not its issuer
+                raise SettingError("TLS_CERT_FILE", cert_name, "a chain in order, each certificate issued by the next",
+                                   f"certificate {i + 1} ({subject}) is not issued by certificate {i + 2} "
+                                   f"({chain[i + 1].subject.rfc4514_string()}): {type(exc).__name__}") from None
+    names = _names_in(leaf)
+    if not any(_name_matches(n, address) for n in names):
+        raise SettingError("TLS_CERT_FILE", cert_name, f"a certificate whose subjectAltName includes {address}",
+                           f"It names {names or 'nothing'}; clients connect to https://{address}")

@@ -1,0 +1,408 @@
+"""The settings schema: every key of group_data/{all,gx10,sim}.py with its type, unit and valid range, in one place.
+
+group_data/*.py stay the documented source of the values (pyinfra reads them); this validates what pyinfra merged
+for a host (host.data.dict(): group data, inventory host data, `--data` overrides). An unknown key is refused with
+the closest known names (a typo such as CODING_MODLE would otherwise be silently ignored), so every new setting
+must be added here too (tests/test_check.py fails when group data and this schema disagree).
+
+`validate(data)` raises SettingError naming the setting, the value and what is valid; no pydantic traceback reaches
+an operator. Field descriptions are the "what is valid" text of those messages.
+"""
+
+from __future__ import annotations
+
+import difflib
+import ipaddress
+import re
+from functools import lru_cache
+from typing import Annotated, Any, Literal, get_args, get_origin
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic.fields import FieldInfo
+
+from sparkctl.config import catalog
+from sparkctl.config import schema_types as t
+from sparkctl.errors import SettingError
+
+# keys of the inventory's per-host data that are not settings: sparkctl/config/hosts.py HostConn.data of a
+# simulated Spark (.sim/hosts.json); its ssh_* keys are pyinfra's own connector keys (pyinfra_keys())
+INVENTORY_KEYS = frozenset({"flavor"})
+
+
+# a plain URL path: nothing nginx would read as syntax or a pattern (PROXY_ROUTES goes into the site verbatim)
+Route = t.pattern(r"^(/[A-Za-z0-9_.-]+)+$", "a plain path such as '/v1/models' (letters, digits, _ . - and /)")
+
+
+class ProxyRoutes(BaseModel):
+    """PROXY_ROUTES: per model role, the only vLLM routes the proxy publishes below /<served name>/."""
+
+    model_config = ConfigDict(extra="forbid", strict=True)
+    coder: t.list_of(Route, "a non-empty list of plain paths such as '/v1/models'", 1)
+    embedder: t.list_of(Route, "a non-empty list of plain paths such as '/v1/models'", 1)
+
+
+class Embedder(BaseModel):
+    model_config = ConfigDict(extra="forbid", strict=True, allow_inf_nan=False)
+    model: Annotated[str, Field(description="an embedder's catalog key")]
+    kv_cache_gib: t.GiB
+
+
+class GroupData(BaseModel):
+    """Every setting; the unit is in the description, the meaning in group_data/*.py."""
+
+    model_config = ConfigDict(extra="forbid", strict=True, allow_inf_nan=False)
+
+    # what the box is
+    EXPECTED_ARCH: t.list_of(t.Text, "a non-empty list of `uname -m` values", 1)
+    EXPECTED_OS: t.list_of(t.Text, 'a non-empty list of "<ID> <VERSION_ID>" values', 1)
+    REQUIRED_GPU: t.Text
+    REQUIRED_COMPUTE_CAP: t.Version
+    DGX_RELEASE_FILE: t.AbsPath
+    # memory and bandwidth
+    BOX_USABLE_MEMORY_GIB: t.GiB
+    BOX_MEMORY_BANDWIDTH_GBPS: t.typed(float, "a bandwidth in GB/s greater than 0", gt=0)
+    OS_RESERVE_GIB: t.GiBOrZero
+    PLAN_MEASURED_TOLERANCE: t.Fraction
+    # NVIDIA driver and CUDA
+    NVIDIA_DRIVER_BRANCH: t.Count
+    CUDA_VERSION: t.Version
+    CUDA_HOME: t.AbsPath
+    NVIDIA_KEYRING_DEB_URL: t.Url
+    NVIDIA_PREREQ_PACKAGES: t.list_of(t.DebPackage, "a list of Debian package names")
+    NVIDIA_DRIVER_PACKAGES: t.list_of(t.DebPackage, "a list of Debian package names")
+    CUDA_PACKAGES: t.list_of(t.DebPackage, "a list of Debian package names")
+    APT_CACHE_TIME_S: t.WholeSeconds
+    # system packages
+    SYSTEM_PACKAGES: t.list_of(t.DebPackage, "a list of Debian package names")
+    VLLM_BUILD_PACKAGES: t.list_of(t.DebPackage, "a list of Debian package names")
+    # vLLM
+    VLLM_VERSION: t.Text
+    VLLM_DIST: t.PipName
+    VLLM_PIP_REQUIREMENT: t.Text
+    VLLM_PIP_EXTRA_INDEX_URLS: t.list_of(t.Url, "a list of http(s) index URLs")
+    VLLM_PIP_CONSTRAINTS: t.list_of(t.Text, "a list of pip constraint lines")
+    VLLM_PIP_REMOVE: t.list_of(t.PipName, "a list of pip distribution names")
+    VLLM_METADATA_ALIAS: t.typed(str, "a version string, or empty")
+    PIP_FIND_LINKS: t.list_of(t.AbsPath, "a list of absolute directories on the box")
+    PIP_NO_INDEX: bool
+    PIP_VERSION: t.Version
+    # paths on the box
+    SPARKCTL_HOME: t.AbsPath
+    MODEL_STORE: t.AbsPath
+    ENV_DIR: t.AbsPath
+    STATE_DIR: t.AbsPath
+    SERVICE_USER: t.UnixUser
+    # services
+    LISTEN_ADDRESS: t.IpAddress
+    LISTEN_ADDRESS_NOT_LOOPBACK_OK: bool
+    CODER_PORT: t.Port
+    EMBEDDER_PORTS: t.list_of(t.Port, "a list of TCP ports, one per EMBEDDERS entry")
+    CODER_SERVED_NAME: t.Name
+    CODER_MAX_NUM_SEQS: t.Count
+    CODER_MAX_NUM_BATCHED_TOKENS: t.typed(int, "a whole number of tokens greater than 0", gt=0)
+    VLLM_COMMON_ARGS: t.list_of(t.Text, "a list of `vllm serve` arguments")
+    VLLM_EXTRA_ENV: Annotated[dict[t.EnvName, str], Field(
+        description="a mapping of environment variable names to string values")]
+    VLLM_ENGINE_READY_TIMEOUT_S: t.WholeSeconds
+    SERVICE_RESTART_SEC: t.Seconds
+    SERVICE_START_LIMIT_INTERVAL_S: t.WholeSeconds
+    SERVICE_START_LIMIT_BURST: t.Count
+    SERVICE_STOP_TIMEOUT_S: t.WholeSeconds
+    SERVICE_NOFILE: t.Count
+    NVIDIA_DEVICES: t.list_of(t.pattern(r"^[a-z0-9][a-z0-9_-]*$", "a /proc/devices group name"),
+                              "a list of device groups such as char-nvidiactl")
+    # readiness
+    HEALTH_READY_TIMEOUT_S: t.typed(float, "a number of seconds >= 0 (0: look once, do not wait)", ge=0)
+    HEALTH_POLL_INTERVAL_S: t.Seconds
+    HEALTH_JOURNAL_LINES: t.Count
+    HEALTH_REQUEST_TIMEOUT_S: t.Seconds
+    HEALTH_LISTENER_TIMEOUT_S: t.Seconds
+    # checkpoints
+    HF_ENDPOINT: t.Url
+    HF_DOWNLOAD_WORKERS: t.Count
+    MODEL_LOCK_FILE: t.LocalPath
+    DISK_HEADROOM_GIB: t.GiBOrZero
+    CATALOG_OVERRIDES: Annotated[dict[str, dict[str, Any]], Field(
+        description="a mapping of catalog model keys to {field: value} overrides")]
+    # TLS proxy
+    PROXY_PORT: t.Port
+    PROXY_SERVER_NAME: t.ServerNames
+    PROXY_READ_TIMEOUT_S: t.Seconds
+    PROXY_SEND_TIMEOUT_S: t.Seconds
+    PROXY_TIMEOUT_FLOOR_S: t.Seconds
+    PROXY_MAX_BODY_MB: t.typed(int, "a whole number of MiB greater than 0", gt=0)
+    PROXY_ROUTES: Annotated[ProxyRoutes, Field(description="{\"coder\": [paths], \"embedder\": [paths]}")]
+    TLS_CERT_FILE: t.typed(str, "a control-machine path of a PEM certificate chain, or empty")
+    TLS_KEY_FILE: t.typed(str, "a control-machine path of a PEM private key, or empty")
+    TLS_SERVER_NAMES: t.list_of(t.HostName, "a list of DNS names or IP addresses")
+    SECRETS_DIR: t.LocalPath
+    # OOM guard
+    EARLYOOM_MIN_FREE_PERCENT: t.Percent
+    EARLYOOM_PREFER: t.Regex
+    EARLYOOM_AVOID: t.Regex
+    EARLYOOM_REPORT_INTERVAL_S: t.typed(int, "a whole number of seconds >= 0 (0: no reports)", ge=0)
+    SSHD_MEMORY_MIN: t.SystemdSize
+    SSHD_OOM_SCORE_ADJUST: t.OomScore
+    VLLM_OOM_SCORE_ADJUST: t.OomScore
+    # two Sparks
+    SPARK_TOPOLOGY: Literal["replicas", "split", "tensor-parallel"]
+    TP_HEAD: t.typed(str, "an inventory host name, or empty for the first host")
+    TP_BACKEND: Literal["native", "ray"]
+    TP_MASTER_PORT: t.Port
+    RAY_VERSION: t.Version
+    RAY_PORT: t.Port
+    CX7_INTERFACES: t.list_of(t.IfName, "a non-empty list of interface names", 1)
+    CX7_HCAS: t.list_of(t.IfName, "a list of RDMA device names")
+    CX7_ADDRESSES: Annotated[dict[str, list[t.Cidr]], Field(
+        description="a mapping of inventory host names to lists of address/prefix")]
+    CX7_NETPLAN_FILE: t.AbsPath
+    CX7_MANAGE_NETPLAN: bool
+    CHECKPOINT_SYNC_KEY: t.FileName
+    CHECKPOINT_SYNC_USER: t.UnixUser
+    CHECKPOINT_SYNC_SSH_OPTIONS: t.list_of(t.pattern(r"^[A-Za-z0-9]+=[^\s'\"]+$", "an ssh -o option such as BatchMode=yes"),
+                                           "a list of ssh -o options such as BatchMode=yes")
+    GATEWAY_HANDOFF_DIR: t.LocalPath
+    GATEWAY_NAMESPACE: t.K8sName
+    GATEWAY_K8S_VERSION: t.Version
+    # bench
+    BENCH_STREAMS: t.list_of(t.Count, "a non-empty list of stream counts greater than 0", 1)
+    BENCH_WINDOW_S: t.Seconds
+    BENCH_MAX_TOKENS: t.Count
+    BENCH_PREFILL_TOKENS: t.Count
+    BENCH_CLIENT_TIMEOUT_S: t.Seconds
+    BENCH_IGNORE_EOS: bool
+    BENCH_AGREEMENT_TOLERANCE: t.Fraction
+    BENCH_SETTLE_S: t.Seconds
+    BENCH_IDLE_TIMEOUT_S: t.Seconds
+    NIAH_MAX_TOKENS: t.Count
+    # per-box choices (group_data/gx10.py)
+    CODING_MODEL: Annotated[str, Field(description="a coding model's catalog key")]
+    CODER_KV_CACHE_GIB: Annotated[dict[str, t.GiB], Field(
+        description='a mapping of coding model keys to KV budgets in t.GiB, e.g. {"qwen3.8-27b": 36}')]
+    EMBEDDERS: Annotated[list[Embedder], Field(description='a list of {"model": <catalog key>, "kv_cache_gib": '
+                                                           '<GiB>}')]
+    # the simulated Spark (group_data/sim.py): memory facts shared by its tiny models' CATALOG_OVERRIDES
+    SIM_TINY_MEMORY: Annotated[dict[str, Any] | None, Field(description="a mapping of MemoryFacts fields")] = None
+
+    @model_validator(mode="after")
+    def _cross_field(self):
+        _cross_field_rules(self)
+        return self
+
+
+# --- cross-field rules: raise SettingError naming the setting the operator changed ---------------------------------
+
+
+@lru_cache(maxsize=1)
+def _shipped() -> dict:
+    """group_data/all.py as shipped: which of two clashing settings did the operator change?"""
+    from sparkctl.config import groupdata
+    return groupdata.load(["all"])
+
+
+def _blame(a: tuple[str, Any], b: tuple[str, Any]) -> tuple[tuple[str, Any], tuple[str, Any]]:
+    """(changed, other): the one of two clashing settings whose value differs from all.py's; else the later one."""
+    shipped = _shipped()
+
+    def changed(item):
+        name, value = item
+        top = name.split("[")[0]
+        index = re.findall(r"\[(\d+)\]", name)
+        base = shipped.get(top)
+        if index and isinstance(base, list):
+            i = int(index[0])
+            base = base[i] if i < len(base) else None
+        return base != value
+    return (a, b) if changed(a) and not changed(b) else (b, a)
+
+
+def _close(name: str, choices) -> str:
+    by_lower = {c.lower(): c for c in choices}
+    found = difflib.get_close_matches(name.lower(), list(by_lower), n=3, cutoff=0.6)
+    return f"Did you mean {', '.join(repr(by_lower[f]) for f in found)}?" if found else ""
+
+
+def _model_key(setting: str, key, role: str) -> None:
+    valid = sorted(k for k, m in catalog.CATALOG.items() if m.role == role)
+    if key not in valid:
+        raise SettingError(setting, key, valid, _close(str(key), valid))
+
+
+def _cross_field_rules(s: GroupData) -> None:
+    _model_key("CODING_MODEL", s.CODING_MODEL, catalog.CODER)
+    for i, e in enumerate(s.EMBEDDERS):
+        _model_key(f"EMBEDDERS[{i}].model", e.model, catalog.EMBEDDER)
+        for j in range(i):
+            if s.EMBEDDERS[j].model == e.model:
+                raise SettingError(f"EMBEDDERS[{i}].model", e.model,
+                                   f"an embedder not already listed as EMBEDDERS[{j}] (two services, one unit name)")
+    for key in s.CODER_KV_CACHE_GIB:
+        _model_key(f"CODER_KV_CACHE_GIB key {key!r}", key, catalog.CODER)
+    if s.CODING_MODEL not in s.CODER_KV_CACHE_GIB:
+        raise SettingError(f"CODER_KV_CACHE_GIB[{s.CODING_MODEL!r}]", None,
+                           f"a KV budget in GiB for CODING_MODEL = {s.CODING_MODEL!r}")
+    if len(s.EMBEDDER_PORTS) != len(s.EMBEDDERS):
+        raise SettingError("EMBEDDER_PORTS", s.EMBEDDER_PORTS, f"{len(s.EMBEDDERS)} ports, one per EMBEDDERS entry")
+    ports = [("CODER_PORT", s.CODER_PORT), *((f"EMBEDDER_PORTS[{i}]", p) for i, p in enumerate(s.EMBEDDER_PORTS)),
+             ("PROXY_PORT", s.PROXY_PORT), ("TP_MASTER_PORT", s.TP_MASTER_PORT), ("RAY_PORT", s.RAY_PORT)]
+    seen: dict[int, tuple[str, int]] = {}
+    for item in ports:
+        if item[1] in seen:
+            (name, value), (other, _) = _blame(seen[item[1]], item)
+            raise SettingError(name, value, f"a port not already used by {other}")
+        seen[item[1]] = item
+    if s.SERVICE_USER == "root":
+        raise SettingError("SERVICE_USER", s.SERVICE_USER, "an unprivileged system user (not root)",
+                           "The deploy makes SERVICE_USER a nologin system user: root would lose its shell")
+    if not ipaddress.ip_address(s.LISTEN_ADDRESS).is_loopback and not s.LISTEN_ADDRESS_NOT_LOOPBACK_OK:
+        raise SettingError("LISTEN_ADDRESS", s.LISTEN_ADDRESS, "a loopback address such as 127.0.0.1",
+                           "vLLM has no TLS and no token: only the proxy may be reachable. To expose it anyway, set "
+                           "LISTEN_ADDRESS_NOT_LOOPBACK_OK = True")
+    if bool(s.TLS_CERT_FILE) != bool(s.TLS_KEY_FILE):
+        raise SettingError("TLS_CERT_FILE/TLS_KEY_FILE", (s.TLS_CERT_FILE, s.TLS_KEY_FILE),
+                           "both set, or both empty to generate a local CA")
+    paths = {n: getattr(s, n) for n in ("SPARKCTL_HOME", "MODEL_STORE", "ENV_DIR", "STATE_DIR")}
+    for name, path in paths.items():
+        for other, other_path in paths.items():
+            if other != name and path.rstrip("/") == other_path.rstrip("/"):
+                (n, v), (o, _) = _blame((name, path), (other, other_path))
+                raise SettingError(n, v, f"a directory other than {o}'s")
+
+
+# --- strings end up in unit, env and nginx files: one line each -----------------------------------------------------
+
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+
+
+def _one_line(setting: str, value) -> None:
+    if isinstance(value, str):
+        if _CONTROL.search(value):
+            raise SettingError(setting, value, "a single line without control characters (newline, tab, NUL)",
+                               "It is written into unit, env and nginx files")
+    elif isinstance(value, dict):
+        for k, v in value.items():
+            _one_line(f"{setting} key", k)
+            _one_line(f"{setting}[{k!r}]", v)
+    elif isinstance(value, (list, tuple)):
+        for i, v in enumerate(value):
+            _one_line(f"{setting}[{i}]", v)
+
+
+# --- from pydantic's errors to the operator's message -------------------------------------------------------------
+
+
+class _Missing:
+    def __repr__(self) -> str:
+        return "<not set>"
+
+
+def _describe(annotation, loc: tuple) -> str | None:
+    """The description of the innermost type on loc's path that has one (the most specific "what is valid")."""
+    found = None
+    for part in loc:
+        annotation, found = _unwrap(annotation, found)
+        if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+            field = annotation.model_fields.get(part) if isinstance(part, str) else None
+            if field is None:
+                return found
+            found = field.description or found
+            annotation = field.annotation if not field.metadata else Annotated[(field.annotation, *field.metadata)]
+            continue
+        args = get_args(annotation)
+        origin = get_origin(annotation)
+        if origin is list and isinstance(part, int) and args:
+            annotation = args[0]
+        elif origin is dict and len(args) == 2:
+            annotation = args[0] if part == "[key]" else args[1]
+        else:
+            return found
+    annotation, found = _unwrap(annotation, found)
+    return found
+
+
+def _unwrap(annotation, found):
+    while get_origin(annotation) is Annotated:
+        args = get_args(annotation)
+        for meta in args[1:]:
+            if isinstance(meta, FieldInfo) and meta.description:
+                found = meta.description
+        annotation = args[0]
+    return annotation, found
+
+
+def _loc_text(loc: tuple) -> str:
+    """("EMBEDDERS", 0, "kv_cache_gib") -> EMBEDDERS[0].kv_cache_gib; ("CX7_ADDRESSES", "spark-1", 0) ->
+    CX7_ADDRESSES['spark-1'][0] (a name after a list index is an Embedder field, else a mapping key)."""
+    text = str(loc[0])
+    for prev, part in zip(loc, loc[1:]):
+        if isinstance(part, int):
+            text += f"[{part}]"
+        elif part == "[key]":
+            text += " key"
+        elif isinstance(prev, int):
+            text += f".{part}"
+        else:
+            text += f"[{part!r}]"
+    return text
+
+
+def _error(err: dict, data: dict) -> SettingError:
+    loc = tuple(p for p in err["loc"] if p not in ("function-after",))
+    if err["type"] == "extra_forbidden":
+        key = _loc_text(loc)
+        known = [*GroupData.model_fields, *pyinfra_keys()] if len(loc) == 1 else list(Embedder.model_fields)
+        loc = (str(loc[-1]),)
+        close = difflib.get_close_matches(loc[0], known, n=3, cutoff=0.6)
+        hint = f"Did you mean {', '.join(close)}?" if close else \
+            "Every setting is defined, with its meaning and unit, in group_data/all.py or group_data/gx10.py"
+        return SettingError(key, err["input"], "a known setting name", hint)
+    if not loc:
+        return SettingError("settings", "<group data>", "a mapping of setting names to values", err["msg"])
+    setting = _loc_text(loc)
+    if err["type"] == "missing":
+        return SettingError(setting, _Missing(), _describe(GroupData, loc) or "a value",
+                            "Every setting needs a line in group_data/ (group_data/all.py or gx10.py)")
+    valid = _describe(GroupData, loc) or err["msg"].removeprefix("Input should be ")
+    hint = err["msg"] if err["type"] not in ("greater_than", "greater_than_equal", "less_than", "less_than_equal",
+                                             "value_error", "string_pattern_mismatch") else ""
+    return SettingError(setting, err["input"], valid, hint)
+
+
+def _order(err: dict) -> int:
+    return 0 if err["type"] == "extra_forbidden" else 1  # a typo'd key also makes its intended key "missing"
+
+
+def pyinfra_keys() -> frozenset[str]:
+    """Host data keys pyinfra itself reads: every connector's connection keys (ssh_*, fake_*, docker_*, ...) and
+    the global-argument defaults (_sudo, _env, ...)."""
+    return _pyinfra_keys()
+
+
+@lru_cache(maxsize=1)
+def _pyinfra_keys() -> frozenset[str]:
+    from importlib.metadata import entry_points
+
+    from pyinfra.api.arguments import all_global_arguments
+
+    keys = {name for name, _ in all_global_arguments() if name.startswith("_")}
+    for ep in entry_points(group="pyinfra.connectors"):  # as pyinfra.api.connectors.get_all_connectors loads them
+        try:
+            keys |= set(getattr(ep.load(), "data_meta", {}))
+        except Exception:  # noqa: BLE001 - a connector whose optional dependency is missing has no keys to allow
+            continue
+    return frozenset(keys)
+
+
+def validate(data: dict) -> GroupData:
+    """The merged host data, checked against the schema; pyinfra's own keys and the inventory's are let through."""
+    if not isinstance(data, dict):
+        raise SettingError("settings", type(data).__name__, "a mapping of setting names to values")
+    allowed = pyinfra_keys() | INVENTORY_KEYS
+    settings = {k: v for k, v in data.items() if k not in allowed}
+    for key, value in settings.items():
+        _one_line(key, value)
+    try:
+        return GroupData.model_validate(settings)
+    except ValidationError as exc:
+        errors = sorted(exc.errors(include_url=False), key=_order)
+        raise _error(errors[0], data) from None

@@ -1,0 +1,112 @@
+"""`python -m sparkctl check`: the shipped configuration passes, quickly, for a real box and for the simulated
+Spark; --data is parsed as pyinfra parses it; the schema and group data describe the same settings; pyinfra's own
+host data keys pass and nothing else does; an operator's valid TLS pair passes."""
+
+from __future__ import annotations
+
+import json
+import os
+import runpy
+import subprocess
+import sys
+import time
+
+import pytest
+
+from sparkctl import REPO_ROOT
+from sparkctl.__main__ import main
+from sparkctl.check import parse_data_value, validate_host
+from sparkctl.config import pki, schema
+from sparkctl.config.hosts import HostConn
+from sparkctl.errors import SettingError
+from tests.conftest import FAKE_LOCK
+
+SIM_LOCK = REPO_ROOT / ".sim" / "models.lock.json"
+
+
+def run_check(*args: str, env: dict | None = None) -> tuple[subprocess.CompletedProcess, float]:
+    t0 = time.monotonic()
+    r = subprocess.run([sys.executable, "-m", "sparkctl", "check", *args], cwd=REPO_ROOT, capture_output=True,
+                       text=True, timeout=60, env={**os.environ, **(env or {})})
+    return r, time.monotonic() - t0
+
+
+def test_shipped_real_box_configuration_passes_quickly(token_file):
+    r, seconds = run_check("--data", f"MODEL_LOCK_FILE={FAKE_LOCK}")
+    assert r.returncode == 0, r.stderr
+    assert "gx10: ok: single, coder=qwen3.8-27b, embed-qwen3=qwen3-embedding-0.6b, embed-bge-m3=bge-m3" in r.stdout
+    assert seconds < 3.0, f"check took {seconds:.2f} s (interpreter start included)"
+
+
+def test_shipped_simulated_spark_configuration_passes(token_file):
+    lock = SIM_LOCK if SIM_LOCK.exists() else FAKE_LOCK  # `sim up` writes the sim's lock; the test lock has its repos
+    r, _ = run_check("--sim", "--data", f"MODEL_LOCK_FILE={lock}")
+    assert r.returncode == 0, r.stderr
+    assert ": ok: single, coder=qwen3.8-27b" in r.stdout
+
+
+def test_every_inventory_host_is_checked_with_its_own_data(token_file, monkeypatch, capsys):
+    monkeypatch.setenv("GX10_HOSTS", "spark-1,spark-2")
+    monkeypatch.setenv("SPARK_CODING_MODELS", "spark-2=laguna-s-2.1")
+    assert main(["check", "--data", f"MODEL_LOCK_FILE={FAKE_LOCK}", "--data", "SPARK_TOPOLOGY=split"]) == 0
+    out = capsys.readouterr().out
+    assert "spark-1: ok: split, coder=qwen3.8-27b" in out and "spark-2: ok: split, coder=laguna-s-2.1" in out
+    # one bad box fails the check, naming the box
+    monkeypatch.setenv("SPARK_CODING_MODELS", "spark-2=laguna-s-2.2")
+    assert main(["check", "--data", f"MODEL_LOCK_FILE={FAKE_LOCK}", "--data", "SPARK_TOPOLOGY=split"]) == 2
+    captured = capsys.readouterr()
+    assert "spark-1: ok" in captured.out
+    assert "spark-2: CODING_MODEL = 'laguna-s-2.2' is not valid" in captured.err and "'laguna-s-2.1'" in captured.err
+
+
+DATA_VALUES = ["8001", "-3", "true", "False", "[8001, 8002]", '{"a": 1}', '"8000"', "laguna-s-2.1", "1.5", "null",
+               "", "0x10", "/srv/models"]
+
+
+def test_data_values_are_parsed_as_pyinfra_parses_them():
+    """pyinfra's own parse_cli_arg (in a subprocess: importing pyinfra_cli monkey-patches the stdlib)."""
+    code = ("import json, sys; from pyinfra_cli.util import parse_cli_arg; "
+            "print(json.dumps([parse_cli_arg(a) for a in json.loads(sys.argv[1])]))")
+    r = subprocess.run([sys.executable, "-c", code, json.dumps(DATA_VALUES)], capture_output=True, text=True,
+                       timeout=60, check=True)
+    assert [parse_data_value(v) for v in DATA_VALUES] == json.loads(r.stdout.splitlines()[-1])
+
+
+def _group_data_keys(name: str) -> set[str]:
+    return {k for k in runpy.run_path(str(REPO_ROOT / "group_data" / f"{name}.py")) if not k.startswith("__")}
+
+
+def test_the_schema_and_group_data_describe_the_same_settings():
+    fields = schema.GroupData.model_fields
+    shipped = _group_data_keys("all") | _group_data_keys("gx10")
+    sim_only = _group_data_keys("sim") - shipped
+    assert shipped | sim_only <= set(fields), f"settings without a schema entry: {(shipped | sim_only) - set(fields)}"
+    required = {k for k, f in fields.items() if f.is_required()}
+    assert required <= shipped, f"schema settings no group_data file sets: {required - shipped}"
+    assert sim_only <= set(fields) - required, f"sim-only keys must be optional in the schema: {sim_only}"
+    for name, f in fields.items():
+        assert f.annotation is bool or f.description or _has_description(f), f"{name}: no 'what is valid' text"
+
+
+def _has_description(f) -> bool:
+    return any(getattr(m, "description", None) for m in f.metadata) or "Literal" in str(f.annotation) or \
+        "Embedder" in str(f.annotation)
+
+
+def test_pyinfra_and_inventory_host_data_pass_and_nothing_else(gx10_data):
+    conn = HostConn(name="spark-1", address="10.250.0.11", ssh_key="/k", known_hosts="/kh", simulated=True,
+                    data={"flavor": "dgx"})
+    data = {**gx10_data, **conn.pyinfra_data(), "_sudo": True, "fake_responses": {}, "ssh_connect_retries": 2}
+    validate_host(data, "spark-1")
+    for key in ("SSH_USER", "sudo", "flavour", "coding_model"):
+        with pytest.raises(SettingError, match=f"^{key} = "):
+            validate_host({**data, key: 1}, "spark-1")
+
+
+def test_an_operators_valid_tls_pair_passes(gx10_data, tmp_path):
+    chain, key, _ = pki.ensure_server_cert(tmp_path / "pki", "box", ["gx10.example", "*.lan.example"])
+    data = {**gx10_data, "TLS_CERT_FILE": str(chain), "TLS_KEY_FILE": str(key)}
+    validate_host(data, "gx10", address="gx10.example")
+    validate_host(data, "gx10", address="spark-1.lan.example")  # the wildcard covers one label
+    with pytest.raises(SettingError, match="subjectAltName includes a.b.lan.example"):
+        validate_host(data, "gx10", address="a.b.lan.example")
