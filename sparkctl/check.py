@@ -59,7 +59,7 @@ def validate_host(data: dict, host_name: str = "", read_secrets: bool = True, ho
 def parse_data_value(text: str):
     """A --data value as pyinfra's CLI parses it (pyinfra_cli/util.py parse_cli_arg, pyinfra 3.10): true/false,
     an int, JSON, else the string. Copied, not imported: importing pyinfra_cli monkey-patches the stdlib (gevent);
-    tests/test_check.py checks it against pyinfra's own function."""
+    tests/config/test_check.py checks it against pyinfra's own function."""
     if text.lower() == "false":
         return False
     if text.lower() == "true":

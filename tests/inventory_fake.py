@@ -1,4 +1,4 @@
-"""@fake-connector inventories for tests/test_deploy_fake.py: the real group data (gx10), scripted facts.
+"""@fake-connector inventories for tests/deploy/test_deploy_fake.py: the real group data (gx10), scripted facts.
 
 FAKE_KIND (environment) picks the box: "dgx" (DGX OS: driver and CUDA present) or "ubuntu" (plain Ubuntu 24.04,
 nothing NVIDIA installed) or "x86" (not a GX10).

@@ -3,7 +3,7 @@
 group_data/*.py stay the documented source of the values (pyinfra reads them); this validates what pyinfra merged
 for a host (host.data.dict(): group data, inventory host data, `--data` overrides). An unknown key is refused with
 the closest known names (a typo such as CODING_MODLE would otherwise be silently ignored), so every new setting
-must be added here too (tests/test_check.py fails when group data and this schema disagree).
+must be added here too (tests/config/test_check.py fails when group data and this schema disagree).
 
 `validate(data)` raises SettingError naming the setting, the value and what is valid; no pydantic traceback reaches
 an operator. Field descriptions are the "what is valid" text of those messages.

@@ -26,7 +26,7 @@ import pytest
 
 from sparkctl.config import pki
 from sparkctl.render import units
-from tests.test_render import TOKEN, settings_for
+from tests.render.test_render import TOKEN, settings_for
 
 pytestmark = pytest.mark.skipif(shutil.which("nginx") is None,
                                 reason="nginx not installed (apt-get install nginx-light)")

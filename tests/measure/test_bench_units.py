@@ -13,7 +13,7 @@ from sparkctl.config import groupdata
 from sparkctl.measure import labels, maths, prometheus, record, report
 from sparkctl.measure.workloads import haystack, load
 
-FIX = Path(__file__).resolve().parent / "fixtures" / "bench"
+FIX = Path(__file__).resolve().parents[1] / "fixtures" / "bench"
 
 
 def snap(name: str) -> prometheus.Snapshot:

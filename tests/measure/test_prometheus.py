@@ -9,7 +9,7 @@ import pytest
 
 from sparkctl.measure import prometheus
 
-FIX = Path(__file__).resolve().parent / "fixtures" / "bench"
+FIX = Path(__file__).resolve().parents[1] / "fixtures" / "bench"
 
 
 def snap(name: str) -> prometheus.Snapshot:

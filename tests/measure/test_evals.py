@@ -10,7 +10,7 @@ import pytest
 from sparkctl.__main__ import main
 from sparkctl.measure import evals
 
-FIX = Path(__file__).resolve().parent / "fixtures" / "bench"
+FIX = Path(__file__).resolve().parents[1] / "fixtures" / "bench"
 A = FIX / "evals-a_eval_results.json"  # BigCodeBench's own format
 B = FIX / "evals-b.jsonl"  # plain JSON lines
 

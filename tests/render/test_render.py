@@ -185,7 +185,7 @@ def test_nginx_config_passes_nginx_t(gx10_data, tmp_path):
     site = render_proxy_site(gx10_data, s, tmp_path)
     r = nginx_check(tmp_path, site)
     assert r.returncode == 0, r.stderr
-    for svc in s.services:  # the allow-list (exact routes per model; tests/test_proxy.py runs it)
+    for svc in s.services:  # the allow-list (exact routes per model; tests/render/test_proxy.py runs it)
         assert f"location = /{svc.served_name}/v1/models {{" in site
         assert f"location /{svc.served_name}/" not in site  # no prefix location passes arbitrary paths upstream
     assert "proxy_read_timeout 7200s;" in site and "ssl_protocols TLSv1.2 TLSv1.3;" in site

@@ -9,7 +9,7 @@ import pytest
 from sparkctl.capacity import planner, vllm_reported
 from sparkctl.config import catalog, groupdata
 
-FIXTURES = Path(__file__).parent / "fixtures" / "planner"
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "planner"
 
 
 def read(name: str) -> str:

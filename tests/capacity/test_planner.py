@@ -12,7 +12,7 @@ from sparkctl.capacity import planner, report
 from sparkctl.config import catalog, groupdata
 from sparkctl.errors import SettingError, SparkctlError
 
-FIXTURES = Path(__file__).parent / "fixtures" / "planner"
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "planner"
 QWEN, LAGUNA = "qwen3.8-27b", "laguna-s-2.1"
 KIB = 1024
 
