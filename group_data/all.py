@@ -146,7 +146,7 @@ GATEWAY_NAMESPACE = "carouter"  # Kubernetes namespace of the rendered Service/E
 GATEWAY_K8S_VERSION = "1.30"  # Kubernetes schema version the manifests are validated against
 
 # --- checkpoint copy over the link (issue 13) ---
-CHECKPOINT_SYNC_USER = "root"  # tensor-parallel: head account the worker's rsync logs in as (root's forced rrsync)
+CHECKPOINT_SYNC_USER = "root"  # tensor-parallel: head account the worker copies as (root only: its authorized_keys)
 CHECKPOINT_SYNC_SSH_OPTIONS = ["BatchMode=yes", "StrictHostKeyChecking=accept-new"]  # ssh -o options of that copy
 
 # --- bench probe and acceptance checks --------------------------------------------------------------------------

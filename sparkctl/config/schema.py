@@ -158,7 +158,9 @@ class GroupData(BaseModel):
     CX7_NETPLAN_FILE: t.AbsPath
     CX7_MANAGE_NETPLAN: bool
     CHECKPOINT_SYNC_KEY: t.FileName
-    CHECKPOINT_SYNC_USER: t.UnixUser
+    CHECKPOINT_SYNC_USER: Annotated[Literal["root"], Field(
+        description="root (the head's forced-command rrsync entry lives in root's authorized_keys; tasks/link.py "
+                    "writes no other account's)")]
     CHECKPOINT_SYNC_SSH_OPTIONS: t.list_of(t.pattern(r"^[A-Za-z0-9]+=[^\s'\"]+$", "an ssh -o option such as BatchMode=yes"),
                                            "a list of ssh -o options such as BatchMode=yes")
     GATEWAY_HANDOFF_DIR: t.LocalPath
