@@ -179,7 +179,7 @@ class Watchdog:
     def write_metrics(self, verdicts: dict[str, str], now: float) -> None:
         exp = Exposition()
         for svc in self.cfg["services"]:
-            rec, labels = self.record(svc["name"]), {"service": svc["name"], "unit": svc["unit"]}
+            rec, labels = self.record(svc["name"]), {"unit": svc["unit"]}  # "service" is a target label
             window = [t for t in rec["restarts"] if now - t < self.cfg["window_s"]]
             exp.add("sparkctl_watchdog_restarts_total", "counter", "restarts of a wedged service by the watchdog",
                     rec["restarts_total"], labels)
