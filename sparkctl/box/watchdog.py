@@ -73,6 +73,7 @@ class Watchdog:
     def __init__(self, cfg: dict):
         self.cfg = cfg
         self.obs: dict[str, dict] = {}  # in memory: last counters, when progress was last seen, last probe
+        self.last: dict[str, str] = {}  # last verdict per service: the journal hears about changes only
         self.state = self._load()
 
     # --- persisted restart history ------------------------------------------------------------------------
@@ -105,13 +106,13 @@ class Watchdog:
                            {"model": svc["served"], "prompt": "ping", "max_tokens": 1})
         return code == 200
 
-    def verdict(self, svc: dict, now: float) -> tuple[str, str]:
-        """("down" | "busy" | "idle" | "wedged", why)."""
+    def verdict(self, svc: dict, now: float) -> tuple[str, str, bool]:
+        """("down" | "busy" | "idle" | "wedged", why, whether this check saw the engine produce tokens)."""
         obs = self.obs.setdefault(svc["name"], {"counters": None, "progress_at": now, "probe_at": now})
         timeout = self.cfg["http_timeout_s"]
         if http(f"{svc['url']}/health", timeout)[0] != 200:
             obs.update(counters=None, progress_at=now, probe_at=now)
-            return "down", "/health does not answer 200"
+            return "down", "/health does not answer 200", False
         code, text = http(f"{svc['url']}/metrics", timeout)
         counters, pending = parse_metrics(text) if code == 200 else (None, 0.0)
         moved = counters is not None and obs["counters"] is not None and counters != obs["counters"]
@@ -119,24 +120,27 @@ class Watchdog:
             obs["counters"] = counters
         if moved:
             obs["progress_at"] = now
-            return "busy", "engine steps are moving"
+            return "busy", "engine steps are moving", True
         if pending > 0:
             stalled = now - obs["progress_at"]
             if stalled >= self.cfg["stall_s"]:
-                return "wedged", f"{pending:g} requests running/waiting and no engine step for {stalled:.0f} s"
-            return "busy", f"{pending:g} requests pending, no step for {stalled:.0f} s yet"
+                return "wedged", f"{pending:g} requests running/waiting and no engine step for {stalled:.0f} s", False
+            return "busy", f"{pending:g} requests pending, no step for {stalled:.0f} s yet", False
         obs["progress_at"] = now  # idle is not stalled: the clock runs only while work is pending
         if now - obs["probe_at"] >= self.cfg["probe_idle_s"]:
             obs["probe_at"] = now
             if not self.probe(svc):
-                return "wedged", f"idle, and a 1-token probe got no answer within {self.cfg['probe_timeout_s']} s"
-        return "idle", "no work pending"
+                return "wedged", f"idle, and a 1-token probe got no answer within {self.cfg['probe_timeout_s']} s", \
+                    False
+            return "idle", "the 1-token probe answered", True
+        return "idle", "no work pending", False
 
-    def act(self, svc: dict, verdict: str, why: str, now: float) -> None:
+    def act(self, svc: dict, verdict: str, why: str, proven: bool, now: float) -> None:
         rec = self.record(svc["name"])
-        if verdict in ("busy", "idle") and rec["gave_up"] and why != "no work pending":
+        if rec["gave_up"] and proven:  # someone started it again and it serves: watch it again
             rec["gave_up"] = False
             log(NOTICE, f"{svc['unit']}: serving again after the watchdog gave up; watching it again")
+            self._save()
         if verdict != "wedged" or rec["gave_up"]:
             return
         rec["restarts"] = [t for t in rec["restarts"] if now - t < self.cfg["window_s"]]
@@ -165,13 +169,12 @@ class Watchdog:
         now = time.time() if now is None else now
         verdicts = {}
         for svc in self.cfg["services"]:
-            verdict, why = self.verdict(svc, now)
-            previous = self.obs.get(svc["name"], {}).get("verdict")
-            if verdict != previous and verdict in ("down", "wedged") or previous in ("down", "wedged"):
+            verdict, why, proven = self.verdict(svc, now)
+            if verdict != self.last.get(svc["name"]) and (verdict in ("down", "wedged")
+                                                          or self.last.get(svc["name"]) in ("down", "wedged")):
                 log(INFO, f"{svc['unit']}: {verdict}: {why}")
-            self.act(svc, verdict, why, now)
-            if svc["name"] in self.obs:
-                self.obs[svc["name"]]["verdict"] = verdict
+            self.last[svc["name"]] = verdict
+            self.act(svc, verdict, why, proven, now)
             verdicts[svc["name"]] = verdict
         self.write_metrics(verdicts, now)
         return verdicts
