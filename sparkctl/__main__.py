@@ -18,6 +18,7 @@ COMMAND_MODULES = [
     "sparkctl.config.cli",  # lock refresh|show
     "sparkctl.capacity.cli",  # plan
     "sparkctl.measure.cli",  # bench, bench compare, niah, evals compare
+    "sparkctl.status.cli",  # status (issue 11)
 ]
 
 
