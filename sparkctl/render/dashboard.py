@@ -61,7 +61,8 @@ def panels_spec(d: dict) -> list[tuple]:
             ("Acceptance by draft position", "percentunit", [
                 (f"sum by (box, model_name, position) (rate(vllm:spec_decode_num_accepted_tokens_per_pos_total$V"
                  f"{rate})) / on (box, model_name) group_left () (sum by (box, model_name) "
-                 f"(rate(vllm:spec_decode_num_drafts_total$V{rate})) > 0)", "pos {{position}} {{box}}/{{model_name}}")]),
+                 f"(rate(vllm:spec_decode_num_drafts_total$V{rate})) > 0)",
+                 "pos {{position}} {{box}}/{{model_name}}")]),
         ]),
         ("GB10 unified memory and GPU", [
             ("MemAvailable (the honest free memory on unified memory)", "bytes", [
