@@ -39,7 +39,8 @@ def monitoring(settings: Settings) -> None:
     args = _put("node exporter: loopback, meminfo + pressure + textfile collectors", mon.node_exporter_defaults(d),
                 d["NODE_EXPORTER_DEFAULTS_FILE"])
     apt.packages(name=f"Install {', '.join(d['MONITORING_PACKAGES'])}", packages=d["MONITORING_PACKAGES"],
-                 update=True, cache_time=d["APT_CACHE_TIME_S"])
+                 update=True, cache_time=d["APT_CACHE_TIME_S"],
+                 no_recommends=True)  # not prometheus-node-exporter-collectors: its timers add unrelated metrics
     systemd.service(name="node exporter enabled and running", service=NODE_EXPORTER_UNIT, running=True,
                     enabled=True)
     systemd.service(name="Restart node exporter (its arguments changed)", service=NODE_EXPORTER_UNIT,
