@@ -149,3 +149,18 @@ def test_missing_scrape_token_fails_before_any_change(tmp_path):
 def test_scrape_token_must_differ_from_the_api_token(tmp_path):
     out = run_fake("dgx", tmp_path, scrape_token="fake-token")
     assert changes(out) == [] and "different from the API token" in f"{out['error']} {out['log']}"
+
+
+def test_standin_answers_query_compute_apps_like_nvidia_smi(fake_engine):
+    def smi(*args):
+        return subprocess.run([sys.executable, SMI, *args], capture_output=True, text=True)
+
+    r = smi("--query-compute-apps=pid,process_name,used_memory", "--format=csv")
+    assert r.returncode == 0 and r.stdout.splitlines()[0] == "pid, process_name, used_memory [MiB]"
+    row = next(line for line in r.stdout.splitlines() if line.startswith(f"{fake_engine.pid}, "))
+    assert row.endswith(" MiB") and ", VLLM::EngineCore, " in row
+    r = smi("--query-compute-apps=pid,used_memory", "--format=csv,noheader,nounits")
+    assert any(line.startswith(f"{fake_engine.pid}, ") and line.split(", ")[1].isdigit()
+               for line in r.stdout.splitlines())
+    assert smi("--query-compute-apps=pid,bogus", "--format=csv").returncode == 2
+    assert smi("--query-compute-apps=pid").returncode == 2  # no format, as the real one refuses

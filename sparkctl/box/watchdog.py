@@ -118,8 +118,8 @@ class Watchdog:
         moved = counters is not None and obs["counters"] is not None and counters != obs["counters"]
         if counters is not None:
             obs["counters"] = counters
-        if moved:
-            obs["progress_at"] = now
+        if moved:  # tokens flowed: proof of life, so the idle probe waits a full probe_idle_s from here
+            obs["progress_at"] = obs["probe_at"] = now
             return "busy", "engine steps are moving", True
         if pending > 0:
             stalled = now - obs["progress_at"]
