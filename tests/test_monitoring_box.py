@@ -164,3 +164,18 @@ def test_standin_answers_query_compute_apps_like_nvidia_smi(fake_engine):
                for line in r.stdout.splitlines())
     assert smi("--query-compute-apps=pid,bogus", "--format=csv").returncode == 2
     assert smi("--query-compute-apps=pid").returncode == 2  # no format, as the real one refuses
+
+
+def test_uploaded_scripts_run_alone_with_the_system_python(tmp_path):
+    """What the deploy uploads to SPARKCTL_HOME/bin is complete and stdlib-only: each script runs from there."""
+    import shutil
+
+    from sparkctl import REPO_ROOT
+    for script in mon.BOX_SCRIPTS:
+        shutil.copy(REPO_ROOT / "sparkctl" / "box" / script, tmp_path / script)
+    for script in mon.BOX_SCRIPTS:
+        if script == "textfile.py":
+            continue
+        r = subprocess.run(["/usr/bin/python3", "-E", "-s", str(tmp_path / script), "--help"], capture_output=True,
+                           text=True, cwd=tmp_path)
+        assert r.returncode == 0 and "usage:" in r.stdout, (script, r.stderr)
