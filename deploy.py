@@ -1,14 +1,15 @@
 """CARouter Cloud GX10: from stock OS to serving.   pyinfra inventory.py deploy.py
 
 preflight -> nvidia -> vllm -> (CX7 link, tensor-parallel only) -> checkpoints -> OOM guard -> services -> proxy
--> health -> gateway hand-off. Bad settings are refused before any command reaches the host; see README.md for
-the flip, secrets, settings and the two-Spark topologies.
+-> monitoring -> health -> gateway hand-off. Bad settings are refused before any command reaches the host; see
+README.md for the flip, secrets, settings and the two-Spark topologies.
 """
 
 from tasks.checkpoints import checkpoints
 from tasks.handoff import handoff
 from tasks.health import health
 from tasks.link import link
+from tasks.monitoring import monitoring
 from tasks.nvidia import nvidia
 from tasks.preflight import preflight, settings_for_host
 from tasks.proxy import proxy
@@ -24,5 +25,6 @@ checkpoints(settings)
 oom_guard(settings)
 services(settings)
 proxy(settings)
+monitoring(settings)
 health(settings)
 handoff(settings)

@@ -161,3 +161,40 @@ BENCH_AGREEMENT_TOLERANCE = 0.05  # counter vs client tokens: largest relative g
 BENCH_SETTLE_S = 1.0  # wait after every stream has its first token, before the decode window opens, s
 BENCH_IDLE_TIMEOUT_S = 120  # longest wait for vLLM to have no request in flight between phases, s
 NIAH_MAX_TOKENS = 4096  # NIAH answer budget per request (reasoning models think first), tokens
+
+# --- monitoring (issue 11): node exporter, box facts, scrape paths, alerts, watchdog --------------------------
+MONITORING_PACKAGES = ["prometheus-node-exporter"]  # Debian/Ubuntu packages: the real node exporter
+NODE_EXPORTER_PORT = 9100  # node exporter's TCP port, bound to LISTEN_ADDRESS only (scraped through the proxy)
+NODE_EXPORTER_DEFAULTS_FILE = "/etc/default/prometheus-node-exporter"  # the package's ARGS= file its unit reads
+NODE_EXPORTER_COLLECTORS = [  # the only collectors enabled (--collector.disable-defaults): a small, known set
+    "meminfo", "pressure", "textfile", "filesystem", "netdev", "cpu", "loadavg", "stat", "time", "uname",
+]
+TEXTFILE_DIR = "/var/lib/prometheus/node-exporter"  # node exporter's textfile collector directory (*.prom files)
+BOX_FACTS_INTERVAL_S = 15  # how often the timer writes the GPU / model store / certificate / rollout facts, s
+NVIDIA_SMI = "nvidia-smi"  # the nvidia-smi the box-facts script runs (PATH lookup)
+SCRAPE_NODE_PATH = "node"  # the node exporter's scrape path on the proxy: https://<box>/node/metrics
+PROMETHEUS_JOB_NAME = "sparkctl"  # job name of the hand-off's scrape job (the alert rules select on it)
+PROMETHEUS_SCRAPE_INTERVAL_S = 15  # scrape_interval of the hand-off's job, s
+PROMETHEUS_SCRAPE_TIMEOUT_S = 10  # scrape_timeout of the hand-off's job, s
+PROMETHEUS_TOKEN_FILE = "/etc/prometheus/secrets/sparkctl-scrape-token"  # where the cluster's Prometheus mounts it
+PROMETHEUS_CA_FILE = "/etc/prometheus/secrets/sparkctl-ca.pem"  # where the cluster's Prometheus mounts the CA
+ALERT_MODEL_DOWN_FOR_S = 120  # a served model's scrape failing this long fires SparkServedModelDown, s
+ALERT_KV_USAGE_RATIO = 0.9  # vllm:kv_cache_usage_perc above this (0-1) ...
+ALERT_KV_USAGE_FOR_S = 600  # ... for this long fires SparkKVCacheFull, s
+ALERT_WAITING_FOR_S = 300  # requests waiting (vllm:num_requests_waiting > 0) this long fires SparkRequestsWaiting, s
+ALERT_MEM_AVAILABLE_FLOOR_GIB = 6.0  # MemAvailable below this (unified memory: GPU + CPU) ..., GiB
+ALERT_MEM_AVAILABLE_FOR_S = 120  # ... for this long fires SparkMemAvailableLow, s
+ALERT_CERT_EXPIRY_DAYS = 21  # TLS certificate expiring within this fires SparkCertificateExpiring, days
+ALERT_SPEC_ACCEPTANCE_FRACTION = 0.6  # mean acceptance length below this share of the catalog's tokens_per_step ...
+ALERT_SPEC_ACCEPTANCE_WINDOW_S = 900  # ... over this rate window (with drafts flowing) fires SparkSpecAcceptanceLow, s
+ALERT_FOR_S = 300  # how long the store/rollout/acceptance conditions must hold before they fire, s
+WATCHDOG_INTERVAL_S = 10  # seconds between the watchdog's checks of each service
+WATCHDOG_STALL_S = 120  # work pending (running/waiting) and no engine step for this long = wedged, s
+WATCHDOG_PROBE_IDLE_S = 60  # an idle engine gets a 1-token loopback probe this often, s
+WATCHDOG_PROBE_TIMEOUT_S = 30  # the probe must answer within this (no answer while idle = wedged), s
+WATCHDOG_HTTP_TIMEOUT_S = 5  # /health and /metrics read timeout, s
+WATCHDOG_MAX_RESTARTS = 3  # restarts of one service within WATCHDOG_WINDOW_S before the watchdog gives up
+WATCHDOG_WINDOW_S = 21600  # the restart-counting window (6 h, as the Spark community's watchdogs), s
+WATCHDOG_RESTART_COMMAND = "systemctl restart {unit}"  # how a wedged service is restarted ({unit} = vllm-<svc>.service)
+WATCHDOG_STOP_COMMAND = "systemctl stop {unit}"  # how a service is left down after the watchdog gave up
+STATUS_SSH_TIMEOUT_S = 10  # `sparkctl status`: one ssh round trip per box must finish within this, s

@@ -23,6 +23,7 @@ from sparkctl.config import catalog, groupdata, hosts, secrets
 from sparkctl.config.service import GIB
 from sparkctl.config.settings import Settings, validate
 from sparkctl.errors import SettingError, SparkctlError
+from sparkctl.render.monitoring import scrape_targets
 
 
 def check_embedders_hold_one_request(settings: Settings) -> None:
@@ -48,6 +49,9 @@ def validate_host(data: dict, host_name: str = "", read_secrets: bool = True, ho
     settings = validate(data, host_name, read_secrets=read_secrets, hosts=hosts)
     if read_secrets:
         secrets.check_tls_pair(data, address or str(data.get("ssh_hostname") or host_name))
+        if settings.role.serves_api:  # the proxy's scrape paths: their own token, never the API token
+            secrets.read_scrape_token(data, api_token=settings.api_token)
+    scrape_targets(data, settings.services)  # the node's scrape path must not be a served model's
     planner.check_fits(data, catalog.resolve(data["CATALOG_OVERRIDES"]), data["CODING_MODEL"])
     check_embedders_hold_one_request(settings)
     return settings

@@ -10,7 +10,7 @@ from pyinfra.api import deploy, operation
 
 from sparkctl import REPO_ROOT
 from sparkctl.config.settings import Settings
-from sparkctl.render import gateway
+from sparkctl.render import gateway, prometheus_rules
 from tasks.proxy import box_address, tls_material
 
 
@@ -31,6 +31,7 @@ def write_handoff(settings: Settings):
     docs = gateway.manifests(merged, d["GATEWAY_NAMESPACE"])
     gateway.validate_manifests(docs, d["GATEWAY_K8S_VERSION"])
     ep, k8s = gateway.write(out, merged, docs)
+    prometheus_rules.write_handoff(out, merged, d)  # issue 11: scrape job, alert rules, Grafana dashboard
     logger.info(f"{host.name}: gateway hand-off: {ep} and {k8s} (validated against Kubernetes "
                 f"{d['GATEWAY_K8S_VERSION']} schemas; not applied)")
     host.noop("hand-off written")

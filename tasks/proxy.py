@@ -1,5 +1,5 @@
 """TLS proxy: nginx from the distribution, one TLS port, a path prefix per served model, bearer token everywhere,
-only the API routes of PROXY_ROUTES published (everything else 404)."""
+only the API routes of PROXY_ROUTES published (everything else 404), and the scrape paths behind their own token."""
 
 from __future__ import annotations
 
@@ -13,9 +13,11 @@ from pyinfra.operations.util import any_changed
 
 from sparkctl import REPO_ROOT
 from sparkctl.config import pki
-from sparkctl.config.secrets import secrets_dir
+from sparkctl.config.secrets import read_scrape_token, secrets_dir
 from sparkctl.config.settings import Settings
+from sparkctl.errors import SparkctlError
 from sparkctl.render import units as svcs
+from sparkctl.render.monitoring import scrape_targets
 
 NGINX_DIR = "/etc/nginx"  # Debian/Ubuntu layout: sites-available/, sites-enabled/
 TLS_DIR = f"{NGINX_DIR}/sparkctl-tls"
@@ -38,8 +40,16 @@ def tls_material(d: dict) -> tuple[Path, Path, Path | None]:
 
 def render_site(settings: Settings, service_list) -> str:
     return svcs.render_template("nginx-sparkctl.conf.j2", d=settings.data, services=service_list,
+                                scrape_targets=scrape_targets(settings.data, service_list),
                                 token_file=TOKEN_FILE, cert_path=f"{TLS_DIR}/server.pem",
                                 key_path=f"{TLS_DIR}/server.key")
+
+
+def render_tokens(settings: Settings) -> str:
+    """The root-only file of both token maps: the API token, and the scrape token (never the API token)."""
+    scrape = read_scrape_token(settings.data, api_token=settings.api_token)
+    return svcs.render_template("nginx-token.conf.j2", d=settings.data, token=settings.api_token,
+                                scrape_token=scrape)
 
 
 @deploy("TLS proxy")
@@ -48,6 +58,13 @@ def proxy(settings: Settings, service_list: list | None = None) -> None:
     if not settings.role.serves_api:
         return  # a tensor-parallel worker has no API: only the head is behind the proxy
     service_list = [s for s in (service_list if service_list is not None else settings.services) if not s.headless]
+    try:  # checked while pyinfra prepares, before any command reaches the box
+        tokens = render_tokens(settings)
+        site = render_site(settings, service_list)
+    except SparkctlError as exc:
+        from tasks.preflight import Refused
+
+        raise Refused(f"{settings.host_name}: {exc}") from None
     cert, key, ca = tls_material(d)
     files.directory(name=f"Create {TLS_DIR}", path=TLS_DIR, user="root", group="root", mode="0700")
     changes = [
@@ -55,10 +72,9 @@ def proxy(settings: Settings, service_list: list | None = None) -> None:
                   group="root", mode="0644"),
         files.put(name="TLS private key (root-only)", src=str(key), dest=f"{TLS_DIR}/server.key", user="root",
                   group="root", mode="0600", _temp_dir=TLS_DIR),
-        files.put(name="Bearer token for the proxy (root-only)",
-                  src=StringIO(svcs.render_template("nginx-token.conf.j2", token=settings.api_token)),
+        files.put(name="Bearer tokens for the proxy: API and scrape (root-only)", src=StringIO(tokens),
                   dest=TOKEN_FILE, user="root", group="root", mode="0600", _temp_dir=TLS_DIR),
-        files.put(name="nginx site sparkctl", src=StringIO(render_site(settings, service_list)), dest=SITE,
+        files.put(name="nginx site sparkctl", src=StringIO(site), dest=SITE,
                   user="root", group="root", mode="0644"),
         files.link(name="Enable site sparkctl", path=f"{NGINX_DIR}/sites-enabled/sparkctl.conf", target=SITE),
         files.link(name="Disable the distribution's default site", path=f"{NGINX_DIR}/sites-enabled/default",

@@ -25,6 +25,10 @@ def token_file(tmp_path, monkeypatch):
     path.write_text("t0ken-for-tests\n")
     path.chmod(0o600)
     monkeypatch.setenv("SPARK_API_TOKEN_FILE", str(path))
+    scrape = tmp_path / "scrape_token"  # the proxy's scrape paths have their own token (never the API token)
+    scrape.write_text("scr4pe-token-for-tests\n")
+    scrape.chmod(0o600)
+    monkeypatch.setenv("SPARK_SCRAPE_TOKEN_FILE", str(scrape))
     monkeypatch.delenv("SPARK_HF_TOKEN_FILE", raising=False)
     monkeypatch.setenv("GX10_HOSTS", "")
     return path

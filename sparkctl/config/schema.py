@@ -177,6 +177,42 @@ class GroupData(BaseModel):
     BENCH_SETTLE_S: t.Seconds
     BENCH_IDLE_TIMEOUT_S: t.Seconds
     NIAH_MAX_TOKENS: t.Count
+    # monitoring (issue 11): node exporter, box facts, scrape paths, the hand-off's Prometheus job and alerts
+    MONITORING_PACKAGES: t.list_of(t.DebPackage, "a list of Debian package names")
+    NODE_EXPORTER_PORT: t.Port
+    NODE_EXPORTER_DEFAULTS_FILE: t.AbsPath
+    NODE_EXPORTER_COLLECTORS: t.list_of(t.pattern(r"^[a-z_]+$", "a node exporter collector name"),
+                                        "a non-empty list of node exporter collector names", 1)
+    TEXTFILE_DIR: t.AbsPath
+    BOX_FACTS_INTERVAL_S: t.WholeSeconds
+    NVIDIA_SMI: t.Text
+    SCRAPE_NODE_PATH: t.Name
+    PROMETHEUS_JOB_NAME: t.Name
+    PROMETHEUS_SCRAPE_INTERVAL_S: t.WholeSeconds
+    PROMETHEUS_SCRAPE_TIMEOUT_S: t.WholeSeconds
+    PROMETHEUS_TOKEN_FILE: t.AbsPath
+    PROMETHEUS_CA_FILE: t.AbsPath
+    ALERT_MODEL_DOWN_FOR_S: t.WholeSeconds
+    ALERT_KV_USAGE_RATIO: t.Fraction
+    ALERT_KV_USAGE_FOR_S: t.WholeSeconds
+    ALERT_WAITING_FOR_S: t.WholeSeconds
+    ALERT_MEM_AVAILABLE_FLOOR_GIB: t.GiB
+    ALERT_MEM_AVAILABLE_FOR_S: t.WholeSeconds
+    ALERT_CERT_EXPIRY_DAYS: t.Count
+    ALERT_SPEC_ACCEPTANCE_FRACTION: t.Fraction
+    ALERT_SPEC_ACCEPTANCE_WINDOW_S: t.WholeSeconds
+    ALERT_FOR_S: t.WholeSeconds
+    # the liveness watchdog (issue 11)
+    WATCHDOG_INTERVAL_S: t.Seconds
+    WATCHDOG_STALL_S: t.Seconds
+    WATCHDOG_PROBE_IDLE_S: t.Seconds
+    WATCHDOG_PROBE_TIMEOUT_S: t.Seconds
+    WATCHDOG_HTTP_TIMEOUT_S: t.Seconds
+    WATCHDOG_MAX_RESTARTS: t.typed(int, "a whole number of restarts >= 0 (0: never restart, only report)", ge=0)
+    WATCHDOG_WINDOW_S: t.WholeSeconds
+    WATCHDOG_RESTART_COMMAND: t.pattern(r"\{unit\}", "a command containing {unit}")
+    WATCHDOG_STOP_COMMAND: t.pattern(r"\{unit\}", "a command containing {unit}")
+    STATUS_SSH_TIMEOUT_S: t.Seconds
     # per-box choices (group_data/gx10.py)
     CODING_MODEL: Annotated[str, Field(description="a coding model's catalog key")]
     CODER_KV_CACHE_GIB: Annotated[dict[str, t.GiB], Field(
@@ -246,13 +282,18 @@ def _cross_field_rules(s: GroupData) -> None:
     if len(s.EMBEDDER_PORTS) != len(s.EMBEDDERS):
         raise SettingError("EMBEDDER_PORTS", s.EMBEDDER_PORTS, f"{len(s.EMBEDDERS)} ports, one per EMBEDDERS entry")
     ports = [("CODER_PORT", s.CODER_PORT), *((f"EMBEDDER_PORTS[{i}]", p) for i, p in enumerate(s.EMBEDDER_PORTS)),
-             ("PROXY_PORT", s.PROXY_PORT), ("TP_MASTER_PORT", s.TP_MASTER_PORT), ("RAY_PORT", s.RAY_PORT)]
+             ("PROXY_PORT", s.PROXY_PORT), ("TP_MASTER_PORT", s.TP_MASTER_PORT), ("RAY_PORT", s.RAY_PORT),
+             ("NODE_EXPORTER_PORT", s.NODE_EXPORTER_PORT)]
     seen: dict[int, tuple[str, int]] = {}
     for item in ports:
         if item[1] in seen:
             (name, value), (other, _) = _blame(seen[item[1]], item)
             raise SettingError(name, value, f"a port not already used by {other}")
         seen[item[1]] = item
+    if s.PROMETHEUS_SCRAPE_TIMEOUT_S > s.PROMETHEUS_SCRAPE_INTERVAL_S:
+        raise SettingError("PROMETHEUS_SCRAPE_TIMEOUT_S", s.PROMETHEUS_SCRAPE_TIMEOUT_S,
+                           f"at most PROMETHEUS_SCRAPE_INTERVAL_S = {s.PROMETHEUS_SCRAPE_INTERVAL_S} s "
+                           "(Prometheus refuses a longer timeout)")
     if s.SERVICE_USER == "root":
         raise SettingError("SERVICE_USER", s.SERVICE_USER, "an unprivileged system user (not root)",
                            "The deploy makes SERVICE_USER a nologin system user: root would lose its shell")

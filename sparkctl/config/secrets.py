@@ -168,3 +168,36 @@ def check_tls_pair(data: dict, address: str, now=None) -> None:
     if not any(_name_matches(n, address) for n in names):
         raise SettingError("TLS_CERT_FILE", cert_name, f"a certificate whose subjectAltName includes {address}",
                            f"It names {names or 'nothing'}; clients connect to https://{address}")
+
+
+# --- scrape token (issue 11): what the cluster's Prometheus sends to /<served>/metrics and /node/metrics ---
+SCRAPE_TOKEN_ENV = "SPARK_SCRAPE_TOKEN_FILE"
+
+
+def scrape_token_path(data: dict | None = None) -> Path:
+    return Path(os.environ.get(SCRAPE_TOKEN_ENV) or secrets_dir(data) / "scrape_token")
+
+
+def read_scrape_token(data: dict | None = None, api_token: str = "") -> str:
+    """The scrape token: required, safe inside an nginx map string, and never the API token (each opens only its
+    own paths)."""
+    path = scrape_token_path(data)
+    token = _read(path, SCRAPE_TOKEN_ENV)
+    if not token or any(c.isspace() or c in '"\\;' for c in token):
+        raise SettingError(SCRAPE_TOKEN_ENV, str(path), "a file with a non-empty token without whitespace, quotes, "
+                           "backslashes or ';'")
+    if api_token and token == api_token:
+        raise SettingError(SCRAPE_TOKEN_ENV, str(path), "a token different from the API token",
+                           "The scrape token must not open the API, nor the API token the metrics")
+    return token
+
+
+def ensure_scrape_token(data: dict | None = None) -> Path:
+    """Create a random scrape token (0600) if none exists (the simulated Spark's `sim up`, the e2e tests)."""
+    path = scrape_token_path(data)
+    if not path.exists():
+        path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w") as f:
+            f.write(_stdlib_secrets.token_urlsafe(32) + "\n")
+    return path

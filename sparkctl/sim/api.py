@@ -144,9 +144,10 @@ def _up(hosts: int, flavors, *, wheelhouse: bool, models: bool, lock: bool, boot
         say(f"note: {', '.join(extra)} also running (beyond --hosts {hosts}); listed in {config.HOSTS_FILE}")
     _write_known_hosts(all_running)
     instance.write_hosts_file(all_running)
-    from sparkctl.config.secrets import ensure_api_token
+    from sparkctl.config.secrets import ensure_api_token, ensure_scrape_token
 
     say(f"api token: {ensure_api_token()}")
+    say(f"scrape token: {ensure_scrape_token()}")  # issue 11: the proxy's scrape paths
     if lock and models:
         with step("lock file") as d:
             d.append(refresh_lock())

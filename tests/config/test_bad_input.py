@@ -285,7 +285,11 @@ def _prepare(case: Case, tmp: Path) -> tuple[list[str], dict, Path | None]:
     token = tmp / "api_token"
     token.write_text("t0ken-for-tests\n")
     token.chmod(0o600)
-    env = {"SPARK_API_TOKEN_FILE": str(token), "GX10_HOSTS": "", "SPARKCTL_TEST_SECRETS": str(tmp / "secrets")}
+    scrape = tmp / "scrape_token"
+    scrape.write_text("scr4pe-token-for-tests\n")
+    scrape.chmod(0o600)
+    env = {"SPARK_API_TOKEN_FILE": str(token), "SPARK_SCRAPE_TOKEN_FILE": str(scrape), "GX10_HOSTS": "",
+           "SPARKCTL_TEST_SECRETS": str(tmp / "secrets")}
     data = {"ssh_hostname": ADDRESS, **case.data}
     if case.prepare:
         more_data, more_env = case.prepare(tmp)

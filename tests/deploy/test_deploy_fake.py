@@ -13,7 +13,8 @@ import pytest
 from sparkctl import REPO_ROOT
 
 
-def run_fake(kind: str, tmp_path, *extra: str, token: str | None = "fake-token") -> dict:
+def run_fake(kind: str, tmp_path, *extra: str, token: str | None = "fake-token",
+             scrape_token: str | bool = "fake-scrape-token") -> dict:
     env = dict(os.environ, FAKE_KIND=kind, PYINFRA_FAKE_DELAY="0", PYINFRA_FAKE_DELAY_JITTER="0",
                SPARKCTL_TEST_SECRETS=str(tmp_path / "secrets"), GX10_HOSTS="")
     if token is not None:
@@ -23,6 +24,10 @@ def run_fake(kind: str, tmp_path, *extra: str, token: str | None = "fake-token")
         env["SPARK_API_TOKEN_FILE"] = str(tf)
     else:
         env["SPARK_API_TOKEN_FILE"] = str(tmp_path / "missing-token")
+    if scrape_token:  # issue 11: the proxy's scrape paths have their own token
+        (tmp_path / "scrape_token").write_text(scrape_token)
+        (tmp_path / "scrape_token").chmod(0o600)
+    env["SPARK_SCRAPE_TOKEN_FILE"] = str(tmp_path / "scrape_token")
     r = subprocess.run([sys.executable, "tests/fake_driver.py", "tests/inventory_fake.py", *extra],
                        cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=300)
     line = next(x for x in r.stdout.splitlines() if x.startswith("FAKE-DRIVER-JSON "))

@@ -12,8 +12,8 @@ import pytest
 
 from sparkctl import REPO_ROOT
 from sparkctl.config.lock import cache_dirname, marker_path
-from tests.e2e.conftest import pyinfra, record, sim_exec
 from tests.deploy.test_oom_guard import posix_matches
+from tests.e2e.conftest import pyinfra, record, sim_exec
 from tests.render.test_proxy import ALLOWED, DENIED, request
 
 HOST = "spark-1"

@@ -19,14 +19,14 @@ import ssl
 import subprocess
 import threading
 import time
+import urllib.parse
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
 
 from sparkctl.config import pki
-from sparkctl.render import units
-from tests.render.test_render import TOKEN, settings_for
+from tests.render.test_render import TOKEN, render_proxy_files, settings_for
 
 pytestmark = pytest.mark.skipif(shutil.which("nginx") is None,
                                 reason="nginx not installed (apt-get install nginx-light)")
@@ -190,6 +190,10 @@ def proxy(tmp_path_factory):
     token_path.chmod(0o600)
     mp = pytest.MonkeyPatch()
     mp.setenv("SPARK_API_TOKEN_FILE", str(token_path))
+    scrape_path = tmp / "scrape_token"
+    scrape_path.write_text("scr4pe-token-for-tests\n")
+    scrape_path.chmod(0o600)
+    mp.setenv("SPARK_SCRAPE_TOKEN_FILE", str(scrape_path))
     mp.setenv("GX10_HOSTS", "")
     try:
         services = [s for s in settings_for(data).services if not s.headless]
@@ -201,10 +205,7 @@ def proxy(tmp_path_factory):
         upstreams[svc.served_name] = srv
         moved.append(dataclasses.replace(svc, port=srv.server_port))
     cert, key, ca = pki.ensure_server_cert(tmp / "pki", "test-box", ["127.0.0.1"])
-    token_conf = tmp / "token.conf"
-    token_conf.write_text(units.render_template("nginx-token.conf.j2", token=TOKEN))
-    site = units.render_template("nginx-sparkctl.conf.j2", d=data, services=moved, token_file=str(token_conf),
-                                 cert_path=str(cert), key_path=str(key))
+    site = render_proxy_files(data, moved, tmp, cert, key)
     with nginx_running(tmp, site) as address:
         yield Proxy(address, ssl.create_default_context(cafile=str(ca)), upstreams, site)
     for srv in upstreams.values():
@@ -225,11 +226,25 @@ def test_allowed_routes_reach_exactly_their_fixed_upstream_path(proxy, method, p
         assert "authorization" not in json.loads(body)["headers"]  # the token never reaches vLLM
 
 
+def dot_segments_resolved(path: str) -> str:
+    """The path percent-decoded, slashes merged and . and .. segments resolved, as nginx does before choosing a
+    location (merge_slashes is on by default)."""
+    out: list[str] = []
+    for segment in re.sub("/+", "/", urllib.parse.unquote(path.split("?")[0])).split("/"):
+        if segment == "..":
+            out = out[:-1] if len(out) > 1 else out
+        elif segment != ".":
+            out.append(segment)
+    return "/".join(out)
+
+
 @pytest.mark.parametrize("method,path", DENIED)
 def test_everything_else_is_404_and_reaches_no_upstream(proxy, method, path):
+    """With the API token: 404, except where nginx's normalised URI is a scrape path (/<served>/metrics): that one
+    needs the scrape token, so the API token gets 401. Either way nothing reaches vLLM."""
     proxy.clear()
     status, _headers, _body = request(proxy.address, proxy.ctx, method, path, TOKEN)
-    assert status == 404, status
+    assert status == (401 if re.fullmatch(r"/[^/]+/metrics", dot_segments_resolved(path)) else 404), status
     assert proxy.hits() == []
 
 
@@ -250,8 +265,9 @@ def test_every_configured_route_is_published_and_only_those(proxy):
     routes = groupdata.load(["all", "gx10"])["PROXY_ROUTES"]
     locations = [line.strip() for line in proxy.site.splitlines() if line.strip().startswith("location ")]
     exact = sorted(line.split()[2] for line in locations if line.startswith("location = "))
-    assert exact == sorted(f"/{name}{r}" for name, role in (("coder", "coder"), ("embed-qwen3", "embedder"),
-                                                            ("embed-bge-m3", "embedder")) for r in routes[role])
+    served = (("coder", "coder"), ("embed-qwen3", "embedder"), ("embed-bge-m3", "embedder"))
+    scrape = [f"/{name}/metrics" for name, _ in served] + ["/node/metrics"]  # scrape token only (issue 11)
+    assert exact == sorted([f"/{name}{r}" for name, role in served for r in routes[role]] + scrape)
     assert [line for line in locations if not line.startswith("location = ")] == ["location / {"]  # the 404
 
 

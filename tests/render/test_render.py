@@ -161,6 +161,7 @@ def test_verify_gate_catches_a_misplaced_start_limit(tmp_path):
 
 
 TOKEN = "T" * 43 + "-_9"  # as long as secrets.token_urlsafe(32): nginx's map hash must take it
+SCRAPE_TOKEN = "scrape-" + "s" * 56  # the scrape token: another full-length token
 
 
 def nginx_check(tmp_path: Path, site: str) -> subprocess.CompletedProcess:
@@ -171,12 +172,20 @@ def nginx_check(tmp_path: Path, site: str) -> subprocess.CompletedProcess:
     return subprocess.run(["nginx", "-t", "-p", str(tmp_path), "-c", str(conf)], capture_output=True, text=True)
 
 
+def render_proxy_files(data: dict, services, tmp_path: Path, cert, key) -> str:
+    """The site, and its root-only token file (both maps) under tmp_path, as tasks/proxy.py renders them."""
+    from sparkctl.render.monitoring import scrape_targets
+
+    token = tmp_path / "token.conf"
+    token.write_text(units.render_template("nginx-token.conf.j2", d=data, token=TOKEN, scrape_token=SCRAPE_TOKEN))
+    return units.render_template("nginx-sparkctl.conf.j2", d=data, services=services,
+                                 scrape_targets=scrape_targets(data, services), token_file=str(token),
+                                 cert_path=str(cert), key_path=str(key))
+
+
 def render_proxy_site(data: dict, s, tmp_path: Path) -> str:
     cert, key, _ca = pki.ensure_server_cert(tmp_path / "pki", "test-box", ["10.0.0.5", "gx10.test"])
-    token = tmp_path / "token.conf"
-    token.write_text(units.render_template("nginx-token.conf.j2", token=TOKEN))
-    return units.render_template("nginx-sparkctl.conf.j2", d=data, services=s.services, token_file=str(token),
-                                    cert_path=str(cert), key_path=str(key))
+    return render_proxy_files(data, s.services, tmp_path, cert, key)
 
 
 @pytest.mark.skipif(shutil.which("nginx") is None, reason="nginx not installed (apt-get install nginx-light)")

@@ -1,0 +1,113 @@
+#!/usr/bin/env python3
+"""On the box (uploaded by the deploy, run by sparkctl-box-facts.timer, stdlib only): facts the alerts need that
+no exporter has.
+
+    box_textfile.py --out FILE.prom --model-store /srv/models --cert /etc/nginx/sparkctl-tls/server.pem
+                    --rollout-dir /var/lib/sparkctl/rollout
+
+- the model store's free space (statvfs of the path itself: it need not be its own mount point);
+- the TLS certificate's expiry (the proxy's certificate, read with the standard library's own decoder);
+- the last rollout's result: the newest *.json under the rollout directory. Its format belongs to the rollout
+  transaction; this reads the first of RESULT_KEYS it finds and counts OK_RESULTS as success. A missing file
+  exports nothing (no rollout recorded yet).
+"""
+
+from __future__ import annotations
+
+import argparse
+import glob
+import json
+import os
+import ssl
+import sys
+import time
+
+try:
+    from sparkctl.box.textfile import Exposition, write_atomic
+except ImportError:  # on the box: textfile.py sits beside this script
+    from textfile import Exposition, write_atomic
+
+RESULT_KEYS = ("result", "outcome", "status", "state")
+OK_RESULTS = {"ok", "success", "succeeded", "applied", "unchanged", "done", "committed"}
+
+
+def store_facts(exp: Exposition, path: str) -> None:
+    try:
+        st = os.statvfs(path)
+    except OSError as exc:
+        print(f"box_textfile: model store {path}: {exc}", file=sys.stderr)
+        return
+    exp.add("sparkctl_model_store_free_bytes", "gauge", "space left for downloads under the model store, bytes",
+            st.f_bavail * st.f_frsize, {"path": path})
+    exp.add("sparkctl_model_store_size_bytes", "gauge", "size of the model store's filesystem, bytes",
+            st.f_blocks * st.f_frsize, {"path": path})
+
+
+def cert_facts(exp: Exposition, path: str) -> None:
+    try:
+        not_after = ssl._ssl._test_decode_cert(path)["notAfter"]  # the stdlib's own X.509 decoder (CPython)
+        expiry = ssl.cert_time_to_seconds(not_after)
+    except (OSError, ssl.SSLError, KeyError, ValueError) as exc:
+        print(f"box_textfile: certificate {path}: {exc}", file=sys.stderr)
+        return
+    exp.add("sparkctl_tls_cert_expiry_timestamp_seconds", "gauge",
+            "when the proxy's TLS certificate expires, unix time", expiry, {"path": path})
+
+
+def last_rollout(directory: str) -> tuple[str, dict] | None:
+    """(path, parsed JSON) of the newest rollout result file, or None."""
+    files = glob.glob(os.path.join(directory, "*.json")) + glob.glob(os.path.join(directory, "*", "*.json"))
+    for path in sorted(files, key=lambda p: os.stat(p).st_mtime, reverse=True):
+        try:
+            with open(path) as f:
+                data = json.load(f)
+        except (OSError, ValueError):
+            continue
+        if isinstance(data, dict):
+            return path, data
+    return None
+
+
+def result_of(data: dict) -> str:
+    for key in RESULT_KEYS:
+        if isinstance(data.get(key), (str, bool)):
+            value = data[key]
+            return ("ok" if value else "failed") if isinstance(value, bool) else str(value)
+    return "unknown"
+
+
+def rollout_facts(exp: Exposition, directory: str) -> None:
+    found = last_rollout(directory)
+    if found is None:
+        return
+    path, data = found
+    result = result_of(data)
+    exp.add("sparkctl_rollout_last_ok", "gauge", "1 when the last rollout on this box succeeded, 0 when it failed or "
+            "rolled back", int(result.lower() in OK_RESULTS), {"result": result})
+    exp.add("sparkctl_rollout_last_timestamp_seconds", "gauge", "when the last rollout result was written, unix time",
+            round(os.stat(path).st_mtime, 3))
+
+
+def collect(model_store: str, cert: str, rollout_dir: str) -> Exposition:
+    exp = Exposition()
+    store_facts(exp, model_store)
+    cert_facts(exp, cert)
+    rollout_facts(exp, rollout_dir)
+    exp.add("sparkctl_box_facts_timestamp_seconds", "gauge", "when these facts were read, unix time",
+            round(time.time(), 3))
+    return exp
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--out", required=True)
+    p.add_argument("--model-store", required=True)
+    p.add_argument("--cert", required=True)
+    p.add_argument("--rollout-dir", required=True)
+    args = p.parse_args(argv)
+    write_atomic(args.out, collect(args.model_store, args.cert, args.rollout_dir).text())
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

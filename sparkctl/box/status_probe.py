@@ -1,0 +1,141 @@
+#!/usr/bin/env python3
+"""On the box (stdlib only; `sparkctl status` pipes it to `python3 -` over one ssh session): what the box says
+about itself, as one JSON object on stdout.
+
+    python3 - '{"env_dir": ..., "state_dir": ..., "cert": ..., "timeout_s": 1.0}' < status_probe.py
+
+Per vLLM env file (ENV_DIR/vllm-*.env): served name, port, model key and locked revision as deployed; the unit's
+state and start time (one `systemctl show` for all); /health, /version and the /metrics gauges on loopback. And:
+MemAvailable, the rollout result files under STATE_DIR/rollout/ (their JSON as it is), the watchdog's state, the
+proxy certificate's expiry. Nothing here changes the box.
+"""
+
+from __future__ import annotations
+
+import glob
+import json
+import os
+import re
+import shlex
+import ssl
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+
+GAUGES = {"vllm:num_requests_running": "running", "vllm:num_requests_waiting": "waiting",
+          "vllm:kv_cache_usage_perc": "kv_usage"}
+
+
+def unescape(raw: str) -> str:
+    """A double-quoted EnvironmentFile value as systemd reads it."""
+    if len(raw) >= 2 and raw[0] == raw[-1] == '"':
+        return re.sub(r'\\(["\\`$])', r"\1", raw[1:-1])
+    return raw
+
+
+def env_file(path: str) -> dict:
+    values = {}
+    with open(path) as f:
+        for line in f:
+            if "=" in line and not line.startswith("#"):
+                key, value = line.rstrip("\n").split("=", 1)
+                values[key] = value
+    args = shlex.split(unescape(values.get("VLLM_ARGS", '""')))
+    flag = lambda name: args[args.index(name) + 1] if name in args[:-1] else None  # noqa: E731
+    return {"model": values.get("SPARKCTL_MODEL"), "revision": values.get("SPARKCTL_REVISION"),
+            "served": flag("--served-model-name"), "port": flag("--port"), "headless": "--headless" in args}
+
+
+def get(url: str, timeout: float) -> tuple[int, str]:
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as r:
+            return r.status, r.read().decode(errors="replace")
+    except urllib.error.HTTPError as exc:
+        return exc.code, ""
+    except (OSError, ValueError):
+        return 0, ""
+
+
+def gauges(text: str) -> dict:
+    out: dict[str, float] = {}
+    for line in text.splitlines():
+        m = re.match(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{[^}]*\})?\s+(\S+)", line)
+        if m and m.group(1) in GAUGES:
+            key = GAUGES[m.group(1)]
+            out[key] = out.get(key, 0.0) + float(m.group(2)) if key != "kv_usage" else \
+                max(out.get(key, 0.0), float(m.group(2)))
+    return out
+
+
+def units(names: list[str]) -> dict[str, dict]:
+    if not names:
+        return {}
+    r = subprocess.run(["systemctl", "show", "-p", "Id,ActiveState,SubState,ActiveEnterTimestamp,NRestarts",
+                        *names], capture_output=True, text=True)
+    out, current = {}, {}
+    for line in r.stdout.splitlines() + [""]:
+        if not line.strip():
+            if current.get("Id"):
+                out[current["Id"]] = current
+            current = {}
+        elif "=" in line:
+            k, v = line.split("=", 1)
+            current[k] = v
+    return out
+
+
+def mem_available() -> int | None:
+    with open("/proc/meminfo") as f:
+        for line in f:
+            if line.startswith("MemAvailable:"):
+                return int(line.split()[1]) * 1024
+    return None
+
+
+def read_json(path: str):
+    try:
+        with open(path) as f:
+            return json.load(f)
+    except (OSError, ValueError) as exc:
+        return {"unreadable": str(exc)}
+
+
+def main(cfg: dict) -> dict:
+    t0 = time.monotonic()
+    timeout = cfg.get("timeout_s", 1.0)
+    services = {}
+    for path in sorted(glob.glob(os.path.join(cfg["env_dir"], "vllm-*.env"))):
+        name = os.path.basename(path)[len("vllm-"):-len(".env")]
+        try:
+            services[name] = env_file(path)
+        except (OSError, ValueError) as exc:
+            services[name] = {"error": str(exc)}
+    states = units([f"vllm-{n}.service" for n in services])
+    for name, svc in services.items():
+        svc["unit"] = states.get(f"vllm-{name}.service", {})
+        if not svc.get("port") or svc.get("headless"):
+            continue
+        base = f"http://{cfg.get('address', '127.0.0.1')}:{svc['port']}"
+        svc["health"] = get(f"{base}/health", timeout)[0]
+        code, text = get(f"{base}/version", timeout)
+        svc["vllm_version"] = json.loads(text).get("version") if code == 200 and text.startswith("{") else None
+        code, text = get(f"{base}/metrics", timeout)
+        svc["metrics"] = gauges(text) if code == 200 else {}
+    rollout = {os.path.relpath(p, cfg["state_dir"]): {"mtime": os.stat(p).st_mtime, "data": read_json(p)}
+               for p in sorted(glob.glob(os.path.join(cfg["state_dir"], "rollout", "**", "*.json"), recursive=True))}
+    watchdog = read_json(os.path.join(cfg["state_dir"], "watchdog", "state.json")) \
+        if os.path.exists(os.path.join(cfg["state_dir"], "watchdog", "state.json")) else None
+    try:
+        cert_expiry = ssl.cert_time_to_seconds(ssl._ssl._test_decode_cert(cfg["cert"])["notAfter"])
+    except (OSError, ssl.SSLError, KeyError, ValueError):
+        cert_expiry = None
+    return {"schema": "sparkctl.status.box/1", "now": time.time(), "services": services,
+            "mem_available_bytes": mem_available(), "rollout": rollout, "watchdog": watchdog,
+            "cert_expiry": cert_expiry, "probe_s": round(time.monotonic() - t0, 3)}
+
+
+if __name__ == "__main__":
+    json.dump(main(json.loads(sys.argv[1])), sys.stdout)
+    sys.stdout.write("\n")

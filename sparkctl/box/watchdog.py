@@ -1,0 +1,220 @@
+#!/usr/bin/env python3
+"""On the box (uploaded by the deploy, run by sparkctl-watchdog.service, stdlib only): catch a wedged vLLM engine.
+
+    watchdog.py --config /etc/sparkctl/watchdog.json [--once]
+
+A known GB10 failure: the engine stops producing tokens while the API server still answers /health with 200.
+Every `interval_s`, per service:
+- /health not 200: down or starting; systemd's Restart= and the rollout own that. Nothing to judge.
+- busy: the engine's step counter moves (vllm:iteration_tokens_total_count, generation and prompt tokens). A busy
+  engine is never restarted, however loaded.
+- wedged: requests are running or waiting and no counter moved for `stall_s`; or, when idle, a 1-token request
+  on loopback (embedders: a one-word embedding) got no answer within `probe_timeout_s` (sent every `probe_idle_s`).
+A wedged service is restarted with `restart_command` (only that unit), at most `max_restarts` times in
+`window_s`; once that is spent it is stopped with `stop_command` and left down: a CRIT journal entry and
+sparkctl_watchdog_gave_up{service} = 1 in the textfile directory, so the alert fires and a human looks.
+The restart history survives the watchdog's own restarts (`state_file`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shlex
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+
+try:
+    from sparkctl.box.textfile import Exposition, write_atomic
+except ImportError:  # on the box: textfile.py sits beside this script
+    from textfile import Exposition, write_atomic
+
+PROGRESS_COUNTERS = ("vllm:iteration_tokens_total_count", "vllm:generation_tokens_total", "vllm:prompt_tokens_total")
+PENDING_GAUGES = ("vllm:num_requests_running", "vllm:num_requests_waiting")
+SAMPLE_RE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{[^}]*\})?\s+(\S+)")
+CRIT, WARNING, NOTICE, INFO = 2, 4, 5, 6  # syslog priorities: journald reads "<N>" line prefixes
+
+
+def log(priority: int, message: str) -> None:
+    print(f"<{priority}>{message}", flush=True)
+
+
+def parse_metrics(text: str) -> tuple[tuple[float, ...], float]:
+    """(progress counters, requests running + waiting) from a vLLM /metrics page, summed over engines."""
+    sums: dict[str, float] = {}
+    for line in text.splitlines():
+        m = SAMPLE_RE.match(line)
+        if m and (m.group(1) in PROGRESS_COUNTERS or m.group(1) in PENDING_GAUGES):
+            try:
+                sums[m.group(1)] = sums.get(m.group(1), 0.0) + float(m.group(2))
+            except ValueError:
+                continue
+    return tuple(sums.get(c, 0.0) for c in PROGRESS_COUNTERS), sum(sums.get(g, 0.0) for g in PENDING_GAUGES)
+
+
+def http(url: str, timeout: float, body: dict | None = None) -> tuple[int, str]:
+    data = json.dumps(body).encode() if body is not None else None
+    req = urllib.request.Request(url, data=data, headers={"Content-Type": "application/json"} if data else {})
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as r:
+            return r.status, r.read().decode(errors="replace")
+    except urllib.error.HTTPError as exc:
+        return exc.code, ""
+    except (OSError, ValueError):  # refused, reset, timed out
+        return 0, ""
+
+
+class Watchdog:
+    def __init__(self, cfg: dict):
+        self.cfg = cfg
+        self.obs: dict[str, dict] = {}  # in memory: last counters, when progress was last seen, last probe
+        self.last: dict[str, str] = {}  # last verdict per service: the journal hears about changes only
+        self.state = self._load()
+
+    # --- persisted restart history ------------------------------------------------------------------------
+    def _load(self) -> dict:
+        try:
+            with open(self.cfg["state_file"]) as f:
+                state = json.load(f)
+            return state if isinstance(state, dict) else {}
+        except (OSError, ValueError):
+            return {}
+
+    def _save(self) -> None:
+        path = self.cfg["state_file"]
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        tmp = f"{path}.tmp"
+        with open(tmp, "w") as f:
+            json.dump(self.state, f, indent=1, sort_keys=True)
+        os.replace(tmp, path)
+
+    def record(self, name: str) -> dict:
+        return self.state.setdefault(name, {"restarts": [], "restarts_total": 0, "gave_up": False})
+
+    # --- one service -------------------------------------------------------------------------------------
+    def probe(self, svc: dict) -> bool:
+        timeout = self.cfg["probe_timeout_s"]
+        if svc["kind"] == "embed":
+            code, _ = http(f"{svc['url']}/v1/embeddings", timeout, {"model": svc["served"], "input": "ping"})
+        else:
+            code, _ = http(f"{svc['url']}/v1/completions", timeout,
+                           {"model": svc["served"], "prompt": "ping", "max_tokens": 1})
+        return code == 200
+
+    def verdict(self, svc: dict, now: float) -> tuple[str, str, bool]:
+        """("down" | "busy" | "idle" | "wedged", why, whether this check saw the engine produce tokens)."""
+        obs = self.obs.setdefault(svc["name"], {"counters": None, "progress_at": now, "probe_at": now})
+        timeout = self.cfg["http_timeout_s"]
+        if http(f"{svc['url']}/health", timeout)[0] != 200:
+            obs.update(counters=None, progress_at=now, probe_at=now)
+            return "down", "/health does not answer 200", False
+        code, text = http(f"{svc['url']}/metrics", timeout)
+        counters, pending = parse_metrics(text) if code == 200 else (None, 0.0)
+        moved = counters is not None and obs["counters"] is not None and counters != obs["counters"]
+        if counters is not None:
+            obs["counters"] = counters
+        if moved:  # tokens flowed: proof of life, so the idle probe waits a full probe_idle_s from here
+            obs["progress_at"] = obs["probe_at"] = now
+            return "busy", "engine steps are moving", True
+        if pending > 0:
+            stalled = now - obs["progress_at"]
+            if stalled >= self.cfg["stall_s"]:
+                return "wedged", f"{pending:g} requests running/waiting and no engine step for {stalled:.0f} s", False
+            return "busy", f"{pending:g} requests pending, no step for {stalled:.0f} s yet", False
+        obs["progress_at"] = now  # idle is not stalled: the clock runs only while work is pending
+        if now - obs["probe_at"] >= self.cfg["probe_idle_s"]:
+            obs["probe_at"] = now
+            if not self.probe(svc):
+                return "wedged", f"idle, and a 1-token probe got no answer within {self.cfg['probe_timeout_s']} s", \
+                    False
+            return "idle", "the 1-token probe answered", True
+        return "idle", "no work pending", False
+
+    def act(self, svc: dict, verdict: str, why: str, proven: bool, now: float) -> None:
+        rec = self.record(svc["name"])
+        if rec["gave_up"] and proven:  # someone started it again and it serves: watch it again
+            rec["gave_up"] = False
+            log(NOTICE, f"{svc['unit']}: serving again after the watchdog gave up; watching it again")
+            self._save()
+        if verdict != "wedged" or rec["gave_up"]:
+            return
+        rec["restarts"] = [t for t in rec["restarts"] if now - t < self.cfg["window_s"]]
+        if len(rec["restarts"]) >= self.cfg["max_restarts"]:
+            rec["gave_up"] = True
+            log(CRIT, f"{svc['unit']}: WEDGED ({why}) after {len(rec['restarts'])} watchdog restarts in "
+                      f"{self.cfg['window_s']} s: giving up, stopping it and leaving it down for a human "
+                      f"(sparkctl_watchdog_gave_up=1). Look at `journalctl -u {svc['unit']}`, then start it again.")
+            self.run(self.cfg["stop_command"], svc["unit"])
+        else:
+            rec["restarts"].append(now)
+            rec["restarts_total"] += 1
+            log(WARNING, f"{svc['unit']}: WEDGED ({why}): restarting it (restart {len(rec['restarts'])} of "
+                         f"{self.cfg['max_restarts']} allowed in {self.cfg['window_s']} s)")
+            self.run(self.cfg["restart_command"], svc["unit"])
+        self.obs.pop(svc["name"], None)  # judge the restarted engine afresh
+        self._save()
+
+    def run(self, template: str, unit: str) -> None:
+        r = subprocess.run(shlex.split(template.format(unit=unit)), capture_output=True, text=True)
+        if r.returncode != 0:
+            log(WARNING, f"{template.format(unit=unit)!r} exited {r.returncode}: {(r.stdout + r.stderr).strip()}")
+
+    # --- the loop ------------------------------------------------------------------------------------------
+    def check_once(self, now: float | None = None) -> dict[str, str]:
+        now = time.time() if now is None else now
+        verdicts = {}
+        for svc in self.cfg["services"]:
+            verdict, why, proven = self.verdict(svc, now)
+            if verdict != self.last.get(svc["name"]) and (verdict in ("down", "wedged")
+                                                          or self.last.get(svc["name"]) in ("down", "wedged")):
+                log(INFO, f"{svc['unit']}: {verdict}: {why}")
+            self.last[svc["name"]] = verdict
+            self.act(svc, verdict, why, proven, now)
+            verdicts[svc["name"]] = verdict
+        self.write_metrics(verdicts, now)
+        return verdicts
+
+    def write_metrics(self, verdicts: dict[str, str], now: float) -> None:
+        exp = Exposition()
+        for svc in self.cfg["services"]:
+            rec, labels = self.record(svc["name"]), {"unit": svc["unit"]}  # "service" is a target label
+            window = [t for t in rec["restarts"] if now - t < self.cfg["window_s"]]
+            exp.add("sparkctl_watchdog_restarts_total", "counter", "restarts of a wedged service by the watchdog",
+                    rec["restarts_total"], labels)
+            exp.add("sparkctl_watchdog_restarts_in_window", "gauge", "watchdog restarts within its window",
+                    len(window), labels)
+            exp.add("sparkctl_watchdog_gave_up", "gauge", "1: wedged again after the allowed restarts; left down",
+                    int(rec["gave_up"]), labels)
+            exp.add("sparkctl_watchdog_wedged", "gauge", "1 when the last check found the service wedged",
+                    int(verdicts.get(svc["name"]) == "wedged"), labels)
+        exp.add("sparkctl_watchdog_last_check_timestamp_seconds", "gauge", "when the watchdog last checked, unix time",
+                round(now, 3))
+        try:
+            write_atomic(self.cfg["textfile"], exp.text())
+        except OSError as exc:
+            log(WARNING, f"cannot write {self.cfg['textfile']}: {exc}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--config", required=True)
+    p.add_argument("--once", action="store_true", help="one check of every service, then exit")
+    args = p.parse_args(argv)
+    with open(args.config) as f:
+        dog = Watchdog(json.load(f))
+    log(INFO, f"watching {', '.join(s['unit'] for s in dog.cfg['services'])}: stall {dog.cfg['stall_s']} s, "
+              f"at most {dog.cfg['max_restarts']} restarts in {dog.cfg['window_s']} s")
+    while True:
+        dog.check_once()
+        if args.once:
+            return 0
+        time.sleep(dog.cfg["interval_s"])
+
+
+if __name__ == "__main__":
+    sys.exit(main())

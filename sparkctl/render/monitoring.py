@@ -1,0 +1,83 @@
+"""What the monitoring deploy (tasks/monitoring.py) writes to a box: node exporter's arguments, the box-facts
+timer, the watchdog's unit and configuration, and the proxy's scrape paths with their token.
+
+Pure functions of the validated settings; rendering uses templates/ exactly as the tests do.
+"""
+
+from __future__ import annotations
+
+import json
+
+from sparkctl.config.catalog import CODER
+from sparkctl.errors import SettingError
+from sparkctl.render.units import render_template
+
+BOX_PYTHON = "/usr/bin/python3"  # the box scripts are stdlib-only: the system python, not vLLM's venv
+BOX_SCRIPTS = ("textfile.py", "gpu_textfile.py", "box_textfile.py", "watchdog.py")
+FACTS_UNIT, FACTS_TIMER = "sparkctl-box-facts.service", "sparkctl-box-facts.timer"
+WATCHDOG_UNIT = "sparkctl-watchdog.service"
+
+
+def bin_dir(d: dict) -> str:
+    return f"{d['SPARKCTL_HOME']}/bin"
+
+
+def watchdog_config_path(d: dict) -> str:
+    return f"{d['ENV_DIR']}/watchdog.json"
+
+
+def api_services(services) -> list:
+    """The services with an HTTP API on this box (a tensor-parallel worker's headless engine has none)."""
+    return [s for s in services if not s.headless]
+
+
+def scrape_targets(d: dict, services) -> list[dict]:
+    """One scrape path per vLLM service (its served name) plus the node's; refused when they collide."""
+    node = d["SCRAPE_NODE_PATH"]
+    targets = [{"path": s.served_name, "port": s.port, "service": s.name} for s in api_services(services)]
+    if any(t["path"] == node for t in targets):
+        raise SettingError("SCRAPE_NODE_PATH", node, "a path segment no served model uses",
+                           f"served names: {', '.join(t['path'] for t in targets)}")
+    return targets + [{"path": node, "port": d["NODE_EXPORTER_PORT"], "service": "node"}]
+
+
+def node_exporter_defaults(d: dict) -> str:
+    return render_template("node-exporter.default.j2", d=d)
+
+
+def facts_service(d: dict, cert_path: str) -> str:
+    return render_template("sparkctl-box-facts.service.j2", d=d, python=BOX_PYTHON, bin_dir=bin_dir(d),
+                           cert_path=cert_path)
+
+
+def facts_timer(d: dict) -> str:
+    return render_template("sparkctl-box-facts.timer.j2", d=d)
+
+
+def watchdog_service(d: dict) -> str:
+    return render_template("sparkctl-watchdog.service.j2", d=d, python=BOX_PYTHON, bin_dir=bin_dir(d),
+                           config_path=watchdog_config_path(d))
+
+
+def watchdog_config(d: dict, services) -> str:
+    """The watchdog's whole configuration (settings, not defaults in the script)."""
+    cfg = {
+        "interval_s": d["WATCHDOG_INTERVAL_S"], "stall_s": d["WATCHDOG_STALL_S"],
+        "probe_idle_s": d["WATCHDOG_PROBE_IDLE_S"], "probe_timeout_s": d["WATCHDOG_PROBE_TIMEOUT_S"],
+        "http_timeout_s": d["WATCHDOG_HTTP_TIMEOUT_S"], "max_restarts": d["WATCHDOG_MAX_RESTARTS"],
+        "window_s": d["WATCHDOG_WINDOW_S"], "restart_command": d["WATCHDOG_RESTART_COMMAND"],
+        "stop_command": d["WATCHDOG_STOP_COMMAND"], "state_file": f"{d['STATE_DIR']}/watchdog/state.json",
+        "textfile": f"{d['TEXTFILE_DIR']}/sparkctl_watchdog.prom",
+        "services": [{"name": s.name, "unit": s.unit, "url": f"http://{d['LISTEN_ADDRESS']}:{s.port}",
+                      "served": s.served_name, "kind": "chat" if s.role == CODER else "embed"}
+                     for s in api_services(services)],
+    }
+    for key in ("interval_s", "stall_s", "probe_idle_s", "probe_timeout_s", "http_timeout_s", "window_s"):
+        if not isinstance(cfg[key], (int, float)) or isinstance(cfg[key], bool) or cfg[key] <= 0:
+            raise SettingError(f"WATCHDOG_{key[:-2].upper()}_S", cfg[key], "a positive number of seconds")
+    if not isinstance(cfg["max_restarts"], int) or cfg["max_restarts"] < 0:
+        raise SettingError("WATCHDOG_MAX_RESTARTS", cfg["max_restarts"], "a whole number >= 0")
+    for key in ("restart_command", "stop_command"):
+        if "{unit}" not in cfg[key]:
+            raise SettingError(f"WATCHDOG_{key.upper()}", cfg[key], "a command containing {unit}")
+    return json.dumps(cfg, indent=2, sort_keys=True) + "\n"

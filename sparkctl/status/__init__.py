@@ -1,0 +1,7 @@
+"""`python -m sparkctl status`: the fleet at a glance, read live from each box over one ssh round trip.
+
+A folder of its own: it is neither a measurement (measure/) nor something written to a box (render/); it reads
+what the deployed boxes report about themselves (sparkctl/box/status_probe.py, piped to the box's python3).
+
+May import: sparkctl.config, sparkctl.errors (and refers to sparkctl/box/status_probe.py by path).
+"""

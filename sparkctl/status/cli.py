@@ -1,0 +1,78 @@
+"""`python -m sparkctl status [--json] [--host NAME]`: every box and service at a glance (README "Monitoring")."""
+
+from __future__ import annotations
+
+import argparse
+import datetime as _dt
+import io
+import json
+
+from rich.console import Console
+from rich.table import Table
+
+from sparkctl.config import groupdata, hosts
+from sparkctl.errors import SparkctlError
+from sparkctl.status import fleet
+
+COLUMNS = [("service", "service"), ("served", "served as"), ("model", "model"), ("revision", "revision"),
+           ("vllm_version", "vLLM"), ("up_since", "up since"), ("healthy", "healthy"), ("running", "run"),
+           ("waiting", "wait"), ("kv_usage_pct", "KV %"), ("watchdog_restarts", "watchdog")]
+
+
+def cell(key: str, row: dict) -> str:
+    value = row.get(key)
+    if key == "revision" and value:
+        return value[:12]
+    if key == "healthy":
+        return "healthy" if value else f"NO ({row.get('active') or 'unknown'})"
+    if key == "watchdog_restarts":
+        return f"{value} restarts" + (", GAVE UP" if row.get("watchdog_gave_up") else "")
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    return "-" if value is None else str(value)
+
+
+def render(result: dict, width: int = 200) -> str:
+    buf = io.StringIO()
+    console = Console(file=buf, width=width, no_color=True)
+    for box, info in result["boxes"].items():
+        if info["error"]:
+            console.print(f"{box}: UNREACHABLE: {info['error']}")
+            continue
+        first = info["services"][0] if info["services"] else {}
+        title = (f"{box}: MemAvailable {cell('mem_available_gib', first)} GiB, certificate expires in "
+                 f"{cell('cert_expires_in_days', first)} days (read in {info['probe_s']} s)")
+        table = Table(title=title)
+        for _key, header in COLUMNS:
+            table.add_column(header)
+        for row in info["services"]:
+            table.add_row(*[cell(key, row) for key, _h in COLUMNS])
+        console.print(table)
+        ro = info["last_rollout"]
+        if ro is None:
+            console.print(f"{box}: last rollout: no result recorded")
+        else:
+            when = _dt.datetime.fromtimestamp(ro["mtime"], _dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC") \
+                if ro.get("mtime") else "?"
+            console.print(f"{box}: last rollout ({ro['file']}, {when}): {json.dumps(ro['data'], sort_keys=True)}")
+    return buf.getvalue()
+
+
+def run(args) -> int:
+    configured = hosts.configured_hosts()
+    if args.host:
+        configured = [hosts.find(args.host)]
+    if not configured:
+        raise SparkctlError("no host configured: set GX10_HOSTS=<box>[,<box>] or run `python -m sparkctl sim up`")
+    result = fleet.status(configured, groupdata.load())
+    print(json.dumps(result, indent=2) if args.json else render(result), end="" if not args.json else "\n")
+    bad = any(b["error"] or not all(r["healthy"] and not r["watchdog_gave_up"] for r in b["services"])
+              for b in result["boxes"].values())
+    return 1 if bad else 0
+
+
+def add_parser(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("status", help="every box and service at a glance (one ssh round trip per box)")
+    p.add_argument("--json", action="store_true", help="machine-readable (schema sparkctl.status/1)")
+    p.add_argument("--host", help="only this inventory host")
+    p.set_defaults(func=run)
