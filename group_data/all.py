@@ -171,15 +171,16 @@ ACCEPTANCE_VERDICT_TIMEOUT_S = 1800  # how long the box waits for a verdict befo
 ACCEPTANCE_HISTORY_FILE = "acceptance/history.jsonl"  # below STATE_DIR: the box's accepted runs, append-only JSON
 # lines (root-only: 0600 in a 0700 folder); the first accepted run of a configuration is its baseline
 ACCEPTANCE_WINDOW_S = 10  # decode window of the quick run, s (the full bench: BENCH_WINDOW_S)
-ACCEPTANCE_STREAMS = [1, 4]  # concurrent streams of the quick run: 1 and N (the full bench: BENCH_STREAMS)
-ACCEPTANCE_MAX_TOKENS = 512  # max_tokens per quick-run decode request, tokens
+ACCEPTANCE_STREAMS = [1, 4]  # concurrent streams of the quick run: 1 and N (the full bench: BENCH_STREAMS); its
+# requests are the bench's (BENCH_MAX_TOKENS, BENCH_IGNORE_EOS, the codegen workload), so a full bench recorded with
+# `bench --record-baseline` is a baseline it lines up with
 ACCEPTANCE_SPEC_ENABLED = True  # check speculative-decoding acceptance against the catalog's floor
 ACCEPTANCE_SPEC_FLOOR_FRACTION = 0.6  # fail when the acceptance rate (or a draft position's rate) is below this
 # fraction of the catalog's measured figure (Qwen MTP 0.5 per position -> 0.3; a wrong draft lands near 0)
 ACCEPTANCE_DECODE_ENABLED = True  # compare decode tok/s per stream count with this box's baseline
 ACCEPTANCE_DECODE_MAX_REGRESSION = 0.15  # fail when decode tok/s is more than this fraction below the baseline
 ACCEPTANCE_PREFILL_ENABLED = True  # one fresh prefill (prefix-cache hits must stay 0), compared with the baseline
-ACCEPTANCE_PREFILL_TOKENS = 12288  # its prompt length, tokens
+ACCEPTANCE_PREFILL_TOKENS = 12288  # its prompt length, tokens (the full bench's BENCH_PREFILL_TOKENS)
 ACCEPTANCE_PREFILL_MAX_REGRESSION = 0.15  # fail when prefill tok/s is more than this fraction below the baseline
 ACCEPTANCE_KV_ENABLED = True  # vLLM's reported KV tokens against the plan (health only warns about it)
 ACCEPTANCE_KV_MAX_SHORTFALL = 0.25  # fail when vLLM reports fewer KV tokens than planned by more than this

@@ -96,8 +96,7 @@ BENCH_IGNORE_EOS = True  # random-weight stand-ins stop at arbitrary tokens; kee
 # --- acceptance (issue 12): tiny random-weight models on 2 shared CPU cores --------------------------------------
 ACCEPTANCE_WINDOW_S = 4  # decode window, s
 ACCEPTANCE_STREAMS = [1, 2]  # streams: 2 CPU cores
-ACCEPTANCE_MAX_TOKENS = 128  # per request, tokens
-ACCEPTANCE_PREFILL_TOKENS = 2048  # fits the tiny models' 4096-token context, tokens
+ACCEPTANCE_PREFILL_TOKENS = 3000  # the sim's BENCH_PREFILL_TOKENS: fits the tiny models' 4096-token context
 ACCEPTANCE_NIAH_ENABLED = False  # meaningless here: random weights never retrieve a needle
 ACCEPTANCE_DECODE_MAX_REGRESSION = 0.35  # PROVISIONAL: a shared 2-core machine is noisy; set from the e2e spread
 ACCEPTANCE_PREFILL_MAX_REGRESSION = 0.35  # PROVISIONAL, likewise
