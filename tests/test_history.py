@@ -119,3 +119,45 @@ def test_a_failing_remote_command_is_a_clear_error(box):
 
     with pytest.raises(record.BenchError, match="exit 255.*Permission denied"):
         history.read(Broken(name="spark-1", address="x"), data)
+
+
+# ---------------------------------------------------------------------------------------------------- the CLI
+
+@pytest.fixture
+def cli_box(box, monkeypatch, tmp_path):
+    from sparkctl.measure import cli
+
+    host, data = box
+    monkeypatch.setattr(cli.hosts, "find", lambda name=None: host)
+    monkeypatch.setattr(cli.groupdata, "load", lambda groups=None: data)
+    return host, data
+
+
+def test_bench_history_lists_the_box_lines_and_filters_by_model(cli_box, capsys):
+    from sparkctl.__main__ import main
+
+    host, data = cli_box
+    line = history.append(host, data, rec(18.3), source="acceptance")
+    assert main(["bench", "history"]) == 0
+    out = capsys.readouterr().out
+    assert line["history"]["id"] in out and "gate" in out and "1: 18.3" in out
+    assert main(["bench", "history", "--model", "laguna-s-2.1", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out) == []
+
+
+def test_bench_compare_against_the_baseline_and_refusing_another_workload(cli_box, tmp_path, capsys):
+    from sparkctl.__main__ import main
+
+    host, data = cli_box
+    base = history.append(host, data, rec(18.3), source="acceptance")
+    mine = record.write_record(rec(15.0), tmp_path / "a.json")
+    assert main(["bench", "compare", str(mine), "--baseline"]) == 0
+    out = capsys.readouterr().out
+    assert "decode tok/s, 1 stream" in out and "1.22x" in out  # 18.3 / 15.0
+    assert main(["bench", "compare", str(mine), f"@{base['history']['id'][:8]}"]) == 0
+    capsys.readouterr()
+    other = record.write_record(rec(15.0, workload=("codegen", 2, "zzz")), tmp_path / "b.json")
+    assert main(["bench", "compare", str(other), "--baseline"]) == 2
+    err = capsys.readouterr().err
+    assert "no baseline" in err and "never lined up" in err and base["history"]["id"] in err
+    assert main(["bench", "compare", str(mine)]) == 2  # neither B nor --baseline

@@ -284,3 +284,24 @@ def judge(rec: dict, t: Thresholds, *, floor: Floor | None = None, baseline: dic
     failures = [c for c in checks if not c.passed]
     return Verdict(passed=not failures, failures=failures, record=rec, mode=t.mode, checks=checks,
                    baseline_id=base_id, notes=notes)
+
+
+def verdict_table(v: Verdict, title: str):
+    """Every figure checked: measured, reference, limit, delta, verdict."""
+    from rich.table import Table
+
+    t = Table(title=f"{title}: {'PASSED' if v.passed else 'FAILED'} -> {v.decision}"
+                    + (" (ACCEPTANCE_MODE warn)" if v.mode == "warn" and not v.passed else ""),
+              caption="; ".join(v.notes) or None)
+    for col in ("figure", "measured", "reference", "against", "limit", "delta", ""):
+        t.add_column(col, justify="left" if col in ("figure", "against", "") else "right")
+
+    def num(x) -> str:
+        return "-" if x is None else f"{x:.4g}"
+
+    for c in v.checks:
+        against = c.against + (f" {c.baseline_id}" if c.baseline_id else "")
+        t.add_row(c.figure, num(c.measured), num(c.expected), against, num(c.threshold),
+                  "-" if c.delta_pct is None else f"{c.delta_pct:+.1f} %",
+                  ("ok" if c.passed else "[bold red]FAIL[/]") + (f" {c.note}" if c.note else ""))
+    return t

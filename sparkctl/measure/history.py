@@ -185,3 +185,28 @@ def append(host, data: dict, rec: dict, *, source: str, baseline: bool | None = 
     line = make_line(rec, baseline=baseline, source=source)
     _ssh(host, append_command(history_path(data)), stdin=serialize(line))
     return line
+
+
+# ---------------------------------------------------------------------------------------------------- for people
+
+def history_table(lines: list[dict], title: str):
+    """`bench history`: one row per line, oldest first; figures are the bench probe's (decode per stream count,
+    fresh prefill, spec-decode acceptance at the lowest stream count)."""
+    from rich.table import Table
+
+    t = Table(title=title, caption="B = baseline of its configuration+workload; gate = a rollout's quick run")
+    for col in ("id", "date", "kind", "B", "model", "revision", "vLLM", "workload", "window s", "decode tok/s by streams",
+                "prefill tok/s", "acceptance"):
+        t.add_column(col, justify="right" if col in ("window s", "prefill tok/s", "acceptance") else "left")
+    for x in lines:
+        runs = sorted(x.get("runs", []), key=lambda r: r["streams"])
+        decode = ", ".join(f"{r['streams']}: {r['counter_tokens_per_s']:.1f}" for r in runs) or "-"
+        prefill = ", ".join(f"{p['tokens_per_s']:.0f}" for p in x.get("prefill", []) if p.get("tokens_per_s")) or "-"
+        sd = next((r["spec_decode"] for r in runs if r.get("spec_decode")), None) or {}
+        rate = sd.get("acceptance_rate")
+        key, work = config_key(x), workload_key(x)
+        t.add_row(x["history"]["id"], str(x.get("date", ""))[:16], "gate" if x.get("gate") else "bench",
+                  "B" if x["history"]["baseline"] else "", str(key["model"]), str(key["revision"] or "?")[:8],
+                  str(key["vllm_version"]), work["workload"], f"{x.get('window_s')}", decode, prefill,
+                  "-" if rate is None else f"{rate:.0%}")
+    return t
