@@ -239,3 +239,29 @@ def test_against_the_fake_a_rerun_passes_a_slowdown_and_a_draft_that_never_match
                                               "spec-decode acceptance at draft position 0, 1 stream(s)",
                                               "spec-decode acceptance at draft position 1, 1 stream(s)"}
     assert all(c.measured == 0.0 for c in v.failures)
+
+
+# ---------------------------------------------------------------------------------------------------- the deploy side
+
+def test_only_a_rollout_waiting_for_its_verdict_is_judged():
+    from tasks.acceptance import awaiting_verdict
+
+    assert awaiting_verdict({"phase": "awaiting-verdict", "tx": "tx-42"}) == "tx-42"
+    assert awaiting_verdict({"active": True, "applied": "a", "wanted": "a"}) is None  # today's rollout.py: nothing
+    assert awaiting_verdict({"phase": "committed", "tx": "tx-42"}) is None
+    assert awaiting_verdict({}) is None
+
+
+def test_the_verdict_command_names_the_transaction_and_quotes_the_reason():
+    import shlex
+
+    from tasks.acceptance import REASON_CHARS, verdict_command
+
+    commit = verdict_command(ALL, "coder", "tx-42", "commit").get_raw_value()
+    assert commit.endswith("/opt/sparkctl/bin/rollout.py verdict coder --tx tx-42 commit")
+    assert commit.startswith("SPARKCTL_ENV_DIR=/etc/sparkctl ")
+    reason = "decode tok/s, 1 stream: 9 vs 18.3 (-50.8 %) [baseline abc]; it's \"slow\" $(rm -rf /)\n" * 40
+    raw = verdict_command(ALL, "coder", "tx-42", "rollback", reason).get_raw_value()
+    argv = shlex.split(raw)
+    assert argv[-3:-1] == ["rollback", "--reason"] and len(argv[-1]) == REASON_CHARS
+    assert argv[-1].startswith("decode tok/s, 1 stream: 9 vs 18.3") and "\n" not in argv[-1]
