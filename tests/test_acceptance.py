@@ -103,8 +103,8 @@ def test_a_server_that_does_not_speculate_fails_when_the_catalog_has_a_floor():
 
 def test_floors_belong_to_the_checkpoint_they_were_measured_on():
     cat = catalog.resolve()
-    assert acceptance.floor_of(cat["qwen3.8-27b"]) == acceptance.Floor(0.5, (0.5, 0.5, 0.5),
-                                                                     cat["qwen3.8-27b"].memory.measured_acceptance_source)
+    qwen = cat["qwen3.8-27b"]
+    assert acceptance.floor_of(qwen) == acceptance.Floor(0.5, (0.5, 0.5, 0.5), qwen.memory.measured_acceptance_source)
     assert acceptance.floor_of(cat["laguna-s-2.1"]).rate == 0.58
     assert acceptance.floor_of(cat["laguna-s-2.1"]).per_position == ()
     assert acceptance.floor_of(cat["bge-m3"]) is None  # no speculative decoding
@@ -164,10 +164,9 @@ def test_kv_capacity_below_the_plan_fails_more_never_does_and_an_unlogged_one_fa
 
 
 def test_a_missed_needle_a_stale_prefill_and_untrusted_figures_fail():
-    v = acceptance.judge(quick_record(niah_passed=False, fresh=False,
-                                      problems=["1 streams: client and counter tokens disagree (x)",
-                                                "prefill 12288: prefix cache hit 256 tokens, the prompt was not fresh"]),
-                         T, baseline=BASE)
+    problems = ["1 streams: client and counter tokens disagree (x)",
+                "prefill 12288: prefix cache hit 256 tokens, the prompt was not fresh"]
+    v = acceptance.judge(quick_record(niah_passed=False, fresh=False, problems=problems), T, baseline=BASE)
     figures = [c.figure for c in v.failures]
     assert figures == ["prefill tok/s, 12288 tokens", "NIAH 32768 tokens at depth 50 %", "record"]
     assert "not fresh" in v.failures[0].note and "I do not know" in v.failures[1].note

@@ -195,8 +195,8 @@ def history_table(lines: list[dict], title: str):
     from rich.table import Table
 
     t = Table(title=title, caption="B = baseline of its configuration+workload; gate = a rollout's quick run")
-    for col in ("id", "date", "kind", "B", "model", "revision", "vLLM", "workload", "window s", "decode tok/s by streams",
-                "prefill tok/s", "acceptance"):
+    for col in ("id", "date", "kind", "B", "model", "revision", "vLLM", "workload", "window s",
+                "decode tok/s by streams", "prefill tok/s", "acceptance"):
         t.add_column(col, justify="right" if col in ("window s", "prefill tok/s", "acceptance") else "left")
     for x in lines:
         runs = sorted(x.get("runs", []), key=lambda r: r["streams"])
