@@ -7,7 +7,9 @@ the quick acceptance through the proxy (sparkctl/measure/quick.py), sends `commi
 after a passed commit appends the run to the box's history. A deploy that changed nothing finds nothing waiting and
 does nothing. Nothing here undoes anything itself: a lost connection only means no verdict, and the box decides.
 
-Box-side commands this assumes (rollout.py, issue 14; see awaiting_verdict and verdict_command):
+Box-side commands this assumes (rollout.py, issue 14; see apply_verdict_args, awaiting_verdict, verdict_command):
+    rollout.py apply SERVICE ... --verdict-timeout S --verdict-default rollback|commit
+                                      -> after the health gate, keep the snapshot and wait S s for a verdict
     rollout.py status SERVICE         -> JSON with "phase": "awaiting-verdict" and "tx": <transaction id> while one
                                          waits (and "verdict_deadline": unix seconds)
     rollout.py verdict SERVICE --tx TX commit
@@ -21,8 +23,9 @@ from pyinfra.api import FunctionCommand, StringCommand, deploy, operation
 from pyinfra.api.command import QuoteString
 
 from sparkctl.config import hosts
+from sparkctl.config.catalog import CODER
 from sparkctl.config.settings import Settings
-from sparkctl.errors import SparkctlError
+from sparkctl.errors import SettingError, SparkctlError
 from sparkctl.measure import acceptance, quick
 from tasks.facts import RolloutStatus
 from tasks.ops import fail
@@ -30,6 +33,20 @@ from tasks.services import rollout_env
 
 AWAITING = "awaiting-verdict"  # the phase rollout.py status reports while a transaction waits for its verdict
 REASON_CHARS = 900  # the rollback reason kept in the box's record of the failed candidate, characters
+
+
+def apply_verdict_args(d: dict, service) -> list[str]:
+    """HOOK for the lead: what `rollout.py apply` needs to wait for a verdict after its health gate ([] = do not
+    wait: acceptance off, or not the coder's head). The default is what the box does alone when the time is up."""
+    if not d["ACCEPTANCE_ENABLED"] or service.role != CODER or service.headless:
+        return []
+    timeout = d["ACCEPTANCE_VERDICT_TIMEOUT_S"]
+    if isinstance(timeout, bool) or not isinstance(timeout, int) or timeout <= 0:
+        raise SettingError("ACCEPTANCE_VERDICT_TIMEOUT_S", timeout, "whole seconds greater than 0")
+    if d["ACCEPTANCE_MODE"] not in acceptance.MODES:
+        raise SettingError("ACCEPTANCE_MODE", d["ACCEPTANCE_MODE"], list(acceptance.MODES))
+    return ["--verdict-timeout", str(timeout),
+            "--verdict-default", "commit" if d["ACCEPTANCE_MODE"] == "warn" else "rollback"]
 
 
 def awaiting_verdict(status: dict) -> str | None:

@@ -264,3 +264,39 @@ def test_the_verdict_command_names_the_transaction_and_quotes_the_reason():
     argv = shlex.split(raw)
     assert argv[-3:-1] == ["rollback", "--reason"] and len(argv[-1]) == REASON_CHARS
     assert argv[-1].startswith("decode tok/s, 1 stream: 9 vs 18.3") and "\n" not in argv[-1]
+
+
+def test_the_box_is_told_how_long_to_wait_and_what_to_do_alone():
+    from tasks.acceptance import apply_verdict_args
+
+    coder = type("Svc", (), {"role": "coder", "headless": False})()
+    worker = type("Svc", (), {"role": "coder", "headless": True})()
+    embedder = type("Svc", (), {"role": "embedder", "headless": False})()
+    assert apply_verdict_args(ALL, coder) == ["--verdict-timeout", "1800", "--verdict-default", "rollback"]
+    assert apply_verdict_args({**ALL, "ACCEPTANCE_MODE": "warn"}, coder)[-1] == "commit"
+    assert apply_verdict_args(ALL, worker) == apply_verdict_args(ALL, embedder) == []
+    assert apply_verdict_args({**ALL, "ACCEPTANCE_ENABLED": False}, coder) == []
+    with pytest.raises(SettingError, match="ACCEPTANCE_VERDICT_TIMEOUT_S"):
+        apply_verdict_args({**ALL, "ACCEPTANCE_VERDICT_TIMEOUT_S": "30m"}, coder)
+
+
+def test_the_deploy_interface_measures_reads_the_baseline_and_judges(fake, tmp_path):
+    from tests.test_history import LocalHost
+
+    host = LocalHost(name="spark-1", address="127.0.0.1")
+    data = {**ALL, "STATE_DIR": str(tmp_path), "ACCEPTANCE_WINDOW_S": 0.4, "ACCEPTANCE_STREAMS": [1],
+            "ACCEPTANCE_PREFILL_TOKENS": 2000, "ACCEPTANCE_NIAH_ENABLED": False, "ACCEPTANCE_KV_ENABLED": False,
+            "BENCH_MAX_TOKENS": 40, "BENCH_IGNORE_EOS": True, "BENCH_SETTLE_S": 0.05,
+            # the fake drafts 2 tokens per step: a floor for 2 positions (the catalog's Qwen has 3)
+            "CATALOG_OVERRIDES": {"qwen3.8-27b": {"memory": {"measured_acceptance_per_position": [0.9, 0.9]}}}}
+    first = quick.acceptance_of(host, data, endpoint=EP, metrics=FakeMetrics(fake))
+    assert first.passed and first.baseline_id is None  # the box's (empty) history was read: no baseline yet
+    assert first.record["gate"]["kind"] == "acceptance" and first.record["box"]["name"] == "spark-1"
+    line = quick.record_accepted(host, data, first)
+    assert line["history"]["baseline"] is True
+    fake.interval = 0.02
+    slow = quick.acceptance_of(host, data, endpoint=EP, metrics=FakeMetrics(fake))
+    assert slow.baseline_id == line["history"]["id"] and slow.decision == "rollback"
+    assert "decode tok/s, 1 stream" in slow.reason()
+    assert quick.record_accepted(host, data, slow) is None  # a failed run never joins the history
+    assert len(history.read(host, data)) == 1
