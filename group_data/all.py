@@ -198,3 +198,35 @@ WATCHDOG_WINDOW_S = 21600  # the restart-counting window (6 h, as the Spark comm
 WATCHDOG_RESTART_COMMAND = "systemctl restart {unit}"  # how a wedged service is restarted ({unit} = vllm-<svc>.service)
 WATCHDOG_STOP_COMMAND = "systemctl stop {unit}"  # how a service is left down after the watchdog gave up
 STATUS_SSH_TIMEOUT_S = 10  # `sparkctl status`: one ssh round trip per box must finish within this, s
+
+# --- acceptance (issue 12) -------------------------------------------------------------------------------------
+# After a rollout that changed what the coder serves passed health, the box keeps its transaction open and waits for
+# a verdict; the control side runs this quick acceptance through the proxy (the bench probe's own code, shorter)
+# and sends commit or rollback. The regression thresholds below are PROVISIONAL until set from the gate's measured
+# noise (tests/e2e/test_h_acceptance.py prints five accepted runs' spread of each figure).
+ACCEPTANCE_ENABLED = True  # run the quick acceptance after health when the coder's configuration changed
+ACCEPTANCE_MODE = "fail"  # fail: a failed figure rolls the flip back | warn: report it and keep the flip
+ACCEPTANCE_VERDICT_TIMEOUT_S = 1800  # how long the box waits for a verdict before deciding alone (fail: roll
+# back; warn: keep), s; the quick run below takes about 2-4 minutes on a GX10
+ACCEPTANCE_HISTORY_FILE = "acceptance/history.jsonl"  # below STATE_DIR: the box's accepted runs, append-only JSON
+# lines (root-only: 0600 in a 0700 folder); the first accepted run of a configuration is its baseline
+ACCEPTANCE_WINDOW_S = 10  # decode window of the quick run, s (the full bench: BENCH_WINDOW_S)
+ACCEPTANCE_STREAMS = [1, 4]  # concurrent streams of the quick run: 1 and N (the full bench: BENCH_STREAMS); its
+# requests are the bench's (BENCH_MAX_TOKENS, BENCH_IGNORE_EOS, the codegen workload), so a full bench recorded with
+# `bench --record-baseline` is a baseline it lines up with
+ACCEPTANCE_SPEC_ENABLED = True  # check speculative-decoding acceptance against the catalog's floor
+ACCEPTANCE_SPEC_FLOOR_FRACTION = 0.6  # fail when the acceptance rate (or a draft position's rate) is below this
+# fraction of the catalog's measured figure (Qwen MTP 0.5 per position -> 0.3; a wrong draft lands near 0)
+ACCEPTANCE_DECODE_ENABLED = True  # compare decode tok/s per stream count with this box's baseline
+ACCEPTANCE_DECODE_MAX_REGRESSION = 0.15  # fail when decode tok/s is more than this fraction below the baseline
+ACCEPTANCE_PREFILL_ENABLED = True  # one fresh prefill (prefix-cache hits must stay 0), compared with the baseline
+ACCEPTANCE_PREFILL_TOKENS = 12288  # its prompt length, tokens (the full bench's BENCH_PREFILL_TOKENS)
+ACCEPTANCE_PREFILL_MAX_REGRESSION = 0.15  # fail when prefill tok/s is more than this fraction below the baseline
+ACCEPTANCE_KV_ENABLED = True  # vLLM's reported KV tokens against the plan (health only warns about it)
+ACCEPTANCE_KV_MAX_SHORTFALL = 0.25  # fail when vLLM reports fewer KV tokens than planned by more than this
+# fraction (the plan's own estimate tolerance, PLAN_MEASURED_TOLERANCE; more KV than planned never fails)
+ACCEPTANCE_NIAH_ENABLED = True  # one needle-in-a-haystack cell must pass
+ACCEPTANCE_NIAH_LENGTH = 32768  # its context length, tokens
+ACCEPTANCE_NIAH_DEPTH = 50  # its needle depth, % of the haystack
+ACCEPTANCE_FAIL_ON_PROBLEMS = True  # a quick run whose own figures cannot be trusted (client and counter tokens
+# disagree, the prefill was not fresh) fails the gate rather than passing on numbers nobody can read

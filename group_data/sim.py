@@ -60,7 +60,13 @@ CATALOG_OVERRIDES = {  # tiny stand-in checkpoints and CPU-friendly flags under 
         "extra_args": [],
         "memory": {"resident_gib": 2.0, "full_attention_layers": 2, "kv_heads": 2, "head_dim": 32,
                    "linear_attention_layers": 0, "linear_state_bytes_per_layer": 0, "measured_kv_tokens": {},
-                   "tokens_per_step": 1.0, **SIM_TINY_MEMORY},
+                   "tokens_per_step": 1.0, **SIM_TINY_MEMORY,
+                   # acceptance floor (issue 12) of the 1-layer stand-in draft, which shares the target's seeded
+                   # embedding and first layer; PROVISIONAL (low on purpose) until the e2e test's print of its
+                   # measured acceptance sets it. The tiny qwen (ngram on random weights) has no floor: the real
+                   # Qwen's belongs to another checkpoint (measured_on), so the gate skips that check there
+                   "measured_acceptance_on": "sim/tiny-laguna", "measured_acceptance_rate": 0.2,
+                   "measured_acceptance_source": "simulated Spark: provisional, see tests/e2e/test_h_acceptance.py"},
     },
     "qwen3-embedding-0.6b": {
         "checkpoint": {"repo": "sim/all-minilm-l6-v2", "revision": "main"},  # the real all-MiniLM-L6-v2
@@ -86,3 +92,12 @@ BENCH_WINDOW_S = 10  # decode window, s
 BENCH_MAX_TOKENS = 256  # per probe request
 BENCH_PREFILL_TOKENS = 3000  # must fit the tiny models' 4096-token context
 BENCH_IGNORE_EOS = True  # random-weight stand-ins stop at arbitrary tokens; keep streams running to max_tokens
+
+# --- acceptance (issue 12): tiny random-weight models on 2 shared CPU cores --------------------------------------
+ACCEPTANCE_WINDOW_S = 4  # decode window, s
+ACCEPTANCE_STREAMS = [1, 2]  # streams: 2 CPU cores
+ACCEPTANCE_PREFILL_TOKENS = 3000  # the sim's BENCH_PREFILL_TOKENS: fits the tiny models' 4096-token context
+ACCEPTANCE_NIAH_ENABLED = False  # meaningless here: random weights never retrieve a needle
+ACCEPTANCE_DECODE_MAX_REGRESSION = 0.35  # PROVISIONAL: a shared 2-core machine is noisy; set from the e2e spread
+ACCEPTANCE_PREFILL_MAX_REGRESSION = 0.35  # PROVISIONAL, likewise
+ACCEPTANCE_VERDICT_TIMEOUT_S = 300  # the quick run takes well under a minute here, s

@@ -213,6 +213,28 @@ class GroupData(BaseModel):
     WATCHDOG_RESTART_COMMAND: t.pattern(r"\{unit\}", "a command containing {unit}")
     WATCHDOG_STOP_COMMAND: t.pattern(r"\{unit\}", "a command containing {unit}")
     STATUS_SSH_TIMEOUT_S: t.Seconds
+    # the acceptance gate after a flip (issue 12)
+    ACCEPTANCE_ENABLED: bool
+    ACCEPTANCE_MODE: Annotated[Literal["fail", "warn"], Field(description="one of fail, warn")]
+    ACCEPTANCE_VERDICT_TIMEOUT_S: t.WholeSeconds
+    ACCEPTANCE_HISTORY_FILE: t.typed(str, "a path relative to STATE_DIR (no '..')",
+                                     t._check(lambda p: not p.startswith("/") and ".." not in p.split("/"),
+                                              "a path relative to STATE_DIR (no '..')"), min_length=1)
+    ACCEPTANCE_WINDOW_S: t.Seconds
+    ACCEPTANCE_STREAMS: t.list_of(t.Count, "a non-empty list of stream counts greater than 0", 1)
+    ACCEPTANCE_SPEC_ENABLED: bool
+    ACCEPTANCE_SPEC_FLOOR_FRACTION: t.Fraction
+    ACCEPTANCE_DECODE_ENABLED: bool
+    ACCEPTANCE_DECODE_MAX_REGRESSION: t.Fraction
+    ACCEPTANCE_PREFILL_ENABLED: bool
+    ACCEPTANCE_PREFILL_TOKENS: t.Count
+    ACCEPTANCE_PREFILL_MAX_REGRESSION: t.Fraction
+    ACCEPTANCE_KV_ENABLED: bool
+    ACCEPTANCE_KV_MAX_SHORTFALL: t.Fraction
+    ACCEPTANCE_NIAH_ENABLED: bool
+    ACCEPTANCE_NIAH_LENGTH: t.Count
+    ACCEPTANCE_NIAH_DEPTH: t.typed(float, "a needle depth in % from 0 to 100", ge=0, le=100)
+    ACCEPTANCE_FAIL_ON_PROBLEMS: bool
     # per-box choices (group_data/gx10.py)
     CODING_MODEL: Annotated[str, Field(description="a coding model's catalog key")]
     CODER_KV_CACHE_GIB: Annotated[dict[str, t.GiB], Field(

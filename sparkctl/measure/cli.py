@@ -1,4 +1,11 @@
-"""`python -m sparkctl bench`, `bench compare A.json B.json` and `niah`: the probe and acceptance checks' CLI.
+"""`python -m sparkctl bench`, `bench compare A.json B.json`, `bench history`, `bench gate` and `niah`: the probe and
+acceptance checks' CLI.
+
+The box keeps a history of accepted runs (sparkctl/measure/history.py): `bench history` lists it, `bench compare A
+--baseline` lines A up with the box's baseline for A's configuration and workload (refused when there is none: runs
+of other workloads are never lined up), `@ID` names a history line wherever a record file is expected, and
+`bench --record-baseline` makes a full bench the baseline. `bench gate` runs a rollout's quick acceptance
+(sparkctl/measure/quick.py) and prints its verdict; the deploy calls the same function.
 
 The box is reached through its TLS proxy (https://<address>:PROXY_PORT/<CODER_SERVED_NAME>/v1) with the bearer
 token, trusting only the deploy's CA (--ca, default <SECRETS_DIR>/pki/ca.pem); /metrics is read on the box over
@@ -26,7 +33,17 @@ from sparkctl import REPO_ROOT
 from sparkctl.config import groupdata, hosts
 from sparkctl.config.secrets import read_api_token, secrets_dir
 from sparkctl.errors import SettingError, SparkctlError
-from sparkctl.measure import evals, labels, niah, probe, record, report
+from sparkctl.measure import (
+    acceptance,
+    evals,
+    history,
+    labels,
+    niah,
+    probe,
+    quick,
+    record,
+    report,
+)
 from sparkctl.measure.client import Endpoint
 
 # ---------------------------------------------------------------------------------------------------- parsing
@@ -115,16 +132,34 @@ def add_parser(subparsers) -> None:
     p.add_argument("--out", default=None, help="JSON record path (default results/bench-<model>-<time>.json)")
     p.add_argument("--plot", default=None, help="PNG path (default: the JSON path with .png)")
     p.add_argument("--no-plot", action="store_true", help="write no PNG")
+    p.add_argument("--record-baseline", action="store_true",
+                   help="append the record to the box's history as the baseline of its configuration and workload")
     p.set_defaults(func=run_bench)
-    modes = p.add_subparsers(dest="bench_mode", metavar="{compare}")
+    modes = p.add_subparsers(dest="bench_mode", metavar="{compare,history,gate}")
     c = modes.add_parser("compare", help="side-by-side table of two bench records",
                          description="The side-by-side table of two bench JSON records; the header says when their "
-                                     "workloads or windows differ.")
-    c.add_argument("a", help="bench JSON A")
-    c.add_argument("b", help="bench JSON B")
+                                     "workloads or windows differ. @ID names a line of the box's history.")
+    c.add_argument("a", help="bench JSON A (or @ID)")
+    c.add_argument("b", nargs="?", default=None, help="bench JSON B (or @ID); omit with --baseline")
+    c.add_argument("--baseline", action="store_true",
+                   help="B = the box's baseline for A's configuration and workload (refused when there is none)")
+    c.add_argument("--box", default=None, help="inventory host whose history @ID and --baseline read "
+                                               "(default: the first configured)")
     c.add_argument("--names", default=None, help="column names A,B (default: model keys)")
     c.add_argument("--plot", default=None, help="also write a PNG with both runs")
     c.set_defaults(func=run_compare)
+    h = modes.add_parser("history", help="the box's accepted runs and baselines",
+                         description=history.__doc__.split("\n\n")[0])
+    h.add_argument("--box", default=None, help="inventory host whose history to read (default: the first configured)")
+    h.add_argument("--model", default=None, help="only this coding model (catalog key)")
+    h.add_argument("--json", action="store_true", help="print the lines as JSON")
+    h.set_defaults(func=run_history)
+    g = modes.add_parser("gate", help="a rollout's quick acceptance now, and its verdict",
+                         description=quick.__doc__.split("\n\n")[0])
+    g.add_argument("--box", default=None, help="inventory host to judge (default: the first configured)")
+    g.add_argument("--json", action="store_true", help="print the verdict as JSON (acceptance.Verdict.to_dict)")
+    g.add_argument("--record", action="store_true", help="append a passed run to the box's history")
+    g.set_defaults(func=run_gate)
 
     n = subparsers.add_parser("niah", help="needle-in-a-haystack grid through the proxy",
                               description=niah.__doc__.split("\n\n")[0])
@@ -283,11 +318,48 @@ def run_bench(args) -> int:
         console.print(f"plot: {png}")
     for problem in rec["problems"]:
         console.print(f"[bold red]problem:[/] {problem}")
+    if args.record_baseline:
+        if rec["problems"] or t.labels["box"]["name"] == "dev":
+            console.print("[bold red]not recorded as the baseline:[/] " +
+                          ("its figures have problems" if rec["problems"] else "a development target has no box"))
+            return 1
+        line = history.append(hosts.find(args.host), d, rec, source="bench", baseline=True)
+        console.print(f"baseline recorded on the box: {line['history']['id']}")
     return 1 if rec["problems"] else 0
 
 
+def _box(args) -> tuple:
+    """(host, merged data) of --box, for commands that read or judge a box without the probe's endpoint."""
+    host = hosts.find(args.box)
+    return host, {**groupdata.load(args.groups or None), **host.data}
+
+
+def _load(arg: str, lines: Callable[[], list[dict]]) -> dict:
+    return history.find(lines(), arg[1:]) if arg.startswith("@") else record.load_record(arg)
+
+
 def run_compare(args) -> int:
-    a, b = record.load_record(args.a), record.load_record(args.b)
+    cache: list = []
+
+    def lines() -> list[dict]:
+        if not cache:
+            host, data = _box(args)
+            cache.append(history.read(host, data))
+        return cache[0]
+
+    if (args.b is None) == (not args.baseline):
+        raise SettingError("bench compare", args.b or "--baseline", "either a record B or --baseline, not both")
+    a = _load(args.a, lines)
+    if args.baseline:
+        b = history.baseline_for(lines(), a)
+        if b is None:
+            same_model = [x["history"]["id"] for x in history.select(lines(), model=history.config_key(a)["model"])]
+            raise record.BenchError(f"the box has no baseline of {args.a}'s configuration and workload "
+                                    f"{history.config_key(a) | history.workload_key(a)}; records of another "
+                                    f"configuration or workload are never lined up (this model's lines: "
+                                    f"{same_model or 'none'}; `bench history` shows them)")
+    else:
+        b = _load(args.b, lines)
     if args.names:
         names = [n.strip() for n in args.names.split(",")]
         if len(names) != 2 or not all(names):
@@ -301,6 +373,30 @@ def run_compare(args) -> int:
     if args.plot:
         console.print(f"plot: {report.plot_records([a, b], args.plot)}")
     return 0
+
+
+def run_history(args) -> int:
+    host, data = _box(args)
+    lines = history.select(history.read(host, data), model=args.model)
+    if args.json:
+        print(json.dumps(lines, indent=2))
+        return 0
+    _console().print(history.history_table(lines, f"{host.name}: {history.history_path(data)}"))
+    return 0
+
+
+def run_gate(args) -> int:
+    host, data = _box(args)
+    console = _console()
+    verdict = quick.acceptance_of(host, data)
+    if args.record and verdict.passed:
+        quick.record_accepted(host, data, verdict)
+    if args.json:
+        print(json.dumps(verdict.to_dict()))
+    else:
+        console.print(acceptance.verdict_table(verdict, f"{host.name} acceptance"))
+        console.print(verdict.reason())
+    return 0 if verdict.decision == "commit" else 1
 
 
 def run_niah(args) -> int:

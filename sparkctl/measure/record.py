@@ -121,6 +121,18 @@ class Prefill(_Part):
     token_count_source: str | None = None
 
 
+class Gate(_Part):
+    """Present only on a rollout's quick acceptance run (sparkctl/measure/quick.py): its short window and few
+    streams are not the full bench's, so nobody reads one as the other."""
+
+    kind: Literal["acceptance"]
+    window_s: Number
+    streams: list[int]
+    prefill_tokens: list[int] = []
+    kv: dict | None = None  # {"planned_tokens", "measured_tokens"}: vLLM's reported KV capacity against the plan
+    niah: dict | None = None  # the one NIAH cell (niah.run_cell's dict)
+
+
 class BenchRecord(_Part):
     schema_: Literal[SCHEMA] = Field(alias="schema")  # a later version gets its own model
     date: str
@@ -142,6 +154,7 @@ class BenchRecord(_Part):
     served_sha: str | None = None
     roofline_single_stream_tokens_per_s: Number | None = None
     problems: list[str] = []
+    gate: Gate | None = None  # a rollout's acceptance run (issue 12); absent on a full bench
 
 
 def validate_record(record: dict, where: str = "bench record") -> dict:

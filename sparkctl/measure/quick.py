@@ -1,0 +1,174 @@
+"""The quick acceptance of a rollout (issue 12): the bench probe, shorter, plus one NIAH cell and the KV read-back.
+
+The same code as `bench` and `niah` (probe.run_probe, niah.run_cell), never a copy: a short decode window
+(ACCEPTANCE_WINDOW_S) at 1 and N streams (ACCEPTANCE_STREAMS) with the bench's requests (its workload,
+BENCH_MAX_TOKENS, BENCH_IGNORE_EOS), which also yields the spec-decode acceptance per draft position; one fresh
+prefill of ACCEPTANCE_PREFILL_TOKENS (prefix-cache hits must stay 0); one NIAH cell (ACCEPTANCE_NIAH_LENGTH at
+ACCEPTANCE_NIAH_DEPTH); and vLLM's own KV-cache size from the journal of the coder's current start, beside the
+plan. Every part has an ACCEPTANCE_*_ENABLED switch. The record is a bench record with a `gate` part naming its
+window, streams and prefill, so no one reads it as a full bench.
+
+The deploy calls `acceptance(host, data)` -> acceptance.Verdict; after the box confirmed the commit it calls
+`record_accepted(host, data, verdict)`, which appends the run to the box's history (history.py), as the baseline
+when its configuration and workload have none yet.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import shlex
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+from sparkctl.config import catalog
+from sparkctl.config.secrets import read_api_token, secrets_dir
+from sparkctl.errors import SettingError
+from sparkctl.measure import acceptance, history, labels, niah, probe, record, workloads
+from sparkctl.measure.client import Endpoint, make_client, server_info
+
+KV_LINES = r"KV cache size|Maximum concurrency for"  # vLLM's startup lines (capacity/vllm_reported.py parses them)
+JOURNAL_TIMEOUT_S = 60  # one journal read over ssh, s
+
+
+def _positive_int(data: dict, name: str) -> int:
+    value = data[name]
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        raise SettingError(name, value, "a whole number greater than 0")
+    return value
+
+
+def _positive(data: dict, name: str) -> float:
+    value = data[name]
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
+        raise SettingError(name, value, "a number greater than 0")
+    return float(value)
+
+
+@dataclass(frozen=True)
+class QuickSettings:
+    probe: probe.ProbeSettings  # window, streams and prefill of the gate; the bench's requests
+    niah: bool  # ACCEPTANCE_NIAH_ENABLED
+    niah_length: int  # ACCEPTANCE_NIAH_LENGTH, tokens
+    niah_depth: float  # ACCEPTANCE_NIAH_DEPTH, %
+    niah_max_tokens: int  # NIAH_MAX_TOKENS
+    kv: bool  # ACCEPTANCE_KV_ENABLED
+
+    @classmethod
+    def from_settings(cls, data: dict) -> "QuickSettings":
+        """Every ACCEPTANCE_* setting checked (SettingError naming it) before anything is measured."""
+        streams = data["ACCEPTANCE_STREAMS"]
+        if not isinstance(streams, (list, tuple)) or not streams or \
+                any(isinstance(n, bool) or not isinstance(n, int) or n <= 0 for n in streams):
+            raise SettingError("ACCEPTANCE_STREAMS", streams, "a list of positive stream counts, e.g. [1, 4]")
+        depth = data["ACCEPTANCE_NIAH_DEPTH"]
+        if isinstance(depth, bool) or not isinstance(depth, (int, float)) or not 0 <= depth <= 100:
+            raise SettingError("ACCEPTANCE_NIAH_DEPTH", depth, "a needle depth from 0 to 100 %")
+        t = acceptance.Thresholds.from_settings(data)  # the switches are checked there
+        prefill = [_positive_int(data, "ACCEPTANCE_PREFILL_TOKENS")] if t.prefill else []
+        ps = probe.ProbeSettings(
+            workload=workloads.load(workloads.DEFAULT_WORKLOAD), streams=list(streams),
+            window_s=_positive(data, "ACCEPTANCE_WINDOW_S"), max_tokens=_positive_int(data, "BENCH_MAX_TOKENS"),
+            prefill_tokens=prefill, ignore_eos=bool(data["BENCH_IGNORE_EOS"]),
+            timeout_s=_positive(data, "BENCH_CLIENT_TIMEOUT_S"), settle_s=_positive(data, "BENCH_SETTLE_S"),
+            idle_timeout_s=_positive(data, "BENCH_IDLE_TIMEOUT_S"),
+            agreement_tolerance=_positive(data, "BENCH_AGREEMENT_TOLERANCE"))
+        return cls(probe=ps, niah=t.niah, niah_length=_positive_int(data, "ACCEPTANCE_NIAH_LENGTH"),
+                   niah_depth=float(depth), niah_max_tokens=_positive_int(data, "NIAH_MAX_TOKENS"), kv=t.kv)
+
+
+# ---------------------------------------------------------------------------------------------------- measuring
+
+async def niah_cell(ep: Endpoint, qs: QuickSettings) -> dict:
+    """The one NIAH cell, by niah.run_cell (the grid's own code)."""
+    async with make_client(ep, qs.probe.timeout_s) as client:
+        info = await server_info(client, ep)
+        return await niah.run_cell(client, ep, qs.niah_length, qs.niah_depth, 0, qs.niah_max_tokens,
+                                   info.get("max_model_len"))
+
+
+async def run_quick(ep: Endpoint, metrics_source: probe.MetricsSource, qs: QuickSettings, record_labels: dict,
+                    kv: dict | None = None, reporter: probe.Reporter | None = None,
+                    roofline_single: float | None = None) -> dict:
+    """The quick run's bench record, with its `gate` part. kv: {"planned_tokens", "measured_tokens"} or None."""
+    rec = await probe.run_probe(ep, metrics_source, qs.probe, record_labels, reporter,
+                                roofline_single=roofline_single)
+    gate = {"kind": "acceptance", "window_s": qs.probe.window_s, "streams": list(qs.probe.streams),
+            "prefill_tokens": list(qs.probe.prefill_tokens), "kv": kv if qs.kv else None, "niah": None}
+    if qs.niah:
+        if reporter:
+            reporter.phase(f"NIAH {qs.niah_length} tokens at depth {qs.niah_depth:g} %")
+        gate["niah"] = await niah_cell(ep, qs)
+    rec["gate"] = gate
+    return record.validate_record(rec, "quick acceptance record")
+
+
+def planned_kv_tokens(data: dict) -> int | None:
+    """The plan's KV tokens for the configured coding model (what the health table shows as planned)."""
+    from sparkctl.capacity import planner
+
+    cat = catalog.resolve(data.get("CATALOG_OVERRIDES"))
+    plan = planner.check_fits(data, cat, data["CODING_MODEL"])
+    return plan.capacity.tokens if plan.capacity else None
+
+
+def journal_command(unit: str) -> str:
+    """The KV lines vLLM logged in the unit's current run only (its InvocationID), never an earlier start's."""
+    u = shlex.quote(unit)
+    return (f"inv=$(systemctl show -p InvocationID --value {u}); [ -n \"$inv\" ] && "
+            f"journalctl --no-pager -o cat _SYSTEMD_INVOCATION_ID=$inv | grep -E {shlex.quote(KV_LINES)} | tail -n 4"
+            " || true")
+
+
+def read_kv(host, data: dict, unit: str) -> dict:
+    """{"planned_tokens", "measured_tokens"}: the plan beside what the coder's vLLM reported at this start."""
+    from sparkctl.capacity import vllm_reported
+
+    try:
+        r = subprocess.run(host.ssh_argv(journal_command(unit)), capture_output=True, text=True,
+                           timeout=JOURNAL_TIMEOUT_S)
+        text = r.stdout if r.returncode == 0 else ""
+    except (OSError, subprocess.TimeoutExpired):
+        text = ""
+    return {"planned_tokens": planned_kv_tokens(data), "measured_tokens": vllm_reported.parse_log(text).tokens}
+
+
+# ---------------------------------------------------------------------------------------------------- the interface
+
+def endpoint_for(host, data: dict, ca: str | None = None) -> Endpoint:
+    """The coder through the box's TLS proxy, as `bench` reaches it."""
+    address = f"[{host.address}]" if ":" in host.address and not host.address.startswith("[") else host.address
+    served = data["CODER_SERVED_NAME"]
+    ca = ca or str(secrets_dir(data) / "pki" / "ca.pem")
+    if not Path(ca).is_file():
+        raise SettingError("CA bundle", ca, "the CA (PEM) that signed the proxy's certificate")
+    return Endpoint(f"https://{address}:{data['PROXY_PORT']}/{served}/v1", served, read_api_token(data), ca)
+
+
+def acceptance_of(host, data: dict, *, unit: str = "vllm-coder.service", endpoint: Endpoint | None = None,
+                  metrics: probe.MetricsSource | None = None, reporter: probe.Reporter | None = None,
+                  lines: list[dict] | None = None) -> acceptance.Verdict:
+    """Run the quick acceptance of `host`'s coder and judge it: the Verdict the deploy turns into the box-side
+    `commit` or `rollback`. Settings are checked first (SettingError before anything is measured); a probe that
+    cannot measure at all raises BenchError (the caller decides: no verdict sent = the box decides by timeout).
+    lines: the box's history, when the caller already read it (tests); None: read over ssh."""
+    t = acceptance.Thresholds.from_settings(data)
+    qs = QuickSettings.from_settings(data)
+    spec = catalog.lookup(catalog.resolve(data.get("CATALOG_OVERRIDES")), "CODING_MODEL", data["CODING_MODEL"],
+                          catalog.CODER)
+    ep = endpoint or endpoint_for(host, data)
+    source = metrics or probe.MetricsSource.ssh(host, int(data["CODER_PORT"]))
+    kv = read_kv(host, data, unit) if qs.kv else None
+    tags = {**labels.model_labels(data), **labels.box_labels(host, data)}
+    roofline, _why = labels.roofline_single_stream(data)
+    rec = asyncio.run(run_quick(ep, source, qs, tags, kv, reporter, roofline))
+    lines = history.read(host, data) if lines is None else lines
+    return acceptance.judge(rec, t, floor=acceptance.floor_of(spec), baseline=history.baseline_for(lines, rec))
+
+
+def record_accepted(host, data: dict, verdict: acceptance.Verdict) -> dict | None:
+    """After the box committed: append the run to its history (the baseline when it had none). A run kept only
+    because ACCEPTANCE_MODE is warn is not recorded: it must never become the yardstick."""
+    if not verdict.passed:
+        return None
+    return history.append(host, data, verdict.record, source="acceptance")

@@ -1,0 +1,129 @@
+"""Acceptance, after health (issue 12): a coder rollout is kept only if the quick acceptance passes.
+
+The box owns the change (issue 14's transaction): after its health gate passed, the box-side rollout keeps its
+snapshot and waits up to ACCEPTANCE_VERDICT_TIMEOUT_S for a verdict; with none in time it decides alone (rolls
+back; keeps when ACCEPTANCE_MODE is warn). This step is the control side: it finds a transaction waiting, runs
+the quick acceptance through the proxy (sparkctl/measure/quick.py), sends `commit` or `rollback <reason>`, and
+after a passed commit appends the run to the box's history. A deploy that changed nothing finds nothing waiting and
+does nothing. Nothing here undoes anything itself: a lost connection only means no verdict, and the box decides.
+
+Box-side commands this assumes (rollout.py, issue 14; see apply_verdict_args, awaiting_verdict, verdict_command):
+    rollout.py apply SERVICE ... --verdict-timeout S --verdict-default rollback|commit
+                                      -> after the health gate, keep the snapshot and wait S s for a verdict
+    rollout.py status SERVICE         -> JSON with "phase": "awaiting-verdict" and "tx": <transaction id> while one
+                                         waits (and "verdict_deadline": unix seconds)
+    rollout.py verdict SERVICE --tx TX commit
+    rollout.py verdict SERVICE --tx TX rollback --reason TEXT
+"""
+
+from __future__ import annotations
+
+from pyinfra import host, logger
+from pyinfra.api import FunctionCommand, StringCommand, deploy, operation
+from pyinfra.api.command import QuoteString
+
+from sparkctl.config import hosts
+from sparkctl.config.catalog import CODER
+from sparkctl.config.settings import Settings
+from sparkctl.errors import SettingError, SparkctlError
+from sparkctl.measure import acceptance, quick
+from tasks.facts import RolloutStatus
+from tasks.ops import fail
+from tasks.services import rollout_env
+
+AWAITING = "awaiting-verdict"  # the phase rollout.py status reports while a transaction waits for its verdict
+REASON_CHARS = 900  # the rollback reason kept in the box's record of the failed candidate, characters
+
+
+def apply_verdict_args(d: dict, service) -> list[str]:
+    """HOOK for the lead: what `rollout.py apply` needs to wait for a verdict after its health gate ([] = do not
+    wait: acceptance off, or not the coder's head). The default is what the box does alone when the time is up."""
+    if not d["ACCEPTANCE_ENABLED"] or service.role != CODER or service.headless:
+        return []
+    timeout = d["ACCEPTANCE_VERDICT_TIMEOUT_S"]
+    if isinstance(timeout, bool) or not isinstance(timeout, int) or timeout <= 0:
+        raise SettingError("ACCEPTANCE_VERDICT_TIMEOUT_S", timeout, "whole seconds greater than 0")
+    if d["ACCEPTANCE_MODE"] not in acceptance.MODES:
+        raise SettingError("ACCEPTANCE_MODE", d["ACCEPTANCE_MODE"], list(acceptance.MODES))
+    return ["--verdict-timeout", str(timeout),
+            "--verdict-default", "commit" if d["ACCEPTANCE_MODE"] == "warn" else "rollback"]
+
+
+def awaiting_verdict(status: dict) -> str | None:
+    """HOOK for the lead (wiring to issue 14's box transaction): the id of the transaction of this service that
+    passed health and waits for the acceptance verdict, or None (nothing changed, or the rollout did not wait).
+    This is how the step knows the coder's configuration changed: the box only waits when its rollout changed
+    something the service reads (env, unit, vLLM install), which it knows from its stamp."""
+    if status.get("phase") != AWAITING:
+        return None
+    tx = status.get("tx")
+    return str(tx) if tx else None
+
+
+def verdict_command(d: dict, service: str, tx: str, verdict: str, reason: str = "") -> StringCommand:
+    """The box-side verdict: `rollout.py verdict SERVICE --tx TX commit|rollback [--reason TEXT]`."""
+    parts = [rollout_env(d), "python3", QuoteString(f"{d['SPARKCTL_HOME']}/bin/rollout.py"), "verdict",
+             QuoteString(service), "--tx", QuoteString(tx), verdict]
+    if verdict == "rollback":
+        parts += ["--reason", QuoteString(" ".join(reason.split())[:REASON_CHARS])]
+    return StringCommand(*parts)
+
+
+def _record(state, host_, conn, data: dict, verdict: acceptance.Verdict) -> bool:
+    """FunctionCommand body, after the box confirmed the commit: the run joins the box's history."""
+    try:
+        line = quick.record_accepted(conn, data, verdict)
+    except SparkctlError as exc:  # the rollout stands; only the history missed a line: say so, do not fail
+        logger.warning(f"{host_.name}: accepted, but the history was not written: {exc}")
+        return True
+    if line:
+        kind = "the baseline" if line["history"]["baseline"] else "history"
+        logger.info(f"{host_.name}: acceptance run {line['history']['id']} recorded as {kind}")
+    return True
+
+
+@operation()
+def acceptance_gate(settings: Settings, service):
+    """Judge a coder rollout that waits for its verdict; send commit or rollback; fail the host on a rollback."""
+    if not host.state.is_executing:
+        host.noop("checked after health")
+        return
+    d = settings.data
+    if not d["ACCEPTANCE_ENABLED"]:
+        host.noop("acceptance is off (ACCEPTANCE_ENABLED)")
+        return
+    status = host.get_fact(RolloutStatus, script=f"{d['SPARKCTL_HOME']}/bin/rollout.py", service=service.name,
+                           env_prefix=rollout_env(d))
+    tx = awaiting_verdict(status)
+    if tx is None:
+        host.noop(f"{service.unit}: no rollout waits for an acceptance verdict")
+        return
+    conn = hosts.find(host.name)
+    try:
+        verdict = quick.acceptance_of(conn, d, unit=service.unit)
+    except SparkctlError as exc:  # could not measure at all: that is the candidate's failure too
+        decision = "commit" if d["ACCEPTANCE_MODE"] == "warn" else "rollback"
+        reason = f"acceptance could not measure: {exc}"
+        logger.warning(f"{host.name}: {reason} -> {decision}")
+        yield verdict_command(d, service.name, tx, decision, reason)
+        if decision == "rollback":
+            yield fail(f"{host.name}: {service.unit} rolled back: {reason}")
+        return
+    logger.info(f"{host.name}: acceptance of {service.unit}\n" + "\n".join(c.line() for c in verdict.checks)
+                + ("\n" + "\n".join(verdict.notes) if verdict.notes else ""))
+    if not verdict.passed:
+        logger.warning(f"{host.name}: {verdict.reason()}")
+    yield verdict_command(d, service.name, tx, verdict.decision, verdict.reason())
+    if verdict.decision == "rollback":
+        yield fail(f"{host.name}: {service.unit} rolled back: {verdict.reason()}")
+        return
+    yield FunctionCommand(_record, (conn, d, verdict), {})
+
+
+@deploy("Acceptance")
+def acceptance_step(settings: Settings) -> None:
+    """The coder only: embedders have no speed or retrieval floor of their own."""
+    if settings.coder.headless or settings.coder not in settings.services:
+        return
+    acceptance_gate(name="Acceptance: a changed coder is as fast and as right as its baseline and floors",
+                    settings=settings, service=settings.coder)

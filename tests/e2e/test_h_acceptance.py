@@ -1,0 +1,138 @@
+"""The acceptance gate on the converged simulated Spark (issue 12). WRITTEN, NOT YET RUN: it needs the box-side
+verdict of issue 14's transaction (`rollout.py verdict SERVICE --tx TX commit|rollback`, a waiting "phase" in
+`rollout.py status`) and `acceptance_step(settings)` after `health(settings)` in deploy.py.
+
+* A flip whose draft cannot match (the tiny laguna with the unrelated tiny qwen as its draft: same tokenizer, other
+  weights) passes health, fails on the catalog's acceptance floor, and is rolled back; the matching draft passes
+  and prints the acceptance it measured (what the simulated Spark's provisional floor in group_data/sim.py should
+  be set from).
+* A CPU quota on the coder (a systemd drop-in) fails the decode/prefill comparison against the recorded baseline;
+  the same configuration without it passes. The drop-in is written by the test; the env marker (VLLM_EXTRA_ENV,
+  a setting) makes the deploy roll the coder out so that the restart picks the quota up.
+* The gate's own noise: five accepted runs of one configuration, the spread of each figure printed (the lead sets
+  ACCEPTANCE_*_MAX_REGRESSION from it).
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+import time
+
+from sparkctl.config import groupdata
+from sparkctl.config.lock import cache_dirname
+from sparkctl.measure import acceptance, history, quick
+from tests.e2e.conftest import pyinfra, record, sim_exec
+
+HOST = "spark-1"
+GROUPS = ["all", "gx10", "sim"]
+DROPIN = "/etc/systemd/system/vllm-coder.service.d/sparkctl-e2e-quota.conf"
+CPU_QUOTA = "25%"  # a quarter of one core: several times slower on the tiny models, far beyond any threshold
+
+
+def served_root(spark) -> str:
+    with spark.client() as c:
+        r = c.get(spark.base_url("coder") + "/models", headers={"Authorization": f"Bearer {spark.token}"})
+    return r.json()["data"][0]["root"]
+
+
+def deploy(*data: str):
+    args = ["-y", "--limit", HOST]
+    for d in data:
+        args += ["--data", d]
+    return pyinfra(*args, "inventory.py", "deploy.py")
+
+
+def marker(value: str) -> str:
+    """An env change the service reads: it forces a coder rollout without changing what it serves."""
+    return "VLLM_EXTRA_ENV=" + json.dumps({"VLLM_ENABLE_V1_MULTIPROCESSING": "0", "SPARKCTL_E2E_MARKER": value})
+
+
+def test_a_draft_that_cannot_match_fails_on_the_floor_and_is_rolled_back(converged_spark):
+    data = groupdata.load(GROUPS)
+    t0 = time.monotonic()
+    run = deploy("CODING_MODEL=laguna-s-2.1")  # the matching stand-in draft: accepted
+    record("flip to laguna, matching draft, with acceptance", time.monotonic() - t0)
+    assert run.rc == 0, run.failure()
+    line = history.select(history.read(converged_spark.host, data), model="laguna-s-2.1")[-1]
+    sd = next(r["spec_decode"] for r in sorted(line["runs"], key=lambda r: r["streams"]) if r.get("spec_decode"))
+    print(f"ACCEPTANCE matching stand-in draft: rate {sd['acceptance_rate']:.3f}, per position "
+          f"{sd.get('per_position_acceptance')} (sim floor: measured_acceptance_rate in group_data/sim.py)")
+    run = deploy("CODING_MODEL=qwen3.8-27b")
+    assert run.rc == 0, run.failure()
+
+    overrides = json.loads(json.dumps(data["CATALOG_OVERRIDES"]))
+    overrides["laguna-s-2.1"]["draft"] = {"repo": "sim/tiny-qwen", "revision": "main"}  # unrelated weights
+    t0 = time.monotonic()
+    run = deploy("CODING_MODEL=laguna-s-2.1", "CATALOG_OVERRIDES=" + json.dumps(overrides))
+    record("flip to laguna with a draft that cannot match -> acceptance rollback", time.monotonic() - t0)
+    assert run.rc != 0, "a failed acceptance must fail the deploy"
+    assert "spec-decode acceptance, 1 stream(s)" in run.output and "catalog floor" in run.output, run.failure()
+    assert "rolled back" in run.output, run.failure()
+    assert "SPARKCTL_MODEL=qwen3.8-27b" in sim_exec(HOST, "cat /etc/sparkctl/vllm-coder.env")
+    assert cache_dirname("sim/tiny-qwen") in served_root(converged_spark)  # serving the previous model again
+
+
+def test_a_cpu_quota_fails_the_speed_comparison_and_the_same_config_without_it_passes(converged_spark):
+    data = groupdata.load(GROUPS)
+    run = deploy(marker("baseline"))  # accepted: the baseline (or compared with an earlier one)
+    assert run.rc == 0, run.failure()
+    base = history.baseline_for(history.read(converged_spark.host, data),
+                                history.read(converged_spark.host, data)[-1])
+    assert base is not None
+    sim_exec(HOST, f"mkdir -p {DROPIN.rsplit('/', 1)[0]} && printf '[Service]\\nCPUQuota={CPU_QUOTA}\\n' > {DROPIN}"
+                   " && systemctl daemon-reload")
+    try:
+        t0 = time.monotonic()
+        run = deploy(marker("slow"))
+        record(f"coder under CPUQuota={CPU_QUOTA} -> acceptance rollback", time.monotonic() - t0)
+    finally:
+        sim_exec(HOST, f"rm -f {DROPIN} && systemctl daemon-reload")
+    assert run.rc != 0, "a slowed coder must fail acceptance"
+    assert "decode tok/s" in run.output and base["history"]["id"] in run.output, run.failure()
+    assert "rolled back" in run.output, run.failure()
+    run = deploy(marker("fast"))  # the same configuration, no quota
+    assert run.rc == 0, run.failure()
+    assert "acceptance passed against baseline " + base["history"]["id"] in run.output, run.failure()
+
+
+def spread(values: list[float]) -> dict:
+    mean = statistics.fmean(values)
+    sd = statistics.stdev(values) if len(values) > 1 else 0.0
+    worst = max(abs(v - mean) for v in values)
+    return {"mean": mean, "min": min(values), "max": max(values), "stdev": sd,
+            "cv_pct": 100 * sd / mean if mean else 0.0, "worst_below_mean_pct": 100 * (mean - min(values)) / mean
+            if mean else 0.0, "worst_pct": 100 * worst / mean if mean else 0.0}
+
+
+def test_five_accepted_runs_give_the_gate_noise(converged_spark):
+    data = converged_spark.data
+    runs = []
+    for i in range(5):
+        t0 = time.monotonic()
+        v = quick.acceptance_of(converged_spark.host, data, lines=[])  # judged alone: the figures, not a baseline
+        record(f"quick acceptance run {i + 1}/5", time.monotonic() - t0)
+        assert v.passed, v.reason()
+        runs.append(v.record)
+    figures: dict[str, list[float]] = {}
+    for rec in runs:
+        for r in rec["runs"]:
+            figures.setdefault(f"decode tok/s, {r['streams']} streams", []).append(r["counter_tokens_per_s"])
+            sd = r.get("spec_decode") or {}
+            if sd.get("acceptance_rate") is not None:
+                figures.setdefault(f"acceptance, {r['streams']} streams", []).append(sd["acceptance_rate"])
+        for p in rec["prefill"]:
+            figures.setdefault(f"prefill tok/s, {p['target_tokens']}", []).append(p["tokens_per_s"])
+    print("ACCEPTANCE NOISE (five quick runs, one configuration)")
+    print(f"{'figure':32} {'mean':>9} {'min':>9} {'max':>9} {'stdev':>8} {'cv %':>6} {'min below mean %':>17}")
+    for name, values in figures.items():
+        s = spread(values)
+        print(f"{name:32} {s['mean']:9.2f} {s['min']:9.2f} {s['max']:9.2f} {s['stdev']:8.3f} {s['cv_pct']:6.1f} "
+              f"{s['worst_below_mean_pct']:17.1f}")
+    # every later run, judged against the first as its baseline with the configured thresholds, must pass: the
+    # thresholds sit above the gate's own noise
+    t = acceptance.Thresholds.from_settings(data)
+    base = history.make_line(runs[0], baseline=True, source="acceptance")
+    for rec in runs[1:]:
+        v = acceptance.judge(rec, t, baseline=base)
+        assert v.passed, f"noise alone fails the gate: {v.reason()}"
