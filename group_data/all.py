@@ -197,6 +197,8 @@ WATCHDOG_MAX_RESTARTS = 3  # restarts of one service within WATCHDOG_WINDOW_S be
 WATCHDOG_WINDOW_S = 21600  # the restart-counting window (6 h, as the Spark community's watchdogs), s
 WATCHDOG_RESTART_COMMAND = "systemctl restart {unit}"  # how a wedged service is restarted ({unit} = vllm-<svc>.service)
 WATCHDOG_STOP_COMMAND = "systemctl stop {unit}"  # how a service is left down after the watchdog gave up
+# exits 0 while a rollout transaction owns the service ({service} = coder, ...): the watchdog then leaves it alone
+WATCHDOG_ROLLOUT_ACTIVE_COMMAND = "systemctl is-active --quiet sparkctl-rollout-{service}.service"
 STATUS_SSH_TIMEOUT_S = 10  # `sparkctl status`: one ssh round trip per box must finish within this, s
 
 # --- acceptance (issue 12) -------------------------------------------------------------------------------------

@@ -165,11 +165,20 @@ class Watchdog:
             log(WARNING, f"{template.format(unit=unit)!r} exited {r.returncode}: {(r.stdout + r.stderr).strip()}")
 
     # --- the loop ------------------------------------------------------------------------------------------
+    def rollout_running(self, svc: dict) -> bool:
+        """A rollout transaction owns the service right now (draining, restarting, gating): never restart it then."""
+        command = shlex.split(self.cfg["rollout_active_command"].format(service=svc["name"], unit=svc["unit"]))
+        return subprocess.run(command, capture_output=True).returncode == 0
+
     def check_once(self, now: float | None = None) -> dict[str, str]:
         now = time.time() if now is None else now
         verdicts = {}
         for svc in self.cfg["services"]:
-            verdict, why, proven = self.verdict(svc, now)
+            if self.rollout_running(svc):
+                self.obs.pop(svc["name"], None)  # judge it afresh once the transaction is done
+                verdict, why, proven = "rollout", "a rollout transaction owns it", False
+            else:
+                verdict, why, proven = self.verdict(svc, now)
             if verdict != self.last.get(svc["name"]) and (verdict in ("down", "wedged")
                                                           or self.last.get(svc["name"]) in ("down", "wedged")):
                 log(INFO, f"{svc['unit']}: {verdict}: {why}")

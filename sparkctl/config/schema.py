@@ -212,6 +212,7 @@ class GroupData(BaseModel):
     WATCHDOG_WINDOW_S: t.WholeSeconds
     WATCHDOG_RESTART_COMMAND: t.pattern(r"\{unit\}", "a command containing {unit}")
     WATCHDOG_STOP_COMMAND: t.pattern(r"\{unit\}", "a command containing {unit}")
+    WATCHDOG_ROLLOUT_ACTIVE_COMMAND: t.pattern(r"\{service\}", "a command containing {service}")
     STATUS_SSH_TIMEOUT_S: t.Seconds
     # the acceptance gate after a flip (issue 12)
     ACCEPTANCE_ENABLED: bool

@@ -66,7 +66,7 @@ def watchdog_config(d: dict, services) -> str:
         "probe_idle_s": d["WATCHDOG_PROBE_IDLE_S"], "probe_timeout_s": d["WATCHDOG_PROBE_TIMEOUT_S"],
         "http_timeout_s": d["WATCHDOG_HTTP_TIMEOUT_S"], "max_restarts": d["WATCHDOG_MAX_RESTARTS"],
         "window_s": d["WATCHDOG_WINDOW_S"], "restart_command": d["WATCHDOG_RESTART_COMMAND"],
-        "stop_command": d["WATCHDOG_STOP_COMMAND"], "state_file": f"{d['STATE_DIR']}/watchdog/state.json",
+        "stop_command": d["WATCHDOG_STOP_COMMAND"], "rollout_active_command": d["WATCHDOG_ROLLOUT_ACTIVE_COMMAND"], "state_file": f"{d['STATE_DIR']}/watchdog/state.json",
         "textfile": f"{d['TEXTFILE_DIR']}/sparkctl_watchdog.prom",
         "services": [{"name": s.name, "unit": s.unit, "url": f"http://{d['LISTEN_ADDRESS']}:{s.port}",
                       "served": s.served_name, "kind": "chat" if s.role == CODER else "embed"}

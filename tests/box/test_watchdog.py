@@ -75,7 +75,9 @@ def standin_vllm(engine: Engine) -> http.server.ThreadingHTTPServer:
 
 
 SYSTEMCTL = """#!/bin/sh
-# STAND-IN for systemctl (tests/box/test_watchdog.py): records its arguments, changes nothing
+# STAND-IN for systemctl (tests/box/test_watchdog.py): records its arguments, changes nothing; `is-active` of a
+# rollout transaction answers from a flag file (absent: no rollout running)
+case "$1" in is-active) [ -e {log}.rollout ]; exit $? ;; esac
 echo "$*" >> {log}
 """
 
@@ -90,7 +92,9 @@ def setup(tmp_path):
     standin.chmod(0o755)
     cfg = {"interval_s": 1, "stall_s": 60, "probe_idle_s": 30, "probe_timeout_s": 0.5, "http_timeout_s": 2,
            "max_restarts": 3, "window_s": 6 * 3600, "restart_command": f"{standin} restart {{unit}}",
-           "stop_command": f"{standin} stop {{unit}}", "state_file": str(tmp_path / "state" / "state.json"),
+           "stop_command": f"{standin} stop {{unit}}",
+           "rollout_active_command": f"{standin} is-active --quiet sparkctl-rollout-{{service}}.service",
+           "state_file": str(tmp_path / "state" / "state.json"),
            "textfile": str(tmp_path / "sparkctl_watchdog.prom"),
            "services": [{"name": "coder", "unit": "vllm-coder.service", "kind": "chat", "served": "coder",
                          "url": f"http://127.0.0.1:{srv.server_address[1]}"}]}
@@ -139,6 +143,20 @@ def test_pending_work_and_flat_counters_is_wedged_and_restarted(setup):
     assert calls(log) == ["restart vllm-coder.service"]
     assert metric(cfg, "sparkctl_watchdog_restarts_total") == 1
     assert metric(cfg, "sparkctl_watchdog_gave_up") == 0
+
+
+def test_a_service_its_rollout_owns_is_left_alone(setup):
+    engine, cfg, log = setup
+    dog = Watchdog(cfg)
+    engine.running, engine.waiting = 2, 1  # flat counters with work pending: wedged, were it not for the rollout
+    Path(f"{log}.rollout").touch()
+    assert dog.check_once(now=1000.0)["coder"] == "rollout"
+    assert dog.check_once(now=1100.0)["coder"] == "rollout"
+    assert calls(log) == []
+    Path(f"{log}.rollout").unlink()  # the transaction is done: judged afresh, the stall clock starts now
+    assert dog.check_once(now=1110.0)["coder"] == "busy"
+    assert dog.check_once(now=1171.0)["coder"] == "wedged"
+    assert calls(log) == ["restart vllm-coder.service"]
 
 
 def test_idle_engine_whose_probe_gets_no_token_is_wedged(setup):
