@@ -78,6 +78,14 @@ HEALTH_READY_TIMEOUT_S = 1800  # seconds a (re)started service may take to answe
 HEALTH_POLL_INTERVAL_S = 2  # seconds between readiness polls
 HEALTH_JOURNAL_LINES = 40  # journal lines shown when a service fails its health check
 HEALTH_REQUEST_TIMEOUT_S = 7200  # client timeout of the health check's real requests, s
+# --- safe change: drained, gated, reversible rollouts (issue 14) ---
+# A generation of 20-30K tokens is normal here; the 27B coder decodes ~20 tokens/s on a GX10 (273 GB/s over
+# ~14 GB of weights read per token), so one that has just started needs ~1500 s: 1800 s lets it finish.
+DRAIN_TIMEOUT_S = 1800  # longest wait for vllm:num_requests_running (+ waiting) to reach 0 before a restart, s
+DRAIN_RETRY_AFTER_S = 30  # Retry-After the proxy sends with its 503 while a served model drains, s
+DRAIN_DIR = "/etc/nginx/sparkctl-drain"  # box: <served>.conf here = the proxy answers 503 for that model
+ROLLOUT_RETRY_FAILED = False  # True: try again a candidate the box remembers as failed (--data ROLLOUT_RETRY_FAILED=True)
+ROLLOUT_FAILED_KEEP = 20  # failed candidates remembered per service (hash, when, why, journal); older ones forgotten
 
 # --- checkpoints (Hugging Face) ---------------------------------------------------------------------------------
 HF_ENDPOINT = "https://huggingface.co"  # Hub (or mirror) the box downloads from

@@ -58,12 +58,13 @@ class DistVersion(FactBase):
 
 
 class RolloutStatus(FactBase):
-    """What rollout.py says about a service: active, stamp applied vs wanted ({} before the script exists)."""
+    """What rollout.py says about every service of the box in ONE call: {service: {active, applied, wanted,
+    running, phase, failed, last}} ({} before the script exists). No venv python is spawned."""
 
-    def command(self, script, service, env_prefix=""):
+    def command(self, script, services, env_prefix=""):
         # the variables must prefix python3 itself, not the `[` test before it
         return StringCommand("[ -f", QuoteString(script), "] &&", env_prefix, "python3", QuoteString(script), "status",
-                             QuoteString(service), "2>/dev/null || true")
+                             *[QuoteString(s) for s in services], "2>/dev/null || true")
 
     def default(self):
         return {}

@@ -5,8 +5,12 @@ That makes steps that are shell commands underneath idempotent: a converged box 
 
 from __future__ import annotations
 
+import json
+
+import gevent
 from pyinfra import host, logger
 from pyinfra.api import FunctionCommand, StringCommand, operation
+from pyinfra.api.arguments import CONNECTOR_ARGUMENT_KEYS
 from pyinfra.api.command import QuoteString
 from pyinfra.facts.files import File
 
@@ -76,23 +80,111 @@ def sync_checkpoint(repo: str, sha: str, listing: str, cache_dir: str, marker_di
                         "--cache-dir", QuoteString(cache_dir), "--marker-dir", QuoteString(marker_dir))
 
 
-@operation()
-def rollout(service: str, script: str, port: int, served: str, kind: str, timeout: int, interval: int,
-            journal_lines: int, env_prefix: str = ""):
-    """Switch a service to its staged env file and gate on readiness, unless it already runs exactly that.
+# --- rollout of a vLLM service (the transaction itself runs on the box: sparkctl/box/rollout.py) ---------------
 
-    "Exactly that" = the stamp rollout.py recorded after its last healthy start matches the unit file, the staged
-    env file and the installed vLLM version now; so a restart happens only when something the service reads
-    changed, and a rollout that failed (and rolled back) is tried again on the next run.
+ROLLING: dict[str, str] = {}  # service -> the box whose rollout of it started and has not passed its gate yet
+KNOWN_FAILED: dict[str, list[str]] = {}  # box -> one line per service left on its previous configuration
+_STATUS: dict[tuple, dict] = {}  # (box, executing) -> rollout.py status of every service: one call per phase
+
+
+def rollout_status(script: str, services: tuple, env_prefix: str) -> dict:
+    key = (host.name, bool(host.state.is_executing), script, services)
+    if key not in _STATUS:
+        _STATUS[key] = host.get_fact(RolloutStatus, script=script, services=list(services), env_prefix=env_prefix)
+    return _STATUS[key]
+
+
+def _connector_args(host) -> dict:
+    given = host.current_op_global_arguments or {}
+    return {k: given[k] for k in CONNECTOR_ARGUMENT_KEYS if k in given and k not in ("_retries", "_retry_delay",
+                                                                                       "_retry_until", "_timeout")}
+
+
+def _guard(state, host, service: str) -> bool:
+    """Execution time, one box after another: never touch a box after an earlier one failed this rollout."""
+    earlier = ROLLING.get(service)
+    if earlier and earlier != host.name:
+        host.log_styled(f"not rolling out vllm-{service} here: it failed on {earlier} (rolled back there), so this "
+                        f"box stays on its previous configuration; fix the candidate and rerun", fg="red",
+                        log_func=logger.error)
+        return False
+    ROLLING[service] = host.name
+    return True
+
+
+def _follow(state, host, service: str, apply_cmd: StringCommand, follow_cmd: list, interval: float) -> bool:
+    """Start (or attach to) the box's transaction and print its log until it records a result. Losing this
+    connection changes nothing on the box: a rerun attaches to the same transaction or reads its result."""
+    kw = _connector_args(host)
+    ok, out = host.run_shell_command(apply_cmd, **kw)
+    started = next((json.loads(x) for x in reversed(out.stdout_lines) if x.startswith("{")), None) if ok else None
+    if not started:
+        host.log_styled(f"rollout.py apply {service} failed: {' '.join(out.stderr_lines)[-2000:]}", fg="red",
+                        log_func=logger.error)
+        return False
+    txn, offset, misses = started["txn"], 0, 0
+    if started.get("attached"):
+        host.log(f"vllm-{service}: attaching to rollout {txn}, already running on the box")
+    while True:
+        ok, out = host.run_shell_command(StringCommand(*follow_cmd, "--txn", QuoteString(txn), "--offset",
+                                                       str(offset)), **kw)
+        lines = out.stdout_lines if ok else []
+        st = json.loads(lines[-1][3:]) if lines and lines[-1].startswith("@@ ") else None
+        if st is None:
+            misses += 1
+            if misses > 5:
+                host.log_styled(f"lost track of rollout {txn} of vllm-{service}; it goes on on the box: rerun the "
+                                f"deploy to attach to it or read its result", fg="red", log_func=logger.error)
+                return False
+            gevent.sleep(interval)
+            continue
+        misses, offset = 0, st["offset"]
+        for line in lines[:-1]:
+            host.log(f"vllm-{service}: {line}")
+        if st["done"]:
+            result = st["result"] or {}
+            if result.get("rc") == 0:
+                ROLLING.pop(service, None)
+                return True
+            host.log_styled(f"vllm-{service}: rollout {result.get('outcome')}: {result.get('message', '')[:4000]}",
+                            fg="red", log_func=logger.error)
+            return False
+        gevent.sleep(interval)
+
+
+@operation()
+def rollout(service: str, services: tuple, script: str, port: int, served: str, kind: str, timeout: int,
+            interval: int, journal_lines: int, drain_timeout: int, retry_after: int, retry_failed: bool,
+            keep_failed: int, env_prefix: str = ""):
+    """Run the box's transaction for a service (drain, switch, gate, commit or roll back), unless it already
+    runs exactly its staged configuration, or that configuration failed before and no retry was asked for.
+
+    "Exactly that" = the stamp rollout.py recorded after its last healthy start equals the hash of the staged unit
+    and env file now, so a restart happens only when something the service reads changed.
     """
-    status = host.get_fact(RolloutStatus, script=script, service=service, env_prefix=env_prefix)
-    if status.get("active") and status.get("applied") and status.get("applied") == status.get("wanted"):
+    status = rollout_status(script, services, env_prefix).get(service, {})
+    busy = status.get("running") or status.get("phase")
+    if not busy and status.get("active") and status.get("applied") and status["applied"] == status.get("wanted"):
         host.noop(f"vllm-{service} already runs its configuration")
         return
-    yield StringCommand(env_prefix, "python3", QuoteString(script), "apply", QuoteString(service),
-                        "--port", str(int(port)), "--served", QuoteString(served), "--kind", kind,
-                        "--timeout", str(int(timeout)), "--interval", str(int(interval)),
-                        "--journal", str(int(journal_lines)))
+    failed = status.get("failed")
+    if not busy and failed and not retry_failed:
+        line = (f"vllm-{service}: this configuration ({failed.get('model')}) failed at {failed.get('at')} "
+                f"({failed.get('why')}); nothing restarted. To try it again on purpose: "
+                f"--data ROLLOUT_RETRY_FAILED=True")
+        if host.state.is_executing:
+            KNOWN_FAILED.setdefault(host.name, []).append(line)
+            host.log_styled(line, fg="yellow", log_func=logger.warning)
+        host.noop(line)
+        return
+    args = ["--port", str(int(port)), "--served", QuoteString(served), "--kind", kind,
+            "--timeout", str(int(timeout)), "--interval", str(int(interval)), "--journal", str(int(journal_lines)),
+            "--drain-timeout", str(int(drain_timeout)), "--retry-after", str(int(retry_after)),
+            "--keep-failed", str(int(keep_failed)), *(["--retry-failed"] if retry_failed else [])]
+    apply_cmd = StringCommand(env_prefix, "python3", QuoteString(script), "apply", QuoteString(service), *args)
+    follow_cmd = [env_prefix, "python3", QuoteString(script), "follow", QuoteString(service)]
+    yield FunctionCommand(_guard, (service,), {})
+    yield FunctionCommand(_follow, (service, apply_cmd, follow_cmd, interval), {})
 
 
 @operation()

@@ -49,6 +49,8 @@ def proxy(settings: Settings, service_list: list | None = None) -> None:
     service_list = [s for s in (service_list if service_list is not None else settings.services) if not s.headless]
     cert, key, ca = tls_material(d)
     files.directory(name=f"Create {TLS_DIR}", path=TLS_DIR, user="root", group="root", mode="0700")
+    files.directory(name=f"Create {d['DRAIN_DIR']} (drain files of the rollouts)", path=d["DRAIN_DIR"], user="root",
+                    group="root", mode="0755")
     changes = [
         files.put(name="TLS certificate chain", src=str(cert), dest=f"{TLS_DIR}/server.pem", user="root",
                   group="root", mode="0644"),

@@ -6,10 +6,15 @@ from __future__ import annotations
 import http.server
 import json
 import os
+import shutil
+import socket
+import ssl
 import subprocess
 import sys
 import threading
 import time
+import urllib.error
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -371,3 +376,75 @@ def test_killing_the_follower_changes_nothing_on_the_box(box):
     assert box.result()["txn"] == txn and box.result()["outcome"] == "rolled-back" and box.live_model() == "qwen"
     st = box.status()  # what the next deploy reads
     assert st["failed"]["model"] == "broken" and st["last"]["outcome"] == "rolled-back"
+
+
+def test_a_box_converged_by_the_earlier_scheme_restarts_nothing(box):
+    box.converge("qwen")
+    (box.state / "rollout" / "vllm-coder.stamp").write_text("0" * 64 + "\n")  # stamp of the old formula
+    st = box.status()
+    assert st["applied"] == st["wanted"]
+    assert box.run(txn="t2").returncode == 0 and restarts(box) == 0
+
+
+@pytest.mark.skipif(shutil.which("nginx") is None, reason="nginx not installed (apt-get install nginx-light)")
+def test_real_nginx_answers_503_with_retry_after_while_drained_and_reopens(box, gx10_data, tmp_path):
+    """The real site template, the real nginx, the box's drain file: 503 + Retry-After, token still required."""
+    from tests.test_render import TOKEN, render_proxy_site, settings_for
+
+    sys.path.insert(0, str(ROLLOUT.parent))
+    import rollout_drain
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        proxy_port = s.getsockname()[1]
+    data = {**gx10_data, "PROXY_PORT": proxy_port, "CODER_PORT": box.port, "DRAIN_DIR": str(box.drain)}
+    site = render_proxy_site(data, settings_for(data), tmp_path).replace("listen [::]:", "# listen [::]:")
+    prefix = tmp_path / "nginx"
+    prefix.mkdir()
+    conf = prefix / "nginx.conf"
+    conf.write_text(f"pid {prefix}/nginx.pid;\nerror_log {prefix}/error.log;\nevents {{}}\nhttp {{\n"
+                    f"    access_log off;\n    include {tmp_path}/site.conf;\n}}\n")
+    (tmp_path / "site.conf").write_text(site)
+    nginx = ["nginx", "-p", str(prefix), "-c", str(conf)]
+    subprocess.run(nginx, check=True, capture_output=True)
+    reload = lambda: (subprocess.run([*nginx, "-s", "reload"], check=True), time.sleep(0.5))  # noqa: E731
+    ctx = ssl.create_default_context()
+    ctx.check_hostname, ctx.verify_mode = False, ssl.CERT_NONE
+    url = f"https://127.0.0.1:{proxy_port}/coder/v1/models"
+
+    def get(token=TOKEN):
+        req = urllib.request.Request(url, headers={"Authorization": f"Bearer {token}"})
+        try:
+            with urllib.request.urlopen(req, context=ctx, timeout=10) as r:
+                return r.status, r.headers
+        except urllib.error.HTTPError as e:
+            return e.code, e.headers
+
+    try:
+        (box.sd / "serving.json").write_text('{"up": true, "model": "qwen"}')
+        assert get()[0] == 200
+        rollout_drain._reload_nginx = lambda: (reload(), (True, ""))[1]
+        assert rollout_drain.drain_on(str(box.drain), "coder", 30) == (True, "")
+        code, headers = get()
+        assert code == 503 and headers["Retry-After"] == "30"
+        assert get("wrong")[0] == 401  # draining never opens the door
+        assert rollout_drain.drain_off(str(box.drain), "coder") == (True, "")
+        assert get()[0] == 200
+    finally:
+        subprocess.run([*nginx, "-s", "quit"], capture_output=True)
+
+
+def test_a_box_that_fails_its_rollout_stops_the_rollout_of_the_later_boxes(tmp_path):
+    """Two @fake Sparks in replicas whose coder rollout rolls back: the first box tried stops the rollout, the
+    other box's coder is never touched (pyinfra's _serial + the execution-time guard)."""
+    from tests.test_topologies import cmds, run_pair
+
+    os.environ["FAKE_ROLLOUT_FAILS"] = "1"
+    try:
+        out = run_pair(tmp_path, "replicas")
+    finally:
+        del os.environ["FAKE_ROLLOUT_FAILS"]
+    tried = [h for h in ("spark-1", "spark-2") if any("rollout.py apply coder" in c for c in cmds(out, h))]
+    assert len(tried) == 1, tried
+    assert "(rolled back there), so this box stays on its previous configuration" in out["log"]
+    assert sorted(out["failed_hosts"]) == ["@fake/spark-1", "@fake/spark-2"]

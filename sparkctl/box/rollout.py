@@ -67,11 +67,12 @@ def status(services: list[str]) -> dict:
         wanted = tx.candidate(p) if os.path.exists(p.env_next) and os.path.exists(p.unit_next) else ""
         known = tx.failed_record(p, wanted) if wanted else {}
         last = tx.read_json(p.result)
-        out[s] = {"active": states[p.unit_name].get("ActiveState") == "active",
-                  "applied": tx.read(p.stamp).decode().strip(), "wanted": wanted,
+        active = states[p.unit_name].get("ActiveState") == "active"
+        phase = tx.read_json(f"{p.txn}/state.json").get("phase", "")
+        out[s] = {"active": active, "applied": tx.applied(p, wanted, active, bool(phase)), "wanted": wanted,
                   "running": states[rollout_unit(s)].get("ActiveState") in ("active", "activating", "reloading"),
                   "current": tx.read(p.current).decode().strip(),
-                  "phase": tx.read_json(f"{p.txn}/state.json").get("phase", ""),
+                  "phase": phase,
                   "failed": {k: known.get(k) for k in ("at", "why", "model")} if known else None,
                   "last": {k: last.get(k) for k in ("txn", "outcome", "finished", "message", "candidate")}
                   if last else None}

@@ -92,6 +92,16 @@ def candidate(p: Paths) -> str:
     return h.hexdigest()
 
 
+def applied(p: Paths, cand: str, active: bool, txn_open: bool) -> str:
+    """The stamp, or the candidate when a running service's live files already are exactly the candidate under a
+    stamp of an earlier scheme (so upgrading this script restarts nothing)."""
+    stamp = read(p.stamp).decode().strip()
+    if stamp and stamp != cand and active and not txn_open and cand and read(p.unit) == read(p.unit_next) \
+            and read(p.env) == read(p.env_next):
+        return cand
+    return stamp
+
+
 def model_of(data: bytes) -> str:
     for line in data.decode("utf-8", "replace").splitlines():
         if line.startswith("SPARKCTL_MODEL="):
@@ -265,7 +275,7 @@ def execute(a, say) -> int:
         say(f"rollout: retrying candidate {cand[:12]} on purpose (it failed at {known.get('at')})")
         forget_failure(p, cand)
     active = sd.unit_state(p.unit_name).get("ActiveState") == "active"
-    if not txn.open and active and read(p.stamp).decode().strip() == cand:
+    if not txn.open and active and applied(p, cand, active, txn.open) == cand:
         return finish(OK, "unchanged", f"rollout: {p.unit_name} already runs candidate {cand[:12]}")
 
     binary = exec_binary(read(p.unit_next))  # checks before anything stops
