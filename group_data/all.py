@@ -47,9 +47,11 @@ VLLM_METADATA_ALIAS = ""  # when VLLM_DIST is not "vllm": version to register as
 PIP_FIND_LINKS = []  # local wheel directories on the box (an air-gapped install points these at a wheelhouse)
 PIP_NO_INDEX = False  # True: install only from PIP_FIND_LINKS, never from an index
 PIP_VERSION = "26.3"  # pip version installed into the venv first (old pips mis-resolve local versions)
+# --- versioned vLLM venvs (issue 14) ---
+VLLM_VENVS_KEEP = 2  # venvs kept under SPARKCTL_HOME/venvs (newest first) besides any a unit still names
 
 # --- paths on the box ------------------------------------------------------------------------------------------
-SPARKCTL_HOME = "/opt/sparkctl"  # venv (venv/) and the helper scripts (bin/) the deploy uploads
+SPARKCTL_HOME = "/opt/sparkctl"  # versioned vLLM venvs (venvs/) and the helper scripts (bin/) the deploy uploads
 MODEL_STORE = "/srv/models"  # Hugging Face cache root for every checkpoint (hub/ below it)
 ENV_DIR = "/etc/sparkctl"  # root-only: one env file per service, the previous one kept beside it
 STATE_DIR = "/var/lib/sparkctl"  # service user's home: JIT/compile/autotune caches, rollout stamps

@@ -13,6 +13,7 @@ from pyinfra.api import deploy
 from pyinfra.operations import files
 
 from sparkctl.config.settings import Settings
+from sparkctl.render.units import vllm_venv
 from tasks.link import SYNC_KEY, SYNC_KNOWN_HOSTS
 from tasks.ops import fetch_checkpoint, sync_checkpoint
 
@@ -51,13 +52,13 @@ def checkpoints(settings: Settings) -> None:
         listing = listings[cp.repo]
         fetch_checkpoint(name=f"Download and verify {cp.repo}@{cp.sha[:12]} ({cp.total_bytes / 2**30:.2f} GiB)",
                          repo=cp.repo, sha=cp.sha, listing=listing, cache_dir=f"{store}/hub",
-                         marker_dir=f"{store}/verified", python=f"{home}/venv/bin/python",
+                         marker_dir=f"{store}/verified", python=f"{vllm_venv(d)}/bin/python",
                          script=f"{home}/bin/fetch_checkpoint.py", workers=d["HF_DOWNLOAD_WORKERS"], _env=env)
     for cp in settings.checkpoints:  # tensor-parallel worker: after the head's downloads, over the CX7 link
         if not worker:
             continue
         sync_checkpoint(name=f"Copy {cp.repo}@{cp.sha[:12]} from the head over the CX7 link", repo=cp.repo,
                         sha=cp.sha, listing=listings[cp.repo], cache_dir=f"{store}/hub",
-                        marker_dir=f"{store}/verified", python=f"{home}/venv/bin/python",
+                        marker_dir=f"{store}/verified", python=f"{vllm_venv(d)}/bin/python",
                         script=f"{home}/bin/fetch_checkpoint.py", head_address=settings.role.head_address,
                         key=SYNC_KEY, known_hosts=SYNC_KNOWN_HOSTS)

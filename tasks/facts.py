@@ -76,6 +76,21 @@ class RolloutStatus(FactBase):
             return {}
 
 
+class VenvsInUse(FactBase):
+    """{"venvs": names under root, newest first, "used": ExecStart binaries of the unit files matching the globs}."""
+
+    def command(self, root, unit_globs):
+        return StringCommand("ls -1t", QuoteString(root), "2>/dev/null | sed 's/^/V /';",
+                             "grep -ho '^ExecStart=[^ ]*'", *unit_globs, "2>/dev/null | sed 's/^ExecStart=/U /'; true")
+
+    def default(self):
+        return {"venvs": [], "used": []}
+
+    def process(self, output):
+        return {"venvs": [x[2:] for x in output if x.startswith("V ")],
+                "used": [x[2:] for x in output if x.startswith("U ")]}
+
+
 class ListenerReady(FactBase):
     """Whether http://127.0.0.1:PORT/v1/models answers and lists `served` (one quick try, no waiting)."""
 

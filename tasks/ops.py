@@ -14,7 +14,7 @@ from pyinfra.api.arguments import CONNECTOR_ARGUMENT_KEYS
 from pyinfra.api.command import QuoteString
 from pyinfra.facts.files import File
 
-from tasks.facts import DistVersion, GpuInfo, RolloutStatus
+from tasks.facts import DistVersion, GpuInfo, RolloutStatus, VenvsInUse
 
 
 def _fail(state, host, message: str) -> bool:
@@ -188,16 +188,43 @@ def rollout(service: str, services: tuple, script: str, port: int, served: str, 
 
 
 @operation()
-def metadata_alias(venv: str, version: str):
-    """A metadata-only `vllm` distribution at `version` in the venv (for builds published under another name)."""
-    python = f"{venv}/bin/python"
-    if host.get_fact(DistVersion, python=python, dist="vllm") == version:
-        host.noop(f"vllm metadata alias {version} present")
+def venv_build(venv: str, pip_version: str, dist: str, version: str, requirement: str, pip_args: list[str],
+               remove: list[str], alias: str):
+    """Build a vLLM venv unless its built marker exists: venv, pip, vLLM, removals, the metadata alias (for
+    builds published under another name), then import it and check its version; only then write the marker.
+    A failed step leaves no marker: the next run starts that venv again from scratch."""
+    marker = f"{venv}/.sparkctl-built"
+    if host.get_fact(File, path=marker):
+        host.noop(f"{dist} {version} is built and import-checked in {venv}")
         return
-    code = ("import pathlib, sysconfig; d = pathlib.Path(sysconfig.get_paths()['purelib']) / %r; "
-            "d.mkdir(exist_ok=True); (d / 'METADATA').write_text(%r); (d / 'RECORD').write_text('')"
-            % (f"vllm-{version}.dist-info", f"Metadata-Version: 2.1\nName: vllm\nVersion: {version}\n"))
-    yield StringCommand(QuoteString(python), "-c", QuoteString(code))
+    python, pip = QuoteString(f"{venv}/bin/python"), [QuoteString(a) for a in pip_args]
+    yield StringCommand("rm -rf", QuoteString(venv), "&& python3 -m venv", QuoteString(venv))
+    yield StringCommand(python, "-m pip install --no-input --progress-bar off", *pip, QuoteString(f"pip=={pip_version}"))
+    yield StringCommand(python, "-m pip install --no-input --progress-bar off", *pip, QuoteString(requirement))
+    if remove:
+        yield StringCommand(python, "-m pip uninstall -y", *[QuoteString(r) for r in remove])
+    if alias:  # the `vllm` CLI reads importlib.metadata.version("vllm")
+        code = ("import pathlib, sysconfig; d = pathlib.Path(sysconfig.get_paths()['purelib']) / %r; "
+                "d.mkdir(exist_ok=True); (d / 'METADATA').write_text(%r); (d / 'RECORD').write_text('')"
+                % (f"vllm-{alias}.dist-info", f"Metadata-Version: 2.1\nName: vllm\nVersion: {alias}\n"))
+        yield StringCommand(python, "-c", QuoteString(code))
+    check = ("import importlib.metadata as m, vllm; v = m.version(%r); assert v.split('+')[0] == %r, v"
+             % (dist, version))
+    yield StringCommand(python, "-c", QuoteString(check))
+    yield StringCommand("touch", QuoteString(marker))
+
+
+@operation()
+def prune_venvs(root: str, keep: int, referenced_by: list[str]):
+    """Remove vLLM venvs under `root` beyond the newest `keep` that no unit (live, staged or in a rollout
+    snapshot) names in its ExecStart."""
+    found = host.get_fact(VenvsInUse, root=root, unit_globs=referenced_by)
+    used = {u.split("/bin/")[0] for u in found["used"]}
+    extra = [v for v in found["venvs"][keep:] if f"{root}/{v}" not in used]
+    if not extra:
+        host.noop(f"{len(found['venvs'])} venv(s) under {root}, none to prune")
+        return
+    yield StringCommand("rm -rf", *[QuoteString(f"{root}/{v}") for v in extra])
 
 
 @operation()

@@ -18,7 +18,7 @@ from sparkctl.config.catalog import CODER
 from sparkctl.config.settings import Settings
 from sparkctl.errors import SettingError
 from sparkctl.render import units as svcs
-from tasks.ops import rollout
+from tasks.ops import prune_venvs, rollout
 from tasks.preflight import Refused
 
 
@@ -92,3 +92,8 @@ def services(settings: Settings, service_list: list | None = None) -> None:
                 port=svc.port, served=svc.served_name, kind=kind, _serial=True, **common)
     for svc in service_list:  # after the rollout installed the unit
         systemd.service(name=f"Enable {svc.unit} at boot", service=svc.unit, running=None, enabled=True)
+    keep = _nonnegative_int(d, "VLLM_VENVS_KEEP")
+    prune_venvs(name=f"Prune vLLM venvs (keep {keep} and every one a unit or rollout snapshot names)",
+                root=f"{d['SPARKCTL_HOME']}/venvs", keep=keep,
+                referenced_by=["/etc/systemd/system/vllm-*.service", f"{d['ENV_DIR']}/vllm-*.service.next",
+                               f"{d['STATE_DIR']}/rollout/vllm-*.txn/unit"])
