@@ -15,6 +15,7 @@ from pyinfra.api.command import QuoteString
 from pyinfra.facts.files import File
 
 from tasks.facts import DistVersion, GpuInfo, RolloutStatus, VenvsInUse
+from tasks.handoff import mark_ready
 
 
 def _fail(state, host, message: str) -> bool:
@@ -112,7 +113,18 @@ def _guard(state, host, service: str) -> bool:
     return True
 
 
-def _follow(state, host, service: str, apply_cmd: StringCommand, follow_cmd: list, interval: float) -> bool:
+def _ready(host, handoff: dict | None, ready: bool) -> None:
+    """Mark this box's endpoint (not) ready in the gateway hand-off; a hand-off problem never stops a rollout."""
+    if not handoff:
+        return
+    try:
+        mark_ready(handoff, host.name, ready)
+    except Exception as exc:  # noqa: BLE001 - reported, never fatal
+        host.log_styled(f"gateway hand-off not updated: {exc}", fg="yellow", log_func=logger.warning)
+
+
+def _follow(state, host, service: str, apply_cmd: StringCommand, follow_cmd: list, interval: float,
+            handoff: dict | None = None) -> bool:
     """Start (or attach to) the box's transaction and print its log until it records a result. Losing this
     connection changes nothing on the box: a rerun attaches to the same transaction or reads its result."""
     kw = _connector_args(host)
@@ -123,6 +135,7 @@ def _follow(state, host, service: str, apply_cmd: StringCommand, follow_cmd: lis
                         log_func=logger.error)
         return False
     txn, offset, misses = started["txn"], 0, 0
+    _ready(host, handoff, False)
     if started.get("attached"):
         host.log(f"vllm-{service}: attaching to rollout {txn}, already running on the box")
     while True:
@@ -143,6 +156,8 @@ def _follow(state, host, service: str, apply_cmd: StringCommand, follow_cmd: lis
             host.log(f"vllm-{service}: {line}")
         if st["done"]:
             result = st["result"] or {}
+            if result.get("rc") in (0, 3):  # ready, or rolled back: serving its previous configuration
+                _ready(host, handoff, True)
             if result.get("rc") == 0:
                 ROLLING.pop(service, None)
                 return True
@@ -155,7 +170,7 @@ def _follow(state, host, service: str, apply_cmd: StringCommand, follow_cmd: lis
 @operation()
 def rollout(service: str, services: tuple, script: str, port: int, served: str, kind: str, timeout: int,
             interval: int, journal_lines: int, drain_timeout: int, retry_after: int, retry_failed: bool,
-            keep_failed: int, env_prefix: str = ""):
+            keep_failed: int, env_prefix: str = "", handoff: dict | None = None):
     """Run the box's transaction for a service (drain, switch, gate, commit or roll back), unless it already
     runs exactly its staged configuration, or that configuration failed before and no retry was asked for.
 
@@ -184,7 +199,7 @@ def rollout(service: str, services: tuple, script: str, port: int, served: str, 
     apply_cmd = StringCommand(env_prefix, "python3", QuoteString(script), "apply", QuoteString(service), *args)
     follow_cmd = [env_prefix, "python3", QuoteString(script), "follow", QuoteString(service)]
     yield FunctionCommand(_guard, (service,), {})
-    yield FunctionCommand(_follow, (service, apply_cmd, follow_cmd, interval), {})
+    yield FunctionCommand(_follow, (service, apply_cmd, follow_cmd, interval), {"handoff": handoff})
 
 
 @operation()

@@ -18,6 +18,7 @@ from sparkctl.config.catalog import CODER
 from sparkctl.config.settings import Settings
 from sparkctl.errors import SettingError
 from sparkctl.render import units as svcs
+from tasks.handoff import ready_target
 from tasks.ops import prune_venvs, rollout
 from tasks.preflight import Refused
 
@@ -88,8 +89,9 @@ def services(settings: Settings, service_list: list | None = None) -> None:
             continue
         kind = "chat" if svc.role == CODER else "embed"
         # one box at a time: a served model is never down on every box at once
+        handoff = ready_target(d, svc.served_name) if settings.role.serves_api else None
         rollout(name=f"Roll out {svc.unit} ({svc.model.key})", service=svc.name, services=names,
-                port=svc.port, served=svc.served_name, kind=kind, _serial=True, **common)
+                port=svc.port, served=svc.served_name, kind=kind, handoff=handoff, _serial=True, **common)
     for svc in service_list:  # after the rollout installed the unit
         systemd.service(name=f"Enable {svc.unit} at boot", service=svc.unit, running=None, enabled=True)
     keep = _nonnegative_int(d, "VLLM_VENVS_KEEP")

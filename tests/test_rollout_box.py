@@ -448,3 +448,22 @@ def test_a_box_that_fails_its_rollout_stops_the_rollout_of_the_later_boxes(tmp_p
     assert len(tried) == 1, tried
     assert "(rolled back there), so this box stays on its previous configuration" in out["log"]
     assert sorted(out["failed_hosts"]) == ["@fake/spark-1", "@fake/spark-2"]
+
+
+def test_the_gateway_hand_off_marks_a_draining_box_not_ready(gx10_data):
+    from sparkctl.render import gateway
+    from tests.test_render import settings_for
+
+    s = settings_for(gx10_data)
+    merged = {}
+    for i, box_name in enumerate(("spark-1", "spark-2")):
+        merged = gateway.merge(merged, box_name, [gateway.entry(box_name, f"10.0.0.{i + 1}", 443, svc)
+                                                  for svc in s.services], ["spark-1", "spark-2"], "replicas", None)
+    out = gateway.set_ready(merged, "spark-2", "coder", False)
+    docs = gateway.manifests(out, "carouter")
+    gateway.validate_manifests(docs, "1.30")
+    coder = next(d for d in docs if d["kind"] == "EndpointSlice" and d["metadata"]["name"] == "spark-coder-boxes")
+    assert [(e["hostname"], e["conditions"]["ready"]) for e in coder["endpoints"]] == [("spark-1", True),
+                                                                                       ("spark-2", False)]
+    assert all(e["ready"] for e in merged["models"]["coder"])  # the input is not changed
+    assert all(e["ready"] for e in out["models"]["embed-qwen3"])  # only that served model
