@@ -467,3 +467,14 @@ def test_the_gateway_hand_off_marks_a_draining_box_not_ready(gx10_data):
                                                                                        ("spark-2", False)]
     assert all(e["ready"] for e in merged["models"]["coder"])  # the input is not changed
     assert all(e["ready"] for e in out["models"]["embed-qwen3"])  # only that served model
+
+
+def test_a_stopped_service_on_its_committed_configuration_is_restarted_and_never_marked_failed(box):
+    box.converge("qwen")
+    box.cli("run", "coder", "--txn", "x", *box.args())  # (unchanged)
+    subprocess.run(["systemctl", "stop", "vllm-coder.service"], env=box.environ, check=True)
+    assert box.run(txn="t2").returncode == 0 and box.result()["outcome"] == "restarted"
+    subprocess.run(["systemctl", "stop", "vllm-coder.service"], env=box.environ, check=True)
+    box.break_model("qwen")  # e.g. out of memory at start: not the configuration's fault
+    r = box.run(txn="t3")
+    assert r.returncode == 6 and box.status()["failed"] is None and box.live_model() == "qwen"

@@ -16,7 +16,8 @@ systemd owns, so the deploy's connection can die at any instant without changing
                                              it changes nothing on the box.
     rollout.py run SERVICE --txn ID ...   -> the transaction itself (rollout_txn.py); exit codes: 0 ready or
                                              unchanged, 2 nothing staged / no previous configuration, 3 rolled back,
-                                             4 rollback failed too, 5 rejected before anything stopped, 7 this
+                                             4 rollback failed too, 5 rejected before anything stopped, 6 the
+                                             committed configuration does not come up again, 7 this
                                              candidate failed before (not retried without --retry-failed)
 """
 
@@ -142,7 +143,7 @@ def follow(a) -> int:
             if time.monotonic() - idle_since > 10:
                 print(f"rollout: {rollout_unit(a.service)} ended without recording a result for {a.txn}; see "
                       f"journalctl -u {rollout_unit(a.service)}")
-                return 6
+                return 8
         time.sleep(1)
 
 

@@ -35,7 +35,8 @@ DRAIN_DIR = os.environ.get("SPARKCTL_DRAIN_DIR", "/etc/nginx/sparkctl-drain")
 FORWARD = ("prepared", "draining", "installed", "started")
 
 # exit codes (rollout.py documents them)
-OK, NOTHING_STAGED, NO_PREVIOUS, ROLLED_BACK, ROLLBACK_FAILED, REJECTED, KNOWN_FAILED = 0, 2, 2, 3, 4, 5, 7
+OK, NOTHING_STAGED, NO_PREVIOUS, ROLLED_BACK, ROLLBACK_FAILED, REJECTED, RESTART_FAILED, KNOWN_FAILED = \
+    0, 2, 2, 3, 4, 5, 6, 7
 
 
 class Paths:
@@ -277,6 +278,16 @@ def execute(a, say) -> int:
     active = sd.unit_state(p.unit_name).get("ActiveState") == "active"
     if not txn.open and active and applied(p, cand, active, txn.open) == cand:
         return finish(OK, "unchanged", f"rollout: {p.unit_name} already runs candidate {cand[:12]}")
+    if not txn.open and read(p.stamp).decode().strip() == cand:  # committed before, not running now: restart it
+        restarted, err = sd.restart(p.unit_name)
+        ok, why, took = sd.gate(p.unit_name, a.port, a.served, a.kind, a.timeout, a.interval) if restarted else \
+            (False, err, 0.0)
+        if ok:
+            return finish(OK, "restarted", f"rollout: {p.unit_name} was not running its committed configuration; "
+                          f"restarted, ready in {took:.0f} s", load_s=round(took, 1))
+        return finish(RESTART_FAILED, "restart-failed",
+                      f"rollout: {p.unit_name} does not come up with its committed configuration ({why}); "
+                      f"nothing was changed.\n{sd.journal(p.unit_name, a.journal)}", why=why)
 
     binary = exec_binary(read(p.unit_next))  # checks before anything stops
     problem = "" if not binary or os.path.exists(binary) else f"{binary} (ExecStart of the staged unit) is missing"
