@@ -64,7 +64,8 @@ def broken_overrides() -> str:
 def popen_deploy(*args: str) -> subprocess.Popen:
     return subprocess.Popen([str(BIN / "pyinfra"), "-y", *args, "inventory.py", "deploy.py"], cwd=REPO_ROOT,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            env={**os.environ, "GX10_HOSTS": "", "PYINFRA_PROGRESS": "off"}, start_new_session=True)
+                            env={**os.environ, "GX10_HOSTS": "", "PYINFRA_PROGRESS": "off", "PYTHONUNBUFFERED": "1"},
+                            start_new_session=True)
 
 
 def test_killed_control_side_mid_flip_the_box_rolls_back_alone_and_the_next_deploy_restarts_nothing(
@@ -72,7 +73,9 @@ def test_killed_control_side_mid_flip_the_box_rolls_back_alone_and_the_next_depl
     overrides = broken_overrides()
     embed_pid = pid(HOST, "vllm-embed-qwen3.service")
     try:
-        proc = popen_deploy("--limit", HOST, "--data", "CODING_MODEL=laguna-s-2.1", "--data", overrides)
+        # ROLLOUT_RETRY_FAILED: test_c's rollback test already made the box remember this very candidate
+        proc = popen_deploy("--limit", HOST, "--data", "CODING_MODEL=laguna-s-2.1", "--data", overrides,
+                            "--data", "ROLLOUT_RETRY_FAILED=True")
         deadline, phase = time.monotonic() + 600, ""
         while phase not in ("installed", "started", "rolling-back"):  # the broken candidate is being installed
             assert proc.poll() is None, proc.stdout.read()[-3000:]
@@ -114,34 +117,46 @@ def test_killed_control_side_mid_flip_the_box_rolls_back_alone_and_the_next_depl
     assert pid(HOST) == coder_pid
 
 
-def test_a_long_stream_finishes_during_a_flip_and_new_requests_get_503_with_retry_after(converged_spark):
-    spark, max_tokens = converged_spark, 2500
-    got: dict = {}
+def test_long_streams_finish_during_a_flip_and_new_requests_get_503_with_retry_after(converged_spark):
+    """Four 3,500-token streams start as the coder's rollout begins (the sim decodes ~500 tokens/s, so one stream
+    alone would end before the drain); every one must end with every token, while new requests get 503."""
+    spark, max_tokens, n_streams = converged_spark, 3500, 4
+    got = [dict() for _ in range(n_streams)]
 
-    def stream():
+    def stream(g: dict):
         with spark.client() as c, c.stream(
                 "POST", spark.base_url("coder") + "/chat/completions",
                 headers={"Authorization": f"Bearer {spark.token}"},
                 json={"model": "coder", "messages": [{"role": "user", "content": "count"}], "max_tokens": max_tokens,
                       "ignore_eos": True, "stream": True, "stream_options": {"include_usage": True}}) as r:
-            got["status"], got["chunks"] = r.status_code, 0
+            g["status"], g["chunks"] = r.status_code, 0
             for line in r.iter_lines():
                 if line.startswith("data: {"):
                     chunk = json.loads(line[6:])
-                    got["chunks"] += 1
-                    got["usage"] = chunk.get("usage") or got.get("usage")
+                    g["chunks"] += 1
+                    g["usage"] = chunk.get("usage") or g.get("usage")
                     for choice in chunk.get("choices", []):
-                        got["finish"] = choice.get("finish_reason") or got.get("finish")
+                        g["finish"] = choice.get("finish_reason") or g.get("finish")
                 elif line == "data: [DONE]":
-                    got["done"] = True
+                    g["done"] = True
 
-    t = threading.Thread(target=stream)
-    t.start()
-    while got.get("chunks", 0) < 20:
-        assert t.is_alive(), got
-        time.sleep(0.2)
     t0 = time.monotonic()
     proc = popen_deploy("--limit", HOST, "--data", "CODING_MODEL=laguna-s-2.1")
+    lines: list[str] = []
+    rollout_began = threading.Event()
+
+    def read():
+        for line in proc.stdout:
+            lines.append(line)
+            if "Roll out vllm-coder.service" in line and "Starting" in line:
+                rollout_began.set()
+
+    reader = threading.Thread(target=read)
+    reader.start()
+    assert rollout_began.wait(600), "".join(lines)[-3000:]
+    streams = [threading.Thread(target=stream, args=(g,)) for g in got]
+    for t in streams:
+        t.start()
     refused, first_503, back = None, None, None
     while proc.poll() is None:
         try:
@@ -153,21 +168,25 @@ def test_a_long_stream_finishes_during_a_flip_and_new_requests_get_503_with_retr
         except httpx.HTTPError:
             pass
         time.sleep(0.5)
-    out = proc.stdout.read()
-    t.join(timeout=600)
+    reader.join()
+    for t in streams:
+        t.join(timeout=600)
+    out = "".join(lines)
     assert proc.returncode == 0, out[-4000:]
-    assert got.get("done") and got["usage"]["completion_tokens"] == max_tokens and got["finish"] == "length", got
+    for g in got:
+        assert g.get("done") and g["usage"]["completion_tokens"] == max_tokens and g["finish"] == "length", got
     assert refused is not None, "no request was refused while draining"
     assert refused.headers.get("Retry-After") == str(spark.data["DRAIN_RETRY_AFTER_S"])
     result = box_json(HOST, f"{ROLLOUT}/vllm-coder.result.json")
     assert result["outcome"] == "ready" and result["drain_s"] > 0, result
-    assert re.search(r"draining: \d+ request\(s\) still running", out)
+    assert re.search(r"draining: \d+ request\(s\) still running", out), out[-3000:]
     assert "SPARKCTL_MODEL=laguna-s-2.1" in sim_exec(HOST, "cat /etc/sparkctl/vllm-coder.env")
     assert chat_ok(spark)
     down = (back or time.monotonic()) - first_503
-    print(f"stream of {max_tokens} tokens completed during the flip; drain {result['drain_s']} s, restart "
-          f"{result['restart_s']} s, load (gate) {result['load_s']} s; proxy refused new requests for {down:.1f} s")
-    record(f"flip with a {max_tokens}-token stream in flight: drain wait", result["drain_s"])
+    print(f"{n_streams} streams of {max_tokens} tokens completed during the flip; drain {result['drain_s']} s, "
+          f"restart {result['restart_s']} s, load (gate) {result['load_s']} s; proxy refused new requests for "
+          f"{down:.1f} s")
+    record(f"flip with {n_streams} x {max_tokens}-token streams in flight: drain wait", result["drain_s"])
     record("flip: box out of service (first 503 -> first 200 through the proxy)", down)
     record("flip deploy with drain, spark-1", time.monotonic() - t0)
     run = pyinfra("-y", "--limit", HOST, "inventory.py", "deploy.py")  # back to qwen3.8-27b
