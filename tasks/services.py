@@ -39,6 +39,9 @@ def rollout_settings(d: dict) -> dict:
     """The rollout block of group_data/all.py, checked where it is read (before any command reaches the box)."""
     if not isinstance(d["ROLLOUT_RETRY_FAILED"], bool):
         raise SettingError("ROLLOUT_RETRY_FAILED", d["ROLLOUT_RETRY_FAILED"], "True or False")
+    if not isinstance(d["DRAIN_DIR"], str) or not d["DRAIN_DIR"].startswith("/") or " " in d["DRAIN_DIR"]:
+        raise SettingError("DRAIN_DIR", d["DRAIN_DIR"], "an absolute path without spaces")
+    _nonnegative_int(d, "VLLM_VENVS_KEEP")
     return dict(script=f"{d['SPARKCTL_HOME']}/bin/rollout.py", timeout=d["HEALTH_READY_TIMEOUT_S"],
                 interval=d["HEALTH_POLL_INTERVAL_S"], journal_lines=d["HEALTH_JOURNAL_LINES"],
                 drain_timeout=_nonnegative_int(d, "DRAIN_TIMEOUT_S"),
@@ -94,7 +97,7 @@ def services(settings: Settings, service_list: list | None = None) -> None:
                 port=svc.port, served=svc.served_name, kind=kind, handoff=handoff, _serial=True, **common)
     for svc in service_list:  # after the rollout installed the unit
         systemd.service(name=f"Enable {svc.unit} at boot", service=svc.unit, running=None, enabled=True)
-    keep = _nonnegative_int(d, "VLLM_VENVS_KEEP")
+    keep = d["VLLM_VENVS_KEEP"]
     prune_venvs(name=f"Prune vLLM venvs (keep {keep} and every one a unit or rollout snapshot names)",
                 root=f"{d['SPARKCTL_HOME']}/venvs", keep=keep,
                 referenced_by=["/etc/systemd/system/vllm-*.service", f"{d['ENV_DIR']}/vllm-*.service.next",

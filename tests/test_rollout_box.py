@@ -478,3 +478,13 @@ def test_a_stopped_service_on_its_committed_configuration_is_restarted_and_never
     box.break_model("qwen")  # e.g. out of memory at start: not the configuration's fault
     r = box.run(txn="t3")
     assert r.returncode == 6 and box.status()["failed"] is None and box.live_model() == "qwen"
+
+
+@pytest.mark.parametrize("setting, value", [("ROLLOUT_RETRY_FAILED", "yes"), ("DRAIN_TIMEOUT_S", "-1"),
+                                            ("VLLM_VENVS_KEEP", "two"), ("DRAIN_DIR", "relative/dir")])
+def test_bad_rollout_settings_are_refused_before_the_box_changes(tmp_path, setting, value):
+    from tests.test_deploy_fake import changes, run_fake
+
+    out = run_fake("dgx", tmp_path, "--data", f"{setting}={value}")
+    assert changes(out) == [], changes(out)[:5]
+    assert f"{setting} = " in out["log"] and "is not valid" in out["log"] and "Traceback" not in out["log"]

@@ -128,7 +128,7 @@ def failed_record(p: Paths, cand: str) -> dict:
 def remember_failure(p: Paths, cand: str, why: str, journal_text: str, keep: int) -> None:
     os.makedirs(p.failed, mode=0o755, exist_ok=True)
     write_json(f"{p.failed}/{cand}.json", {"candidate": cand, "at": now(), "why": why,
-                                           "model": model_of(read(p.env_next)), "journal": journal_text})
+                                           "model": model_of(read(p.env_next)), "journal": journal_text}, 0o640)
     records = sorted((os.path.getmtime(f"{p.failed}/{n}"), n) for n in os.listdir(p.failed) if n.endswith(".json"))
     for _, name in records[:-keep] if keep > 0 else []:
         os.unlink(f"{p.failed}/{name}")
