@@ -101,8 +101,8 @@ def gate(unit: str, port: int, served: str, kind: str, timeout: float, interval:
         if st.get("ActiveState") == "failed":
             return False, f"{unit} failed (Result={st.get('Result')})", time.monotonic() - start
         if st.get("SubState") == "auto-restart" or _restarts(st) > restarts0:
-            return False, f"{unit} exited and was restarted by systemd (NRestarts={st.get('NRestarts')})", \
-                time.monotonic() - start
+            return False, f"{unit} exited while starting (systemd: {st.get('SubState')}, NRestarts=" \
+                f"{st.get('NRestarts')})", time.monotonic() - start
         try:
             _, models = http_json(f"{base}/v1/models", None, 10)
             ids = [m.get("id") for m in models.get("data", [])]
