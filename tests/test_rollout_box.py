@@ -488,3 +488,10 @@ def test_bad_rollout_settings_are_refused_before_the_box_changes(tmp_path, setti
     out = run_fake("dgx", tmp_path, "--data", f"{setting}={value}")
     assert changes(out) == [], changes(out)[:5]
     assert f"{setting} = " in out["log"] and "is not valid" in out["log"] and "Traceback" not in out["log"]
+
+
+def test_every_box_module_is_uploaded():
+    from tasks.vllm import REMOTE_SCRIPTS
+
+    on_disk = {p.name for p in ROLLOUT.parent.glob("*.py")} - {"__init__.py"}
+    assert on_disk == set(REMOTE_SCRIPTS)
