@@ -126,18 +126,38 @@ def _ready(host, handoff: dict | None, ready: bool) -> None:
 def _follow(state, host, service: str, apply_cmd: StringCommand, follow_cmd: list, interval: float,
             handoff: dict | None = None) -> bool:
     """Start (or attach to) the box's transaction and print its log until it records a result. Losing this
-    connection changes nothing on the box: a rerun attaches to the same transaction or reads its result."""
+    connection changes nothing on the box: a rerun attaches to the same transaction or reads its result. After
+    attaching to one that another deploy started, apply once more: what this deploy staged may differ."""
     kw = _connector_args(host)
-    ok, out = host.run_shell_command(apply_cmd, **kw)
-    started = next((json.loads(x) for x in reversed(out.stdout_lines) if x.startswith("{")), None) if ok else None
-    if not started:
-        host.log_styled(f"rollout.py apply {service} failed: {' '.join(out.stderr_lines)[-2000:]}", fg="red",
-                        log_func=logger.error)
-        return False
-    txn, offset, misses = started["txn"], 0, 0
-    _ready(host, handoff, False)
-    if started.get("attached"):
-        host.log(f"vllm-{service}: attaching to rollout {txn}, already running on the box")
+    for _round in range(2):
+        ok, out = host.run_shell_command(apply_cmd, **kw)
+        started = next((json.loads(x) for x in reversed(out.stdout_lines) if x.startswith("{")), None) if ok else None
+        if not started:
+            host.log_styled(f"rollout.py apply {service} failed: {' '.join(out.stderr_lines)[-2000:]}", fg="red",
+                            log_func=logger.error)
+            return False
+        if started.get("attached"):
+            host.log(f"vllm-{service}: attaching to rollout {started['txn']}, already running on the box")
+        _ready(host, handoff, False)
+        result = _wait(host, kw, service, started["txn"], follow_cmd, interval)
+        if result is None:
+            return False
+        if result.get("rc") in (0, 3):  # ready, or rolled back: serving its previous configuration
+            _ready(host, handoff, True)
+        if result.get("rc") != 0:
+            host.log_styled(f"vllm-{service}: rollout {result.get('outcome')}: {result.get('message', '')[:4000]}",
+                            fg="red", log_func=logger.error)
+            return False
+        if not started.get("attached"):
+            ROLLING.pop(service, None)
+            return True
+    ROLLING.pop(service, None)
+    return True
+
+
+def _wait(host, kw: dict, service: str, txn: str, follow_cmd: list, interval: float) -> dict | None:
+    """Poll `rollout.py follow` (one short ssh call each time), print new log lines; the recorded result."""
+    offset, misses = 0, 0
     while True:
         ok, out = host.run_shell_command(StringCommand(*follow_cmd, "--txn", QuoteString(txn), "--offset",
                                                        str(offset)), **kw)
@@ -148,22 +168,14 @@ def _follow(state, host, service: str, apply_cmd: StringCommand, follow_cmd: lis
             if misses > 5:
                 host.log_styled(f"lost track of rollout {txn} of vllm-{service}; it goes on on the box: rerun the "
                                 f"deploy to attach to it or read its result", fg="red", log_func=logger.error)
-                return False
+                return None
             gevent.sleep(interval)
             continue
         misses, offset = 0, st["offset"]
         for line in lines[:-1]:
             host.log(f"vllm-{service}: {line}")
         if st["done"]:
-            result = st["result"] or {}
-            if result.get("rc") in (0, 3):  # ready, or rolled back: serving its previous configuration
-                _ready(host, handoff, True)
-            if result.get("rc") == 0:
-                ROLLING.pop(service, None)
-                return True
-            host.log_styled(f"vllm-{service}: rollout {result.get('outcome')}: {result.get('message', '')[:4000]}",
-                            fg="red", log_func=logger.error)
-            return False
+            return st["result"] or {}
         gevent.sleep(interval)
 
 

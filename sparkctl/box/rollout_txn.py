@@ -125,10 +125,10 @@ def failed_record(p: Paths, cand: str) -> dict:
     return read_json(f"{p.failed}/{cand}.json")
 
 
-def remember_failure(p: Paths, cand: str, why: str, journal_text: str, keep: int) -> None:
+def remember_failure(p: Paths, cand: str, model: str, why: str, journal_text: str, keep: int) -> None:
     os.makedirs(p.failed, mode=0o755, exist_ok=True)
-    write_json(f"{p.failed}/{cand}.json", {"candidate": cand, "at": now(), "why": why,
-                                           "model": model_of(read(p.env_next)), "journal": journal_text}, 0o640)
+    write_json(f"{p.failed}/{cand}.json", {"candidate": cand, "at": now(), "why": why, "model": model,
+                                           "journal": journal_text}, 0o640)
     records = sorted((os.path.getmtime(f"{p.failed}/{n}"), n) for n in os.listdir(p.failed) if n.endswith(".json"))
     for _, name in records[:-keep] if keep > 0 else []:
         os.unlink(f"{p.failed}/{name}")
@@ -297,7 +297,7 @@ def execute(a, say) -> int:
         r = sd.run(python, checker, p.env_next)
         problem = f"vLLM rejects the staged arguments:\n{r.stderr.strip()}" if r.returncode != 0 else ""
     if problem:
-        remember_failure(p, cand, problem, "", a.keep_failed)
+        remember_failure(p, cand, model, problem, "", a.keep_failed)
         if txn.open:
             return rollback(problem)
         return finish(REJECTED, "rejected", f"rollout: {p.unit_name}: {problem}; nothing was restarted", why=problem)
@@ -333,7 +333,7 @@ def execute(a, say) -> int:
                       drain_s=round(drain_s, 1), restart_s=round(restart_s, 1), load_s=round(took, 1))
     txn.set_phase("rolling-back", why=why)
     journal_text = sd.journal(p.unit_name, a.journal)
-    remember_failure(p, cand, why, journal_text, a.keep_failed)
+    remember_failure(p, cand, model, why, journal_text, a.keep_failed)
     say(f"rollout: {p.unit_name} serving {model} is not healthy: {why}")
     say(f"--- last {a.journal} journal lines of {p.unit_name} ---\n{journal_text}")
     result.update(drain_s=round(drain_s, 1), restart_s=round(restart_s, 1))
