@@ -124,7 +124,7 @@ def _ready(host, handoff: dict | None, ready: bool) -> None:
 
 
 def _follow(state, host, service: str, apply_cmd: StringCommand, follow_cmd: list, interval: float,
-            handoff: dict | None = None) -> bool:
+            wanted: str = "", handoff: dict | None = None) -> bool:
     """Start (or attach to) the box's transaction and print its log until it records a result. Losing this
     connection changes nothing on the box: a rerun attaches to the same transaction or reads its result. After
     attaching to one that another deploy started, apply once more: what this deploy staged may differ."""
@@ -144,6 +144,9 @@ def _follow(state, host, service: str, apply_cmd: StringCommand, follow_cmd: lis
             return False
         if result.get("rc") in (0, 3):  # ready, or rolled back: serving its previous configuration
             _ready(host, handoff, True)
+        if started.get("attached") and result.get("candidate") != wanted:  # another deploy's: now ours
+            host.log(f"vllm-{service}: the attached rollout ended {result.get('outcome')}; now this deploy's")
+            continue
         if result.get("rc") != 0:
             host.log_styled(f"vllm-{service}: rollout {result.get('outcome')}: {result.get('message', '')[:4000]}",
                             fg="red", log_func=logger.error)
@@ -211,7 +214,8 @@ def rollout(service: str, services: tuple, script: str, port: int, served: str, 
     apply_cmd = StringCommand(env_prefix, "python3", QuoteString(script), "apply", QuoteString(service), *args)
     follow_cmd = [env_prefix, "python3", QuoteString(script), "follow", QuoteString(service)]
     yield FunctionCommand(_guard, (service,), {})
-    yield FunctionCommand(_follow, (service, apply_cmd, follow_cmd, interval), {"handoff": handoff})
+    yield FunctionCommand(_follow, (service, apply_cmd, follow_cmd, interval),
+                          {"wanted": status.get("wanted", ""), "handoff": handoff})
 
 
 @operation()

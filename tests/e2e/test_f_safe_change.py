@@ -76,20 +76,20 @@ def test_killed_control_side_mid_flip_the_box_rolls_back_alone_and_the_next_depl
         # ROLLOUT_RETRY_FAILED: test_c's rollback test already made the box remember this very candidate
         proc = popen_deploy("--limit", HOST, "--data", "CODING_MODEL=laguna-s-2.1", "--data", overrides,
                             "--data", "ROLLOUT_RETRY_FAILED=True")
-        deadline, phase = time.monotonic() + 600, ""
-        while phase not in ("installed", "started", "rolling-back"):  # the broken candidate is being installed
+        deadline, state = time.monotonic() + 600, {}
+        while state.get("phase") not in ("installed", "started", "rolling-back"):  # the broken one is installed
             assert proc.poll() is None, proc.stdout.read()[-3000:]
             assert time.monotonic() < deadline, "the flip never reached the box"
-            phase = box_json(HOST, f"{ROLLOUT}/vllm-coder.txn/state.json").get("phase", "")
+            state = box_json(HOST, f"{ROLLOUT}/vllm-coder.txn/state.json")
             time.sleep(0.3)
+        phase, txn = state["phase"], state["id"]
         os.killpg(proc.pid, signal.SIGKILL)  # the laptop sleeps: pyinfra and its ssh connections are gone
         proc.wait()
         killed_at = time.monotonic()
         print(f"control side killed in phase {phase!r}")
         # no further deploy: the transaction that systemd owns rolls back by itself
         deadline = time.monotonic() + 600
-        while box_json(HOST, f"{ROLLOUT}/vllm-coder.result.json").get("outcome") not in ("rolled-back",
-                                                                                           "rollback-failed"):
+        while box_json(HOST, f"{ROLLOUT}/vllm-coder.result.json").get("txn") != txn:  # this transaction's
             assert time.monotonic() < deadline, "the box never finished its transaction"
             time.sleep(1)
         record("killed control side mid-flip -> box rolled back on its own", time.monotonic() - killed_at)
