@@ -86,7 +86,7 @@ HEALTH_REQUEST_TIMEOUT_S = 7200  # client timeout of the health check's real req
 DRAIN_TIMEOUT_S = 1800  # longest wait for vllm:num_requests_running (+ waiting) to reach 0 before a restart, s
 DRAIN_RETRY_AFTER_S = 30  # Retry-After the proxy sends with its 503 while a served model drains, s
 DRAIN_DIR = "/etc/nginx/sparkctl-drain"  # box: <served>.conf here = the proxy answers 503 for that model
-ROLLOUT_RETRY_FAILED = False  # True: try again a candidate the box remembers as failed (--data ROLLOUT_RETRY_FAILED=True)
+ROLLOUT_RETRY_FAILED = False  # True: try again a candidate the box remembers as failed (or --data ...=True)
 ROLLOUT_FAILED_KEEP = 20  # failed candidates remembered per service (hash, when, why, journal); older ones forgotten
 
 # --- checkpoints (Hugging Face) ---------------------------------------------------------------------------------

@@ -89,7 +89,8 @@ def health_gate(settings: Settings, service_list: list):
         logger.warning(f"{host.name}: WARNING: {w}")
     # a remembered failed candidate restarted nothing and the box still serves; the deploy did not do what it was
     # asked, so it fails here, after everything else (proxy, other services) was applied
-    failures += [f"{line} (the box keeps serving its previous configuration)" for line in KNOWN_FAILED.get(host.name, [])]
+    failures += [f"{line} (the box keeps serving its previous configuration)"
+                 for line in KNOWN_FAILED.get(host.name, [])]
     if failures:
         yield fail(f"{host.name}: health check failed:\n" + "\n".join(failures))
     else:

@@ -230,8 +230,9 @@ def venv_build(venv: str, pip_version: str, dist: str, version: str, requirement
         return
     python, pip = QuoteString(f"{venv}/bin/python"), [QuoteString(a) for a in pip_args]
     yield StringCommand("rm -rf", QuoteString(venv), "&& python3 -m venv", QuoteString(venv))
-    yield StringCommand(python, "-m pip install --no-input --progress-bar off", *pip, QuoteString(f"pip=={pip_version}"))
-    yield StringCommand(python, "-m pip install --no-input --progress-bar off", *pip, QuoteString(requirement))
+    install = [python, "-m pip install --no-input --progress-bar off", *pip]
+    yield StringCommand(*install, QuoteString(f"pip=={pip_version}"))
+    yield StringCommand(*install, QuoteString(requirement))
     if remove:
         yield StringCommand(python, "-m pip uninstall -y", *[QuoteString(r) for r in remove])
     if alias:  # the `vllm` CLI reads importlib.metadata.version("vllm")
