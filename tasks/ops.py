@@ -199,9 +199,9 @@ def rollout(service: str, services: tuple, script: str, port: int, served: str, 
         return
     failed = status.get("failed")
     if not busy and failed and not retry_failed:
+        why = ([x for x in str(failed.get("why")).splitlines() if x.strip()] or ["?"])[-1][:300]
         line = (f"vllm-{service}: this configuration ({failed.get('model')}) failed at {failed.get('at')} "
-                f"({failed.get('why')}); nothing restarted. To try it again on purpose: "
-                f"--data ROLLOUT_RETRY_FAILED=True")
+                f"({why}); nothing restarted. To try it again on purpose: --data ROLLOUT_RETRY_FAILED=True")
         if host.state.is_executing:
             KNOWN_FAILED.setdefault(host.name, []).append(line)
             host.log_styled(line, fg="yellow", log_func=logger.warning)

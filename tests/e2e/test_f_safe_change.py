@@ -203,6 +203,28 @@ def test_a_failed_pip_install_touches_no_running_service(converged_spark):
     assert "venvs/0.32.0-" in sim_exec(HOST, "grep -h ^ExecStart= /etc/systemd/system/vllm-coder.service")
 
 
+def test_a_vllm_build_that_cannot_start_never_replaces_the_running_one(converged_spark):
+    """A metadata alias without "+cpu" makes vLLM's CPU build miss its platform at start (it imports fine, so the
+    venv passes its import check). The new venv is built beside the running one; vLLM's own argument check, run
+    with the candidate venv before anything stops, refuses it: nothing restarts and the failure is remembered."""
+    exec_start = "grep -h ^ExecStart= /etc/systemd/system/vllm-coder.service"
+    before, pids = sim_exec(HOST, exec_start), {u: pid(HOST, u) for u in ("vllm-coder.service",
+                                                                         "vllm-embed-qwen3.service")}
+    run = pyinfra("-y", "--limit", HOST, "--data", "VLLM_METADATA_ALIAS=0.32.0", "--data", "ROLLOUT_RETRY_FAILED=True",
+                  "inventory.py", "deploy.py")
+    record("vLLM build that cannot start: built beside, refused before anything stopped", run.seconds)
+    assert run.rc != 0, "a vLLM that cannot serve must fail the deploy"
+    assert "Failed to infer device type" in run.output and "nothing was restarted" in run.output, run.failure()
+    assert sim_exec(HOST, exec_start) == before  # the unit still names the running venv
+    assert {u: pid(HOST, u) for u in pids} == pids and chat_ok(converged_spark)
+    venvs = sim_exec(HOST, "ls /opt/sparkctl/venvs").split()
+    assert len(venvs) >= 2, venvs  # the new venv was built beside the running one
+    failed = sim_exec(HOST, f"grep -l 'infer device type' {ROLLOUT}/vllm-coder.failed/*.json").split()
+    assert failed, "the refused candidate is remembered"
+    run = pyinfra("-y", "--limit", HOST, "inventory.py", "deploy.py")
+    assert run.rc == 0, run.failure()
+
+
 def test_replicas_flip_goes_one_box_at_a_time_and_never_takes_both_down(converged_spark, sim_pair):
     spark = converged_spark
     addresses = [sim_pair[h].address for h in ("spark-1", "spark-2")]
