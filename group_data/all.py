@@ -48,9 +48,11 @@ VLLM_METADATA_ALIAS = ""  # when VLLM_DIST is not "vllm": version to register as
 PIP_FIND_LINKS = []  # local wheel directories on the box (an air-gapped install points these at a wheelhouse)
 PIP_NO_INDEX = False  # True: install only from PIP_FIND_LINKS, never from an index
 PIP_VERSION = "26.3"  # pip version installed into the venv first (old pips mis-resolve local versions)
+# --- versioned vLLM venvs (issue 14) ---
+VLLM_VENVS_KEEP = 2  # venvs kept under SPARKCTL_HOME/venvs (newest first) besides any a unit still names
 
 # --- paths on the box ------------------------------------------------------------------------------------------
-SPARKCTL_HOME = "/opt/sparkctl"  # venv (venv/) and the helper scripts (bin/) the deploy uploads
+SPARKCTL_HOME = "/opt/sparkctl"  # versioned vLLM venvs (venvs/) and the helper scripts (bin/) the deploy uploads
 MODEL_STORE = "/srv/models"  # Hugging Face cache root for every checkpoint (hub/ below it)
 ENV_DIR = "/etc/sparkctl"  # root-only: one env file per service, the previous one kept beside it
 STATE_DIR = "/var/lib/sparkctl"  # service user's home: JIT/compile/autotune caches, rollout stamps
@@ -83,6 +85,15 @@ HEALTH_JOURNAL_LINES = 40  # journal lines shown when a service fails its health
 HEALTH_REQUEST_TIMEOUT_S = 7200  # client timeout of the health check's real requests, s
 # --- readiness probe timeout (issue 13) ---
 HEALTH_LISTENER_TIMEOUT_S = 10  # curl --max-time of one on-box readiness try of 127.0.0.1:<port>/v1/models, s
+
+# --- safe change: drained, gated, reversible rollouts (issue 14) ---
+# A generation of 20-30K tokens is normal here; the 27B coder decodes ~20 tokens/s on a GX10 (273 GB/s over
+# ~14 GB of weights read per token), so one that has just started needs ~1500 s: 1800 s lets it finish.
+DRAIN_TIMEOUT_S = 1800  # longest wait for vllm:num_requests_running (+ waiting) to reach 0 before a restart, s
+DRAIN_RETRY_AFTER_S = 30  # Retry-After the proxy sends with its 503 while a served model drains, s
+DRAIN_DIR = "/etc/nginx/sparkctl-drain"  # box: <served>.conf here = the proxy answers 503 for that model
+ROLLOUT_RETRY_FAILED = False  # True: try again a candidate the box remembers as failed (or --data ...=True)
+ROLLOUT_FAILED_KEEP = 20  # failed candidates remembered per service (hash, when, why, journal); older ones forgotten
 
 # --- checkpoints (Hugging Face) ---------------------------------------------------------------------------------
 HF_ENDPOINT = "https://huggingface.co"  # Hub (or mirror) the box downloads from

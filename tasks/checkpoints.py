@@ -15,6 +15,7 @@ from pyinfra.operations import files
 from sparkctl.config.lock import marker_dir
 from sparkctl.config.service import snapshot_path
 from sparkctl.config.settings import Settings
+from sparkctl.render.units import vllm_venv
 from tasks.link import SYNC_KEY, SYNC_KNOWN_HOSTS
 from tasks.ops import fetch_checkpoint, sync_checkpoint
 
@@ -47,7 +48,7 @@ def checkpoints(settings: Settings) -> None:
         files.put(name=f"Lock listing {cp.repo}@{cp.sha[:12]}", src=StringIO(listing_json(cp)),
                   dest=listings[cp.repo], user="root", group="root", mode="0644")
     worker = settings.role.name == "worker"
-    common = dict(cache_dir=f"{store}/hub", python=f"{home}/venv/bin/python", script=f"{home}/bin/fetch_checkpoint.py",
+    common = dict(cache_dir=f"{store}/hub", python=f"{vllm_venv(d)}/bin/python", script=f"{home}/bin/fetch_checkpoint.py",
                   workers=d["HF_DOWNLOAD_WORKERS"])
     for cp in settings.checkpoints:  # from the Hub (every box but a tensor-parallel worker)
         if worker:

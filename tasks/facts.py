@@ -58,12 +58,13 @@ class DistVersion(FactBase):
 
 
 class RolloutStatus(FactBase):
-    """What rollout.py says about a service: active, stamp applied vs wanted ({} before the script exists)."""
+    """What rollout.py says about every service of the box in ONE call: {service: {active, applied, wanted,
+    running, phase, failed, last}} ({} before the script exists). No venv python is spawned."""
 
-    def command(self, script, service, env_prefix=""):
+    def command(self, script, services, env_prefix=""):
         # the variables must prefix python3 itself, not the `[` test before it
         return StringCommand("[ -f", QuoteString(script), "] &&", env_prefix, "python3", QuoteString(script), "status",
-                             QuoteString(service), "2>/dev/null || true")
+                             *[QuoteString(s) for s in services], "2>/dev/null || true")
 
     def default(self):
         return {}
@@ -73,6 +74,21 @@ class RolloutStatus(FactBase):
             return json.loads(output[-1])
         except (ValueError, IndexError):
             return {}
+
+
+class VenvsInUse(FactBase):
+    """{"venvs": names under root, newest first, "used": ExecStart binaries of the unit files matching the globs}."""
+
+    def command(self, root, unit_globs):
+        return StringCommand("ls -1t", QuoteString(root), "2>/dev/null | sed 's/^/V /';",
+                             "grep -ho '^ExecStart=[^ ]*'", *unit_globs, "2>/dev/null | sed 's/^ExecStart=/U /'; true")
+
+    def default(self):
+        return {"venvs": [], "used": []}
+
+    def process(self, output):
+        return {"venvs": [x[2:] for x in output if x.startswith("V ")],
+                "used": [x[2:] for x in output if x.startswith("U ")]}
 
 
 class ListenerReady(FactBase):

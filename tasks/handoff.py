@@ -4,6 +4,7 @@ on the box, so a converged deploy still reports no change)."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 from pyinfra import host, inventory, logger
 from pyinfra.api import deploy, operation
@@ -14,14 +15,36 @@ from sparkctl.render import gateway, prometheus_rules
 from tasks.proxy import box_address, tls_material
 
 
+def handoff_dir(d: dict) -> Path:
+    return Path(d["GATEWAY_HANDOFF_DIR"]) if Path(d["GATEWAY_HANDOFF_DIR"]).is_absolute() \
+        else REPO_ROOT / d["GATEWAY_HANDOFF_DIR"]
+
+
+def ready_target(d: dict, served: str) -> dict:
+    """What a rollout needs to mark its box's endpoint for `served` (not) ready in the hand-off."""
+    return {"dir": str(handoff_dir(d)), "namespace": d["GATEWAY_NAMESPACE"], "k8s": d["GATEWAY_K8S_VERSION"],
+            "served": served}
+
+
+def mark_ready(target: dict, box: str, ready: bool) -> None:
+    """During a rollout: flip `conditions.ready` of this box's endpoint in the existing hand-off (none yet: no-op)."""
+    out, served = Path(target["dir"]), target["served"]
+    if not (out / "endpoints.json").exists():
+        return
+    endpoints = gateway.set_ready(json.loads((out / "endpoints.json").read_text()), box, served, ready)
+    docs = gateway.manifests(endpoints, target["namespace"])
+    gateway.validate_manifests(docs, target["k8s"])
+    gateway.write(out, endpoints, docs)
+    logger.info(f"{box}: gateway hand-off: {served} on {box} {'ready' if ready else 'NOT ready (draining)'}")
+
+
 @operation()
 def write_handoff(settings: Settings):
     if not host.state.is_executing:
         host.noop("written after rollout")
         return
     d = settings.data
-    out = REPO_ROOT / d["GATEWAY_HANDOFF_DIR"] if not str(d["GATEWAY_HANDOFF_DIR"]).startswith("/") \
-        else __import__("pathlib").Path(d["GATEWAY_HANDOFF_DIR"])
+    out = handoff_dir(d)
     existing = json.loads((out / "endpoints.json").read_text()) if (out / "endpoints.json").exists() else {}
     entries = [gateway.entry(host.name, box_address(), d["PROXY_PORT"], s)
                for s in settings.services if not s.headless] if settings.role.serves_api else []

@@ -17,7 +17,7 @@ from sparkctl.config.catalog import CODER
 from sparkctl.config.settings import Settings
 from sparkctl.render import health_table
 from tasks.facts import JournalText, ListenerReady, LoadSeconds, UnitProperties
-from tasks.ops import fail
+from tasks.ops import KNOWN_FAILED, fail
 from tasks.proxy import box_address, tls_material
 
 KV_LINES = r"GPU KV cache size|Maximum concurrency for"
@@ -88,6 +88,10 @@ def health_gate(settings: Settings, service_list: list):
     logger.info(f"{host.name}: health through {base}\n{table}")
     for w in warnings:
         logger.warning(f"{host.name}: WARNING: {w}")
+    # a remembered failed candidate restarted nothing and the box still serves; the deploy did not do what it was
+    # asked, so it fails here, after everything else (proxy, other services) was applied
+    failures += [f"{line} (the box keeps serving its previous configuration)"
+                 for line in KNOWN_FAILED.get(host.name, [])]
     if failures:
         yield fail(f"{host.name}: health check failed:\n" + "\n".join(failures))
     else:

@@ -49,7 +49,7 @@ def link(settings: Settings) -> None:
                    path="/root/.ssh/authorized_keys", line="sparkctl-cx7-sync",
                    replace=f'restrict,from="{source}",command="rrsync -ro {d["MODEL_STORE"]}/hub" {public}')
     if d["TP_BACKEND"] == "ray":
-        venv = f"{d['SPARKCTL_HOME']}/venv"
+        venv = svcs.vllm_venv(d)
         pip_dist(name=f"Install ray {d['RAY_VERSION']} into the venv", venv=venv, dist="ray",
                  version=d["RAY_VERSION"], requirement=f"ray[default]=={d['RAY_VERSION']}", pip_args=pip_args(d))
         unit_name = "ray-head.service" if role.name == "head" else "ray-worker.service"

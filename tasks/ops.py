@@ -5,13 +5,18 @@ That makes steps that are shell commands underneath idempotent: a converged box 
 
 from __future__ import annotations
 
+import json
+
+import gevent
 from pyinfra import host, logger
 from pyinfra.api import FunctionCommand, StringCommand, operation
+from pyinfra.api.arguments import CONNECTOR_ARGUMENT_KEYS
 from pyinfra.api.command import QuoteString
 from pyinfra.facts.files import File
 
 from sparkctl.errors import SettingError
-from tasks.facts import DistVersion, GpuInfo, RolloutStatus, RunningOomGuard
+from tasks.facts import DistVersion, GpuInfo, RolloutStatus, RunningOomGuard, VenvsInUse
+from tasks.handoff import mark_ready
 
 
 def _fail(state, host, message: str) -> bool:
@@ -76,36 +81,182 @@ def sync_checkpoint(repo: str, sha: str, listing: str, cache_dir: str, folder: s
                         "--workers", str(int(workers)))
 
 
-@operation()
-def rollout(service: str, script: str, port: int, served: str, kind: str, timeout: int, interval: int,
-            journal_lines: int, env_prefix: str = ""):
-    """Switch a service to its staged env file and gate on readiness, unless it already runs exactly that.
+# --- rollout of a vLLM service (the transaction itself runs on the box: sparkctl/box/rollout.py) ---------------
 
-    "Exactly that" = the stamp rollout.py recorded after its last healthy start matches the unit file, the staged
-    env file and the installed vLLM version now; so a restart happens only when something the service reads
-    changed, and a rollout that failed (and rolled back) is tried again on the next run.
+ROLLING: dict[str, str] = {}  # service -> the box whose rollout of it started and has not passed its gate yet
+KNOWN_FAILED: dict[str, list[str]] = {}  # box -> one line per service left on its previous configuration
+_STATUS: dict[tuple, dict] = {}  # (box, executing) -> rollout.py status of every service: one call per phase
+
+
+def rollout_status(script: str, services: tuple, env_prefix: str) -> dict:
+    key = (host.name, bool(host.state.is_executing), script, services)
+    if key not in _STATUS:
+        _STATUS[key] = host.get_fact(RolloutStatus, script=script, services=list(services), env_prefix=env_prefix)
+    return _STATUS[key]
+
+
+def _connector_args(host) -> dict:
+    given = host.current_op_global_arguments or {}
+    return {k: given[k] for k in CONNECTOR_ARGUMENT_KEYS if k in given and k not in ("_retries", "_retry_delay",
+                                                                                       "_retry_until", "_timeout")}
+
+
+def _guard(state, host, service: str) -> bool:
+    """Execution time, one box after another: never touch a box after an earlier one failed this rollout."""
+    earlier = ROLLING.get(service)
+    if earlier and earlier != host.name:
+        host.log_styled(f"not rolling out vllm-{service} here: it failed on {earlier} (rolled back there), so this "
+                        f"box stays on its previous configuration; fix the candidate and rerun", fg="red",
+                        log_func=logger.error)
+        return False
+    ROLLING[service] = host.name
+    return True
+
+
+def _ready(host, handoff: dict | None, ready: bool) -> None:
+    """Mark this box's endpoint (not) ready in the gateway hand-off; a hand-off problem never stops a rollout."""
+    if not handoff:
+        return
+    try:
+        mark_ready(handoff, host.name, ready)
+    except Exception as exc:  # noqa: BLE001 - reported, never fatal
+        host.log_styled(f"gateway hand-off not updated: {exc}", fg="yellow", log_func=logger.warning)
+
+
+def _follow(state, host, service: str, apply_cmd: StringCommand, follow_cmd: list, interval: float,
+            wanted: str = "", handoff: dict | None = None) -> bool:
+    """Start (or attach to) the box's transaction and print its log until it records a result. Losing this
+    connection changes nothing on the box: a rerun attaches to the same transaction or reads its result. After
+    attaching to one that another deploy started, apply once more: what this deploy staged may differ."""
+    kw = _connector_args(host)
+    for _round in range(2):
+        ok, out = host.run_shell_command(apply_cmd, **kw)
+        started = next((json.loads(x) for x in reversed(out.stdout_lines) if x.startswith("{")), None) if ok else None
+        if not started:
+            host.log_styled(f"rollout.py apply {service} failed: {' '.join(out.stderr_lines)[-2000:]}", fg="red",
+                            log_func=logger.error)
+            return False
+        if started.get("attached"):
+            host.log(f"vllm-{service}: attaching to rollout {started['txn']}, already running on the box")
+        _ready(host, handoff, False)
+        result = _wait(host, kw, service, started["txn"], follow_cmd, interval)
+        if result is None:
+            return False
+        if result.get("rc") in (0, 3):  # ready, or rolled back: serving its previous configuration
+            _ready(host, handoff, True)
+        if started.get("attached") and result.get("candidate") != wanted:  # another deploy's: now ours
+            host.log(f"vllm-{service}: the attached rollout ended {result.get('outcome')}; now this deploy's")
+            continue
+        if result.get("rc") != 0:
+            host.log_styled(f"vllm-{service}: rollout {result.get('outcome')}: {result.get('message', '')[:4000]}",
+                            fg="red", log_func=logger.error)
+            return False
+        if not started.get("attached"):
+            ROLLING.pop(service, None)
+            return True
+    ROLLING.pop(service, None)
+    return True
+
+
+def _wait(host, kw: dict, service: str, txn: str, follow_cmd: list, interval: float) -> dict | None:
+    """Poll `rollout.py follow` (one short ssh call each time), print new log lines; the recorded result."""
+    offset, misses = 0, 0
+    while True:
+        ok, out = host.run_shell_command(StringCommand(*follow_cmd, "--txn", QuoteString(txn), "--offset",
+                                                       str(offset)), **kw)
+        lines = out.stdout_lines if ok else []
+        st = json.loads(lines[-1][3:]) if lines and lines[-1].startswith("@@ ") else None
+        if st is None:
+            misses += 1
+            if misses > 5:
+                host.log_styled(f"lost track of rollout {txn} of vllm-{service}; it goes on on the box: rerun the "
+                                f"deploy to attach to it or read its result", fg="red", log_func=logger.error)
+                return None
+            gevent.sleep(interval)
+            continue
+        misses, offset = 0, st["offset"]
+        for line in lines[:-1]:
+            host.log(f"vllm-{service}: {line}")
+        if st["done"]:
+            return st["result"] or {}
+        gevent.sleep(interval)
+
+
+@operation()
+def rollout(service: str, services: tuple, script: str, port: int, served: str, kind: str, timeout: int,
+            interval: int, journal_lines: int, drain_timeout: int, retry_after: int, retry_failed: bool,
+            keep_failed: int, env_prefix: str = "", handoff: dict | None = None):
+    """Run the box's transaction for a service (drain, switch, gate, commit or roll back), unless it already
+    runs exactly its staged configuration, or that configuration failed before and no retry was asked for.
+
+    "Exactly that" = the stamp rollout.py recorded after its last healthy start equals the hash of the staged unit
+    and env file now, so a restart happens only when something the service reads changed.
     """
-    status = host.get_fact(RolloutStatus, script=script, service=service, env_prefix=env_prefix)
-    if status.get("active") and status.get("applied") and status.get("applied") == status.get("wanted"):
+    status = rollout_status(script, services, env_prefix).get(service, {})
+    busy = status.get("running") or status.get("phase")
+    if not busy and status.get("active") and status.get("applied") and status["applied"] == status.get("wanted"):
         host.noop(f"vllm-{service} already runs its configuration")
         return
-    yield StringCommand(env_prefix, "python3", QuoteString(script), "apply", QuoteString(service),
-                        "--port", str(int(port)), "--served", QuoteString(served), "--kind", kind,
-                        "--timeout", str(int(timeout)), "--interval", str(int(interval)),
-                        "--journal", str(int(journal_lines)))
+    failed = status.get("failed")
+    if not busy and failed and not retry_failed:
+        why = ([x for x in str(failed.get("why")).splitlines() if x.strip()] or ["?"])[-1][:300]
+        line = (f"vllm-{service}: this configuration ({failed.get('model')}) failed at {failed.get('at')} "
+                f"({why}); nothing restarted. To try it again on purpose: --data ROLLOUT_RETRY_FAILED=True")
+        if host.state.is_executing:
+            KNOWN_FAILED.setdefault(host.name, []).append(line)
+            host.log_styled(line, fg="yellow", log_func=logger.warning)
+        host.noop(line)
+        return
+    args = ["--port", str(int(port)), "--served", QuoteString(served), "--kind", kind,
+            "--timeout", str(int(timeout)), "--interval", str(int(interval)), "--journal", str(int(journal_lines)),
+            "--drain-timeout", str(int(drain_timeout)), "--retry-after", str(int(retry_after)),
+            "--keep-failed", str(int(keep_failed)), *(["--retry-failed"] if retry_failed else [])]
+    apply_cmd = StringCommand(env_prefix, "python3", QuoteString(script), "apply", QuoteString(service), *args)
+    follow_cmd = [env_prefix, "python3", QuoteString(script), "follow", QuoteString(service)]
+    yield FunctionCommand(_guard, (service,), {})
+    yield FunctionCommand(_follow, (service, apply_cmd, follow_cmd, interval),
+                          {"wanted": status.get("wanted", ""), "handoff": handoff})
 
 
 @operation()
-def metadata_alias(venv: str, version: str):
-    """A metadata-only `vllm` distribution at `version` in the venv (for builds published under another name)."""
-    python = f"{venv}/bin/python"
-    if host.get_fact(DistVersion, python=python, dist="vllm") == version:
-        host.noop(f"vllm metadata alias {version} present")
+def venv_build(venv: str, pip_version: str, dist: str, version: str, requirement: str, pip_args: list[str],
+               remove: list[str], alias: str):
+    """Build a vLLM venv unless its built marker exists: venv, pip, vLLM, removals, the metadata alias (for
+    builds published under another name), then import it and check its version; only then write the marker.
+    A failed step leaves no marker: the next run starts that venv again from scratch."""
+    marker = f"{venv}/.sparkctl-built"
+    if host.get_fact(File, path=marker):
+        host.noop(f"{dist} {version} is built and import-checked in {venv}")
         return
-    code = ("import pathlib, sysconfig; d = pathlib.Path(sysconfig.get_paths()['purelib']) / %r; "
-            "d.mkdir(exist_ok=True); (d / 'METADATA').write_text(%r); (d / 'RECORD').write_text('')"
-            % (f"vllm-{version}.dist-info", f"Metadata-Version: 2.1\nName: vllm\nVersion: {version}\n"))
-    yield StringCommand(QuoteString(python), "-c", QuoteString(code))
+    python, pip = QuoteString(f"{venv}/bin/python"), [QuoteString(a) for a in pip_args]
+    yield StringCommand("rm -rf", QuoteString(venv), "&& python3 -m venv", QuoteString(venv))
+    install = [python, "-m pip install --no-input --progress-bar off", *pip]
+    yield StringCommand(*install, QuoteString(f"pip=={pip_version}"))
+    yield StringCommand(*install, QuoteString(requirement))
+    if remove:
+        yield StringCommand(python, "-m pip uninstall -y", *[QuoteString(r) for r in remove])
+    if alias:  # the `vllm` CLI reads importlib.metadata.version("vllm")
+        code = ("import pathlib, sysconfig; d = pathlib.Path(sysconfig.get_paths()['purelib']) / %r; "
+                "d.mkdir(exist_ok=True); (d / 'METADATA').write_text(%r); (d / 'RECORD').write_text('')"
+                % (f"vllm-{alias}.dist-info", f"Metadata-Version: 2.1\nName: vllm\nVersion: {alias}\n"))
+        yield StringCommand(python, "-c", QuoteString(code))
+    check = ("import importlib.metadata as m, vllm; v = m.version(%r); assert v.split('+')[0] == %r, v"
+             % (dist, version))
+    yield StringCommand(python, "-c", QuoteString(check))
+    yield StringCommand("touch", QuoteString(marker))
+
+
+@operation()
+def prune_venvs(root: str, keep: int, referenced_by: list[str]):
+    """Remove vLLM venvs under `root` beyond the newest `keep` that no unit (live, staged or in a rollout
+    snapshot) names in its ExecStart."""
+    found = host.get_fact(VenvsInUse, root=root, unit_globs=referenced_by)
+    used = {u.split("/bin/")[0] for u in found["used"]}
+    extra = [v for v in found["venvs"][keep:] if f"{root}/{v}" not in used]
+    if not extra:
+        host.noop(f"{len(found['venvs'])} venv(s) under {root}, none to prune")
+        return
+    yield StringCommand("rm -rf", *[QuoteString(f"{root}/{v}") for v in extra])
 
 
 @operation()

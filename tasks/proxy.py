@@ -67,6 +67,8 @@ def proxy(settings: Settings, service_list: list | None = None) -> None:
         raise Refused(f"{settings.host_name}: {exc}") from None
     cert, key, ca = tls_material(d)
     files.directory(name=f"Create {TLS_DIR}", path=TLS_DIR, user="root", group="root", mode="0700")
+    files.directory(name=f"Create {d['DRAIN_DIR']} (drain files of the rollouts)", path=d["DRAIN_DIR"], user="root",
+                    group="root", mode="0755")
     changes = [
         files.put(name="TLS certificate chain", src=str(cert), dest=f"{TLS_DIR}/server.pem", user="root",
                   group="root", mode="0644"),

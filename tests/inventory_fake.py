@@ -14,6 +14,9 @@ _responses = {
     "cat /etc/os-release": ["PRETTY_NAME=\"Ubuntu 24.04.3 LTS\"", "ID=ubuntu", "VERSION_ID=\"24.04\""],
     "df -B1": "900000000000",
     "command -v useradd": "/usr/sbin/useradd",
+    # the box-side rollout (sparkctl/box/rollout.py): started, then followed until it records its result
+    "rollout.py apply": '{"txn": "fake-txn", "attached": false}',
+    "rollout.py follow": '@@ {"offset": 0, "running": false, "done": true, "result": {"rc": 0, "outcome": "ready"}}',
 }
 if _kind == "dgx":
     _responses["nvidia-smi --query-gpu"] = "NVIDIA GB10, 12.1, 580.95.05"
@@ -30,5 +33,10 @@ if os.environ.get("FAKE_HOSTS") == "2":  # two Sparks; FAKE_MODELS="laguna-s-2.1
     _models = os.environ.get("FAKE_MODELS", "").split(",")
     gx10 = [(f"@fake/spark-{i + 1}", {**_data, **_pair, **({"CODING_MODEL": _models[i]} if _models[0] else {})})
             for i in range(2)]
+    if os.environ.get("FAKE_ROLLOUT_FAILS") == "1":  # every coder rollout fails its gate and rolls back
+        for _name, data in gx10:
+            data["fake_responses"] = {"rollout.py follow coder": '@@ {"offset": 0, "running": false, "done": true, '
+                                      '"result": {"rc": 3, "outcome": "rolled-back", "message": "ROLLED BACK"}}',
+                                      **_responses}
 else:
     gx10 = [("@fake/gx10", _data)]

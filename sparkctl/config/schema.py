@@ -214,6 +214,13 @@ class GroupData(BaseModel):
     WATCHDOG_STOP_COMMAND: t.pattern(r"\{unit\}", "a command containing {unit}")
     WATCHDOG_ROLLOUT_ACTIVE_COMMAND: t.pattern(r"\{service\}", "a command containing {service}")
     STATUS_SSH_TIMEOUT_S: t.Seconds
+    # safe change: drained, gated, reversible rollouts (issue 14)
+    VLLM_VENVS_KEEP: t.Count
+    DRAIN_TIMEOUT_S: t.typed(float, "a number of seconds >= 0 (0: do not drain)", ge=0)
+    DRAIN_RETRY_AFTER_S: t.WholeSeconds
+    DRAIN_DIR: t.AbsPath
+    ROLLOUT_RETRY_FAILED: bool
+    ROLLOUT_FAILED_KEEP: t.Count
     # the acceptance gate after a flip (issue 12)
     ACCEPTANCE_ENABLED: bool
     ACCEPTANCE_MODE: Annotated[Literal["fail", "warn"], Field(description="one of fail, warn")]

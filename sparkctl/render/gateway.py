@@ -3,7 +3,8 @@
 endpoints.json (stable, read by the CARouter gateway):
     {"schema": "sparkctl.endpoints/1", "topology": "replicas", "ca_bundle": "<path or null>",
      "models": {"<served name>": [{"box": "spark-1", "base_url": "https://10.250.0.11:443/coder/v1",
-                                  "model": "qwen3.8-27b", "revision": "<sha>"}, ...]}}
+                                  "model": "qwen3.8-27b", "revision": "<sha>", "ready": true}, ...]}}
+"ready" is false while a rollout drains and restarts that box's service (the gateway sends its traffic elsewhere).
 In `split` both boxes serve "coder" with different models: the gateway routes by the "model" field.
 Kubernetes manifests (optional, never applied): per served model a Service without selector plus an
 EndpointSlice listing the boxes, so the cluster the boxes joined as capacity reaches them by name. They are
@@ -19,10 +20,19 @@ from pathlib import Path
 import yaml
 
 
-def entry(box: str, address: str, port: int, svc) -> dict:
+def entry(box: str, address: str, port: int, svc, ready: bool = True) -> dict:
     return {"box": box, "address": address, "port": port,
             "base_url": f"https://{address}:{port}/{svc.served_name}/v1",
-            "model": svc.model.key, "revision": svc.checkpoint.sha}
+            "model": svc.model.key, "revision": svc.checkpoint.sha, "ready": ready}
+
+
+def set_ready(endpoints: dict, box: str, served: str, ready: bool) -> dict:
+    """The same hand-off with `box`'s endpoint for `served` marked (not) ready: a rollout drains it first."""
+    out = json.loads(json.dumps(endpoints))
+    for e in (out.get("models") or {}).get(served, []):
+        if e["box"] == box:
+            e["ready"] = ready
+    return out
 
 
 def merge(existing: dict, box: str, entries: list[dict], boxes: list[str], topology: str, ca: str | None) -> dict:
@@ -69,7 +79,7 @@ def manifests(endpoints: dict, namespace: str) -> list[dict]:
                      "addressType": "IPv4",
                      "ports": [{"name": "https", "port": port, "protocol": "TCP"}],
                      "endpoints": [{"addresses": [e["address"]], "hostname": k8s_name(e["box"]),
-                                    "conditions": {"ready": True}} for e in items]})
+                                    "conditions": {"ready": e.get("ready", True)}} for e in items]})
     return docs
 
 

@@ -6,6 +6,7 @@ render. Rendering uses templates/ with jinja2's StrictUndefined, exactly as the 
 
 from __future__ import annotations
 
+import hashlib
 import json
 import shlex
 
@@ -94,8 +95,31 @@ def render_env(svc: Service, data: dict) -> str:
                            model_path=snapshot_path(data["MODEL_STORE"], svc.checkpoint))
 
 
+def pip_args(d: dict) -> list[str]:
+    """pip's options for every install into a vLLM venv (constraints file, indexes, local wheelhouses)."""
+    args = []
+    if d["VLLM_PIP_CONSTRAINTS"]:
+        args += ["-c", f"{d['SPARKCTL_HOME']}/constraints.txt"]
+    for url in d["VLLM_PIP_EXTRA_INDEX_URLS"]:
+        args += ["--extra-index-url", url]
+    for path in d["PIP_FIND_LINKS"]:
+        args += ["--find-links", path]
+    if d["PIP_NO_INDEX"]:
+        args.append("--no-index")
+    return args
+
+
+def vllm_venv(d: dict) -> str:
+    """The versioned venv this configuration's vLLM lives in: <SPARKCTL_HOME>/venvs/<version>-<hash of what is
+    installed>. A changed requirement, pip option or constraint is a new venv beside the running one, and a new
+    unit file (ExecStart names it), so it is rolled out, and rolled back, like any other change."""
+    what = json.dumps([d["VLLM_PIP_REQUIREMENT"], pip_args(d), d["VLLM_PIP_CONSTRAINTS"], d["VLLM_PIP_REMOVE"],
+                       d["VLLM_METADATA_ALIAS"], d["PIP_VERSION"]], sort_keys=True)
+    return f"{d['SPARKCTL_HOME']}/venvs/{d['VLLM_VERSION']}-{hashlib.sha256(what.encode()).hexdigest()[:12]}"
+
+
 def render_unit(svc: Service, data: dict) -> str:
     return render_template("vllm.service.j2", svc=svc, d=data,
                            env_path=f"{data['ENV_DIR']}/{svc.env_file}",
-                           vllm_bin=f"{data['SPARKCTL_HOME']}/venv/bin/vllm")
+                           vllm_bin=f"{vllm_venv(data)}/bin/vllm")
 

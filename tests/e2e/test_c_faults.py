@@ -127,7 +127,8 @@ def test_flip_to_a_checkpoint_that_cannot_load_rolls_back(converged_spark):
     overrides["laguna-s-2.1"]["speculative"] = None
     embed_pid = sim_exec(HOST, "systemctl show -P MainPID vllm-embed-qwen3.service").strip()
     t0 = time.monotonic()
-    run = pyinfra("-y", "--limit", HOST, "--data", "CODING_MODEL=laguna-s-2.1",
+    # the box remembers a failed candidate and does not retry it unless asked: ask, so this test can run again
+    run = pyinfra("-y", "--limit", HOST, "--data", "CODING_MODEL=laguna-s-2.1", "--data", "ROLLOUT_RETRY_FAILED=True",
                   "--data", "CATALOG_OVERRIDES=" + json.dumps(overrides), "inventory.py", "deploy.py")
     record("flip to a broken checkpoint -> automatic rollback", time.monotonic() - t0)
     assert run.rc != 0, "a failed rollout must fail the deploy"

@@ -1,0 +1,71 @@
+#!/usr/bin/env python3
+"""On the box (stdlib only; imported by rollout.py): drain one served model before its vLLM stops.
+
+The proxy's location for each served model includes DRAIN_DIR/<served>.conf* (a glob: no file, not draining).
+Draining writes that file (503 + Retry-After for new requests) and reloads nginx gracefully: old workers keep
+the streams they hold until those finish. Then we wait for vLLM's own vllm:num_requests_running (+ waiting) on
+loopback /metrics to reach 0, up to a timeout; undraining removes the file and reloads again.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+
+from rollout_gate import metric_sum, systemctl
+
+BUSY = ("vllm:num_requests_running", "vllm:num_requests_waiting")
+
+
+def drain_file(drain_dir: str, served: str) -> str:
+    return os.path.join(drain_dir, f"{served}.conf")
+
+
+def _reload_nginx() -> tuple[bool, str]:
+    r = systemctl("reload", "nginx.service")
+    return r.returncode == 0, (r.stderr or r.stdout).strip()
+
+
+def drain_on(drain_dir: str, served: str, retry_after: int) -> tuple[bool, str]:
+    """New requests for `served` get 503 + Retry-After; returns (nginx reloaded, why not)."""
+    os.makedirs(drain_dir, mode=0o755, exist_ok=True)
+    body = (f"add_header Retry-After {int(retry_after)} always;\n"
+            f"return 503 \"{served} is restarting for a deploy; retry in {int(retry_after)} s\\n\";\n")
+    tmp = os.path.join(drain_dir, f".{served}.tmp")  # a hidden name: never matched by the include glob
+    with open(tmp, "w") as f:
+        f.write(body)
+    os.chmod(tmp, 0o644)
+    os.rename(tmp, drain_file(drain_dir, served))
+    return _reload_nginx()
+
+
+def drain_off(drain_dir: str, served: str) -> tuple[bool, str]:
+    try:
+        os.unlink(drain_file(drain_dir, served))
+    except FileNotFoundError:
+        return True, ""
+    return _reload_nginx()
+
+
+def is_draining(drain_dir: str, served: str) -> bool:
+    return os.path.exists(drain_file(drain_dir, served))
+
+
+def wait_idle(port: int, timeout: float, interval: float, say) -> tuple[bool, float, float]:
+    """Wait until vLLM runs and queues no request; returns (idle, seconds waited, requests still busy)."""
+    start, last_said, busy = time.monotonic(), -1.0, 0.0
+    while True:
+        value = metric_sum(port, BUSY)
+        waited = time.monotonic() - start
+        if value is None:  # not answering: nothing in flight can finish either
+            return True, waited, 0.0
+        busy = value
+        if busy <= 0:
+            return True, waited, 0.0
+        if waited >= timeout:
+            return False, waited, busy
+        if last_said < 0 or waited - last_said >= max(interval * 5, 10):
+            say(f"draining: {busy:.0f} request(s) still running or queued, waited {waited:.0f} s "
+                f"of {timeout:.0f} s")
+            last_said = waited
+        time.sleep(interval)

@@ -1,0 +1,125 @@
+#!/usr/bin/env python3
+"""On the box (stdlib only; imported by rollout.py): systemd calls and the readiness gate of a vLLM service.
+
+Every call captures its output and never raises on a non-zero exit: a rollout must be able to roll back whatever
+systemctl said, and it runs detached (no terminal, no pipe to the deploy).
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import time
+import urllib.error
+import urllib.request
+
+
+def run(*argv: str, timeout: float | None = None) -> subprocess.CompletedProcess:
+    try:
+        return subprocess.run(list(argv), capture_output=True, text=True, timeout=timeout,
+                              stdin=subprocess.DEVNULL)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return subprocess.CompletedProcess(list(argv), 127, "", f"{argv[0]}: {exc}")
+
+
+def systemctl(*args: str) -> subprocess.CompletedProcess:
+    return run("systemctl", *args)
+
+
+def show(*units: str) -> dict[str, dict]:
+    """`systemctl show` of several units in ONE call: {unit: {property: value}}."""
+    props = ("Id", "ActiveState", "SubState", "Result", "NRestarts", "MainPID")
+    out = systemctl("show", *[a for p in props for a in ("-p", p)], *units).stdout
+    states, current = {}, {}
+    for block in out.split("\n\n"):
+        current = dict(line.split("=", 1) for line in block.splitlines() if "=" in line)
+        if current.get("Id"):
+            states[current["Id"]] = current
+    return {u: states.get(u, {}) for u in units}
+
+
+def unit_state(unit: str) -> dict:
+    return show(unit)[unit]
+
+
+def restart(unit: str) -> tuple[bool, str]:
+    """stop -> start (on unified memory two big models must never run together); failures are returned."""
+    systemctl("reset-failed", unit)
+    r = systemctl("restart", unit)
+    return r.returncode == 0, (r.stderr or r.stdout).strip()
+
+
+def journal(unit: str, lines: int) -> str:
+    return run("journalctl", "-u", unit, "-n", str(lines), "--no-pager", "-o", "short-iso", timeout=60).stdout
+
+
+def http_json(url: str, body: dict | None, timeout: float) -> tuple[int, dict]:
+    data = json.dumps(body).encode() if body is not None else None
+    req = urllib.request.Request(url, data=data, headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=timeout) as r:
+        return r.status, json.loads(r.read() or b"{}")
+
+
+def metric_sum(port: int, names: tuple[str, ...], timeout: float = 10) -> float | None:
+    """Sum of every sample of the named vLLM gauges on loopback /metrics (None when it does not answer)."""
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=timeout) as r:
+            text = r.read().decode("utf-8", "replace")
+    except (urllib.error.URLError, ConnectionError, TimeoutError, OSError, ValueError):
+        return None
+    total = 0.0
+    for line in text.splitlines():
+        name = line.split("{", 1)[0].split(" ", 1)[0]
+        if name in names:
+            try:
+                total += float(line.rsplit(" ", 1)[1])
+            except ValueError:
+                pass
+    return total
+
+
+def _restarts(st: dict) -> int:
+    try:
+        return int(st.get("NRestarts") or 0)
+    except ValueError:
+        return 0
+
+
+def gate(unit: str, port: int, served: str, kind: str, timeout: float, interval: float) -> tuple[bool, str, float]:
+    """Wait until the service answers for real; fail fast when systemd restarts or fails it."""
+    start = time.monotonic()
+    base = f"http://127.0.0.1:{port}"
+    restarts0 = _restarts(unit_state(unit))
+    last_error = "not answering yet"
+    if kind == "none":  # a headless tensor-parallel worker has no API; it must simply stay up
+        time.sleep(max(interval * 5, 5))
+        st = unit_state(unit)
+        ok = st.get("ActiveState") == "active" and _restarts(st) == restarts0
+        return ok, "running" if ok else f"{unit} is {st.get('ActiveState')}", time.monotonic() - start
+    while time.monotonic() - start < timeout:
+        st = unit_state(unit)
+        if st.get("ActiveState") == "failed":
+            return False, f"{unit} failed (Result={st.get('Result')})", time.monotonic() - start
+        if st.get("SubState") == "auto-restart" or _restarts(st) > restarts0:
+            return False, f"{unit} exited while starting (systemd: {st.get('SubState')}, NRestarts=" \
+                f"{st.get('NRestarts')})", time.monotonic() - start
+        try:
+            _, models = http_json(f"{base}/v1/models", None, 10)
+            ids = [m.get("id") for m in models.get("data", [])]
+            if served not in ids:
+                return False, f"/v1/models lists {ids}, not {served!r}", time.monotonic() - start
+            if kind == "chat":
+                _, out = http_json(f"{base}/v1/completions",
+                                   {"model": served, "prompt": "def add(a, b):", "max_tokens": 4, "temperature": 0},
+                                   120)
+                ok = bool(out.get("choices"))
+            else:
+                _, out = http_json(f"{base}/v1/embeddings", {"model": served, "input": ["readiness probe"]}, 120)
+                ok = bool(out.get("data") and out["data"][0].get("embedding"))
+            if ok:
+                return True, "ready", time.monotonic() - start
+            last_error = f"empty answer: {str(out)[:200]}"
+        except (urllib.error.URLError, ConnectionError, TimeoutError, OSError, ValueError) as exc:
+            last_error = str(exc)
+        time.sleep(interval)
+    return False, f"not ready after {timeout:.0f} s ({last_error})", time.monotonic() - start

@@ -1,0 +1,130 @@
+#!/usr/bin/env python3
+"""Stand-in `systemctl`, `systemd-run` and `journalctl` for the box-side rollout tests (installed on PATH under
+those names; argv[0] picks the tool). State lives in $FAKE_SD: units/<unit>.json, calls.log, broken (models that
+crash at start), kill_on ("verb#n": SIGKILL the caller on the n-th such call, to interrupt a rollout there).
+
+A vLLM unit "starts" by reading SPARKCTL_MODEL from its env file: a broken model goes to auto-restart, any other
+becomes active and is published in serving.json for the stand-in HTTP endpoint the test runs.
+"""
+
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+
+SD = os.environ["FAKE_SD"]
+
+
+def load(unit):
+    try:
+        with open(f"{SD}/units/{unit}.json") as f:
+            return json.load(f)
+    except FileNotFoundError:
+        return {"ActiveState": "inactive", "SubState": "dead", "Result": "success", "NRestarts": 0, "MainPID": 0}
+
+
+def save(unit, st):
+    os.makedirs(f"{SD}/units", exist_ok=True)
+    with open(f"{SD}/units/{unit}.json", "w") as f:
+        json.dump(st, f)
+
+
+def note(call):
+    with open(f"{SD}/calls.log", "a") as f:
+        f.write(call + "\n")
+    count = sum(1 for line in open(f"{SD}/calls.log") if line.split()[0] == call.split()[0])
+    try:
+        kill_on = open(f"{SD}/kill_on").read().strip()
+    except FileNotFoundError:
+        return
+    if kill_on == f"{call.split()[0]}#{count}":
+        os.unlink(f"{SD}/kill_on")
+        os.kill(os.getppid(), signal.SIGKILL)  # the rollout dies right here, mid-step
+        sys.exit(1)
+
+
+def alive(pid):
+    try:
+        return bool(pid) and "zombie" not in open(f"/proc/{pid}/status").read()
+    except FileNotFoundError:
+        return False
+
+
+def serving(up, model=""):
+    with open(f"{SD}/serving.json.tmp", "w") as f:
+        json.dump({"up": up, "model": model}, f)
+    os.rename(f"{SD}/serving.json.tmp", f"{SD}/serving.json")
+
+
+def start(unit):
+    m = re.match(r"vllm-(.+)\.service$", unit)
+    unit_file = f"{os.environ['SPARKCTL_UNIT_DIR']}/{unit}"
+    if not m or not os.path.exists(unit_file):
+        print(f"Unit {unit} not found.", file=sys.stderr)
+        return 5
+    env = open(f"{os.environ['SPARKCTL_ENV_DIR']}/vllm-{m.group(1)}.env").read()
+    model = re.search(r"^SPARKCTL_MODEL=(.*)$", env, re.M).group(1)
+    broken = open(f"{SD}/broken").read().split() if os.path.exists(f"{SD}/broken") else []
+    st = load(unit)
+    if model in broken:
+        st.update(ActiveState="activating", SubState="auto-restart", NRestarts=st.get("NRestarts", 0) + 1)
+        serving(False)
+    else:
+        st.update(ActiveState="active", SubState="running", MainPID=os.getpid())
+        serving(True, model)
+    save(unit, st)
+    return 0
+
+
+def systemctl(args):
+    verb = args[0]
+    if verb == "show":
+        units = [a for a in args[1:] if not a.startswith("-") and a not in
+                 ("Id", "ActiveState", "SubState", "Result", "NRestarts", "MainPID")]
+        blocks = []
+        for u in units:
+            st = load(u)
+            if u.startswith("sparkctl-rollout-"):
+                up = alive(st.get("pid", 0))
+                st = {"ActiveState": "active" if up else "inactive", "SubState": "running" if up else "dead"}
+            blocks.append("\n".join([f"Id={u}"] + [f"{k}={st.get(k, '')}" for k in
+                                                   ("ActiveState", "SubState", "Result", "NRestarts", "MainPID")]))
+        print("\n\n".join(blocks))
+        return 0
+    note(" ".join(args))
+    if verb == "restart":
+        return start(args[1])
+    if verb == "stop":
+        st = load(args[1])
+        st.update(ActiveState="inactive", SubState="dead")
+        save(args[1], st)
+        serving(False)
+    return 0
+
+
+def systemd_run(args):
+    unit = next(a.split("=", 1)[1] for a in args if a.startswith("--unit="))
+    env = dict(os.environ)
+    for a in args:
+        if a.startswith("--setenv="):
+            k, v = a.split("=", 1)[1].split("=", 1)
+            env[k] = v
+    if alive(load(unit).get("pid", 0)):
+        print(f"Unit {unit} was already loaded or has a fragment file.", file=sys.stderr)
+        return 1
+    cmd = args[next(i for i, a in enumerate(args) if not a.startswith("-")):]  # options end at the command
+    log = open(f"{SD}/{unit}.journal", "ab")
+    proc = subprocess.Popen(cmd, env=env, stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True)
+    save(unit, {"pid": proc.pid})
+    note(f"systemd-run {unit}")
+    return 0
+
+
+if __name__ == "__main__":
+    tool = globals().get("TOOL") or os.path.basename(sys.argv[0])
+    if tool == "journalctl":
+        print("2026-12-01T09:00:00+0000 box vllm[1]: stand-in journal line")
+        sys.exit(0)
+    sys.exit({"systemctl": systemctl, "systemd-run": systemd_run}[tool](sys.argv[1:]))
