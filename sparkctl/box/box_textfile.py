@@ -7,9 +7,7 @@ no exporter has.
 
 - the model store's free space (statvfs of the path itself: it need not be its own mount point);
 - the TLS certificate's expiry (the proxy's certificate, read with the standard library's own decoder);
-- the last rollout's result: the newest *.json under the rollout directory. Its format belongs to the rollout
-  transaction; this reads the first of RESULT_KEYS it finds and counts OK_RESULTS as success. A missing file
-  exports nothing (no rollout recorded yet).
+- each service's last rollout result: vllm-<service>.result.json (rollout_txn.py's `outcome`).
 """
 
 from __future__ import annotations
@@ -27,8 +25,7 @@ try:
 except ImportError:  # on the box: textfile.py sits beside this script
     from textfile import Exposition, write_atomic
 
-RESULT_KEYS = ("result", "outcome", "status", "state")
-OK_RESULTS = {"ok", "success", "succeeded", "applied", "unchanged", "done", "committed"}
+OK_RESULTS = {"ready", "unchanged", "restarted"}  # rollout_txn.py's outcomes that leave the candidate serving
 
 
 def store_facts(exp: Exposition, path: str) -> None:
@@ -54,38 +51,31 @@ def cert_facts(exp: Exposition, path: str) -> None:
             "when the proxy's TLS certificate expires, unix time", expiry, {"path": path})
 
 
-def last_rollout(directory: str) -> tuple[str, dict] | None:
-    """(path, parsed JSON) of the newest rollout result file, or None."""
-    files = glob.glob(os.path.join(directory, "*.json")) + glob.glob(os.path.join(directory, "*", "*.json"))
-    for path in sorted(files, key=lambda p: os.stat(p).st_mtime, reverse=True):
+def rollout_results(directory: str) -> list[tuple[str, str, dict]]:
+    """(service, path, parsed JSON) of each service's last rollout result: rollout_txn.py writes
+    vllm-<service>.result.json when a transaction finishes (its open state and failure records live elsewhere)."""
+    out = []
+    for path in sorted(glob.glob(os.path.join(directory, "vllm-*.result.json"))):
         try:
             with open(path) as f:
                 data = json.load(f)
         except (OSError, ValueError):
             continue
-        if isinstance(data, dict):
-            return path, data
-    return None
-
-
-def result_of(data: dict) -> str:
-    for key in RESULT_KEYS:
-        if isinstance(data.get(key), (str, bool)):
-            value = data[key]
-            return ("ok" if value else "failed") if isinstance(value, bool) else str(value)
-    return "unknown"
+        if isinstance(data, dict) and isinstance(data.get("outcome"), str):
+            service = os.path.basename(path)[len("vllm-"):-len(".result.json")]
+            out.append((service, path, data))
+    return out
 
 
 def rollout_facts(exp: Exposition, directory: str) -> None:
-    found = last_rollout(directory)
-    if found is None:
-        return
-    path, data = found
-    result = result_of(data)
-    exp.add("sparkctl_rollout_last_ok", "gauge", "1 when the last rollout on this box succeeded, 0 when it failed or "
-            "rolled back", int(result.lower() in OK_RESULTS), {"result": result})
-    exp.add("sparkctl_rollout_last_timestamp_seconds", "gauge", "when the last rollout result was written, unix time",
-            round(os.stat(path).st_mtime, 3))
+    for service, path, data in rollout_results(directory):
+        outcome = data["outcome"]
+        labels = {"unit": f"vllm-{service}.service", "result": outcome}
+        exp.add("sparkctl_rollout_last_ok", "gauge", "1 when the last rollout of the service served its candidate "
+                "(ready, unchanged, restarted), 0 when it failed, was refused or rolled back", int(outcome in OK_RESULTS),
+                labels)
+        exp.add("sparkctl_rollout_last_timestamp_seconds", "gauge", "when the last rollout result was written, unix "
+                "time", round(os.stat(path).st_mtime, 3), {"unit": labels["unit"]})
 
 
 def collect(model_store: str, cert: str, rollout_dir: str) -> Exposition:

@@ -122,7 +122,7 @@ def rules(endpoints: dict, d: dict) -> dict:
                "warning", "{{ $labels.box }}: {{ $value | humanize1024 }}B free under the model store",
                "Below the download headroom: the next flip's download would be refused. Remove unused snapshots."),
         _alert("SparkRolloutFailed", f"sparkctl_rollout_last_ok{{{j}}} == 0", 0, "warning",
-               "{{ $labels.box }}: the last rollout ended {{ $labels.result }}",
+               "{{ $labels.box }}: the last rollout of {{ $labels.unit }} ended {{ $labels.result }}",
                "Read the deploy's output and `python -m sparkctl status`; fix the candidate, rerun the deploy."),
     ]
     return {"groups": [{"name": "sparkctl", "rules": alerts + spec_acceptance_alerts(endpoints, d)}]}

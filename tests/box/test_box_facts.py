@@ -5,7 +5,6 @@ stand-in's answers, and the deploy installs node exporter on loopback without th
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 import time
@@ -86,15 +85,21 @@ def test_box_textfile_store_cert_and_rollout(tmp_path):
     assert got["sparkctl_model_store_free_bytes"][0].value > 0
     assert got["sparkctl_tls_cert_expiry_timestamp_seconds"][0].value > time.time() + 86400
     assert "sparkctl_rollout_last_ok" not in got  # no rollout recorded yet: nothing to alert on
-    (ro / "old.json").write_text(json.dumps({"result": "ok"}))
-    os.utime(ro / "old.json", (time.time() - 60, time.time() - 60))
-    (ro / "new.json").write_text(json.dumps({"result": "rolled_back", "candidate": "laguna-s-2.1"}))
+    # what rollout_txn.py leaves: one result per service, plus an open transaction's state and failure records
+    (ro / "vllm-embed-qwen3.result.json").write_text(json.dumps({"outcome": "unchanged", "rc": 0}))
+    (ro / "vllm-coder.result.json").write_text(json.dumps({"outcome": "rolled-back", "rc": 3}))
+    (ro / "vllm-coder.txn").mkdir()
+    (ro / "vllm-coder.txn" / "state.json").write_text(json.dumps({"phase": "draining"}))
+    (ro / "vllm-coder.failed").mkdir()
+    (ro / "vllm-coder.failed" / "abc.json").write_text(json.dumps({"why": "not ready"}))
     got = samples(box_textfile.collect(str(tmp_path), str(cert), str(ro)).text())
-    assert got["sparkctl_rollout_last_ok"][0].value == 0
-    assert got["sparkctl_rollout_last_ok"][0].labels["result"] == "rolled_back"
-    (ro / "new.json").write_text("{not json")
+    by_unit = {s.labels["unit"]: s for s in got["sparkctl_rollout_last_ok"]}
+    assert set(by_unit) == {"vllm-coder.service", "vllm-embed-qwen3.service"}
+    assert (by_unit["vllm-coder.service"].value, by_unit["vllm-coder.service"].labels["result"]) == (0, "rolled-back")
+    assert by_unit["vllm-embed-qwen3.service"].value == 1
+    (ro / "vllm-coder.result.json").write_text("{not json")  # being rewritten: skipped, not a failure
     got = samples(box_textfile.collect(str(tmp_path), str(cert), str(ro)).text())
-    assert got["sparkctl_rollout_last_ok"][0].value == 1  # an unreadable file is skipped, the older one counts
+    assert [s.labels["unit"] for s in got["sparkctl_rollout_last_ok"]] == ["vllm-embed-qwen3.service"]
 
 
 @needs_systemd_analyze

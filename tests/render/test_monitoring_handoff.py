@@ -151,7 +151,7 @@ def real_scrapes(tmp_path) -> set[str]:
     names |= scrape_names(out.read_text())
     cert = pki.ensure_server_cert(tmp_path / "pki", "b", ["10.0.0.5"])[0]
     (tmp_path / "rollout").mkdir()
-    (tmp_path / "rollout" / "r.json").write_text('{"result": "ok"}')
+    (tmp_path / "rollout" / "vllm-coder.result.json").write_text('{"outcome": "ready", "rc": 0}')
     names |= scrape_names(box_textfile.collect(str(tmp_path), str(cert), str(tmp_path / "rollout")).text())
     dog = watchdog.Watchdog({"services": [{"name": "coder", "unit": "vllm-coder.service"}], "window_s": 60,
                              "state_file": str(tmp_path / "wd.json"), "textfile": str(tmp_path / "wd.prom")})
