@@ -84,6 +84,7 @@ HEALTH_POLL_INTERVAL_S = 2  # seconds between readiness polls
 HEALTH_JOURNAL_LINES = 40  # journal lines shown when a service fails its health check
 HEALTH_REQUEST_TIMEOUT_S = 7200  # client timeout of the health check's real requests, s
 # --- readiness probe timeout (issue 13) ---
+HEALTH_PROBE_MAX_TOKENS = 8  # the health step's real chat completion through the proxy: tokens it asks for
 HEALTH_LISTENER_TIMEOUT_S = 10  # curl --max-time of one on-box readiness try of 127.0.0.1:<port>/v1/models, s
 
 # --- safe change: drained, gated, reversible rollouts (issue 14) ---
@@ -93,6 +94,9 @@ DRAIN_TIMEOUT_S = 1800  # longest wait for vllm:num_requests_running (+ waiting)
 DRAIN_RETRY_AFTER_S = 30  # Retry-After the proxy sends with its 503 while a served model drains, s
 DRAIN_DIR = "/etc/nginx/sparkctl-drain"  # box: <served>.conf here = the proxy answers 503 for that model
 ROLLOUT_RETRY_FAILED = False  # True: try again a candidate the box remembers as failed (or --data ...=True)
+ROLLOUT_GATE_MAX_TOKENS = 4  # the box gate's one real completion on loopback (the model must produce tokens), tokens
+ROLLOUT_GATE_REQUEST_TIMEOUT_S = 120  # that request's (and the embedders' one embedding's) timeout, s
+ROLLOUT_WORKER_SETTLE_S = 10  # tensor-parallel: a headless worker must stay up this long after its start to pass, s
 ROLLOUT_FAILED_KEEP = 20  # failed candidates remembered per service (hash, when, why, journal); older ones forgotten
 
 # --- checkpoints (Hugging Face) ---------------------------------------------------------------------------------

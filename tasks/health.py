@@ -30,7 +30,7 @@ def _client(d: dict) -> httpx.Client:
                         transport=httpx.HTTPTransport(verify=ctx, retries=0))
 
 
-def probe_through_proxy(client: httpx.Client, base: str, svc, token: str) -> str:
+def probe_through_proxy(client: httpx.Client, base: str, svc, token: str, max_tokens: int) -> str:
     """One real request through nginx; returns "" when it worked, else what went wrong."""
     headers = {"Authorization": f"Bearer {token}"}
     url = f"{base}/{svc.served_name}/v1"
@@ -38,7 +38,7 @@ def probe_through_proxy(client: httpx.Client, base: str, svc, token: str) -> str
         if svc.role == CODER:
             r = client.post(f"{url}/chat/completions", headers=headers, json={
                 "model": svc.served_name, "messages": [{"role": "user", "content": "Write a Python hello world."}],
-                "max_tokens": 8, "temperature": 0})
+                "max_tokens": max_tokens, "temperature": 0})
             ok = r.status_code == 200 and r.json().get("usage", {}).get("completion_tokens", 0) > 0
         else:
             r = client.post(f"{url}/embeddings", headers=headers, json={"model": svc.served_name,
@@ -77,7 +77,7 @@ def health_gate(settings: Settings, service_list: list):
                     break
                 time.sleep(d["HEALTH_POLL_INTERVAL_S"])
             problem = "" if ids and svc.served_name in ids else f"127.0.0.1:{svc.port}/v1/models answered {ids}"
-            problem = problem or probe_through_proxy(client, base, svc, settings.api_token)
+            problem = problem or probe_through_proxy(client, base, svc, settings.api_token, d["HEALTH_PROBE_MAX_TOKENS"])
             kv_text = host.get_fact(JournalText, unit=svc.unit, lines=4, grep=KV_LINES)
             load_s = host.get_fact(LoadSeconds, unit=svc.unit)
             rows.append(health_table.Row(svc, "healthy" if not problem else f"FAILED: {problem}", kv_text, load_s))

@@ -185,7 +185,8 @@ def _wait(host, kw: dict, service: str, txn: str, follow_cmd: list, interval: fl
 @operation()
 def rollout(service: str, services: tuple, script: str, port: int, served: str, kind: str, timeout: int,
             interval: int, journal_lines: int, drain_timeout: int, retry_after: int, retry_failed: bool,
-            keep_failed: int, env_prefix: str = "", handoff: dict | None = None):
+            keep_failed: int, gate_max_tokens: int, gate_request_timeout: float, worker_settle: float,
+            env_prefix: str = "", handoff: dict | None = None):
     """Run the box's transaction for a service (drain, switch, gate, commit or roll back), unless it already
     runs exactly its staged configuration, or that configuration failed before and no retry was asked for.
 
@@ -210,7 +211,9 @@ def rollout(service: str, services: tuple, script: str, port: int, served: str, 
     args = ["--port", str(int(port)), "--served", QuoteString(served), "--kind", kind,
             "--timeout", str(int(timeout)), "--interval", str(int(interval)), "--journal", str(int(journal_lines)),
             "--drain-timeout", str(int(drain_timeout)), "--retry-after", str(int(retry_after)),
-            "--keep-failed", str(int(keep_failed)), *(["--retry-failed"] if retry_failed else [])]
+            "--keep-failed", str(int(keep_failed)), "--gate-max-tokens", str(int(gate_max_tokens)),
+            "--gate-request-timeout", str(float(gate_request_timeout)), "--worker-settle", str(float(worker_settle)),
+            *(["--retry-failed"] if retry_failed else [])]
     apply_cmd = StringCommand(env_prefix, "python3", QuoteString(script), "apply", QuoteString(service), *args)
     follow_cmd = [env_prefix, "python3", QuoteString(script), "follow", QuoteString(service)]
     yield FunctionCommand(_guard, (service,), {})

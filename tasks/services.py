@@ -28,26 +28,14 @@ def rollout_env(d: dict) -> str:
     return f"SPARKCTL_ENV_DIR={d['ENV_DIR']} SPARKCTL_STATE_DIR={d['STATE_DIR']} SPARKCTL_DRAIN_DIR={d['DRAIN_DIR']}"
 
 
-def _nonnegative_int(d: dict, name: str) -> int:
-    value = d[name]
-    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-        raise SettingError(name, value, "a whole number >= 0")
-    return value
-
-
 def rollout_settings(d: dict) -> dict:
-    """The rollout block of group_data/all.py, checked where it is read (before any command reaches the box)."""
-    if not isinstance(d["ROLLOUT_RETRY_FAILED"], bool):
-        raise SettingError("ROLLOUT_RETRY_FAILED", d["ROLLOUT_RETRY_FAILED"], "True or False")
-    if not isinstance(d["DRAIN_DIR"], str) or not d["DRAIN_DIR"].startswith("/") or " " in d["DRAIN_DIR"]:
-        raise SettingError("DRAIN_DIR", d["DRAIN_DIR"], "an absolute path without spaces")
-    _nonnegative_int(d, "VLLM_VENVS_KEEP")
+    """What the box's rollout transaction is told (the settings schema validated every value before this)."""
     return dict(script=f"{d['SPARKCTL_HOME']}/bin/rollout.py", timeout=d["HEALTH_READY_TIMEOUT_S"],
                 interval=d["HEALTH_POLL_INTERVAL_S"], journal_lines=d["HEALTH_JOURNAL_LINES"],
-                drain_timeout=_nonnegative_int(d, "DRAIN_TIMEOUT_S"),
-                retry_after=_nonnegative_int(d, "DRAIN_RETRY_AFTER_S"),
-                keep_failed=_nonnegative_int(d, "ROLLOUT_FAILED_KEEP"),
-                retry_failed=d["ROLLOUT_RETRY_FAILED"], env_prefix=rollout_env(d))
+                drain_timeout=d["DRAIN_TIMEOUT_S"], retry_after=d["DRAIN_RETRY_AFTER_S"],
+                keep_failed=d["ROLLOUT_FAILED_KEEP"], retry_failed=d["ROLLOUT_RETRY_FAILED"],
+                gate_max_tokens=d["ROLLOUT_GATE_MAX_TOKENS"], gate_request_timeout=d["ROLLOUT_GATE_REQUEST_TIMEOUT_S"],
+                worker_settle=d["ROLLOUT_WORKER_SETTLE_S"], env_prefix=rollout_env(d))
 
 
 @deploy("OOM guard")

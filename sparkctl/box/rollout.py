@@ -83,7 +83,9 @@ def status(services: list[str]) -> dict:
 def run_args(a) -> list[str]:
     args = ["--port", str(a.port), "--served", a.served, "--kind", a.kind, "--timeout", str(a.timeout),
             "--interval", str(a.interval), "--journal", str(a.journal), "--drain-timeout", str(a.drain_timeout),
-            "--retry-after", str(a.retry_after), "--keep-failed", str(a.keep_failed)]
+            "--retry-after", str(a.retry_after), "--keep-failed", str(a.keep_failed),
+            "--gate-max-tokens", str(a.gate_max_tokens), "--gate-request-timeout", str(a.gate_request_timeout),
+            "--worker-settle", str(a.worker_settle)]
     return args + (["--retry-failed"] if a.retry_failed else [])
 
 
@@ -165,6 +167,9 @@ def main(argv=None) -> int:
         a.add_argument("--retry-after", type=int, default=30)
         a.add_argument("--retry-failed", action="store_true")
         a.add_argument("--keep-failed", type=int, default=20)
+        a.add_argument("--gate-max-tokens", type=int, default=sd.LIMITS["max_tokens"])
+        a.add_argument("--gate-request-timeout", type=float, default=sd.LIMITS["request_timeout_s"])
+        a.add_argument("--worker-settle", type=float, default=sd.LIMITS["worker_settle_s"])
         if name == "run":
             a.add_argument("--txn", required=True)
     f = sub.add_parser("follow")
@@ -180,6 +185,8 @@ def main(argv=None) -> int:
         return apply(args)
     if args.cmd == "follow":
         return follow(args)
+    sd.LIMITS.update(max_tokens=args.gate_max_tokens, request_timeout_s=args.gate_request_timeout,
+                     worker_settle_s=args.worker_settle)
     p = tx.Paths(args.service)
     os.makedirs(p.dir, mode=0o755, exist_ok=True)
     return tx.execute(args, Say(p.log))

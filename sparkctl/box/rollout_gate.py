@@ -85,6 +85,10 @@ def _restarts(st: dict) -> int:
         return 0
 
 
+# the gate's own limits: set from the command line (rollout.py --gate-max-tokens ...), the deploy passes settings
+LIMITS = {"max_tokens": 4, "request_timeout_s": 120.0, "worker_settle_s": 10.0}
+
+
 def gate(unit: str, port: int, served: str, kind: str, timeout: float, interval: float) -> tuple[bool, str, float]:
     """Wait until the service answers for real; fail fast when systemd restarts or fails it."""
     start = time.monotonic()
@@ -92,7 +96,7 @@ def gate(unit: str, port: int, served: str, kind: str, timeout: float, interval:
     restarts0 = _restarts(unit_state(unit))
     last_error = "not answering yet"
     if kind == "none":  # a headless tensor-parallel worker has no API; it must simply stay up
-        time.sleep(max(interval * 5, 5))
+        time.sleep(LIMITS["worker_settle_s"])
         st = unit_state(unit)
         ok = st.get("ActiveState") == "active" and _restarts(st) == restarts0
         return ok, "running" if ok else f"{unit} is {st.get('ActiveState')}", time.monotonic() - start
@@ -110,11 +114,12 @@ def gate(unit: str, port: int, served: str, kind: str, timeout: float, interval:
                 return False, f"/v1/models lists {ids}, not {served!r}", time.monotonic() - start
             if kind == "chat":
                 _, out = http_json(f"{base}/v1/completions",
-                                   {"model": served, "prompt": "def add(a, b):", "max_tokens": 4, "temperature": 0},
-                                   120)
+                                   {"model": served, "prompt": "def add(a, b):", "max_tokens": LIMITS["max_tokens"],
+                                    "temperature": 0}, LIMITS["request_timeout_s"])
                 ok = bool(out.get("choices"))
             else:
-                _, out = http_json(f"{base}/v1/embeddings", {"model": served, "input": ["readiness probe"]}, 120)
+                _, out = http_json(f"{base}/v1/embeddings", {"model": served, "input": ["readiness probe"]},
+                                   LIMITS["request_timeout_s"])
                 ok = bool(out.get("data") and out["data"][0].get("embedding"))
             if ok:
                 return True, "ready", time.monotonic() - start

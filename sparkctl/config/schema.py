@@ -117,6 +117,7 @@ class GroupData(BaseModel):
     HEALTH_JOURNAL_LINES: t.Count
     HEALTH_REQUEST_TIMEOUT_S: t.Seconds
     HEALTH_LISTENER_TIMEOUT_S: t.Seconds
+    HEALTH_PROBE_MAX_TOKENS: t.Count
     # checkpoints
     HF_ENDPOINT: t.Url
     HF_DOWNLOAD_WORKERS: t.Count
@@ -221,6 +222,9 @@ class GroupData(BaseModel):
     DRAIN_DIR: t.AbsPath
     ROLLOUT_RETRY_FAILED: bool
     ROLLOUT_FAILED_KEEP: t.Count
+    ROLLOUT_GATE_MAX_TOKENS: t.Count
+    ROLLOUT_GATE_REQUEST_TIMEOUT_S: t.Seconds
+    ROLLOUT_WORKER_SETTLE_S: t.Seconds
     # the acceptance gate after a flip (issue 12)
     ACCEPTANCE_ENABLED: bool
     ACCEPTANCE_MODE: Annotated[Literal["fail", "warn"], Field(description="one of fail, warn")]
