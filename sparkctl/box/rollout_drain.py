@@ -47,10 +47,6 @@ def drain_off(drain_dir: str, served: str) -> tuple[bool, str]:
     return _reload_nginx()
 
 
-def is_draining(drain_dir: str, served: str) -> bool:
-    return os.path.exists(drain_file(drain_dir, served))
-
-
 def wait_idle(port: int, timeout: float, interval: float, say) -> tuple[bool, float, float]:
     """Wait until vLLM runs and queues no request; returns (idle, seconds waited, requests still busy)."""
     start, last_said, busy = time.monotonic(), -1.0, 0.0

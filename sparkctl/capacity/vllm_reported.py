@@ -47,12 +47,6 @@ def parse_log(log_text: str) -> LogCapacity:
     return LogCapacity(tokens=tokens, max_concurrency=conc, per_request_tokens=per_req, kv_memory_gib=mem)
 
 
-def parse_kv_capacity(log_text: str) -> tuple[int | None, float | None, int | None]:
-    """(tokens, max_concurrency, per_request_tokens) from vLLM's startup log; None for what it does not say."""
-    cap = parse_log(log_text)
-    return cap.tokens, cap.max_concurrency, cap.per_request_tokens
-
-
 def compare_planned_measured(planned_tokens: int | None, measured_tokens: int | None,
                              tolerance: float) -> str | None:
     """A warning naming both numbers when vLLM's figure is more than `tolerance` (a fraction) from the plan."""

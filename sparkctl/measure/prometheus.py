@@ -70,9 +70,6 @@ class Snapshot:
                 out[labels[label]] = out.get(labels[label], 0.0) + v
         return out
 
-    def label_values(self, label: str) -> set[str]:
-        return {labels[label] for series in self.samples.values() for labels, _ in series if label in labels}
-
 
 def parse(text: str) -> Snapshot:
     """Parse Prometheus text exposition (what vLLM's /metrics returns) into a Snapshot."""

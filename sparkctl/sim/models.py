@@ -357,10 +357,6 @@ def head(repo: Path, branch: str = "main") -> str | None:
     return p.stdout.strip() if p.returncode == 0 else None
 
 
-def canonical_file() -> Path:
-    return config.HUB_DIR / ".canonical.json"
-
-
 def publish(hub_dir: Path | None = None, force: bool = False) -> dict[str, str]:
     """Build and commit every stand-in repo unless this recipe version is already published; repo -> sha."""
     hub_dir = hub_dir or config.HUB_DIR

