@@ -68,13 +68,13 @@ class GroupData(BaseModel):
     CUDA_VERSION: t.Version
     CUDA_HOME: t.AbsPath
     NVIDIA_KEYRING_DEB_URL: t.Url
-    NVIDIA_PREREQ_PACKAGES: t.list_of(t.DebPackage, "a list of Debian package names")
-    NVIDIA_DRIVER_PACKAGES: t.list_of(t.DebPackage, "a list of Debian package names")
-    CUDA_PACKAGES: t.list_of(t.DebPackage, "a list of Debian package names")
+    NVIDIA_PREREQ_PACKAGES: t.DebPackages
+    NVIDIA_DRIVER_PACKAGES: t.DebPackages
+    CUDA_PACKAGES: t.DebPackages
     APT_CACHE_TIME_S: t.WholeSeconds
     # system packages
-    SYSTEM_PACKAGES: t.list_of(t.DebPackage, "a list of Debian package names")
-    VLLM_BUILD_PACKAGES: t.list_of(t.DebPackage, "a list of Debian package names")
+    SYSTEM_PACKAGES: t.DebPackages
+    VLLM_BUILD_PACKAGES: t.DebPackages
     # vLLM
     VLLM_VERSION: t.Text
     VLLM_DIST: t.PipName
@@ -179,7 +179,7 @@ class GroupData(BaseModel):
     BENCH_IDLE_TIMEOUT_S: t.Seconds
     NIAH_MAX_TOKENS: t.Count
     # monitoring (issue 11): node exporter, box facts, scrape paths, the hand-off's Prometheus job and alerts
-    MONITORING_PACKAGES: t.list_of(t.DebPackage, "a list of Debian package names")
+    MONITORING_PACKAGES: t.DebPackages
     NODE_EXPORTER_PORT: t.Port
     NODE_EXPORTER_DEFAULTS_FILE: t.AbsPath
     NODE_EXPORTER_COLLECTORS: t.list_of(t.pattern(r"^[a-z_]+$", "a node exporter collector name"),

@@ -89,3 +89,6 @@ Percent = typed(float, "a percentage greater than 0 and below 100", gt=0, lt=100
 def list_of(item, description: str, min_length: int = 0):
     return Annotated[list[item], Field(description=description, min_length=min_length)]
 
+
+
+DebPackages = list_of(DebPackage, "a list of Debian package names")

@@ -77,15 +77,18 @@ def read_hf_token(data: dict | None = None) -> str:
     return token
 
 
-def ensure_api_token(data: dict | None = None) -> Path:
-    """Create a random bearer token (0600) if none exists; used by the simulated Spark's `sim up`."""
-    path = api_token_path(data)
+def _ensure_random_token(path: Path) -> Path:
+    """Create a random token file (0600, in a 0700 folder) unless one exists: the simulated Spark's `sim up`."""
     if not path.exists():
         path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         with os.fdopen(fd, "w") as f:
             f.write(_stdlib_secrets.token_urlsafe(32) + "\n")
     return path
+
+
+def ensure_api_token(data: dict | None = None) -> Path:
+    return _ensure_random_token(api_token_path(data))
 
 
 # --- the operator's TLS pair (TLS_CERT_FILE / TLS_KEY_FILE), checked here before nginx -t would fail on the box ---
@@ -193,11 +196,4 @@ def read_scrape_token(data: dict | None = None, api_token: str = "") -> str:
 
 
 def ensure_scrape_token(data: dict | None = None) -> Path:
-    """Create a random scrape token (0600) if none exists (the simulated Spark's `sim up`, the e2e tests)."""
-    path = scrape_token_path(data)
-    if not path.exists():
-        path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        with os.fdopen(fd, "w") as f:
-            f.write(_stdlib_secrets.token_urlsafe(32) + "\n")
-    return path
+    return _ensure_random_token(scrape_token_path(data))
