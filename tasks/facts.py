@@ -160,10 +160,14 @@ class LoadSeconds(FactBase):
         return round(float(parts[1]) - float(parts[0]), 1)
 
 
+CAP_SYS_RESOURCE = 24  # linux/capability.h: needed to lower an oom_score_adj
+
+
 class RunningOomGuard(FactBase):
     """What the running daemon of a unit has now (not what its unit file says): its main process id and that
-    process's oom_score_adj, and the unit cgroup's memory.min in bytes (None where the cgroup has no memory
-    controller, e.g. a simulated Spark's)."""
+    process's oom_score_adj, the unit cgroup's memory.min in bytes (None where the cgroup has no memory
+    controller, e.g. a simulated Spark's), and whether root here may lower an OOM score at all (CAP_SYS_RESOURCE
+    in the effective set; a container without it cannot, and systemd then ignores OOMScoreAdjust= too)."""
 
     def command(self, unit):
         u = QuoteString(unit)
@@ -171,17 +175,19 @@ class RunningOomGuard(FactBase):
                              u, '2>/dev/null); echo "pid=${s:-0}";',
                              '[ "${s:-0}" -gt 0 ] 2>/dev/null && echo "adj=$(cat /proc/$s/oom_score_adj 2>/dev/null)";',
                              'f="/sys/fs/cgroup$cg/memory.min"; [ -n "$cg" ] && [ -f "$f" ] && echo "min=$(cat "$f")";',
-                             "true")
+                             "echo \"caps=$(awk '/^CapEff:/ {print $2}' /proc/self/status)\";", "true")
 
     def default(self):
-        return {"pid": 0, "adj": None, "memory_min": None}
+        return {"pid": 0, "adj": None, "memory_min": None, "can_lower": True}
 
     def process(self, output):
         out = self.default()
         for line in output:
             key, _, value = line.strip().partition("=")
             try:
-                if key in ("pid", "adj"):
+                if key == "caps":
+                    out["can_lower"] = bool(int(value, 16) >> CAP_SYS_RESOURCE & 1)
+                elif key in ("pid", "adj"):
                     out[key] = int(value)
                 elif key == "min":
                     out["memory_min"] = None if value == "max" else int(value)

@@ -306,6 +306,10 @@ def running_oom_guard(unit: str, oom_score_adj: int, memory_min: str, memory_min
         host.noop(f"{unit} is not running: its drop-in applies when it starts")
         return
     score_ok = now["adj"] is not None and now["adj"] <= adj
+    if not score_ok and not now["can_lower"]:
+        host.noop(f"running {unit} keeps oom_score_adj {now['adj']}: root here lacks CAP_SYS_RESOURCE (a container), "
+                  f"so no OOM score can be lowered; systemd ignores OOMScoreAdjust= there as well")
+        score_ok = True
     floor_ok = now["memory_min"] is None or now["memory_min"] == want_min
     if score_ok and floor_ok:
         floor = "no memory controller here" if now["memory_min"] is None else f"memory.min {want_min}"

@@ -93,7 +93,7 @@ class FakeHost:
 def plan(monkeypatch, fact, adj=-900, memory_min="64M"):
     import tasks.ops as ops
 
-    fake = FakeHost(fact)
+    fake = FakeHost({"can_lower": True, **fact})
     monkeypatch.setattr(ops, "host", fake)
     cmds = [str(c.get_raw_value()) for c in ops.running_oom_guard._inner(
         unit="ssh.service", oom_score_adj=adj, memory_min=memory_min, memory_min_setting="SSHD_MEMORY_MIN")]
@@ -107,6 +107,15 @@ def test_a_converged_sshd_plans_nothing(monkeypatch):
     assert cmds == []
     cmds, noops = plan(monkeypatch, {"pid": 0, "adj": None, "memory_min": None})
     assert cmds == [] and "not running" in noops[0]
+
+
+def test_a_box_that_cannot_lower_oom_scores_plans_no_change_and_says_why(monkeypatch):
+    """A container without CAP_SYS_RESOURCE (the simulated Spark in a sandbox): systemd ignores OOMScoreAdjust=
+    there, and a write would fail; the next run must still be a no-op."""
+    cmds, noops = plan(monkeypatch, {"pid": 812, "adj": 0, "memory_min": None, "can_lower": False})
+    assert cmds == [] and "CAP_SYS_RESOURCE" in noops[0]
+    cmds, _ = plan(monkeypatch, {"pid": 812, "adj": 0, "memory_min": 0, "can_lower": False})
+    assert cmds == ["systemctl set-property --runtime ssh.service MemoryMin=64M"]  # the floor still applies
 
 
 def test_a_running_sshd_without_the_drop_in_applied_is_fixed_in_place(monkeypatch):
@@ -142,7 +151,9 @@ def test_the_fact_and_the_fix_on_real_processes(tmp_path):
                 break
             time.sleep(0.05)
         before = read()
+        assert isinstance(before.pop("can_lower"), bool)  # this machine's own CAP_SYS_RESOURCE, either way
         assert before == {"pid": listener.pid, "adj": 200, "memory_min": None}
+        before["can_lower"] = True  # back down to its own earlier score: allowed without CAP_SYS_RESOURCE
         import tasks.ops as ops
 
         ops_host, ops.host = ops.host, FakeHost(before)
