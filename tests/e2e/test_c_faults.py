@@ -163,7 +163,7 @@ def test_hardening_claims_hold_on_the_box(converged_spark):
     with converged_spark.client() as c:
         r = c.get(converged_spark.base_url("coder").rsplit("/v1", 1)[0] + "/metrics",
                   headers={"Authorization": f"Bearer {token}"})
-        assert r.status_code == 404  # /metrics is not proxied
+        assert r.status_code == 401  # /coder/metrics opens with the scrape token only, never the API token
     for unit in ("vllm-coder.service", "vllm-embed-qwen3.service"):
         out = sim_exec(HOST, f"systemd-analyze security {unit} --no-pager | tail -1")
         exposure = float(re.search(r"level for \S+: ([0-9.]+)", out).group(1))
