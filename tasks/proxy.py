@@ -18,6 +18,7 @@ from sparkctl.config.settings import Settings
 from sparkctl.errors import SparkctlError
 from sparkctl.render import units as svcs
 from sparkctl.render.monitoring import scrape_targets
+from tasks.preflight import Refused
 
 NGINX_DIR = "/etc/nginx"  # Debian/Ubuntu layout: sites-available/, sites-enabled/
 TLS_DIR = f"{NGINX_DIR}/sparkctl-tls"
@@ -62,8 +63,6 @@ def proxy(settings: Settings, service_list: list | None = None) -> None:
         tokens = render_tokens(settings)
         site = render_site(settings, service_list)
     except SparkctlError as exc:
-        from tasks.preflight import Refused
-
         raise Refused(f"{settings.host_name}: {exc}") from None
     cert, key, ca = tls_material(d)
     files.directory(name=f"Create {TLS_DIR}", path=TLS_DIR, user="root", group="root", mode="0700")

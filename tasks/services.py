@@ -16,11 +16,9 @@ from pyinfra.operations import files, systemd
 
 from sparkctl.config.catalog import CODER
 from sparkctl.config.settings import Settings
-from sparkctl.errors import SettingError
 from sparkctl.render import units as svcs
 from tasks.handoff import ready_target
 from tasks.ops import prune_venvs, rollout, running_oom_guard
-from tasks.preflight import Refused
 
 
 def rollout_env(d: dict) -> str:
@@ -62,10 +60,7 @@ def oom_guard(settings: Settings) -> None:
 def services(settings: Settings, service_list: list | None = None) -> None:
     d = settings.data
     service_list = service_list if service_list is not None else settings.services
-    try:
-        common = rollout_settings(d)
-    except SettingError as exc:
-        raise Refused(f"{settings.host_name}: {exc}") from None
+    common = rollout_settings(d)
     for svc in service_list:
         files.put(name=f"Stage unit {svc.unit} (installed by the rollout)", src=StringIO(svcs.render_unit(svc, d)),
                   dest=f"{d['ENV_DIR']}/{svc.unit}.next", user="root", group="root", mode="0644",
