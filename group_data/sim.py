@@ -98,6 +98,10 @@ ACCEPTANCE_WINDOW_S = 4  # decode window, s
 ACCEPTANCE_STREAMS = [1, 2]  # streams: 2 CPU cores
 ACCEPTANCE_PREFILL_TOKENS = 3000  # the sim's BENCH_PREFILL_TOKENS: fits the tiny models' 4096-token context
 ACCEPTANCE_NIAH_ENABLED = False  # meaningless here: random weights never retrieve a needle
-ACCEPTANCE_DECODE_MAX_REGRESSION = 0.35  # PROVISIONAL: a shared 2-core machine is noisy; set from the e2e spread
-ACCEPTANCE_PREFILL_MAX_REGRESSION = 0.35  # PROVISIONAL, likewise
+# Set from the gate's own noise (tests/e2e/test_h_acceptance.py, five quick runs of one configuration in the CI run
+# of 2026-11-30): decode tok/s at 2 streams 1157..2177 (the slowest run 47 % below the fastest), at 1 stream
+# 727..1267 (43 %); prefill 45.5K..60.6K tok/s (25 %). Any run can be the baseline, so the limit sits above the
+# worst pair; the e2e slowdown (CPUQuota=25 %) costs far more (several times slower).
+ACCEPTANCE_DECODE_MAX_REGRESSION = 0.6  # fail when decode tok/s is more than this fraction below the baseline
+ACCEPTANCE_PREFILL_MAX_REGRESSION = 0.4  # fail when prefill tok/s is more than this fraction below the baseline
 ACCEPTANCE_VERDICT_TIMEOUT_S = 300  # the quick run takes well under a minute here, s
