@@ -1,8 +1,9 @@
 """CARouter Cloud GX10: from stock OS to serving.   pyinfra inventory.py deploy.py
 
 preflight -> nvidia -> vllm -> (CX7 link, tensor-parallel only) -> checkpoints -> OOM guard -> services -> proxy
--> monitoring -> health -> gateway hand-off. Bad settings are refused before any command reaches the host; see
-README.md for the flip, secrets, settings and the two-Spark topologies.
+-> monitoring -> health -> (tensor-parallel: the worker's result, which follows the head's) -> gateway hand-off.
+Bad settings are refused before any command reaches the host; see README.md for the flip, secrets, settings and
+the two-Spark topologies.
 """
 
 from tasks.checkpoints import checkpoints
@@ -13,7 +14,7 @@ from tasks.monitoring import monitoring
 from tasks.nvidia import nvidia
 from tasks.preflight import preflight, settings_for_host
 from tasks.proxy import proxy
-from tasks.services import oom_guard, services
+from tasks.services import oom_guard, services, tp_worker_result
 from tasks.vllm import vllm
 
 settings = settings_for_host()  # pure validation: no command has run yet
@@ -27,4 +28,5 @@ services(settings)
 proxy(settings)
 monitoring(settings)
 health(settings)
+tp_worker_result(settings)
 handoff(settings)

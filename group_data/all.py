@@ -164,6 +164,11 @@ GATEWAY_K8S_VERSION = "1.30"  # Kubernetes schema version the manifests are vali
 CHECKPOINT_SYNC_USER = "root"  # tensor-parallel: head account the worker copies as (root only: its authorized_keys)
 CHECKPOINT_SYNC_SSH_OPTIONS = ["BatchMode=yes", "StrictHostKeyChecking=accept-new"]  # ssh -o options of that copy
 
+# --- tensor-parallel as one unit (issue 14): the worker's rollout follows the head's over the link ---
+TP_PEER_KEY = "cx7-peer"  # ssh key (in SECRETS_DIR) the worker reads the head's rollout status with; on the head it
+#                           may run only the read-only `rollout.py status coder` (forced command), only from the worker
+TP_PEER_CALL_TIMEOUT_S = 20  # one read of the head's rollout status over the link (ssh, CHECKPOINT_SYNC_SSH_OPTIONS), s
+
 # --- bench probe and acceptance checks --------------------------------------------------------------------------
 BENCH_STREAMS = [1, 2, 4, 8]  # concurrent streams swept by `sparkctl bench`
 BENCH_WINDOW_S = 40  # decode measurement window, s

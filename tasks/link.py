@@ -1,8 +1,11 @@
-"""Two Sparks in tensor-parallel: the CX7 link (netplan), Ray units when TP_BACKEND is "ray", and the ssh key the
-worker uses to copy checkpoints from the head over the link. Nothing happens here for replicas or split."""
+"""Two Sparks in tensor-parallel: the CX7 link (netplan), Ray units when TP_BACKEND is "ray", and the two ssh keys
+the worker uses over the link: one copies checkpoints from the head (forced read-only rrsync), one lets the worker's
+rollout read the head's rollout status (forced `rollout.py status coder`). Nothing happens here for replicas or
+split."""
 
 from __future__ import annotations
 
+import shlex
 from io import StringIO
 
 from pyinfra import host
@@ -13,16 +16,35 @@ from sparkctl.config import pki
 from sparkctl.config.secrets import secrets_dir
 from sparkctl.config.settings import Settings
 from sparkctl.render import units as svcs
+from sparkctl.render.units import rollout_env
 from tasks.ops import pip_dist
 from tasks.vllm import pip_args
 
 SYNC_KEY = "/root/.ssh/sparkctl-cx7-sync"  # on the worker: the key it copies checkpoints with
 SYNC_KNOWN_HOSTS = "/root/.ssh/sparkctl-cx7-known_hosts"
+PEER_KEY = "/root/.ssh/sparkctl-cx7-peer"  # on the worker: the key its rollout reads the head's rollout status with
+PEER_SERVICE = "coder"  # the one service the two boxes run as one unit (the head may be asked about no other)
 
 
 def sync_key(d: dict) -> tuple[str, str]:
     path, public = pki.ensure_ssh_keypair(secrets_dir(d) / d["CHECKPOINT_SYNC_KEY"], "sparkctl-cx7-sync")
     return str(path), public
+
+
+def peer_key(d: dict) -> tuple[str, str]:
+    path, public = pki.ensure_ssh_keypair(secrets_dir(d) / d["TP_PEER_KEY"], "sparkctl-cx7-peer")
+    return str(path), public
+
+
+def link_ssh(d: dict, key: str) -> list[str]:
+    """ssh over the link as the worker runs it (checkpoint copy, the head's rollout status)."""
+    return ["ssh", "-i", key, "-o", f"UserKnownHostsFile={SYNC_KNOWN_HOSTS}",
+            *[arg for opt in d["CHECKPOINT_SYNC_SSH_OPTIONS"] for arg in ("-o", opt)]]
+
+
+def peer_status_command(d: dict, head_address: str) -> str:
+    """What the worker's rollout runs to read the head's `rollout.py status` (the head forces the command)."""
+    return shlex.join([*link_ssh(d, PEER_KEY), f"{d['CHECKPOINT_SYNC_USER']}@{head_address}", "rollout-status"])
 
 
 @deploy("Two-Spark link")
@@ -37,9 +59,12 @@ def link(settings: Settings) -> None:
                                                                         addresses=addresses)))
         server.shell(name="Apply netplan (the CX7 link changed)", commands=["netplan apply"], _if=plan.did_change)
     key_path, public = sync_key(d)
+    peer_path, peer_public = peer_key(d)
     files.directory(name="Create /root/.ssh", path="/root/.ssh", user="root", group="root", mode="0700")
     if role.name == "worker":
         files.put(name="Checkpoint copy key (worker, root-only)", src=key_path, dest=SYNC_KEY, user="root",
+                  group="root", mode="0600")
+        files.put(name="Head rollout status key (worker, root-only)", src=peer_path, dest=PEER_KEY, user="root",
                   group="root", mode="0600")
     else:
         # read-only rsync of the model store, only from the worker's CX7 address
@@ -48,6 +73,11 @@ def link(settings: Settings) -> None:
         files.line(name="Let the worker copy checkpoints over the link (read-only rrsync)",
                    path="/root/.ssh/authorized_keys", line="sparkctl-cx7-sync",
                    replace=f'restrict,from="{source}",command="rrsync -ro {d["MODEL_STORE"]}/hub" {public}')
+        # the worker's rollout follows the head's: it may read this box's rollout status, nothing else
+        status = f"{rollout_env(d)} python3 {d['SPARKCTL_HOME']}/bin/rollout.py status {PEER_SERVICE}"
+        files.line(name="Let the worker read the head's rollout status over the link (read-only)",
+                   path="/root/.ssh/authorized_keys", line="sparkctl-cx7-peer",
+                   replace=f'restrict,from="{source}",command="{status}" {peer_public}')
     if d["TP_BACKEND"] == "ray":
         venv = svcs.vllm_venv(d)
         pip_dist(name=f"Install ray {d['RAY_VERSION']} into the venv", venv=venv, dist="ray",

@@ -158,6 +158,39 @@ def _follow(state, host, service: str, apply_cmd: StringCommand, follow_cmd: lis
     return True
 
 
+DETACHED: dict[tuple[str, str], str] = {}  # (box, service) -> transaction started by rollout(wait=False)
+
+
+def _start(state, host, service: str, apply_cmd: StringCommand) -> bool:
+    """Start (or attach to) the box's transaction and return: a tensor-parallel worker's waits for its head."""
+    ok, out = host.run_shell_command(apply_cmd, **_connector_args(host))
+    started = next((json.loads(x) for x in reversed(out.stdout_lines) if x.startswith("{")), None) if ok else None
+    if not started:
+        host.log_styled(f"rollout.py apply {service} failed: {' '.join(out.stderr_lines)[-2000:]}", fg="red",
+                        log_func=logger.error)
+        return False
+    DETACHED[(host.name, service)] = started["txn"]
+    host.log(f"vllm-{service}: transaction {started['txn']} started; it changes nothing until the head's candidate "
+             f"is installed, and keeps its own only if the head commits")
+    return True
+
+
+def _join(state, host, service: str, follow_cmd: list, interval: float) -> bool:
+    """Follow a transaction rollout(wait=False) started until it records its result."""
+    txn = DETACHED.pop((host.name, service), None)
+    if txn is None:
+        host.log_styled(f"vllm-{service}: no transaction was started here to follow", fg="red", log_func=logger.error)
+        return False
+    result = _wait(host, _connector_args(host), service, txn, follow_cmd, interval)
+    if result is None:
+        return False
+    if result.get("rc") != 0:
+        host.log_styled(f"vllm-{service}: rollout {result.get('outcome')}: {result.get('message', '')[:4000]}",
+                        fg="red", log_func=logger.error)
+        return False
+    return True
+
+
 def _wait(host, kw: dict, service: str, txn: str, follow_cmd: list, interval: float) -> dict | None:
     """Poll `rollout.py follow` (one short ssh call each time), print new log lines; the recorded result."""
     offset, misses = 0, 0
@@ -186,12 +219,15 @@ def _wait(host, kw: dict, service: str, txn: str, follow_cmd: list, interval: fl
 def rollout(service: str, services: tuple, script: str, port: int, served: str, kind: str, timeout: int,
             interval: int, journal_lines: int, drain_timeout: int, retry_after: int, retry_failed: bool,
             keep_failed: int, gate_max_tokens: int, gate_request_timeout: float, worker_settle: float,
-            env_prefix: str = "", handoff: dict | None = None):
+            env_prefix: str = "", handoff: dict | None = None, peer: list[str] | None = None, wait: bool = True):
     """Run the box's transaction for a service (drain, switch, gate, commit or roll back), unless it already
     runs exactly its staged configuration, or that configuration failed before and no retry was asked for.
 
     "Exactly that" = the stamp rollout.py recorded after its last healthy start equals the hash of the staged unit
     and env file now, so a restart happens only when something the service reads changed.
+
+    peer: rollout.py's --peer-* arguments (a tensor-parallel worker following its head); wait=False only starts
+    the transaction (rollout_join follows it to its result, after the head's rollout).
     """
     status = rollout_status(script, services, env_prefix).get(service, {})
     busy = status.get("running") or status.get("phase")
@@ -213,12 +249,26 @@ def rollout(service: str, services: tuple, script: str, port: int, served: str, 
             "--drain-timeout", str(int(drain_timeout)), "--retry-after", str(int(retry_after)),
             "--keep-failed", str(int(keep_failed)), "--gate-max-tokens", str(int(gate_max_tokens)),
             "--gate-request-timeout", str(float(gate_request_timeout)), "--worker-settle", str(float(worker_settle)),
-            *(["--retry-failed"] if retry_failed else [])]
+            *(["--retry-failed"] if retry_failed else []), *[QuoteString(a) for a in (peer or [])]]
     apply_cmd = StringCommand(env_prefix, "python3", QuoteString(script), "apply", QuoteString(service), *args)
     follow_cmd = [env_prefix, "python3", QuoteString(script), "follow", QuoteString(service)]
+    if not wait:  # no one-box-at-a-time guard: head and worker are one unit, the head's rollout decides for both
+        yield FunctionCommand(_start, (service, apply_cmd), {})
+        return
     yield FunctionCommand(_guard, (service,), {})
     yield FunctionCommand(_follow, (service, apply_cmd, follow_cmd, interval),
                           {"wanted": status.get("wanted", ""), "handoff": handoff})
+
+
+@operation()
+def rollout_join(service: str, script: str, interval: int, env_prefix: str = "", follow: bool = True):
+    """Wait for the transaction rollout(wait=False) started on this box (pair it with `_if=<that op>.did_change`);
+    follow=False: this box started none (the tensor-parallel head: its own rollout already decided)."""
+    if not follow:
+        host.noop(f"vllm-{service}: nothing to follow on this box")
+        return
+    follow_cmd = [env_prefix, "python3", QuoteString(script), "follow", QuoteString(service)]
+    yield FunctionCommand(_join, (service, follow_cmd, interval), {})
 
 
 @operation()

@@ -11,19 +11,17 @@ from __future__ import annotations
 
 from io import StringIO
 
+from pyinfra import host, inventory
 from pyinfra.api import deploy
 from pyinfra.operations import files, systemd
 
 from sparkctl.config.catalog import CODER
-from sparkctl.config.settings import Settings
+from sparkctl.config.settings import Settings, validate
 from sparkctl.render import units as svcs
+from sparkctl.render.units import rollout_env
 from tasks.handoff import ready_target
-from tasks.ops import prune_venvs, rollout, running_oom_guard
-
-
-def rollout_env(d: dict) -> str:
-    """Environment prefix telling rollout.py where this deploy keeps things (settings, not hard-coded paths)."""
-    return f"SPARKCTL_ENV_DIR={d['ENV_DIR']} SPARKCTL_STATE_DIR={d['STATE_DIR']} SPARKCTL_DRAIN_DIR={d['DRAIN_DIR']}"
+from tasks.link import peer_status_command
+from tasks.ops import prune_venvs, rollout, rollout_join, running_oom_guard
 
 
 def rollout_settings(d: dict) -> dict:
@@ -56,10 +54,56 @@ def oom_guard(settings: Settings) -> None:
                       memory_min_setting="SSHD_MEMORY_MIN")
 
 
+def tp_coders(settings: Settings) -> list[tuple]:
+    """Tensor-parallel (native): both boxes' coder service and data, head first, each validated from that host's
+    own data as its deploy validates it (the Ray backend's worker runs no vLLM service: [])."""
+    role = settings.role
+    if not role.tensor_parallel or settings.data["TP_BACKEND"] != "native":
+        return []
+    names = [h.name for h in inventory.get_group("gx10")]
+    out = []
+    for name in sorted(names, key=lambda n: n != role.head):
+        other = settings if name == settings.host_name else \
+            validate(inventory.get_host(name).data.dict(), name, read_secrets=False, hosts=names)
+        out.append((other.coder, other.data))
+    return out
+
+
+def peer_args(settings: Settings) -> list[str]:
+    """A tensor-parallel worker's rollout follows its head's: how it reads the head's status, how long it waits.
+    The wait covers the head's drain and its gate, its rollback's gate, and its acceptance verdict."""
+    d = settings.data
+    wait = d["DRAIN_TIMEOUT_S"] + 2 * d["HEALTH_READY_TIMEOUT_S"] + \
+        (d["ACCEPTANCE_VERDICT_TIMEOUT_S"] if d["ACCEPTANCE_ENABLED"] else 0)
+    return ["--peer-status-cmd", peer_status_command(d, settings.role.head_address), "--peer-timeout", str(wait),
+            "--peer-call-timeout", str(d["TP_PEER_CALL_TIMEOUT_S"])]
+
+
+WORKER_STARTS: dict[tuple[str, str], object] = {}  # (box, service) -> the op that started its worker transaction
+
+
+@deploy("Tensor-parallel unit")
+def tp_worker_result(settings: Settings) -> None:
+    """One op on both boxes, after the head's rollout and its verdict: the worker's transaction has by then kept
+    or undone its candidate with the head's; the worker waits for that result (the head's op is a no-op)."""
+    if not settings.role.tensor_parallel or settings.data["TP_BACKEND"] != "native":
+        return
+    d, name = settings.data, settings.coder.name
+    started = WORKER_STARTS.get((host.name, name))
+    extra = {"_if": started.did_change} if started is not None else {}
+    rollout_join(name=f"Tensor-parallel: the worker's vllm-{name} ends with the head's result", service=name,
+                 script=f"{d['SPARKCTL_HOME']}/bin/rollout.py", interval=d["HEALTH_POLL_INTERVAL_S"],
+                 env_prefix=rollout_env(d), follow=started is not None, **extra)
+
+
 @deploy("vLLM services")
 def services(settings: Settings, service_list: list | None = None) -> None:
     d = settings.data
     service_list = service_list if service_list is not None else settings.services
+    pair = tp_coders(settings)
+    if pair:  # head and worker are one unit: the same id in both env files
+        unit_id = svcs.tp_unit_id(pair)
+        service_list = [svcs.with_tp_unit(s, unit_id) if s.name == settings.coder.name else s for s in service_list]
     common = rollout_settings(d)
     for svc in service_list:
         files.put(name=f"Stage unit {svc.unit} (installed by the rollout)", src=StringIO(svcs.render_unit(svc, d)),
@@ -69,10 +113,13 @@ def services(settings: Settings, service_list: list | None = None) -> None:
                   dest=f"{d['ENV_DIR']}/{svc.env_file}.next", user="root", group="root", mode="0600",
                   _temp_dir=d["ENV_DIR"])
     names = tuple(s.name for s in service_list)
-    for svc in service_list:  # tensor-parallel: the headless worker (re)starts before the head
+    worker_rollouts = {}
+    for svc in service_list:  # tensor-parallel: the worker's transaction starts first and waits for the head's
         if svc.headless:
-            rollout(name=f"Roll out {svc.unit} (tensor-parallel worker, {svc.model.key})", service=svc.name,
-                    services=names, port=svc.port, served=svc.served_name, kind="none", **common)
+            worker_rollouts[svc.name] = rollout(
+                name=f"Start the rollout of {svc.unit} (tensor-parallel worker, {svc.model.key}; follows the head)",
+                service=svc.name, services=names, port=svc.port, served=svc.served_name, kind="none",
+                peer=peer_args(settings), wait=False, **common)
     for svc in service_list:
         if svc.headless:
             continue
@@ -81,6 +128,7 @@ def services(settings: Settings, service_list: list | None = None) -> None:
         handoff = ready_target(d, svc.served_name) if settings.role.serves_api else None
         rollout(name=f"Roll out {svc.unit} ({svc.model.key})", service=svc.name, services=names,
                 port=svc.port, served=svc.served_name, kind=kind, handoff=handoff, _serial=True, **common)
+    WORKER_STARTS.update({(host.name, name): op for name, op in worker_rollouts.items()})
     for svc in service_list:  # after the rollout installed the unit
         systemd.service(name=f"Enable {svc.unit} at boot", service=svc.unit, running=None, enabled=True)
     keep = d["VLLM_VENVS_KEEP"]

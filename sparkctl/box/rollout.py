@@ -3,7 +3,8 @@
 systemd owns, so the deploy's connection can die at any instant without changing the outcome.
 
     rollout.py status SERVICE...          -> ONE JSON object {service: {active, applied, wanted, running, phase,
-                                             failed, last}} (one systemctl call, no venv python)
+                                             failed, last, tp_unit, tp_unit_live}} (one systemctl call, no
+                                             venv python; read-only: a TP worker reads its head's over the link)
     rollout.py apply SERVICE --port P --served NAME --kind chat|embed|none [--timeout S] [--interval S]
                [--journal N] [--drain-timeout S] [--retry-after S] [--retry-failed] [--keep-failed N]
                                           -> starts `rollout.py run` as the transient unit sparkctl-rollout-SERVICE
@@ -18,7 +19,9 @@ systemd owns, so the deploy's connection can die at any instant without changing
                                              unchanged, 2 nothing staged / no previous configuration, 3 rolled back,
                                              4 rollback failed too, 5 rejected before anything stopped, 6 the
                                              committed configuration does not come up again, 7 this
-                                             candidate failed before (not retried without --retry-failed)
+                                             candidate failed before (not retried without --retry-failed),
+                                             9 a tensor-parallel worker whose head failed or never came
+                                             (the worker changed nothing)
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import rollout_gate as sd  # noqa: E402
+import rollout_peer as peer  # noqa: E402
 import rollout_txn as tx  # noqa: E402
 
 
@@ -70,10 +74,11 @@ def status(services: list[str]) -> dict:
         last = tx.read_json(p.result)
         active = states[p.unit_name].get("ActiveState") == "active"
         phase = tx.read_json(f"{p.txn}/state.json").get("phase", "")
+        tp_unit, tp_live = peer.tp_unit_of(tx.read(p.env_next)), peer.tp_unit_of(tx.read(p.env))
         out[s] = {"active": active, "applied": tx.applied(p, wanted, active, bool(phase)), "wanted": wanted,
                   "running": states[rollout_unit(s)].get("ActiveState") in ("active", "activating", "reloading"),
                   "current": tx.read(p.current).decode().strip(),
-                  "phase": phase,
+                  "phase": phase, "tp_unit": tp_unit, "tp_unit_live": tp_live,
                   "failed": {k: known.get(k) for k in ("at", "why", "model")} if known else None,
                   "last": {k: last.get(k) for k in ("txn", "outcome", "finished", "message", "candidate")}
                   if last else None}
@@ -86,6 +91,9 @@ def run_args(a) -> list[str]:
             "--retry-after", str(a.retry_after), "--keep-failed", str(a.keep_failed),
             "--gate-max-tokens", str(a.gate_max_tokens), "--gate-request-timeout", str(a.gate_request_timeout),
             "--worker-settle", str(a.worker_settle)]
+    if a.peer_status_cmd:
+        args += ["--peer-status-cmd", a.peer_status_cmd, "--peer-timeout", str(a.peer_timeout),
+                 "--peer-call-timeout", str(a.peer_call_timeout)]
     return args + (["--retry-failed"] if a.retry_failed else [])
 
 
@@ -170,6 +178,11 @@ def main(argv=None) -> int:
         a.add_argument("--gate-max-tokens", type=int, default=sd.LIMITS["max_tokens"])
         a.add_argument("--gate-request-timeout", type=float, default=sd.LIMITS["request_timeout_s"])
         a.add_argument("--worker-settle", type=float, default=sd.LIMITS["worker_settle_s"])
+        # tensor-parallel worker: how to read the head's status (a shell-quoted command), how long to wait for
+        # the head's transaction at each step, and how long one status read may take
+        a.add_argument("--peer-status-cmd", default="")
+        a.add_argument("--peer-timeout", type=float, default=3600)
+        a.add_argument("--peer-call-timeout", type=float, default=30)
         if name == "run":
             a.add_argument("--txn", required=True)
     f = sub.add_parser("follow")

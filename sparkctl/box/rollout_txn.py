@@ -6,6 +6,8 @@ names the venv in ExecStart, so the vLLM install is part of it). Phases, recorde
 
   prepared    snapshot of exactly what the candidate replaces (live env file and unit file, or their absence)
   draining    the proxy answers 503 for this served model; in-flight requests finish
+  awaiting-head  tensor-parallel worker only: nothing changes until the head's candidate is in place
+               (rollout_peer.py); the worker's gate is then the head's gate
   installed   candidate renamed into place, daemon-reload
   started     restarted, gating (one real request)
   committed   stamp = candidate; snapshot dropped; proxy reopened
@@ -26,17 +28,19 @@ import time
 
 import rollout_drain as drain
 import rollout_gate as sd
+import rollout_peer as peer
 
 ENV_DIR = os.environ.get("SPARKCTL_ENV_DIR", "/etc/sparkctl")
 STATE_DIR = os.environ.get("SPARKCTL_STATE_DIR", "/var/lib/sparkctl")
 UNIT_DIR = os.environ.get("SPARKCTL_UNIT_DIR", "/etc/systemd/system")
 DRAIN_DIR = os.environ.get("SPARKCTL_DRAIN_DIR", "/etc/nginx/sparkctl-drain")
 
-FORWARD = ("prepared", "draining", "installed", "started")
+FORWARD = ("prepared", "draining", "awaiting-head", "installed", "started")
 
 # exit codes (rollout.py documents them)
 OK, NOTHING_STAGED, NO_PREVIOUS, ROLLED_BACK, ROLLBACK_FAILED, REJECTED, RESTART_FAILED, KNOWN_FAILED = \
     0, 2, 2, 3, 4, 5, 6, 7
+HEAD_FAILED = 9  # tensor-parallel worker: the head's transaction failed or never came; this worker changed nothing
 
 
 class Paths:
@@ -312,6 +316,21 @@ def execute(a, say) -> int:
         idle, drain_s, busy = drain.wait_idle(a.port, a.drain_timeout, a.interval, say)
         say(f"drained in {drain_s:.0f} s" if idle else
             f"drain timeout ({a.drain_timeout:.0f} s, DRAIN_TIMEOUT_S): {busy:.0f} request(s) still running are cut")
+    tp_unit = peer.tp_unit_of(read(p.env_next)) if getattr(a, "peer_status_cmd", "") else ""
+    if tp_unit:  # tensor-parallel worker: the head drains and goes first; a head that never gets there changes nothing
+        txn.set_phase("awaiting-head")
+        say(f"tensor-parallel unit {tp_unit[:12]}: waiting for the head's transaction to install its candidate")
+        verdict, why = peer.wait_for(a, tp_unit, (peer.GO, peer.COMMITTED), a.peer_timeout, say)
+        if verdict not in (peer.GO, peer.COMMITTED):
+            if verdict == peer.FAILED:
+                remember_failure(p, cand, model, why, "", a.keep_failed)
+            if txn.state.get("resumed"):  # the live files may be an un-gated candidate of the earlier run
+                return rollback(why)
+            txn.close()
+            return finish(HEAD_FAILED, "head-failed" if verdict == peer.FAILED else "head-absent",
+                          f"rollout: {p.unit_name} not changed ({why}); it keeps its previous configuration",
+                          why=why)
+        say(f"tensor-parallel: {why}; restarting the worker")
     txn.set_phase("installed")
     txn.install_candidate()
     txn.set_phase("started")
@@ -322,6 +341,11 @@ def execute(a, say) -> int:
         f"systemctl restart {p.unit_name} failed: {err}")
     ok, why, took = sd.gate(p.unit_name, a.port, a.served, a.kind, a.timeout, a.interval) if restarted else \
         (False, f"systemctl restart failed: {err}", 0.0)
+    if ok and tp_unit:  # the worker's gate is the head's gate
+        verdict, why = peer.wait_for(a, tp_unit, (peer.COMMITTED,), a.peer_timeout, say,
+                                     alive=peer.worker_alive(p.unit_name))
+        ok, took = verdict == peer.COMMITTED, time.monotonic() - t_restart
+        say(f"tensor-parallel: {why}")
     if ok:
         txn.set_phase("committed")
         write_atomic(p.stamp, f"{cand}\n".encode(), 0o644)

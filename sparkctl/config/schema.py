@@ -159,6 +159,8 @@ class GroupData(BaseModel):
     CX7_NETPLAN_FILE: t.AbsPath
     CX7_MANAGE_NETPLAN: bool
     CHECKPOINT_SYNC_KEY: t.FileName
+    TP_PEER_KEY: t.FileName
+    TP_PEER_CALL_TIMEOUT_S: t.Seconds
     CHECKPOINT_SYNC_USER: Annotated[Literal["root"], Field(
         description="root (the head's forced-command rrsync entry lives in root's authorized_keys; tasks/link.py "
                     "writes no other account's)")]
@@ -328,6 +330,10 @@ def _cross_field_rules(s: GroupData) -> None:
         raise SettingError("PROMETHEUS_SCRAPE_TIMEOUT_S", s.PROMETHEUS_SCRAPE_TIMEOUT_S,
                            f"at most PROMETHEUS_SCRAPE_INTERVAL_S = {s.PROMETHEUS_SCRAPE_INTERVAL_S} s "
                            "(Prometheus refuses a longer timeout)")
+    if s.TP_PEER_KEY == s.CHECKPOINT_SYNC_KEY:
+        raise SettingError("TP_PEER_KEY", s.TP_PEER_KEY, "a key name other than CHECKPOINT_SYNC_KEY's",
+                           "The head pins each key to one forced command: one key cannot both copy checkpoints and "
+                           "read the rollout status")
     if s.SERVICE_USER == "root":
         raise SettingError("SERVICE_USER", s.SERVICE_USER, "an unprivileged system user (not root)",
                            "The deploy makes SERVICE_USER a nologin system user: root would lose its shell")

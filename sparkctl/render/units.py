@@ -6,6 +6,7 @@ render. Rendering uses templates/ with jinja2's StrictUndefined, exactly as the 
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import shlex
@@ -16,6 +17,8 @@ from sparkctl import REPO_ROOT
 from sparkctl.config.catalog import CODER
 from sparkctl.config.service import Service, snapshot_path
 from sparkctl.errors import SettingError
+
+TP_UNIT_ENV = "SPARKCTL_TP_UNIT"  # read on the box by sparkctl/box/rollout_peer.py (TP_UNIT)
 
 
 def vllm_args(svc: Service, data: dict) -> list[str]:
@@ -123,3 +126,22 @@ def render_unit(svc: Service, data: dict) -> str:
                            env_path=f"{data['ENV_DIR']}/{svc.env_file}",
                            vllm_bin=f"{vllm_venv(data)}/bin/vllm")
 
+
+def rollout_env(d: dict) -> str:
+    """Environment prefix telling rollout.py where this deploy keeps things (settings, not hard-coded paths)."""
+    return f"SPARKCTL_ENV_DIR={d['ENV_DIR']} SPARKCTL_STATE_DIR={d['STATE_DIR']} SPARKCTL_DRAIN_DIR={d['DRAIN_DIR']}"
+
+
+def tp_unit_id(coders: list[tuple[Service, dict]]) -> str:
+    """Tensor-parallel: one id for both boxes' coder (head first), a hash of each one's rendered unit and env file.
+    Written into both env files (rollout_peer.TP_UNIT), so a change on either box changes both candidates: head and
+    worker always roll out together, and the worker's transaction knows which head transaction is its own."""
+    h = hashlib.sha256()
+    for svc, data in coders:
+        for text in (render_unit(svc, data), render_env(svc, data)):
+            h.update(hashlib.sha256(text.encode()).digest())
+    return h.hexdigest()
+
+
+def with_tp_unit(svc: Service, unit_id: str) -> Service:
+    return dataclasses.replace(svc, extra_env={**svc.extra_env, TP_UNIT_ENV: unit_id})

@@ -225,6 +225,8 @@ CASES = [
          data={"SPARK_TOPOLOGY": "tensor-parallel"}),
     # --- dangerous values ----------------------------------------------------------------------------------------
     Case("service user root", ["SERVICE_USER = 'root'", "not root"], data={"SERVICE_USER": "root"}, fake=True),
+    Case("one key for checkpoint copy and peer status", ["TP_PEER_KEY = 'cx7-sync'", "CHECKPOINT_SYNC_KEY"],
+         data={"TP_PEER_KEY": "cx7-sync"}),
     Case("relative model store", ["MODEL_STORE = 'models'", "absolute path other than /"],
          data={"MODEL_STORE": "models"}),
     Case("empty model store", ["MODEL_STORE = ''", "absolute path other than /"], data={"MODEL_STORE": ""}),

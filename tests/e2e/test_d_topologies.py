@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 
 from sparkctl import REPO_ROOT
+from sparkctl.config import groupdata
 from tests.e2e.conftest import pyinfra, record, sim_exec
 from tests.e2e.test_a_rollout import hub_file_gets
 
@@ -39,6 +41,44 @@ def test_split_one_box_flips_and_the_other_is_untouched(converged_spark, monkeyp
     assert run.rc == 0, run.failure()
 
 
+# the head's unit: a candidate carrying the marker starts, stays "activating" for a while, then fails (an
+# ExecStartPost= that only the marked candidate trips); the worker has no such drop-in and could serve it
+BREAK_DROPIN = "/etc/systemd/system/vllm-coder.service.d/sparkctl-e2e-tp-break.conf"
+BREAK_AFTER_S = 20  # long enough for the worker's transaction to see the head's candidate installed and follow it
+
+
+def head_fails_its_gate_and_both_boxes_go_back():
+    """Tensor-parallel as one unit (issue 14): the head's candidate fails its gate -> the head rolls back, and
+    the worker, which had followed it forward, rolls back too: both boxes on the previous configuration."""
+    extra = dict(groupdata.load(["all", "gx10", "sim"])["VLLM_EXTRA_ENV"], SPARKCTL_E2E_MARKER="tp-broken")
+    before = {h: sim_exec(h, "cat /etc/sparkctl/vllm-coder.env") for h in ("spark-1", "spark-2")}
+    # $$: a literal $ for systemd, so the shell reads the marker from the unit's environment
+    script = f'if [ "$$SPARKCTL_E2E_MARKER" = tp-broken ]; then sleep {BREAK_AFTER_S}; exit 1; fi'
+    sim_exec("spark-1", f"mkdir -p {BREAK_DROPIN.rsplit('/', 1)[0]} && printf '%s\\n' '[Service]' "
+                        f"{shlex.quote('ExecStartPost=/bin/sh -c ' + shlex.quote(script))} > {BREAK_DROPIN} "
+                        "&& systemctl daemon-reload")
+    try:
+        run = pyinfra("-y", "--data", "SPARK_TOPOLOGY=tensor-parallel", "--data",
+                      "VLLM_EXTRA_ENV=" + json.dumps(extra), "inventory.py", "deploy.py", timeout=1800)
+        record("tensor-parallel: head fails its gate -> both boxes back", run.seconds)
+    finally:
+        sim_exec("spark-1", f"rm -f {BREAK_DROPIN} && systemctl daemon-reload")
+    assert run.rc != 0, "a failed head must fail the deploy"
+    assert "ROLLED BACK vllm-coder.service" in run.output, run.failure()
+    results = {h: json.loads(sim_exec(h, "cat /var/lib/sparkctl/rollout/vllm-coder.result.json"))
+               for h in ("spark-1", "spark-2")}
+    assert results["spark-1"]["outcome"] == "rolled-back", results
+    assert results["spark-2"]["outcome"] == "rolled-back", results  # it went forward with the head, then back
+    assert "tensor-parallel" in sim_exec("spark-2", "cat /var/lib/sparkctl/rollout/vllm-coder.log")
+    for h in ("spark-1", "spark-2"):  # exactly the previous configuration, on both boxes
+        assert sim_exec(h, "cat /etc/sparkctl/vllm-coder.env") == before[h], h
+        assert sim_exec(h, "systemctl is-active vllm-coder.service").strip() == "active", h
+    # the pair serves again: the head answers through the proxy with both ranks
+    again = pyinfra("-y", "--data", "SPARK_TOPOLOGY=tensor-parallel", "inventory.py", "deploy.py", timeout=1800)
+    assert again.rc == 0, again.failure()
+    assert "health through https://10.250.0.11:443" in again.output
+
+
 def test_tensor_parallel_over_the_simulated_link(converged_spark):
     """vLLM's CPU build on two 2-core test hosts: --tensor-parallel-size 2 --nnodes 2, the headless worker started
     first, checkpoints copied from the head over the link, the head serving through the proxy."""
@@ -62,6 +102,7 @@ def test_tensor_parallel_over_the_simulated_link(converged_spark):
     assert "health through https://10.250.0.11:443" in run.output and run.output.count("healthy") >= 3
     assert "health through https://10.250.0.12:443" in run.output  # the worker: unit up, no API of its own
     assert "Worker_TP1" in sim_exec("spark-2", "journalctl -u vllm-coder.service --no-pager -o cat | tail -n 400")
+    head_fails_its_gate_and_both_boxes_go_back()
     back = pyinfra("-y", "inventory.py", "deploy.py", timeout=1800)  # replicas again
     record("back to replicas after tensor-parallel", back.seconds)
     assert back.rc == 0, back.failure()

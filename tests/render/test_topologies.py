@@ -83,9 +83,20 @@ def test_tensor_parallel_native_head_and_headless_worker(tmp_path):
     assert not any("fetch_checkpoint.py --listing" in c for c in cmds(out, "spark-2"))
     assert any("rsync -a" in c and "root@192.168.100.10:models--" in c for c in cmds(out, "spark-2"))
     order = out["ops"]
-    worker_rollout = order.index("vLLM services | Roll out vllm-coder.service (tensor-parallel worker, qwen3.8-27b)")
+    worker_start = order.index("vLLM services | Start the rollout of vllm-coder.service (tensor-parallel worker, "
+                               "qwen3.8-27b; follows the head)")
     head_rollout = order.index("vLLM services | Roll out vllm-coder.service (qwen3.8-27b)")
-    assert worker_rollout < head_rollout  # the worker starts before the head
+    worker_join = order.index("Tensor-parallel unit | Tensor-parallel: the worker's vllm-coder ends with the head's "
+                              "result")
+    assert worker_start < head_rollout < worker_join  # one unit: the worker waits for the head's verdict
+    # the worker reads the head's status over the link with its own key; the head forces that read-only command
+    peer = shlex.split(worker[0])
+    status_cmd = shlex.split(peer[peer.index("--peer-status-cmd") + 1])
+    assert status_cmd[:3] == ["ssh", "-i", "/root/.ssh/sparkctl-cx7-peer"] and "root@192.168.100.10" in status_cmd
+    assert "--peer-status-cmd" not in head[0]
+    keys = [c for c in cmds(out, "spark-1") if "sparkctl-cx7-peer' >> /root/.ssh/authorized_keys" in c]
+    assert len(keys) == 1 and "restrict,from=" in keys[0] and "rollout.py status coder" in keys[0], keys
+    assert not any("sparkctl-cx7-peer' >> /root/.ssh/authorized_keys" in c for c in cmds(out, "spark-2"))
     first_fetch = min(i for i, o in enumerate(order) if o.startswith("Checkpoints | Download and verify"))
     first_copy = min(i for i, o in enumerate(order) if o.startswith("Checkpoints | Copy"))
     assert first_fetch < first_copy
@@ -106,6 +117,18 @@ def env_of(s, svc):
 
 def args_of(s, svc):
     return shlex.split(env_of(s, svc)["VLLM_ARGS"])
+
+
+def test_tensor_parallel_unit_id_is_one_for_both_boxes_and_moves_with_either(gx10_data):
+    s = settings_pair(gx10_data, "tensor-parallel")
+    pair = [(s[h].coder, s[h].data) for h in PAIR]
+    uid = units.tp_unit_id(pair)
+    for h in PAIR:
+        assert env_of(s[h], units.with_tp_unit(s[h].coder, uid))["SPARKCTL_TP_UNIT"] == uid
+    # a change that only the worker's files see still changes the id, so the head rolls out with it
+    changed = dict(s["spark-2"].data, VLLM_EXTRA_ENV={**s["spark-2"].data["VLLM_EXTRA_ENV"], "X": "1"})
+    assert units.tp_unit_id([pair[0], (s["spark-2"].coder, changed)]) != uid
+    assert units.tp_unit_id(list(reversed(pair))) != uid  # rank order is part of it
 
 
 def test_tensor_parallel_flags_and_nccl_environment(gx10_data):

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Stand-in `systemctl`, `systemd-run` and `journalctl` for the box-side rollout tests (installed on PATH under
 those names; argv[0] picks the tool). State lives in $FAKE_SD: units/<unit>.json, calls.log, broken (models that
-crash at start), kill_on ("verb#n": SIGKILL the caller on the n-th such call, to interrupt a rollout there).
+crash at start), unready (models that start but never answer), kill_on ("verb#n": SIGKILL the caller on the n-th such call, to interrupt a rollout there).
 
 A vLLM unit "starts" by reading SPARKCTL_MODEL from its env file: a broken model goes to auto-restart, any other
 becomes active and is published in serving.json for the stand-in HTTP endpoint the test runs.
@@ -67,8 +67,12 @@ def start(unit):
     env = open(f"{os.environ['SPARKCTL_ENV_DIR']}/vllm-{m.group(1)}.env").read()
     model = re.search(r"^SPARKCTL_MODEL=(.*)$", env, re.M).group(1)
     broken = open(f"{SD}/broken").read().split() if os.path.exists(f"{SD}/broken") else []
+    unready = open(f"{SD}/unready").read().split() if os.path.exists(f"{SD}/unready") else []
     st = load(unit)
-    if model in broken:
+    if model in unready:  # starts and stays active, but never answers a request (a gate that times out)
+        st.update(ActiveState="active", SubState="running", MainPID=os.getpid())
+        serving(False)
+    elif model in broken:
         st.update(ActiveState="activating", SubState="auto-restart", NRestarts=st.get("NRestarts", 0) + 1)
         serving(False)
     else:
