@@ -215,7 +215,13 @@ WATCHDOG_PROBE_TIMEOUT_S = 30  # the probe must answer within this (no answer wh
 WATCHDOG_HTTP_TIMEOUT_S = 5  # /health and /metrics read timeout, s
 WATCHDOG_MAX_RESTARTS = 3  # restarts of one service within WATCHDOG_WINDOW_S before the watchdog gives up
 WATCHDOG_WINDOW_S = 21600  # the restart-counting window (6 h, as the Spark community's watchdogs), s
-WATCHDOG_RESTART_COMMAND = "systemctl restart {unit}"  # how a wedged service is restarted ({unit} = vllm-<svc>.service)
+# how a wedged service is restarted: through the deploy's own transaction unit (sparkctl-rollout-<svc>), drained at
+# the proxy, restarted on its committed configuration, gated, recorded; a non-zero exit is a failed restart.
+# Placeholders, filled per service by the watchdog: {service} (coder, ...), {unit} (vllm-<svc>.service), {port},
+# {served}, {kind} (chat|embed), {rollout} (env prefix + python + SPARKCTL_HOME/bin/rollout.py), {limits} (the
+# rollout's HEALTH_*/DRAIN_*/ROLLOUT_GATE_* values as options); e.g. "systemctl restart {unit}" skips the rollout
+WATCHDOG_RESTART_COMMAND = ("{rollout} restart {service} --port {port} --served {served} --kind {kind} {limits} "
+                            "--reason watchdog --wait")
 WATCHDOG_STOP_COMMAND = "systemctl stop {unit}"  # how a service is left down after the watchdog gave up
 # exits 0 while a rollout transaction owns the service ({service} = coder, ...): the watchdog then leaves it alone
 WATCHDOG_ROLLOUT_ACTIVE_COMMAND = "systemctl is-active --quiet sparkctl-rollout-{service}.service"

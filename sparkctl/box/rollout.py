@@ -15,13 +15,25 @@ systemd owns, so the deploy's connection can die at any instant without changing
                                           -> the log from byte N, then a line "@@ {offset, done, running, result}";
                                              --wait repeats until done and exits with the result's code. Killing
                                              it changes nothing on the box.
+    rollout.py restart SERVICE --port P --served NAME --kind chat|embed [--timeout S] [--interval S]
+               [--journal N] [--drain-timeout S] [--retry-after S] [--gate-max-tokens N]
+               [--gate-request-timeout S] [--reason TEXT] [--wait]
+                                          -> restarts the service on its COMMITTED configuration as installed
+                                             (rollout_restart.py; the watchdog's restart of a wedged engine) in the
+                                             same transient unit sparkctl-rollout-SERVICE; refuses with exit 10 when
+                                             that unit is already active (the deploy owns the service then). Prints
+                                             {"txn": ID} and returns; --wait follows it and exits with its code
     rollout.py run SERVICE --txn ID ...   -> the transaction itself (rollout_txn.py); exit codes: 0 ready or
                                              unchanged, 2 nothing staged / no previous configuration, 3 rolled back,
                                              4 rollback failed too, 5 rejected before anything stopped, 6 the
                                              committed configuration does not come up again, 7 this
                                              candidate failed before (not retried without --retry-failed),
-                                             9 a tensor-parallel worker whose head failed or never came
+                                             11 a tensor-parallel worker whose head failed or never came
                                              (the worker changed nothing)
+    rollout.py run SERVICE --txn ID --restart-only [--reason TEXT] ...
+                                          -> the restart alone (rollout_restart.py); exit codes: 0 restarted and
+                                             ready, 2 nothing installed, 6 it does not come up again, 9 refused: a
+                                             transaction of the deploy is open
 """
 
 from __future__ import annotations
@@ -36,7 +48,10 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import rollout_gate as sd  # noqa: E402
 import rollout_peer as peer  # noqa: E402
+import rollout_restart as rr  # noqa: E402
 import rollout_txn as tx  # noqa: E402
+
+OWNED = 10  # `restart`: sparkctl-rollout-SERVICE is already active, a transaction owns the service
 
 
 def rollout_unit(service: str) -> str:
@@ -80,7 +95,7 @@ def status(services: list[str]) -> dict:
                   "current": tx.read(p.current).decode().strip(),
                   "phase": phase, "tp_unit": tp_unit, "tp_unit_live": tp_live,
                   "failed": {k: known.get(k) for k in ("at", "why", "model")} if known else None,
-                  "last": {k: last.get(k) for k in ("txn", "outcome", "finished", "message", "candidate")}
+                  "last": {k: last.get(k) for k in ("txn", "outcome", "finished", "message", "candidate", "by")}
                   if last else None}
     return out
 
@@ -119,6 +134,47 @@ def apply(a) -> int:
         return 1
     print(json.dumps({"txn": txn_id, "attached": False}))
     return 0
+
+
+def restart_args(a) -> list[str]:
+    return ["--port", str(a.port), "--served", a.served, "--kind", a.kind, "--timeout", str(a.timeout),
+            "--interval", str(a.interval), "--journal", str(a.journal), "--drain-timeout", str(a.drain_timeout),
+            "--retry-after", str(a.retry_after), "--gate-max-tokens", str(a.gate_max_tokens),
+            "--gate-request-timeout", str(a.gate_request_timeout), "--reason", a.reason]
+
+
+def restart(a) -> int:
+    """Start the restart-only transaction in the deploy's transient unit; never attach to one already running."""
+    p = tx.Paths(a.service)
+    unit = rollout_unit(a.service)
+    os.makedirs(p.dir, mode=0o755, exist_ok=True)
+
+    def owned(txn: str) -> int:
+        print(f"rollout: not restarting vllm-{a.service}.service (asked by {a.reason}): {unit} is active "
+              f"(transaction {txn}), so a rollout owns the service now; nothing was touched", file=sys.stderr)
+        return OWNED
+
+    if sd.unit_state(unit).get("ActiveState") in ("active", "activating", "reloading"):
+        return owned(tx.read(p.current).decode().strip() or "?")
+    txn_id = f"{time.strftime('%Y%m%dT%H%M%SZ', time.gmtime())}-{os.getpid()}-restart"
+    tx.write_atomic(p.current, f"{txn_id}\n".encode(), 0o644)
+    tx.write_atomic(p.log, f"transaction {txn_id} (restart only, asked by {a.reason}) for vllm-{a.service}.service"
+                    f"\n".encode(), 0o640)
+    setenv = [f"--setenv={k}={v}" for k, v in sorted(os.environ.items()) if k.startswith("SPARKCTL_")]
+    r = sd.run("systemd-run", f"--unit={unit}", "--collect", "--quiet", "--service-type=exec",
+               f"--description=sparkctl restart of vllm-{a.service}.service on its committed configuration "
+               f"(transaction {txn_id}, asked by {a.reason})", *setenv,
+               sys.executable, os.path.abspath(__file__), "run", a.service, "--txn", txn_id, "--restart-only",
+               *restart_args(a))
+    if r.returncode != 0:
+        if sd.unit_state(unit).get("ActiveState") in ("active", "activating"):  # a deploy won the race
+            return owned("started meanwhile")
+        print(f"rollout: systemd-run could not start {unit}: {r.stderr.strip()}", file=sys.stderr)
+        return 1
+    if not a.wait:
+        print(json.dumps({"txn": txn_id}))
+        return 0
+    return follow(argparse.Namespace(service=a.service, txn=txn_id, offset=0, wait=True))
 
 
 def follow_once(service: str, txn_id: str, offset: int) -> dict:
@@ -162,29 +218,36 @@ def main(argv=None) -> int:
     sub = ap.add_subparsers(dest="cmd", required=True)
     s = sub.add_parser("status")
     s.add_argument("services", nargs="+")
-    for name in ("apply", "run"):
+    for name in ("apply", "run", "restart"):
         a = sub.add_parser(name)
         a.add_argument("service")
         a.add_argument("--port", type=int, required=True)
         a.add_argument("--served", required=True)
-        a.add_argument("--kind", choices=["chat", "embed", "none"], required=True)
+        a.add_argument("--kind", choices=["chat", "embed"] + ([] if name == "restart" else ["none"]), required=True)
         a.add_argument("--timeout", type=float, default=1800)
         a.add_argument("--interval", type=float, default=2)
         a.add_argument("--journal", type=int, default=40)
         a.add_argument("--drain-timeout", type=float, default=1800)
         a.add_argument("--retry-after", type=int, default=30)
-        a.add_argument("--retry-failed", action="store_true")
-        a.add_argument("--keep-failed", type=int, default=20)
+        if name != "restart":
+            a.add_argument("--retry-failed", action="store_true")
+            a.add_argument("--keep-failed", type=int, default=20)
         a.add_argument("--gate-max-tokens", type=int, default=sd.LIMITS["max_tokens"])
         a.add_argument("--gate-request-timeout", type=float, default=sd.LIMITS["request_timeout_s"])
-        a.add_argument("--worker-settle", type=float, default=sd.LIMITS["worker_settle_s"])
-        # tensor-parallel worker: how to read the head's status (a shell-quoted command), how long to wait for
-        # the head's transaction at each step, and how long one status read may take
-        a.add_argument("--peer-status-cmd", default="")
-        a.add_argument("--peer-timeout", type=float, default=3600)
-        a.add_argument("--peer-call-timeout", type=float, default=30)
+        if name != "restart":
+            a.add_argument("--worker-settle", type=float, default=sd.LIMITS["worker_settle_s"])
+            # tensor-parallel worker: how to read the head's status (a shell-quoted command), how long to wait
+            # for the head's transaction at each step, and how long one status read may take
+            a.add_argument("--peer-status-cmd", default="")
+            a.add_argument("--peer-timeout", type=float, default=3600)
+            a.add_argument("--peer-call-timeout", type=float, default=30)
         if name == "run":
             a.add_argument("--txn", required=True)
+            a.add_argument("--restart-only", action="store_true", help="restart the committed configuration only")
+        if name in ("run", "restart"):
+            a.add_argument("--reason", default="manual", help="who or what asked for the restart (recorded as by)")
+        if name == "restart":
+            a.add_argument("--wait", action="store_true")
     f = sub.add_parser("follow")
     f.add_argument("service")
     f.add_argument("--txn", required=True)
@@ -198,10 +261,14 @@ def main(argv=None) -> int:
         return apply(args)
     if args.cmd == "follow":
         return follow(args)
+    if args.cmd == "restart":
+        return restart(args)
     sd.LIMITS.update(max_tokens=args.gate_max_tokens, request_timeout_s=args.gate_request_timeout,
                      worker_settle_s=args.worker_settle)
     p = tx.Paths(args.service)
     os.makedirs(p.dir, mode=0o755, exist_ok=True)
+    if args.restart_only:
+        return rr.restart_committed(args, Say(p.log))
     return tx.execute(args, Say(p.log))
 
 

@@ -26,11 +26,11 @@ def _reload_nginx() -> tuple[bool, str]:
     return r.returncode == 0, (r.stderr or r.stdout).strip()
 
 
-def drain_on(drain_dir: str, served: str, retry_after: int) -> tuple[bool, str]:
+def drain_on(drain_dir: str, served: str, retry_after: int, why: str = "a deploy") -> tuple[bool, str]:
     """New requests for `served` get 503 + Retry-After; returns (nginx reloaded, why not)."""
     os.makedirs(drain_dir, mode=0o755, exist_ok=True)
     body = (f"add_header Retry-After {int(retry_after)} always;\n"
-            f"return 503 \"{served} is restarting for a deploy; retry in {int(retry_after)} s\\n\";\n")
+            f"return 503 \"{served} is restarting for {why}; retry in {int(retry_after)} s\\n\";\n")
     tmp = os.path.join(drain_dir, f".{served}.tmp")  # a hidden name: never matched by the include glob
     with open(tmp, "w") as f:
         f.write(body)

@@ -40,7 +40,7 @@ FORWARD = ("prepared", "draining", "awaiting-head", "installed", "started")
 # exit codes (rollout.py documents them)
 OK, NOTHING_STAGED, NO_PREVIOUS, ROLLED_BACK, ROLLBACK_FAILED, REJECTED, RESTART_FAILED, KNOWN_FAILED = \
     0, 2, 2, 3, 4, 5, 6, 7
-HEAD_FAILED = 9  # tensor-parallel worker: the head's transaction failed or never came; this worker changed nothing
+HEAD_FAILED = 11  # tensor-parallel worker: the head's transaction failed or never came; this worker changed nothing
 
 
 class Paths:

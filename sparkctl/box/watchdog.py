@@ -10,10 +10,17 @@ Every `interval_s`, per service:
   engine is never restarted, however loaded.
 - wedged: requests are running or waiting and no counter moved for `stall_s`; or, when idle, a 1-token request
   on loopback (embedders: a one-word embedding) got no answer within `probe_timeout_s` (sent every `probe_idle_s`).
-A wedged service is restarted with `restart_command` (only that unit), at most `max_restarts` times in
-`window_s`; once that is spent it is stopped with `stop_command` and left down: a CRIT journal entry and
+A wedged service is restarted with `restart_command` (only that service; by default `rollout.py restart S --wait`,
+the deploy's own transaction unit: drained at the proxy, restarted on its committed configuration, gated, the
+result recorded), at most `max_restarts` times in `window_s`. A restart command that exits non-zero is a failed
+restart: logged, counted (sparkctl_watchdog_restart_failures_total) and still one of the allowed restarts. Once
+they are spent the service is stopped with `stop_command` and left down: a CRIT journal entry and
 sparkctl_watchdog_gave_up{service} = 1 in the textfile directory, so the alert fires and a human looks.
 The restart history survives the watchdog's own restarts (`state_file`).
+
+The commands are templates; PLACEHOLDERS are filled per service, each value shell-quoted: {unit}, {service},
+{port}, {served}, {kind} from `services`, {rollout} (`rollout_command`: the env prefix, python and rollout.py)
+and {limits} (`rollout_limits`: the rollout's --timeout ... options), both rendered from the settings.
 """
 
 from __future__ import annotations
@@ -38,6 +45,8 @@ PROGRESS_COUNTERS = ("vllm:iteration_tokens_total_count", "vllm:generation_token
 PENDING_GAUGES = ("vllm:num_requests_running", "vllm:num_requests_waiting")
 SAMPLE_RE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{[^}]*\})?\s+(\S+)")
 CRIT, WARNING, NOTICE, INFO = 2, 4, 5, 6  # syslog priorities: journald reads "<N>" line prefixes
+# what the command templates may name (sparkctl/config/schema.py refuses any other before the box is touched)
+PLACEHOLDERS = ("unit", "service", "port", "served", "kind", "rollout", "limits")
 
 
 def log(priority: int, message: str) -> None:
@@ -94,7 +103,9 @@ class Watchdog:
         os.replace(tmp, path)
 
     def record(self, name: str) -> dict:
-        return self.state.setdefault(name, {"restarts": [], "restarts_total": 0, "gave_up": False})
+        rec = self.state.setdefault(name, {"restarts": [], "restarts_total": 0, "gave_up": False})
+        rec.setdefault("restart_failures_total", 0)  # a state file from before this counter existed
+        return rec
 
     # --- one service -------------------------------------------------------------------------------------
     def probe(self, svc: dict) -> bool:
@@ -149,26 +160,49 @@ class Watchdog:
             log(CRIT, f"{svc['unit']}: WEDGED ({why}) after {len(rec['restarts'])} watchdog restarts in "
                       f"{self.cfg['window_s']} s: giving up, stopping it and leaving it down for a human "
                       f"(sparkctl_watchdog_gave_up=1). Look at `journalctl -u {svc['unit']}`, then start it again.")
-            self.run(self.cfg["stop_command"], svc["unit"])
+            self.run(self.cfg["stop_command"], svc)
         else:
             rec["restarts"].append(now)
             rec["restarts_total"] += 1
             log(WARNING, f"{svc['unit']}: WEDGED ({why}): restarting it (restart {len(rec['restarts'])} of "
                          f"{self.cfg['max_restarts']} allowed in {self.cfg['window_s']} s)")
-            self.run(self.cfg["restart_command"], svc["unit"])
+            self._save()  # counted before it runs: a watchdog killed mid-restart does not get a free one
+            if self.run(self.cfg["restart_command"], svc):
+                log(NOTICE, f"{svc['unit']}: restarted")
+            else:
+                rec["restart_failures_total"] += 1
+                log(CRIT if len(rec["restarts"]) >= self.cfg["max_restarts"] else WARNING,
+                    f"{svc['unit']}: the restart FAILED (restart {len(rec['restarts'])} of "
+                    f"{self.cfg['max_restarts']}); it counts as one of the allowed restarts")
         self.obs.pop(svc["name"], None)  # judge the restarted engine afresh
         self._save()
 
-    def run(self, template: str, unit: str) -> None:
-        r = subprocess.run(shlex.split(template.format(unit=unit)), capture_output=True, text=True)
+    def command(self, template: str, svc: dict) -> list[str]:
+        """The argv of a command template for one service (PLACEHOLDERS, each value shell-quoted)."""
+        values = {"unit": svc["unit"], "service": svc["name"], "port": svc.get("port", ""),
+                  "served": svc.get("served", ""), "kind": svc.get("kind", "")}
+        quoted = {k: shlex.quote(str(v)) for k, v in values.items()}
+        quoted.update(rollout=shlex.join(self.cfg.get("rollout_command", [])),
+                      limits=shlex.join(str(x) for x in self.cfg.get("rollout_limits", [])))
+        return shlex.split(template.format(**quoted))
+
+    def run(self, template: str, svc: dict) -> bool:
+        """Run a command template for one service; False (and its output in the journal) when it fails."""
+        argv = self.command(template, svc)
+        try:
+            r = subprocess.run(argv, capture_output=True, text=True, stdin=subprocess.DEVNULL)
+        except OSError as exc:
+            log(WARNING, f"{shlex.join(argv)!r} could not run: {exc}")
+            return False
         if r.returncode != 0:
-            log(WARNING, f"{template.format(unit=unit)!r} exited {r.returncode}: {(r.stdout + r.stderr).strip()}")
+            log(WARNING, f"{shlex.join(argv)!r} exited {r.returncode}: {(r.stdout + r.stderr).strip()[-3000:]}")
+        return r.returncode == 0
 
     # --- the loop ------------------------------------------------------------------------------------------
     def rollout_running(self, svc: dict) -> bool:
         """A rollout transaction owns the service right now (draining, restarting, gating): never restart it then."""
-        command = shlex.split(self.cfg["rollout_active_command"].format(service=svc["name"], unit=svc["unit"]))
-        return subprocess.run(command, capture_output=True).returncode == 0
+        return subprocess.run(self.command(self.cfg["rollout_active_command"], svc), capture_output=True,
+                              stdin=subprocess.DEVNULL).returncode == 0
 
     def check_once(self, now: float | None = None) -> dict[str, str]:
         now = time.time() if now is None else now
@@ -197,6 +231,9 @@ class Watchdog:
                     rec["restarts_total"], labels)
             exp.add("sparkctl_watchdog_restarts_in_window", "gauge", "watchdog restarts within its window",
                     len(window), labels)
+            exp.add("sparkctl_watchdog_restart_failures_total", "counter",
+                    "watchdog restarts whose command exited non-zero (the service did not come up again)",
+                    rec["restart_failures_total"], labels)
             exp.add("sparkctl_watchdog_gave_up", "gauge", "1: wedged again after the allowed restarts; left down",
                     int(rec["gave_up"]), labels)
             exp.add("sparkctl_watchdog_wedged", "gauge", "1 when the last check found the service wedged",

@@ -213,9 +213,9 @@ class GroupData(BaseModel):
     WATCHDOG_HTTP_TIMEOUT_S: t.Seconds
     WATCHDOG_MAX_RESTARTS: t.typed(int, "a whole number of restarts >= 0 (0: never restart, only report)", ge=0)
     WATCHDOG_WINDOW_S: t.WholeSeconds
-    WATCHDOG_RESTART_COMMAND: t.pattern(r"\{unit\}", "a command containing {unit}")
-    WATCHDOG_STOP_COMMAND: t.pattern(r"\{unit\}", "a command containing {unit}")
-    WATCHDOG_ROLLOUT_ACTIVE_COMMAND: t.pattern(r"\{service\}", "a command containing {service}")
+    WATCHDOG_RESTART_COMMAND: t.command_template(("service", "unit"))
+    WATCHDOG_STOP_COMMAND: t.command_template(("service", "unit"))
+    WATCHDOG_ROLLOUT_ACTIVE_COMMAND: t.command_template(("service", "unit"))
     STATUS_SSH_TIMEOUT_S: t.Seconds
     # safe change: drained, gated, reversible rollouts (issue 14)
     VLLM_VENVS_KEEP: t.Count

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import ipaddress
 import re
+import string
 from typing import Annotated
 
 from pydantic import AfterValidator, Field
@@ -49,6 +50,35 @@ def typed(base, description: str, *extra, **constraints):
 
 def pattern(regex: str, description: str):
     return typed(str, description, pattern=regex)
+
+
+# the placeholders the box's watchdog fills in its command settings (sparkctl/box/watchdog.py PLACEHOLDERS)
+WATCHDOG_PLACEHOLDERS = ("unit", "service", "port", "served", "kind", "rollout", "limits")
+
+
+def template_problem(text: str, placeholders: tuple[str, ...], needs: tuple[str, ...]) -> str:
+    """What is wrong with a command template ("" when nothing): an unknown placeholder, a format spec, no `needs`."""
+    try:
+        parsed = [(f, spec, conv) for _, f, spec, conv in string.Formatter().parse(text) if f is not None]
+    except (ValueError, TypeError):
+        return "an unbalanced { or }"
+    for f, spec, conv in parsed:
+        if f not in placeholders or spec or conv:
+            return "unknown placeholder {" + f + (f"!{conv}" if conv else "") + (f":{spec}" if spec else "") + "}"
+    if not {f for f, _, _ in parsed} & set(needs):
+        return f"no {' or '.join('{' + n + '}' for n in needs)}"
+    return ""
+
+
+def template_description(needs: tuple[str, ...], placeholders: tuple[str, ...] = WATCHDOG_PLACEHOLDERS) -> str:
+    return (f"a command containing {' or '.join('{' + n + '}' for n in needs)}, with no placeholders but "
+            f"{' '.join('{' + p + '}' for p in placeholders)} (a literal brace is written {{{{ or }}}})")
+
+
+def command_template(needs: tuple[str, ...], placeholders: tuple[str, ...] = WATCHDOG_PLACEHOLDERS):
+    """A command template: only the named placeholders (bare, no format spec), at least one of `needs`."""
+    what = template_description(needs, placeholders)
+    return typed(str, what, _check(lambda v: not template_problem(v, placeholders, needs), what))
 
 
 Seconds = typed(float, "a number of seconds greater than 0", gt=0)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 
+from sparkctl.config import schema_types
 from sparkctl.config.catalog import CODER
 from sparkctl.errors import SettingError
 from sparkctl.render.units import render_template
@@ -16,6 +17,7 @@ BOX_PYTHON = "/usr/bin/python3"  # the box scripts are stdlib-only: the system p
 BOX_SCRIPTS = ("textfile.py", "gpu_textfile.py", "box_textfile.py", "watchdog.py")
 FACTS_UNIT, FACTS_TIMER = "sparkctl-box-facts.service", "sparkctl-box-facts.timer"
 WATCHDOG_UNIT = "sparkctl-watchdog.service"
+WATCHDOG_PLACEHOLDERS = schema_types.WATCHDOG_PLACEHOLDERS  # what box/watchdog.py fills (its PLACEHOLDERS)
 
 
 def bin_dir(d: dict) -> str:
@@ -59,6 +61,27 @@ def watchdog_service(d: dict) -> str:
                            config_path=watchdog_config_path(d))
 
 
+def rollout_command(d: dict) -> list[str]:
+    """argv prefix of the box's rollout.py with the environment telling it where this deploy keeps things (the
+    same SPARKCTL_* values as the deploy's own prefix, tasks/services.py rollout_env)."""
+    return ["/usr/bin/env", f"SPARKCTL_ENV_DIR={d['ENV_DIR']}", f"SPARKCTL_STATE_DIR={d['STATE_DIR']}",
+            f"SPARKCTL_DRAIN_DIR={d['DRAIN_DIR']}", BOX_PYTHON, f"{bin_dir(d)}/rollout.py"]
+
+
+def rollout_limits(d: dict) -> list[str]:
+    """The rollout's gate and drain limits as rollout.py options: the values the deploy's transaction gets."""
+    return ["--timeout", str(d["HEALTH_READY_TIMEOUT_S"]), "--interval", str(d["HEALTH_POLL_INTERVAL_S"]),
+            "--journal", str(d["HEALTH_JOURNAL_LINES"]), "--drain-timeout", str(d["DRAIN_TIMEOUT_S"]),
+            "--retry-after", str(d["DRAIN_RETRY_AFTER_S"]), "--gate-max-tokens", str(d["ROLLOUT_GATE_MAX_TOKENS"]),
+            "--gate-request-timeout", str(d["ROLLOUT_GATE_REQUEST_TIMEOUT_S"])]
+
+
+# the watchdog's command settings: the placeholder one of them must contain (watchdog.py PLACEHOLDERS lists all)
+COMMAND_SETTINGS = {"restart_command": ("WATCHDOG_RESTART_COMMAND", ("service", "unit")),
+                    "stop_command": ("WATCHDOG_STOP_COMMAND", ("service", "unit")),
+                    "rollout_active_command": ("WATCHDOG_ROLLOUT_ACTIVE_COMMAND", ("service", "unit"))}
+
+
 def watchdog_config(d: dict, services) -> str:
     """The watchdog's whole configuration (settings, not defaults in the script)."""
     cfg = {
@@ -66,10 +89,12 @@ def watchdog_config(d: dict, services) -> str:
         "probe_idle_s": d["WATCHDOG_PROBE_IDLE_S"], "probe_timeout_s": d["WATCHDOG_PROBE_TIMEOUT_S"],
         "http_timeout_s": d["WATCHDOG_HTTP_TIMEOUT_S"], "max_restarts": d["WATCHDOG_MAX_RESTARTS"],
         "window_s": d["WATCHDOG_WINDOW_S"], "restart_command": d["WATCHDOG_RESTART_COMMAND"],
-        "stop_command": d["WATCHDOG_STOP_COMMAND"], "rollout_active_command": d["WATCHDOG_ROLLOUT_ACTIVE_COMMAND"], "state_file": f"{d['STATE_DIR']}/watchdog/state.json",
+        "stop_command": d["WATCHDOG_STOP_COMMAND"], "rollout_active_command": d["WATCHDOG_ROLLOUT_ACTIVE_COMMAND"],
+        "rollout_command": rollout_command(d), "rollout_limits": rollout_limits(d),
+        "state_file": f"{d['STATE_DIR']}/watchdog/state.json",
         "textfile": f"{d['TEXTFILE_DIR']}/sparkctl_watchdog.prom",
         "services": [{"name": s.name, "unit": s.unit, "url": f"http://{d['LISTEN_ADDRESS']}:{s.port}",
-                      "served": s.served_name, "kind": "chat" if s.role == CODER else "embed"}
+                      "port": s.port, "served": s.served_name, "kind": "chat" if s.role == CODER else "embed"}
                      for s in api_services(services)],
     }
     for key in ("interval_s", "stall_s", "probe_idle_s", "probe_timeout_s", "http_timeout_s", "window_s"):
@@ -77,7 +102,15 @@ def watchdog_config(d: dict, services) -> str:
             raise SettingError(f"WATCHDOG_{key[:-2].upper()}_S", cfg[key], "a positive number of seconds")
     if not isinstance(cfg["max_restarts"], int) or cfg["max_restarts"] < 0:
         raise SettingError("WATCHDOG_MAX_RESTARTS", cfg["max_restarts"], "a whole number >= 0")
-    for key in ("restart_command", "stop_command"):
-        if "{unit}" not in cfg[key]:
-            raise SettingError(f"WATCHDOG_{key.upper()}", cfg[key], "a command containing {unit}")
+    for key, (setting, needs) in COMMAND_SETTINGS.items():
+        check_command_template(setting, cfg[key], needs)
     return json.dumps(cfg, indent=2, sort_keys=True) + "\n"
+
+
+def check_command_template(setting: str, template, needs: tuple[str, ...]) -> None:
+    """The schema's check of a watchdog command setting, for a value that reaches the renderer another way."""
+    problem = schema_types.template_problem(template, WATCHDOG_PLACEHOLDERS, needs) if isinstance(template, str) \
+        else "not a string"
+    if problem:
+        raise SettingError(setting, template, schema_types.template_description(needs, WATCHDOG_PLACEHOLDERS),
+                           problem)

@@ -128,7 +128,7 @@ def test_a_head_that_never_comes_leaves_the_worker_untouched(pair):
     pair.stage("laguna", "u2")
     w = pair.start_worker("t1", peer_timeout=1)  # the deploy died before it reached the head
     out = w.communicate(timeout=60)[0]
-    assert w.returncode == 9, out
+    assert w.returncode == 11, out
     assert "did not decide" in out and pair.worker.live_model() == "qwen" and restarts(pair.worker) == 0
     assert pair.worker.result()["outcome"] == "head-absent" and not pair.worker.txn_dir().exists()
     assert pair.worker.status()["failed"] is None  # not the candidate's fault: a rerun tries it again
@@ -143,7 +143,7 @@ def test_a_head_rejected_before_it_stopped_anything_leaves_both_as_they_were(pai
     wait_phase(pair.worker, "awaiting-head")
     assert pair.head.run(txn="t1").returncode == 5
     out = w.communicate(timeout=60)[0]
-    assert w.returncode == 9 and pair.worker.result()["outcome"] == "head-failed", out
+    assert w.returncode == 11 and pair.worker.result()["outcome"] == "head-failed", out
     assert pair.worker.live_model() == "qwen" and restarts(pair.worker) == 0 and restarts(pair.head) == 0
 
 

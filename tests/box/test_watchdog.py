@@ -217,11 +217,98 @@ def test_parse_metrics_sums_engines_and_ignores_other_families():
     assert parse_metrics(text) == ((7.0, 5.0, 0.0), 6.0)
 
 
-def test_deployed_configuration_drives_the_watchdog(token_file, tmp_path):
+def deployed_config(tmp_path, **overrides) -> tuple[dict, dict]:
     data = groupdata.load(["all", "gx10"])
     from tests.conftest import FAKE_LOCK
-    data.update(MODEL_LOCK_FILE=FAKE_LOCK, SECRETS_DIR=str(tmp_path))
-    cfg = json.loads(mon.watchdog_config(data, settings_for(data).services))
+    data.update(MODEL_LOCK_FILE=FAKE_LOCK, SECRETS_DIR=str(tmp_path), **overrides)
+    return data, json.loads(mon.watchdog_config(data, settings_for(data).services))
+
+
+def test_deployed_configuration_drives_the_watchdog(token_file, tmp_path):
+    data, cfg = deployed_config(tmp_path)
     assert cfg["stall_s"] == data["WATCHDOG_STALL_S"] and cfg["max_restarts"] == data["WATCHDOG_MAX_RESTARTS"]
-    assert cfg["restart_command"].format(unit="vllm-coder.service") == "systemctl restart vllm-coder.service"
     assert {s["url"] for s in cfg["services"]} == {f"http://127.0.0.1:{p}" for p in (8000, 8001, 8002)}
+    # an operator's override in the old form still works: the placeholders are the watchdog's
+    _, old = deployed_config(tmp_path, WATCHDOG_RESTART_COMMAND="systemctl restart {unit}")
+    assert Watchdog(old).command(old["restart_command"], old["services"][0]) == ["systemctl", "restart",
+                                                                               "vllm-coder.service"]
+
+
+def test_the_default_restart_command_is_one_rollout_py_accepts(token_file, tmp_path, monkeypatch):
+    """The rendered configuration's restart command, parsed by rollout.py's own argparse (rollout.main): the
+    deploy's transaction unit, per-service port/served/kind, the rollout's limits from the settings, --wait."""
+    import sys
+    sys.path.insert(0, str(mon_box_dir()))
+    import rollout
+
+    data, cfg = deployed_config(tmp_path)
+    dog = Watchdog(cfg)
+    for svc in cfg["services"]:
+        argv = dog.command(cfg["restart_command"], svc)
+        at = argv.index(f"{data['SPARKCTL_HOME']}/bin/rollout.py")
+        assert argv[:at] == ["/usr/bin/env", f"SPARKCTL_ENV_DIR={data['ENV_DIR']}",
+                             f"SPARKCTL_STATE_DIR={data['STATE_DIR']}", f"SPARKCTL_DRAIN_DIR={data['DRAIN_DIR']}",
+                             mon.BOX_PYTHON]  # the env prefix of tasks/services.py rollout_env
+        got = []
+        monkeypatch.setattr(rollout, "restart", lambda a: got.append(a) or 0)
+        assert rollout.main(argv[at + 1:]) == 0
+        a = got[0]
+        assert (a.cmd, a.service, a.port, a.served, a.kind, a.reason, a.wait) == \
+            ("restart", svc["name"], svc["port"], svc["served"], svc["kind"], "watchdog", True)
+        assert (a.timeout, a.interval, a.journal, a.drain_timeout, a.retry_after, a.gate_max_tokens,
+                a.gate_request_timeout) == (data["HEALTH_READY_TIMEOUT_S"], data["HEALTH_POLL_INTERVAL_S"],
+                                            data["HEALTH_JOURNAL_LINES"], data["DRAIN_TIMEOUT_S"],
+                                            data["DRAIN_RETRY_AFTER_S"], data["ROLLOUT_GATE_MAX_TOKENS"],
+                                            data["ROLLOUT_GATE_REQUEST_TIMEOUT_S"])
+        assert svc["url"].endswith(f":{svc['port']}")
+
+
+def mon_box_dir() -> Path:
+    from sparkctl import REPO_ROOT
+    return REPO_ROOT / "sparkctl" / "box"
+
+
+def test_the_watchdog_fills_exactly_the_placeholders_the_schema_allows():
+    from sparkctl.box import watchdog
+    from sparkctl.config import schema_types
+    assert watchdog.PLACEHOLDERS == schema_types.WATCHDOG_PLACEHOLDERS
+
+
+FAILING = """#!/bin/sh
+# STAND-IN for `rollout.py restart ... --wait` whose restart does not come up again: exit 6 (restart-failed)
+echo "restart $*" >> {log}
+echo "rollout: vllm-coder.service does not come up again on its committed configuration" >&2
+exit 6
+"""
+
+
+def test_a_restart_command_that_exits_non_zero_is_a_failed_restart_logged_counted_and_still_spent(setup, tmp_path,
+                                                                                                  capsys):
+    engine, cfg, log = setup
+    failing = tmp_path / "rollout-restart"
+    failing.write_text(FAILING.format(log=log))
+    failing.chmod(0o755)
+    cfg["restart_command"] = f"{failing} {{service}} --port {{port}} --wait"
+    cfg["services"][0]["port"] = 8000
+    engine.running = 1
+    t, dog = 1000.0, Watchdog(cfg)
+    for _ in range(cfg["max_restarts"] + 1):
+        dog.check_once(now=t)
+        dog.check_once(now=t + 61)
+        t += 600
+    out = capsys.readouterr().out
+    assert "exited 6" in out and "does not come up again" in out and "the restart FAILED" in out
+    assert calls(log) == ["restart coder --port 8000 --wait"] * 3 + ["stop vllm-coder.service"]  # gave up after 3
+    assert metric(cfg, "sparkctl_watchdog_restart_failures_total") == 3
+    assert metric(cfg, "sparkctl_watchdog_restarts_total") == 3 and metric(cfg, "sparkctl_watchdog_gave_up") == 1
+    assert Watchdog(cfg).record("coder")["restart_failures_total"] == 3  # kept in the state file
+
+
+def test_a_state_file_from_before_the_failure_counter_still_loads(setup):
+    engine, cfg, log = setup
+    Path(cfg["state_file"]).parent.mkdir(parents=True)
+    Path(cfg["state_file"]).write_text(json.dumps({"coder": {"restarts": [], "restarts_total": 2, "gave_up": False}}))
+    dog = Watchdog(cfg)
+    dog.check_once(now=1000.0)
+    assert metric(cfg, "sparkctl_watchdog_restarts_total") == 2
+    assert metric(cfg, "sparkctl_watchdog_restart_failures_total") == 0
