@@ -6,14 +6,22 @@ systemd owns, so the deploy's connection can die at any instant without changing
                                              failed, last}} (one systemctl call, no venv python)
     rollout.py apply SERVICE --port P --served NAME --kind chat|embed|none [--timeout S] [--interval S]
                [--journal N] [--drain-timeout S] [--retry-after S] [--retry-failed] [--keep-failed N]
+               [--verdict-timeout S --verdict-default rollback|commit]
                                           -> starts `rollout.py run` as the transient unit sparkctl-rollout-SERVICE
                                              (systemd-run --collect; its output goes to the journal and to
                                              STATE_DIR/rollout/vllm-SERVICE.log), or attaches to the one already
-                                             running; prints {"txn": ID, "attached": bool} and returns at once
+                                             running; prints {"txn": ID, "attached": bool} and returns at once.
+                                             --verdict-timeout S > 0: after the health gate, wait S s for the
+                                             acceptance verdict before committing (rollout_verdict.py)
+    rollout.py verdict SERVICE --tx TX commit|rollback [--reason TEXT]
+                                          -> the acceptance verdict for the transaction that waits (status says
+                                             "phase": "awaiting-verdict", "tx", "verdict_deadline"); exit 1, and
+                                             nothing written, when TX is not the one that waits
     rollout.py follow SERVICE --txn ID [--offset N] [--wait]
                                           -> the log from byte N, then a line "@@ {offset, done, running, result}";
-                                             --wait repeats until done and exits with the result's code. Killing
-                                             it changes nothing on the box.
+                                             --wait repeats until done and exits with the result's code, or 0
+                                             when the transaction waits for its acceptance verdict and none was
+                                             sent yet ("awaiting": true). Killing it changes nothing on the box.
     rollout.py run SERVICE --txn ID ...   -> the transaction itself (rollout_txn.py); exit codes: 0 ready or
                                              unchanged, 2 nothing staged / no previous configuration, 3 rolled back,
                                              4 rollback failed too, 5 rejected before anything stopped, 6 the
@@ -33,6 +41,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import rollout_gate as sd  # noqa: E402
 import rollout_txn as tx  # noqa: E402
+import rollout_verdict as verdict  # noqa: E402
 
 
 def rollout_unit(service: str) -> str:
@@ -69,11 +78,12 @@ def status(services: list[str]) -> dict:
         known = tx.failed_record(p, wanted) if wanted else {}
         last = tx.read_json(p.result)
         active = states[p.unit_name].get("ActiveState") == "active"
-        phase = tx.read_json(f"{p.txn}/state.json").get("phase", "")
+        state = tx.read_json(f"{p.txn}/state.json")
+        phase = state.get("phase", "")
         out[s] = {"active": active, "applied": tx.applied(p, wanted, active, bool(phase)), "wanted": wanted,
                   "running": states[rollout_unit(s)].get("ActiveState") in ("active", "activating", "reloading"),
                   "current": tx.read(p.current).decode().strip(),
-                  "phase": phase,
+                  "phase": phase, **verdict.status_fields(state),
                   "failed": {k: known.get(k) for k in ("at", "why", "model")} if known else None,
                   "last": {k: last.get(k) for k in ("txn", "outcome", "finished", "message", "candidate")}
                   if last else None}
@@ -86,6 +96,7 @@ def run_args(a) -> list[str]:
             "--retry-after", str(a.retry_after), "--keep-failed", str(a.keep_failed),
             "--gate-max-tokens", str(a.gate_max_tokens), "--gate-request-timeout", str(a.gate_request_timeout),
             "--worker-settle", str(a.worker_settle)]
+    args += ["--verdict-timeout", str(a.verdict_timeout), "--verdict-default", a.verdict_default]
     return args + (["--retry-failed"] if a.retry_failed else [])
 
 
@@ -122,8 +133,12 @@ def follow_once(service: str, txn_id: str, offset: int) -> dict:
     result = tx.read_json(p.result)
     running = sd.unit_state(rollout_unit(service)).get("ActiveState") in ("active", "activating")
     done = result.get("txn") == txn_id
+    state = tx.read_json(f"{p.txn}/state.json")
+    awaiting = not done and verdict.waiting_for_control(p.txn, state, txn_id)
     return {"text": chunk, "offset": len(data), "running": running, "done": done,
-            "result": result if done else None}
+            "result": result if done else None, "awaiting": awaiting,
+            **({"candidate": state.get("candidate"), "verdict_deadline": state.get("verdict_deadline")}
+               if awaiting else {})}
 
 
 def follow(a) -> int:
@@ -140,6 +155,11 @@ def follow(a) -> int:
         sys.stdout.flush()
         if st["done"]:
             return int(st["result"].get("rc", 1))
+        if st["awaiting"]:
+            print(f"rollout: transaction {a.txn} of vllm-{a.service}.service passed its health gate and waits for "
+                  f"its acceptance verdict until {time.strftime('%H:%M:%S', time.localtime(st['verdict_deadline']))}: "
+                  f"rollout.py verdict {a.service} --tx {a.txn} commit|rollback [--reason TEXT]")
+            return 0
         if not st["running"]:  # the unit is gone: give the result file a moment, then say so
             idle_since = idle_since or time.monotonic()
             if time.monotonic() - idle_since > 10:
@@ -170,6 +190,8 @@ def main(argv=None) -> int:
         a.add_argument("--gate-max-tokens", type=int, default=sd.LIMITS["max_tokens"])
         a.add_argument("--gate-request-timeout", type=float, default=sd.LIMITS["request_timeout_s"])
         a.add_argument("--worker-settle", type=float, default=sd.LIMITS["worker_settle_s"])
+        a.add_argument("--verdict-timeout", type=float, default=0)
+        a.add_argument("--verdict-default", choices=verdict.DECISIONS, default="rollback")
         if name == "run":
             a.add_argument("--txn", required=True)
     f = sub.add_parser("follow")
@@ -177,6 +199,11 @@ def main(argv=None) -> int:
     f.add_argument("--txn", required=True)
     f.add_argument("--offset", type=int, default=0)
     f.add_argument("--wait", action="store_true")
+    v = sub.add_parser("verdict")
+    v.add_argument("service")
+    v.add_argument("--tx", required=True)
+    v.add_argument("decision", choices=verdict.DECISIONS)
+    v.add_argument("--reason", default="")
     args = ap.parse_args(argv)
     if args.cmd == "status":
         print(json.dumps(status(args.services)))
@@ -185,6 +212,11 @@ def main(argv=None) -> int:
         return apply(args)
     if args.cmd == "follow":
         return follow(args)
+    if args.cmd == "verdict":
+        p = tx.Paths(args.service)
+        rc, text = verdict.send(p.txn, p.unit_name, args.tx, args.decision, args.reason)
+        print(text, file=sys.stderr if rc else sys.stdout)
+        return rc
     sd.LIMITS.update(max_tokens=args.gate_max_tokens, request_timeout_s=args.gate_request_timeout,
                      worker_settle_s=args.worker_settle)
     p = tx.Paths(args.service)
