@@ -1,10 +1,11 @@
 """CARouter Cloud GX10: from stock OS to serving.   pyinfra inventory.py deploy.py
 
 preflight -> nvidia -> vllm -> (CX7 link, tensor-parallel only) -> checkpoints -> OOM guard -> services -> proxy
--> monitoring -> health -> gateway hand-off. Bad settings are refused before any command reaches the host; see
-README.md for the flip, secrets, settings and the two-Spark topologies.
+-> monitoring -> health -> acceptance (of a changed coder) -> gateway hand-off. Bad settings are refused before any
+command reaches the host; see README.md for the flip, secrets, settings and the two-Spark topologies.
 """
 
+from tasks.acceptance import acceptance_step
 from tasks.checkpoints import checkpoints
 from tasks.handoff import handoff
 from tasks.health import health
@@ -27,4 +28,5 @@ services(settings)
 proxy(settings)
 monitoring(settings)
 health(settings)
+acceptance_step(settings)
 handoff(settings)

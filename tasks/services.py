@@ -58,6 +58,8 @@ def oom_guard(settings: Settings) -> None:
 
 @deploy("vLLM services")
 def services(settings: Settings, service_list: list | None = None) -> None:
+    from tasks.acceptance import apply_verdict_args  # here: tasks.acceptance imports this module
+
     d = settings.data
     service_list = service_list if service_list is not None else settings.services
     common = rollout_settings(d)
@@ -80,7 +82,8 @@ def services(settings: Settings, service_list: list | None = None) -> None:
         # one box at a time: a served model is never down on every box at once
         handoff = ready_target(d, svc.served_name) if settings.role.serves_api else None
         rollout(name=f"Roll out {svc.unit} ({svc.model.key})", service=svc.name, services=names,
-                port=svc.port, served=svc.served_name, kind=kind, handoff=handoff, _serial=True, **common)
+                port=svc.port, served=svc.served_name, kind=kind, handoff=handoff, _serial=True,
+                verdict_args=apply_verdict_args(d, svc), **common)  # the coder waits for its acceptance verdict
     for svc in service_list:  # after the rollout installed the unit
         systemd.service(name=f"Enable {svc.unit} at boot", service=svc.unit, running=None, enabled=True)
     keep = d["VLLM_VENVS_KEEP"]
