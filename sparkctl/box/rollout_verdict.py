@@ -146,8 +146,8 @@ def _decided(txn, decision: str, by: str, reason: str) -> tuple[bool, str]:
         reason = f"{reason}: the box decided alone: {decision} (--verdict-default)"
     txn.state["verdict"] = {"decision": decision, "by": by, "reason": reason, "at": _clock(time.time())}
     txn.set_phase(AWAITING)  # recorded before it is acted on
-    txn.say(f"rollout: acceptance verdict for {txn.p.unit_name}: {decision} "
-            f"({'from the control side' if by == 'control' else 'decided by the box'}){': ' + reason if reason else ''}")
+    who = "from the control side" if by == "control" else "decided by the box"
+    txn.say(f"rollout: acceptance verdict for {txn.p.unit_name}: {decision} ({who}){': ' + reason if reason else ''}")
     if decision == "commit":
         return True, ""
     return False, f"acceptance verdict rollback: {reason}" if by == "control" else reason
