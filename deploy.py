@@ -1,11 +1,12 @@
 """CARouter Cloud GX10: from stock OS to serving.   pyinfra inventory.py deploy.py
 
 preflight -> nvidia -> vllm -> (CX7 link, tensor-parallel only) -> checkpoints -> OOM guard -> services -> proxy
--> monitoring -> health -> (tensor-parallel: the worker's result, which follows the head's) -> gateway hand-off.
-Bad settings are refused before any command reaches the host; see README.md for the flip, secrets, settings and
-the two-Spark topologies.
+-> monitoring -> health -> acceptance (of a changed coder) -> (tensor-parallel: the worker's result, which follows
+the head's) -> gateway hand-off. Bad settings are refused before any command reaches the host; see README.md for
+the flip, secrets, settings and the two-Spark topologies.
 """
 
+from tasks.acceptance import acceptance_step
 from tasks.checkpoints import checkpoints
 from tasks.handoff import handoff
 from tasks.health import health
@@ -28,5 +29,6 @@ services(settings)
 proxy(settings)
 monitoring(settings)
 health(settings)
+acceptance_step(settings)
 tp_worker_result(settings)
 handoff(settings)

@@ -4,8 +4,14 @@ The box owns the change (issue 14's transaction): after its health gate passed, 
 snapshot and waits up to ACCEPTANCE_VERDICT_TIMEOUT_S for a verdict; with none in time it decides alone (rolls
 back; keeps when ACCEPTANCE_MODE is warn). This step is the control side: it finds a transaction waiting, runs
 the quick acceptance through the proxy (sparkctl/measure/quick.py), sends `commit` or `rollback <reason>`, and
-after a passed commit appends the run to the box's history. A deploy that changed nothing finds nothing waiting and
+after a passed commit appends the run to the box's history. It runs inside the coder's serial rollout op as soon
+as that box waits (judge_waiting), so with two boxes the second is touched only after the first one's verdict
+and one box always serves; the Acceptance step after health judges a transaction found waiting otherwise (a
+deploy that died before sending the verdict, rerun before the box's deadline). A deploy that changed nothing finds nothing waiting and
 does nothing. Nothing here undoes anything itself: a lost connection only means no verdict, and the box decides.
+After sending the verdict it follows the box's transaction to its result (the commit, or the whole rollback:
+drain, snapshot restored, restart, gate), prints it, marks the box ready in the gateway hand-off again (the
+rollout left it not ready while the candidate waited) and fails the host on a rollback, naming the failed figure.
 
 Box-side commands this assumes (rollout.py, issue 14; see apply_verdict_args, awaiting_verdict, verdict_command):
     rollout.py apply SERVICE ... --verdict-timeout S --verdict-default rollback|commit
@@ -27,11 +33,13 @@ from sparkctl.config.catalog import CODER
 from sparkctl.config.settings import Settings
 from sparkctl.errors import SettingError, SparkctlError
 from sparkctl.measure import acceptance, quick
+from sparkctl.render.units import rollout_env
 from tasks.facts import RolloutStatus
-from tasks.ops import fail
-from tasks.services import rollout_env
+from tasks.handoff import ready_target
+from tasks.ops import AWAITING, _connector_args, _ready, _wait
 
-AWAITING = "awaiting-verdict"  # the phase rollout.py status reports while a transaction waits for its verdict
+__all__ = ["AWAITING", "acceptance_gate", "acceptance_step", "apply_verdict_args", "awaiting_verdict",
+           "verdict_command"]  # AWAITING: the phase rollout.py status reports while a transaction waits
 REASON_CHARS = 900  # the rollback reason kept in the box's record of the failed candidate, characters
 
 
@@ -64,9 +72,49 @@ def verdict_command(d: dict, service: str, tx: str, verdict: str, reason: str = 
     """The box-side verdict: `rollout.py verdict SERVICE --tx TX commit|rollback [--reason TEXT]`."""
     parts = [rollout_env(d), "python3", QuoteString(f"{d['SPARKCTL_HOME']}/bin/rollout.py"), "verdict",
              QuoteString(service), "--tx", QuoteString(tx), verdict]
-    if verdict == "rollback":
+    if reason:  # a rollback's reason is what the box remembers the candidate failed for
         parts += ["--reason", QuoteString(" ".join(reason.split())[:REASON_CHARS])]
     return StringCommand(*parts)
+
+
+def follow_command(d: dict, service: str) -> list:
+    return [rollout_env(d), "python3", QuoteString(f"{d['SPARKCTL_HOME']}/bin/rollout.py"), "follow",
+            QuoteString(service)]
+
+
+def _decide(state, host_, d: dict, service: str, unit: str, tx: str, decision: str, reason: str,
+            handoff: dict | None, verdict: acceptance.Verdict | None, conn) -> bool:
+    """FunctionCommand body: send the verdict, follow the box until its result, then say what it did."""
+    kw = _connector_args(host_)
+    if decision == "rollback":
+        _ready(host_, handoff, False)  # the box drains again for the rollback
+    ok, out = host_.run_shell_command(verdict_command(d, service, tx, decision, reason), **kw)
+    if not ok:  # e.g. the box decided alone a moment ago: what it did is in its result
+        host_.log_styled(f"{unit}: the box did not take the verdict {decision}: "
+                         f"{' '.join(out.stderr_lines)[-1000:]}", fg="yellow", log_func=logger.warning)
+    result = _wait(host_, kw, service, tx, follow_command(d, service), d["HEALTH_POLL_INTERVAL_S"])
+    if result is None:  # lost track: the box finishes alone
+        return False
+    if result.get("outcome") == AWAITING:
+        host_.log_styled(f"{unit}: still waits for its acceptance verdict on the box (until {result.get('deadline')},"
+                         f" then it decides alone)", fg="red", log_func=logger.error)
+        return False
+    rc, outcome, message = result.get("rc"), result.get("outcome"), str(result.get("message", ""))[:4000]
+    by = (result.get("verdict") or {}).get("by")
+    if rc in (0, 3):  # committed, or rolled back and serving its previous configuration
+        _ready(host_, handoff, True)
+    if rc == 0:
+        host_.log(f"{unit}: {outcome}: {message}")
+        if decision == "commit" and by == "control" and verdict is not None:
+            return _record(state, host_, conn, d, verdict)
+        if by == "box":
+            host_.log_styled(f"{unit}: kept by the box's own decision, not by this acceptance run ({reason})",
+                             fg="yellow", log_func=logger.warning)
+        return True
+    why = reason if by == "control" else (result.get("verdict") or {}).get("reason") or result.get("why") or reason
+    host_.log_styled(f"{unit}: {'rolled back' if rc == 3 else outcome}: {why}\n{message}", fg="red",
+                     log_func=logger.error)
+    return False
 
 
 def _record(state, host_, conn, data: dict, verdict: acceptance.Verdict) -> bool:
@@ -83,7 +131,7 @@ def _record(state, host_, conn, data: dict, verdict: acceptance.Verdict) -> bool
 
 
 @operation()
-def acceptance_gate(settings: Settings, service):
+def acceptance_gate(settings: Settings, service, handoff: dict | None = None):
     """Judge a coder rollout that waits for its verdict; send commit or rollback; fail the host on a rollback."""
     if not host.state.is_executing:
         host.noop("checked after health")
@@ -92,32 +140,36 @@ def acceptance_gate(settings: Settings, service):
     if not d["ACCEPTANCE_ENABLED"]:
         host.noop("acceptance is off (ACCEPTANCE_ENABLED)")
         return
-    status = host.get_fact(RolloutStatus, script=f"{d['SPARKCTL_HOME']}/bin/rollout.py", service=service.name,
-                           env_prefix=rollout_env(d))
+    status = host.get_fact(RolloutStatus, script=f"{d['SPARKCTL_HOME']}/bin/rollout.py", services=[service.name],
+                           env_prefix=rollout_env(d)).get(service.name, {})
     tx = awaiting_verdict(status)
     if tx is None:
         host.noop(f"{service.unit}: no rollout waits for an acceptance verdict")
         return
-    conn = hosts.find(host.name)
-    try:
-        verdict = quick.acceptance_of(conn, d, unit=service.unit)
-    except SparkctlError as exc:  # could not measure at all: that is the candidate's failure too
-        decision = "commit" if d["ACCEPTANCE_MODE"] == "warn" else "rollback"
-        reason = f"acceptance could not measure: {exc}"
-        logger.warning(f"{host.name}: {reason} -> {decision}")
-        yield verdict_command(d, service.name, tx, decision, reason)
-        if decision == "rollback":
-            yield fail(f"{host.name}: {service.unit} rolled back: {reason}")
-        return
-    logger.info(f"{host.name}: acceptance of {service.unit}\n" + "\n".join(c.line() for c in verdict.checks)
-                + ("\n" + "\n".join(verdict.notes) if verdict.notes else ""))
-    if not verdict.passed:
-        logger.warning(f"{host.name}: {verdict.reason()}")
-    yield verdict_command(d, service.name, tx, verdict.decision, verdict.reason())
-    if verdict.decision == "rollback":
-        yield fail(f"{host.name}: {service.unit} rolled back: {verdict.reason()}")
-        return
-    yield FunctionCommand(_record, (conn, d, verdict), {})
+    yield FunctionCommand(judge_waiting(settings, service, handoff), (tx,), {})
+
+
+def judge_waiting(settings: Settings, service, handoff: dict | None):
+    """FunctionCommand body (state, host, tx) -> bool: measure the waiting candidate through the proxy, send the
+    verdict, follow the box to its result. The coder's rollout calls it as soon as its box waits (so a serial
+    rollout reaches the next box only after this one's verdict); acceptance_gate, for one found waiting later."""
+    d = settings.data
+
+    def judge(state, host_, tx: str) -> bool:
+        try:
+            conn = hosts.find(host_.name)
+            verdict = quick.acceptance_of(conn, d, unit=service.unit)
+        except SparkctlError as exc:  # could not measure at all: that is the candidate's failure too
+            decision = "commit" if d["ACCEPTANCE_MODE"] == "warn" else "rollback"
+            reason = f"acceptance could not measure: {exc}"
+            logger.warning(f"{host_.name}: {reason} -> {decision}")
+            return _decide(state, host_, d, service.name, service.unit, tx, decision, reason, handoff, None, None)
+        logger.info(f"{host_.name}: acceptance of {service.unit}\n" + "\n".join(c.line() for c in verdict.checks)
+                    + ("\n" + "\n".join(verdict.notes) if verdict.notes else ""))
+        (logger.info if verdict.passed else logger.warning)(f"{host_.name}: {verdict.reason()}")
+        return _decide(state, host_, d, service.name, service.unit, tx, verdict.decision, verdict.reason(), handoff,
+                       verdict, conn)
+    return judge
 
 
 @deploy("Acceptance")
@@ -125,5 +177,6 @@ def acceptance_step(settings: Settings) -> None:
     """The coder only: embedders have no speed or retrieval floor of their own."""
     if settings.coder.headless or settings.coder not in settings.services:
         return
+    handoff = ready_target(settings.data, settings.coder.served_name) if settings.role.serves_api else None
     acceptance_gate(name="Acceptance: a changed coder is as fast and as right as its baseline and floors",
-                    settings=settings, service=settings.coder)
+                    settings=settings, service=settings.coder, handoff=handoff)

@@ -6,6 +6,7 @@ That makes steps that are shell commands underneath idempotent: a converged box 
 from __future__ import annotations
 
 import json
+import time
 
 import gevent
 from pyinfra import host, logger
@@ -83,6 +84,7 @@ def sync_checkpoint(repo: str, sha: str, listing: str, cache_dir: str, folder: s
 
 # --- rollout of a vLLM service (the transaction itself runs on the box: sparkctl/box/rollout.py) ---------------
 
+AWAITING = "awaiting-verdict"  # the box's phase after the health gate while it waits for the acceptance verdict
 ROLLING: dict[str, str] = {}  # service -> the box whose rollout of it started and has not passed its gate yet
 KNOWN_FAILED: dict[str, list[str]] = {}  # box -> one line per service left on its previous configuration
 _STATUS: dict[tuple, dict] = {}  # (box, executing) -> rollout.py status of every service: one call per phase
@@ -124,7 +126,7 @@ def _ready(host, handoff: dict | None, ready: bool) -> None:
 
 
 def _follow(state, host, service: str, apply_cmd: StringCommand, follow_cmd: list, interval: float,
-            wanted: str = "", handoff: dict | None = None) -> bool:
+            wanted: str = "", handoff: dict | None = None, on_awaiting=None) -> bool:
     """Start (or attach to) the box's transaction and print its log until it records a result. Losing this
     connection changes nothing on the box: a rerun attaches to the same transaction or reads its result. After
     attaching to one that another deploy started, apply once more: what this deploy staged may differ."""
@@ -142,8 +144,25 @@ def _follow(state, host, service: str, apply_cmd: StringCommand, follow_cmd: lis
         result = _wait(host, kw, service, started["txn"], follow_cmd, interval)
         if result is None:
             return False
-        if result.get("rc") in (0, 3):  # ready, or rolled back: serving its previous configuration
+        awaiting = result.get("outcome") == AWAITING  # the Acceptance step marks it ready after its commit
+        if result.get("rc") in (0, 3) and not awaiting:  # ready, or rolled back: serving its previous configuration
             _ready(host, handoff, True)
+        if awaiting and started.get("attached") and result.get("candidate") != wanted:
+            host.log_styled(f"vllm-{service}: another deploy's rollout (candidate {str(result.get('candidate'))[:12]})"
+                            f" waits on the box for its acceptance verdict until {result.get('deadline')}, when the "
+                            f"box decides alone; rerun then, or decide now: rollout.py verdict {service} --tx "
+                            f"{started['txn']} commit|rollback", fg="red", log_func=logger.error)
+            return False
+        if awaiting and on_awaiting is not None:  # judged here, inside the serial rollout: one box at a time
+            host.log(f"vllm-{service}: passed its health gate; the box keeps its snapshot and waits for the "
+                     f"acceptance verdict until {result.get('deadline')}")
+            if not on_awaiting(state, host, started["txn"]):
+                return False
+            ROLLING.pop(service, None)
+            return True
+        if awaiting:
+            host.log(f"vllm-{service}: passed its health gate; the box keeps its snapshot and waits for the "
+                     f"acceptance verdict until {result.get('deadline')} (the Acceptance step sends it)")
         if started.get("attached") and result.get("candidate") != wanted:  # another deploy's: now ours
             host.log(f"vllm-{service}: the attached rollout ended {result.get('outcome')}; now this deploy's")
             continue
@@ -192,7 +211,9 @@ def _join(state, host, service: str, follow_cmd: list, interval: float) -> bool:
 
 
 def _wait(host, kw: dict, service: str, txn: str, follow_cmd: list, interval: float) -> dict | None:
-    """Poll `rollout.py follow` (one short ssh call each time), print new log lines; the recorded result."""
+    """Poll `rollout.py follow` (one short ssh call each time), print new log lines; the recorded result, or
+    {"rc": 0, "outcome": AWAITING, ...} when the transaction passed its health gate and waits for the acceptance
+    verdict that nobody sent yet (the box decides alone at its deadline: nothing to wait for here)."""
     offset, misses = 0, 0
     while True:
         ok, out = host.run_shell_command(StringCommand(*follow_cmd, "--txn", QuoteString(txn), "--offset",
@@ -212,6 +233,11 @@ def _wait(host, kw: dict, service: str, txn: str, follow_cmd: list, interval: fl
             host.log(f"vllm-{service}: {line}")
         if st["done"]:
             return st["result"] or {}
+        if st.get("awaiting"):
+            deadline = st.get("verdict_deadline")
+            return {"rc": 0, "outcome": AWAITING, "txn": txn, "candidate": st.get("candidate"),
+                    "deadline": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(float(deadline)))
+                    if deadline else "?"}
         gevent.sleep(interval)
 
 
@@ -219,9 +245,13 @@ def _wait(host, kw: dict, service: str, txn: str, follow_cmd: list, interval: fl
 def rollout(service: str, services: tuple, script: str, port: int, served: str, kind: str, timeout: int,
             interval: int, journal_lines: int, drain_timeout: int, retry_after: int, retry_failed: bool,
             keep_failed: int, gate_max_tokens: int, gate_request_timeout: float, worker_settle: float,
-            env_prefix: str = "", handoff: dict | None = None, peer: list[str] | None = None, wait: bool = True):
+            env_prefix: str = "", handoff: dict | None = None, peer: list[str] | None = None, wait: bool = True,
+            verdict_args: list[str] | None = None, on_awaiting=None):
     """Run the box's transaction for a service (drain, switch, gate, commit or roll back), unless it already
     runs exactly its staged configuration, or that configuration failed before and no retry was asked for.
+    verdict_args (tasks/acceptance.apply_verdict_args): after its health gate the box waits for the acceptance
+    verdict; on_awaiting(state, host, txn) -> bool (tasks/acceptance.judge_waiting) then measures and sends it
+    within this op, so a serial rollout touches the next box only after this one's verdict.
 
     "Exactly that" = the stamp rollout.py recorded after its last healthy start equals the hash of the staged unit
     and env file now, so a restart happens only when something the service reads changed.
@@ -249,7 +279,8 @@ def rollout(service: str, services: tuple, script: str, port: int, served: str, 
             "--drain-timeout", str(int(drain_timeout)), "--retry-after", str(int(retry_after)),
             "--keep-failed", str(int(keep_failed)), "--gate-max-tokens", str(int(gate_max_tokens)),
             "--gate-request-timeout", str(float(gate_request_timeout)), "--worker-settle", str(float(worker_settle)),
-            *(["--retry-failed"] if retry_failed else []), *[QuoteString(a) for a in (peer or [])]]
+            *(["--retry-failed"] if retry_failed else []), *[QuoteString(x) for x in (peer or [])],
+            *[QuoteString(x) for x in verdict_args or []]]
     apply_cmd = StringCommand(env_prefix, "python3", QuoteString(script), "apply", QuoteString(service), *args)
     follow_cmd = [env_prefix, "python3", QuoteString(script), "follow", QuoteString(service)]
     if not wait:  # no one-box-at-a-time guard: head and worker are one unit, the head's rollout decides for both
@@ -257,7 +288,7 @@ def rollout(service: str, services: tuple, script: str, port: int, served: str, 
         return
     yield FunctionCommand(_guard, (service,), {})
     yield FunctionCommand(_follow, (service, apply_cmd, follow_cmd, interval),
-                          {"wanted": status.get("wanted", ""), "handoff": handoff})
+                          {"wanted": status.get("wanted", ""), "handoff": handoff, "on_awaiting": on_awaiting})
 
 
 @operation()

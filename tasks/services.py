@@ -19,6 +19,7 @@ from sparkctl.config.catalog import CODER
 from sparkctl.config.settings import Settings, validate
 from sparkctl.render import units as svcs
 from sparkctl.render.units import rollout_env
+from tasks.acceptance import apply_verdict_args, judge_waiting
 from tasks.handoff import ready_target
 from tasks.link import peer_status_command
 from tasks.ops import prune_venvs, rollout, rollout_join, running_oom_guard
@@ -126,8 +127,11 @@ def services(settings: Settings, service_list: list | None = None) -> None:
         kind = "chat" if svc.role == CODER else "embed"
         # one box at a time: a served model is never down on every box at once
         handoff = ready_target(d, svc.served_name) if settings.role.serves_api else None
+        verdict_args = apply_verdict_args(d, svc)  # the coder waits for its acceptance verdict, judged in this op
         rollout(name=f"Roll out {svc.unit} ({svc.model.key})", service=svc.name, services=names,
-                port=svc.port, served=svc.served_name, kind=kind, handoff=handoff, _serial=True, **common)
+                port=svc.port, served=svc.served_name, kind=kind, handoff=handoff, _serial=True,
+                verdict_args=verdict_args, on_awaiting=judge_waiting(settings, svc, handoff) if verdict_args else None,
+                **common)
     WORKER_STARTS.update({(host.name, name): op for name, op in worker_rollouts.items()})
     for svc in service_list:  # after the rollout installed the unit
         systemd.service(name=f"Enable {svc.unit} at boot", service=svc.unit, running=None, enabled=True)

@@ -20,7 +20,7 @@ from tasks.ops import venv_build
 __all__ = ["REMOTE_SCRIPTS", "pip_args", "vllm"]  # pip_args: tasks/link.py installs ray with the same options
 
 REMOTE_SCRIPTS = ("rollout.py", "rollout_txn.py", "rollout_gate.py", "rollout_drain.py", "rollout_peer.py",
-                  "rollout_restart.py", "fetch_checkpoint.py", "check_vllm_args.py")
+                  "rollout_restart.py", "rollout_verdict.py", "fetch_checkpoint.py", "check_vllm_args.py")
 
 
 @deploy("vLLM")

@@ -7,14 +7,22 @@ systemd owns, so the deploy's connection can die at any instant without changing
                                              venv python; read-only: a TP worker reads its head's over the link)
     rollout.py apply SERVICE --port P --served NAME --kind chat|embed|none [--timeout S] [--interval S]
                [--journal N] [--drain-timeout S] [--retry-after S] [--retry-failed] [--keep-failed N]
+               [--verdict-timeout S --verdict-default rollback|commit]
                                           -> starts `rollout.py run` as the transient unit sparkctl-rollout-SERVICE
                                              (systemd-run --collect; its output goes to the journal and to
                                              STATE_DIR/rollout/vllm-SERVICE.log), or attaches to the one already
-                                             running; prints {"txn": ID, "attached": bool} and returns at once
+                                             running; prints {"txn": ID, "attached": bool} and returns at once.
+                                             --verdict-timeout S > 0: after the health gate, wait S s for the
+                                             acceptance verdict before committing (rollout_verdict.py)
+    rollout.py verdict SERVICE --tx TX commit|rollback [--reason TEXT]
+                                          -> the acceptance verdict for the transaction that waits (status says
+                                             "phase": "awaiting-verdict", "tx", "verdict_deadline"); exit 1, and
+                                             nothing written, when TX is not the one that waits
     rollout.py follow SERVICE --txn ID [--offset N] [--wait]
                                           -> the log from byte N, then a line "@@ {offset, done, running, result}";
-                                             --wait repeats until done and exits with the result's code. Killing
-                                             it changes nothing on the box.
+                                             --wait repeats until done and exits with the result's code, or 0
+                                             when the transaction waits for its acceptance verdict and none was
+                                             sent yet ("awaiting": true). Killing it changes nothing on the box.
     rollout.py restart SERVICE --port P --served NAME --kind chat|embed [--timeout S] [--interval S]
                [--journal N] [--drain-timeout S] [--retry-after S] [--gate-max-tokens N]
                [--gate-request-timeout S] [--reason TEXT] [--wait]
@@ -50,6 +58,7 @@ import rollout_gate as sd  # noqa: E402
 import rollout_peer as peer  # noqa: E402
 import rollout_restart as rr  # noqa: E402
 import rollout_txn as tx  # noqa: E402
+import rollout_verdict as verdict  # noqa: E402
 
 OWNED = 10  # `restart`: sparkctl-rollout-SERVICE is already active, a transaction owns the service
 
@@ -88,12 +97,13 @@ def status(services: list[str]) -> dict:
         known = tx.failed_record(p, wanted) if wanted else {}
         last = tx.read_json(p.result)
         active = states[p.unit_name].get("ActiveState") == "active"
-        phase = tx.read_json(f"{p.txn}/state.json").get("phase", "")
+        state = tx.read_json(f"{p.txn}/state.json")
+        phase = state.get("phase", "")
         tp_unit, tp_live = peer.tp_unit_of(tx.read(p.env_next)), peer.tp_unit_of(tx.read(p.env))
         out[s] = {"active": active, "applied": tx.applied(p, wanted, active, bool(phase)), "wanted": wanted,
                   "running": states[rollout_unit(s)].get("ActiveState") in ("active", "activating", "reloading"),
                   "current": tx.read(p.current).decode().strip(),
-                  "phase": phase, "tp_unit": tp_unit, "tp_unit_live": tp_live,
+                  "phase": phase, "tp_unit": tp_unit, "tp_unit_live": tp_live, **verdict.status_fields(state),
                   "failed": {k: known.get(k) for k in ("at", "why", "model")} if known else None,
                   "last": {k: last.get(k) for k in ("txn", "outcome", "finished", "message", "candidate", "by")}
                   if last else None}
@@ -109,6 +119,7 @@ def run_args(a) -> list[str]:
     if a.peer_status_cmd:
         args += ["--peer-status-cmd", a.peer_status_cmd, "--peer-timeout", str(a.peer_timeout),
                  "--peer-call-timeout", str(a.peer_call_timeout)]
+    args += ["--verdict-timeout", str(a.verdict_timeout), "--verdict-default", a.verdict_default]
     return args + (["--retry-failed"] if a.retry_failed else [])
 
 
@@ -186,8 +197,12 @@ def follow_once(service: str, txn_id: str, offset: int) -> dict:
     result = tx.read_json(p.result)
     running = sd.unit_state(rollout_unit(service)).get("ActiveState") in ("active", "activating")
     done = result.get("txn") == txn_id
+    state = tx.read_json(f"{p.txn}/state.json")
+    awaiting = not done and verdict.waiting_for_control(p.txn, state, txn_id)
     return {"text": chunk, "offset": len(data), "running": running, "done": done,
-            "result": result if done else None}
+            "result": result if done else None, "awaiting": awaiting,
+            **({"candidate": state.get("candidate"), "verdict_deadline": state.get("verdict_deadline")}
+               if awaiting else {})}
 
 
 def follow(a) -> int:
@@ -204,6 +219,11 @@ def follow(a) -> int:
         sys.stdout.flush()
         if st["done"]:
             return int(st["result"].get("rc", 1))
+        if st["awaiting"]:
+            print(f"rollout: transaction {a.txn} of vllm-{a.service}.service passed its health gate and waits for "
+                  f"its acceptance verdict until {time.strftime('%H:%M:%S', time.localtime(st['verdict_deadline']))}: "
+                  f"rollout.py verdict {a.service} --tx {a.txn} commit|rollback [--reason TEXT]")
+            return 0
         if not st["running"]:  # the unit is gone: give the result file a moment, then say so
             idle_since = idle_since or time.monotonic()
             if time.monotonic() - idle_since > 10:
@@ -241,6 +261,8 @@ def main(argv=None) -> int:
             a.add_argument("--peer-status-cmd", default="")
             a.add_argument("--peer-timeout", type=float, default=3600)
             a.add_argument("--peer-call-timeout", type=float, default=30)
+            a.add_argument("--verdict-timeout", type=float, default=0)
+            a.add_argument("--verdict-default", choices=verdict.DECISIONS, default="rollback")
         if name == "run":
             a.add_argument("--txn", required=True)
             a.add_argument("--restart-only", action="store_true", help="restart the committed configuration only")
@@ -253,6 +275,11 @@ def main(argv=None) -> int:
     f.add_argument("--txn", required=True)
     f.add_argument("--offset", type=int, default=0)
     f.add_argument("--wait", action="store_true")
+    v = sub.add_parser("verdict")
+    v.add_argument("service")
+    v.add_argument("--tx", required=True)
+    v.add_argument("decision", choices=verdict.DECISIONS)
+    v.add_argument("--reason", default="")
     args = ap.parse_args(argv)
     if args.cmd == "status":
         print(json.dumps(status(args.services)))
@@ -263,6 +290,11 @@ def main(argv=None) -> int:
         return follow(args)
     if args.cmd == "restart":
         return restart(args)
+    if args.cmd == "verdict":
+        p = tx.Paths(args.service)
+        rc, text = verdict.send(p.txn, p.unit_name, args.tx, args.decision, args.reason)
+        print(text, file=sys.stderr if rc else sys.stdout)
+        return rc
     sd.LIMITS.update(max_tokens=args.gate_max_tokens, request_timeout_s=args.gate_request_timeout,
                      worker_settle_s=args.worker_settle)
     p = tx.Paths(args.service)

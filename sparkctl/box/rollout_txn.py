@@ -10,6 +10,8 @@ names the venv in ExecStart, so the vLLM install is part of it). Phases, recorde
                (rollout_peer.py); the worker's gate is then the head's gate
   installed   candidate renamed into place, daemon-reload
   started     restarted, gating (one real request)
+  awaiting-verdict  only with --verdict-timeout: proxy reopened, waiting for the acceptance verdict
+              (rollout_verdict.py); commit -> committed, rollback -> rolling-back as after a failed gate
   committed   stamp = candidate; snapshot dropped; proxy reopened
   rolling-back  snapshot restored, daemon-reload, restart, gated like a forward step
 
@@ -29,6 +31,7 @@ import time
 import rollout_drain as drain
 import rollout_gate as sd
 import rollout_peer as peer
+import rollout_verdict as verdict
 
 ENV_DIR = os.environ.get("SPARKCTL_ENV_DIR", "/etc/sparkctl")
 STATE_DIR = os.environ.get("SPARKCTL_STATE_DIR", "/var/lib/sparkctl")
@@ -211,6 +214,8 @@ def execute(a, say) -> int:
     result = {"txn": a.txn, "service": a.service, "unit": p.unit_name, "started": now()}
 
     def finish(rc: int, outcome: str, message: str, **extra) -> int:
+        if txn.state.get("verdict"):  # issue 12: who decided after the health gate, and why
+            result["verdict"], message = txn.state["verdict"], verdict.annotate(message, txn.state["verdict"])
         result.update(rc=rc, outcome=outcome, message=message, finished=now(),
                       total_s=round(time.monotonic() - t0, 1), **extra)
         write_json(p.result, result)
@@ -251,6 +256,15 @@ def execute(a, say) -> int:
                       f"{a.served!r}.\n{sd.journal(unit, a.journal)}", why=why)
 
     phase = txn.state.get("phase")
+    if phase == verdict.AWAITING:  # the run died while it waited for its acceptance verdict: wait on, then decide
+        result.update(candidate=txn.state.get("candidate"), model=model_of(read(p.env)))
+        ok, why = verdict.wait(txn, a, say, DRAIN_DIR)
+        if ok:
+            write_atomic(p.stamp, f"{txn.state.get('candidate')}\n".encode(), 0o644)
+        else:
+            remember_failure(p, txn.state.get("candidate"), model_of(read(p.env)), why, "", a.keep_failed)
+        txn.set_phase("committed" if ok else "rolling-back", why=why)
+        phase = txn.state["phase"]
     if phase == "rolling-back":
         say(f"rollout: resuming the interrupted rollback of transaction {txn.state.get('id')}")
         result["candidate"] = txn.state.get("candidate")
@@ -320,14 +334,14 @@ def execute(a, say) -> int:
     if tp_unit:  # tensor-parallel worker: the head drains and goes first; a head that never gets there changes nothing
         txn.set_phase("awaiting-head")
         say(f"tensor-parallel unit {tp_unit[:12]}: waiting for the head's transaction to install its candidate")
-        verdict, why = peer.wait_for(a, tp_unit, (peer.GO, peer.COMMITTED), a.peer_timeout, say)
-        if verdict not in (peer.GO, peer.COMMITTED):
-            if verdict == peer.FAILED:
+        head, why = peer.wait_for(a, tp_unit, (peer.GO, peer.COMMITTED), a.peer_timeout, say)
+        if head not in (peer.GO, peer.COMMITTED):
+            if head == peer.FAILED:
                 remember_failure(p, cand, model, why, "", a.keep_failed)
             if txn.state.get("resumed"):  # the live files may be an un-gated candidate of the earlier run
                 return rollback(why)
             txn.close()
-            return finish(HEAD_FAILED, "head-failed" if verdict == peer.FAILED else "head-absent",
+            return finish(HEAD_FAILED, "head-failed" if head == peer.FAILED else "head-absent",
                           f"rollout: {p.unit_name} not changed ({why}); it keeps its previous configuration",
                           why=why)
         say(f"tensor-parallel: {why}; restarting the worker")
@@ -342,10 +356,12 @@ def execute(a, say) -> int:
     ok, why, took = sd.gate(p.unit_name, a.port, a.served, a.kind, a.timeout, a.interval) if restarted else \
         (False, f"systemctl restart failed: {err}", 0.0)
     if ok and tp_unit:  # the worker's gate is the head's gate
-        verdict, why = peer.wait_for(a, tp_unit, (peer.COMMITTED,), a.peer_timeout, say,
-                                     alive=peer.worker_alive(p.unit_name))
-        ok, took = verdict == peer.COMMITTED, time.monotonic() - t_restart
+        head, why = peer.wait_for(a, tp_unit, (peer.COMMITTED,), a.peer_timeout, say,
+                                  alive=peer.worker_alive(p.unit_name))
+        ok, took = head == peer.COMMITTED, time.monotonic() - t_restart
         say(f"tensor-parallel: {why}")
+    if ok and getattr(a, "verdict_timeout", 0) > 0:  # issue 12: kept only after the acceptance verdict
+        ok, why = verdict.wait(txn, a, say, DRAIN_DIR)
     if ok:
         txn.set_phase("committed")
         write_atomic(p.stamp, f"{cand}\n".encode(), 0o644)

@@ -1,7 +1,7 @@
-"""The acceptance gate on the converged simulated Spark (issue 12). The noise measurement runs now (the quick run
-itself, `bench gate`); the two flip tests wait for the box-side verdict phase of the rollout transaction
-(`rollout.py verdict SERVICE --tx TX commit|rollback`, a waiting "phase" in `rollout.py status`) and
-`acceptance_step(settings)` after `health(settings)` in deploy.py, and are skipped until then.
+"""The acceptance gate on the converged simulated Spark (issue 12). A coder rollout that passed health waits on the
+box for its verdict (phase "awaiting-verdict", sparkctl/box/rollout_verdict.py); the Acceptance step after Health
+in deploy.py runs the quick acceptance through the proxy and sends `rollout.py verdict coder --tx TX
+commit|rollback`, then follows the box to its result.
 
 * A flip whose draft cannot match (the tiny laguna with the unrelated tiny qwen as its draft: same tokenizer, other
   weights) passes health, fails on the catalog's acceptance floor, and is rolled back; the matching draft passes
@@ -19,8 +19,6 @@ from __future__ import annotations
 import json
 import statistics
 import time
-
-import pytest
 
 from sparkctl.config import groupdata
 from sparkctl.config.lock import cache_dirname
@@ -51,11 +49,6 @@ def marker(value: str) -> str:
     return "VLLM_EXTRA_ENV=" + json.dumps({"VLLM_ENABLE_V1_MULTIPROCESSING": "0", "SPARKCTL_E2E_MARKER": value})
 
 
-VERDICT_PENDING = pytest.mark.skip(reason="issue 12: the box-side verdict phase of the rollout transaction is not "
-                                          "wired yet (tasks/acceptance.py hooks, rollout.py verdict)")
-
-
-@VERDICT_PENDING
 def test_a_draft_that_cannot_match_fails_on_the_floor_and_is_rolled_back(converged_spark):
     data = groupdata.load(GROUPS)
     t0 = time.monotonic()
@@ -81,7 +74,6 @@ def test_a_draft_that_cannot_match_fails_on_the_floor_and_is_rolled_back(converg
     assert cache_dirname("sim/tiny-qwen") in served_root(converged_spark)  # serving the previous model again
 
 
-@VERDICT_PENDING
 def test_a_cpu_quota_fails_the_speed_comparison_and_the_same_config_without_it_passes(converged_spark):
     data = groupdata.load(GROUPS)
     run = deploy(marker("baseline"))  # accepted: the baseline (or compared with an earlier one)
