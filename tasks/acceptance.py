@@ -7,8 +7,8 @@ the quick acceptance through the proxy (sparkctl/measure/quick.py), sends `commi
 after a passed commit appends the run to the box's history. It runs inside the coder's serial rollout op as soon
 as that box waits (judge_waiting), so with two boxes the second is touched only after the first one's verdict
 and one box always serves; the Acceptance step after health judges a transaction found waiting otherwise (a
-deploy that died before sending the verdict, rerun before the box's deadline). A deploy that changed nothing finds nothing waiting and
-does nothing. Nothing here undoes anything itself: a lost connection only means no verdict, and the box decides.
+deploy that died before sending the verdict, rerun before the box's deadline). A deploy that changed nothing
+finds nothing waiting and does nothing. Nothing here undoes anything itself: a lost connection only means no verdict, and the box decides.
 After sending the verdict it follows the box's transaction to its result (the commit, or the whole rollback:
 drain, snapshot restored, restart, gate), prints it, marks the box ready in the gateway hand-off again (the
 rollout left it not ready while the candidate waited) and fails the host on a rollback, naming the failed figure.
