@@ -22,9 +22,12 @@ if _kind == "dgx":
     _responses["nvidia-smi --query-gpu"] = "NVIDIA GB10, 12.1, 580.95.05"
     _responses["/etc/dgx-release"] = _exists.format("/etc/dgx-release")
     _responses["/usr/local/cuda-13.0/bin/nvcc"] = _exists.format("/usr/local/cuda-13.0/bin/nvcc")
-if os.environ.get("FAKE_ROLLOUT_AWAITS") == "1":  # the coder passes its gate and waits for its acceptance verdict
+if os.environ.get("FAKE_ROLLOUT_AWAITS") in ("1", "serving"):  # the coder passes its gate and waits for its verdict
     _responses = {"rollout.py follow coder": '@@ {"offset": 0, "running": true, "done": false, "result": null, '
                   '"awaiting": true, "candidate": "c0ffee", "verdict_deadline": 1900000000}', **_responses}
+if os.environ.get("FAKE_ROLLOUT_AWAITS") == "serving":  # ... and it was serving before: a flip, not a first install
+    _responses = {"rollout.py status": '{"coder": {"active": true, "applied": "0ld", "wanted": "c0ffee", '
+                  '"running": false, "phase": "", "failed": null, "last": null}}', **_responses}
 _data = {"fake_delay": 0, "fake_delay_jitter": 0, "fake_responses": _responses,
          "HEALTH_READY_TIMEOUT_S": 0,  # no box answers a fake connector: fail the health step at once
          "MODEL_LOCK_FILE": "tests/fixtures/fake.lock.json",
