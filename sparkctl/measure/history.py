@@ -51,10 +51,12 @@ class HistoryLine(BenchRecord):
 # ---------------------------------------------------------------------------------------------------- keys (pure)
 
 def config_key(rec: dict) -> dict:
-    """What the box ran: box, model key, checkpoint revision, vLLM version."""
-    model = rec.get("model") or {}
-    return {"box": (rec.get("box") or {}).get("name"), "model": model.get("key"),
-            "revision": rec.get("revision") or model.get("sha"), "vllm_version": rec.get("vllm_version")}
+    """What the box ran: box, model key, checkpoint revision, vLLM version, tensor-parallel size (records written
+    before it was recorded ran on one box)."""
+    model, box = rec.get("model") or {}, rec.get("box") or {}
+    return {"box": box.get("name"), "model": model.get("key"),
+            "revision": rec.get("revision") or model.get("sha"), "vllm_version": rec.get("vllm_version"),
+            "tensor_parallel_size": box.get("tensor_parallel_size") or 1}
 
 
 def workload_key(rec: dict) -> dict:

@@ -48,7 +48,9 @@ def model_labels(data: dict) -> dict:
 def box_labels(host, data: dict) -> dict:
     return {"box": {"name": host.name, "address": host.address, "simulated": bool(host.simulated),
                     "usable_memory_gib": data["BOX_USABLE_MEMORY_GIB"],
-                    "memory_bandwidth_gbps": data["BOX_MEMORY_BANDWIDTH_GBPS"]}}
+                    "memory_bandwidth_gbps": data["BOX_MEMORY_BANDWIDTH_GBPS"],
+                    # two boxes serving one model decode at another rate: never one's baseline for the other
+                    "tensor_parallel_size": 2 if data.get("SPARK_TOPOLOGY") == "tensor-parallel" else 1}}
 
 
 def roofline_single_stream(data: dict) -> tuple[float | None, str]:

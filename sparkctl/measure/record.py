@@ -66,6 +66,7 @@ class Box(_Part):
     simulated: bool | None = None
     usable_memory_gib: Number | None = None
     memory_bandwidth_gbps: Number | None = None
+    tensor_parallel_size: int | None = None  # 2: this box is the head of a two-box tensor-parallel pair
 
 
 class SpecDecode(_Part):

@@ -23,9 +23,10 @@ class LocalHost(HostConn):
 
 
 def rec(rate=18.3, *, revision="f" * 40, vllm="0.32.0", workload=("codegen", 1, "abc"), max_tokens=1024,
-        box="spark-1", gate=True) -> dict:
+        box="spark-1", gate=True, tp=None) -> dict:
     r = {"schema": record.SCHEMA, "date": "2026-11-20T10:00:00Z", "model": {"key": "qwen3.8-27b"},
-         "revision": revision, "vllm_version": vllm, "box": {"name": box}, "window_s": 10,
+         "revision": revision, "vllm_version": vllm, "box": {"name": box, **({"tensor_parallel_size": tp} if tp
+                                                                            else {})}, "window_s": 10,
          "max_tokens": max_tokens, "ignore_eos": False, "temperature": 0.0,
          "workload": {"name": workload[0], "version": workload[1], "sha256": workload[2]},
          "runs": [{"streams": 1, "counter_tokens_per_s": rate}], "prefill": []}
@@ -78,7 +79,7 @@ def test_a_recorded_full_bench_becomes_the_new_baseline(box):
 
 @pytest.mark.parametrize("change", [dict(revision="e" * 40), dict(vllm="0.33.0"), dict(box="spark-2"),
                                     dict(workload=("codegen", 2, "abc")), dict(workload=("codegen", 1, "edited")),
-                                    dict(max_tokens=256)])
+                                    dict(max_tokens=256), dict(tp=2)])
 def test_another_configuration_or_workload_has_its_own_baseline(box, change):
     host, data = box
     history.append(host, data, rec(18.3), source="acceptance")
@@ -87,6 +88,13 @@ def test_another_configuration_or_workload_has_its_own_baseline(box, change):
     assert history.baseline_for(lines, other) is None
     assert history.mismatch(lines[0], other)  # and says why
     assert history.append(host, data, other, source="acceptance")["history"]["baseline"] is True
+
+
+def test_a_record_from_before_the_tensor_parallel_label_is_a_single_box_one(box):
+    host, data = box
+    first = history.append(host, data, rec(18.3), source="acceptance")  # no tensor_parallel_size: one box
+    lines = history.read(host, data)
+    assert history.baseline_for(lines, rec(18.0, tp=1))["history"]["id"] == first["history"]["id"]
 
 
 def test_select_by_box_and_model_and_find_by_id_prefix(box):
