@@ -155,19 +155,19 @@ def judge_waiting(settings: Settings, service, handoff: dict | None):
     rollout reaches the next box only after this one's verdict); acceptance_gate, for one found waiting later."""
     d = settings.data
 
-    def judge(state, host_, tx: str) -> bool:
+    def judge(state, host, tx: str) -> bool:  # pyinfra passes state and host by these names
         try:
-            conn = hosts.find(host_.name)
+            conn = hosts.find(host.name)
             verdict = quick.acceptance_of(conn, d, unit=service.unit)
         except SparkctlError as exc:  # could not measure at all: that is the candidate's failure too
             decision = "commit" if d["ACCEPTANCE_MODE"] == "warn" else "rollback"
             reason = f"acceptance could not measure: {exc}"
-            logger.warning(f"{host_.name}: {reason} -> {decision}")
-            return _decide(state, host_, d, service.name, service.unit, tx, decision, reason, handoff, None, None)
-        logger.info(f"{host_.name}: acceptance of {service.unit}\n" + "\n".join(c.line() for c in verdict.checks)
+            logger.warning(f"{host.name}: {reason} -> {decision}")
+            return _decide(state, host, d, service.name, service.unit, tx, decision, reason, handoff, None, None)
+        logger.info(f"{host.name}: acceptance of {service.unit}\n" + "\n".join(c.line() for c in verdict.checks)
                     + ("\n" + "\n".join(verdict.notes) if verdict.notes else ""))
-        (logger.info if verdict.passed else logger.warning)(f"{host_.name}: {verdict.reason()}")
-        return _decide(state, host_, d, service.name, service.unit, tx, verdict.decision, verdict.reason(), handoff,
+        (logger.info if verdict.passed else logger.warning)(f"{host.name}: {verdict.reason()}")
+        return _decide(state, host, d, service.name, service.unit, tx, verdict.decision, verdict.reason(), handoff,
                        verdict, conn)
     return judge
 

@@ -45,8 +45,32 @@ def test_a_first_install_that_waits_ends_the_rollout_op_and_is_judged_after_the_
     coder = next(i for i, c in enumerate(cmds) if "rollout.py apply coder" in c)
     assert any("rollout.py apply embed-qwen3" in c for c in cmds[coder:])  # the next rollout ran
     assert any("nginx -t" in c for c in cmds[coder:])  # and the proxy step after it
-    assert not any("rollout.py verdict" in c for c in cmds)  # no verdict before the proxy serves
+    assert not any("rollout.py verdict" in c for c in cmds[:coder + 2])  # not judged inside the rollout op
     assert "lost track of rollout" not in out["log"]
+
+
+def test_pyinfra_hands_the_judge_its_state_and_host(monkeypatch):
+    """FunctionCommand passes (state, host) only to a function whose parameters carry exactly those names."""
+    from pyinfra.api import FunctionCommand
+
+    from sparkctl.errors import SparkctlError
+    from tasks import acceptance as acc
+
+    seen = {}
+
+    def cannot_measure(*a, **k):
+        raise SparkctlError("no box here")
+
+    monkeypatch.setattr(acc.quick, "acceptance_of", cannot_measure)
+    monkeypatch.setattr(acc.hosts, "find", lambda name: object())
+    monkeypatch.setattr(acc, "_decide", lambda state, host, d, name, unit, tx, decision, reason, *rest:
+                        seen.update(host=host, tx=tx, decision=decision, reason=reason) or True)
+    settings = types.SimpleNamespace(data={"ACCEPTANCE_MODE": "fail"})
+    service = types.SimpleNamespace(name="coder", unit="vllm-coder.service")
+    host = types.SimpleNamespace(name="spark-1")
+    assert FunctionCommand(acc.judge_waiting(settings, service, None), ("tx-1",), {}).execute("state", host, {})
+    assert seen == {"host": host, "tx": "tx-1", "decision": "rollback",
+                    "reason": "acceptance could not measure: no box here"}
 
 
 def test_a_flip_that_waits_is_judged_inside_its_own_rollout_op_before_anything_else_moves(tmp_path):
