@@ -4,13 +4,14 @@ The box owns the change (issue 14's transaction): after its health gate passed, 
 snapshot and waits up to ACCEPTANCE_VERDICT_TIMEOUT_S for a verdict; with none in time it decides alone (rolls
 back; keeps when ACCEPTANCE_MODE is warn). This step is the control side: it finds a transaction waiting, runs
 the quick acceptance through the proxy (sparkctl/measure/quick.py), sends `commit` or `rollback <reason>`, and
-after a passed commit appends the run to the box's history. It runs inside the coder's serial rollout op as soon
-as that box waits (judge_waiting), so with two boxes the second is touched only after the first one's verdict
-and one box always serves; the Acceptance step after health judges a transaction found waiting otherwise (a
-deploy that died before sending the verdict, rerun before the box's deadline). A deploy that changed nothing
-finds nothing waiting and does nothing. Nothing here undoes anything itself: a lost connection only means no verdict, and the box decides.
-After sending the verdict it follows the box's transaction to its result (the commit, or the whole rollback:
-drain, snapshot restored, restart, gate), prints it, marks the box ready in the gateway hand-off again (the
+after a passed commit appends the run to the box's history. For a coder that served before it runs inside the
+coder's serial rollout op as soon as that box waits (judge_waiting), so with two boxes the second is touched only
+after the first one's verdict and one box always serves; the Acceptance step after Health judges a first install
+(the proxy exists by then) and any transaction found waiting otherwise (a deploy that died before sending the
+verdict, rerun before the box's deadline). A deploy that changed nothing finds nothing waiting and does nothing.
+Nothing here undoes anything itself: a lost connection only means no verdict, and the box decides. After sending
+the verdict it follows the box's transaction to its result (the commit, or the whole rollback: drain, snapshot
+restored, restart, gate), prints it, marks the box ready in the gateway hand-off again (the
 rollout left it not ready while the candidate waited) and fails the host on a rollback, naming the failed figure.
 
 Box-side commands this assumes (rollout.py, issue 14; see apply_verdict_args, awaiting_verdict, verdict_command):

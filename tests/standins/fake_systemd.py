@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Stand-in `systemctl`, `systemd-run` and `journalctl` for the box-side rollout tests (installed on PATH under
 those names; argv[0] picks the tool). State lives in $FAKE_SD: units/<unit>.json, calls.log, broken (models that
-crash at start), unready (models that start but never answer), kill_on ("verb#n": SIGKILL the caller on the n-th such call, to interrupt a rollout there).
+crash at start), unready (models that start but never answer), kill_on ("verb#n": SIGKILL the caller on the n-th
+such call, to interrupt a rollout there).
 
 A vLLM unit "starts" by reading SPARKCTL_MODEL from its env file: a broken model goes to auto-restart, any other
 becomes active and is published in serving.json for the stand-in HTTP endpoint the test runs.
