@@ -179,5 +179,7 @@ def acceptance_step(settings: Settings) -> None:
     if settings.coder.headless or settings.coder not in settings.services:
         return
     handoff = ready_target(settings.data, settings.coder.served_name) if settings.role.serves_api else None
+    # _serial: one box at a time, like the rollout (one quick run must not load the other box's measurement, and
+    # the probe's asyncio loop cannot run twice in pyinfra's one gevent thread)
     acceptance_gate(name="Acceptance: a changed coder is as fast and as right as its baseline and floors",
-                    settings=settings, service=settings.coder, handoff=handoff)
+                    settings=settings, service=settings.coder, handoff=handoff, _serial=True)
