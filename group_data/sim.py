@@ -61,6 +61,7 @@ CATALOG_OVERRIDES = {  # tiny stand-in checkpoints and CPU-friendly flags under 
         "memory": {"resident_gib": 2.0, "full_attention_layers": 2, "kv_heads": 2, "head_dim": 32,
                    "linear_attention_layers": 0, "linear_state_bytes_per_layer": 0, "measured_kv_tokens": {},
                    "tokens_per_step": 1.0, **SIM_TINY_MEMORY,
+                   "draft_attention_layers": 1,  # the 1-layer stand-in draft's KV shares the pool (vLLM reports 2/3)
                    # acceptance floor (issue 12) of the 1-layer stand-in draft, which shares the target's seeded
                    # embedding and first layer; PROVISIONAL (low on purpose) until the e2e test's print of its
                    # measured acceptance sets it. The tiny qwen (ngram on random weights) has no floor: the real

@@ -298,7 +298,8 @@ def _annotate(plan: ModelPlan, spec: ModelSpec, tolerance: float) -> ModelPlan:
     if layout is not None and layout.draft_layers and plan.engine_concurrency_without_draft is not None:
         n, extra = layout.draft_layers, layout.draft_layers * layout.bytes_per_token_per_layer() // 1024
         what = "the MTP head's attention layer holds" if spec_method(spec) == "mtp" else (
-            f"the DFlash draft's {n} layers hold")
+            f"the {'DFlash draft' if spec_method(spec) == 'dflash' else 'draft model'}'s {n} "
+            f"layer{'s' if n > 1 else ''} hold{'' if n > 1 else 's'}")
         assumed = "" if spec_method(spec) == "mtp" else (
             ", counted with the target's KV heads and head dim: an assumption, the draft's config.json is not at hand")
         notes.append(f"{what} a full-context KV in the pool (+{extra} KiB/token on the model's "
