@@ -147,19 +147,20 @@ def acceptance_gate(settings: Settings, service, handoff: dict | None = None):
     if tx is None:
         host.noop(f"{service.unit}: no rollout waits for an acceptance verdict")
         return
-    yield FunctionCommand(judge_waiting(settings, service, handoff), (tx,), {})
+    yield FunctionCommand(judge_waiting(settings, service, handoff), (tx, status.get("probe_key") or ""), {})
 
 
 def judge_waiting(settings: Settings, service, handoff: dict | None):
-    """FunctionCommand body (state, host, tx) -> bool: measure the waiting candidate through the proxy, send the
-    verdict, follow the box to its result. The coder's rollout calls it as soon as its box waits (so a serial
+    """FunctionCommand body (state, host, tx, probe_key) -> bool: measure the waiting candidate through the proxy
+    (probe_key: the box's drain exemption for this probe, when it keeps clients out meanwhile), send the verdict,
+    follow the box to its result. The coder's rollout calls it as soon as its box waits (so a serial
     rollout reaches the next box only after this one's verdict); acceptance_gate, for one found waiting later."""
     d = settings.data
 
-    def judge(state, host, tx: str) -> bool:  # pyinfra passes state and host by these names
+    def judge(state, host, tx: str, probe_key: str = "") -> bool:  # pyinfra passes state and host by these names
         try:
             conn = hosts.find(host.name)
-            verdict = quick.acceptance_of(conn, d, unit=service.unit)
+            verdict = quick.acceptance_of(conn, d, unit=service.unit, probe_key=probe_key)
         except SparkctlError as exc:  # could not measure at all: that is the candidate's failure too
             decision = "commit" if d["ACCEPTANCE_MODE"] == "warn" else "rollback"
             reason = f"acceptance could not measure: {exc}"

@@ -156,7 +156,7 @@ def _follow(state, host, service: str, apply_cmd: StringCommand, follow_cmd: lis
         if awaiting and on_awaiting is not None:  # judged here, inside the serial rollout: one box at a time
             host.log(f"vllm-{service}: passed its health gate; the box keeps its snapshot and waits for the "
                      f"acceptance verdict until {result.get('deadline')}")
-            if not on_awaiting(state, host, started["txn"]):
+            if not on_awaiting(state, host, started["txn"], result.get("probe_key", "")):
                 return False
             ROLLING.pop(service, None)
             return True
@@ -236,6 +236,7 @@ def _wait(host, kw: dict, service: str, txn: str, follow_cmd: list, interval: fl
         if st.get("awaiting"):
             deadline = st.get("verdict_deadline")
             return {"rc": 0, "outcome": AWAITING, "txn": txn, "candidate": st.get("candidate"),
+                    "probe_key": st.get("probe_key") or "",
                     "deadline": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(float(deadline)))
                     if deadline else "?"}
         gevent.sleep(interval)
@@ -250,9 +251,9 @@ def rollout(service: str, services: tuple, script: str, port: int, served: str, 
     """Run the box's transaction for a service (drain, switch, gate, commit or roll back), unless it already
     runs exactly its staged configuration, or that configuration failed before and no retry was asked for.
     verdict_args (tasks/acceptance.apply_verdict_args): after its health gate the box waits for the acceptance
-    verdict; on_awaiting(state, host, txn) -> bool (tasks/acceptance.judge_waiting) then measures and sends it
-    within this op, so a serial rollout touches the next box only after this one's verdict (only for a service
-    that was running: a first install has no proxy yet, and the Acceptance step after Health judges it).
+    verdict; on_awaiting(state, host, txn, probe_key) -> bool (tasks/acceptance.judge_waiting) then measures and
+    sends it within this op, so a serial rollout touches the next box only after this one's verdict (only for a
+    service that was running: a first install has no proxy yet, and the Acceptance step after Health judges it).
 
     "Exactly that" = the stamp rollout.py recorded after its last healthy start equals the hash of the staged unit
     and env file now, so a restart happens only when something the service reads changed.

@@ -201,8 +201,8 @@ def follow_once(service: str, txn_id: str, offset: int) -> dict:
     awaiting = not done and verdict.waiting_for_control(p.txn, state, txn_id)
     return {"text": chunk, "offset": len(data), "running": running, "done": done,
             "result": result if done else None, "awaiting": awaiting,
-            **({"candidate": state.get("candidate"), "verdict_deadline": state.get("verdict_deadline")}
-               if awaiting else {})}
+            **({"candidate": state.get("candidate"), "verdict_deadline": state.get("verdict_deadline"),
+                "probe_key": state.get("probe_key") or None} if awaiting else {})}
 
 
 def follow(a) -> int:

@@ -26,15 +26,27 @@ def _reload_nginx() -> tuple[bool, str]:
     return r.returncode == 0, (r.stderr or r.stdout).strip()
 
 
-def drain_on(drain_dir: str, served: str, retry_after: int, why: str = "a deploy") -> tuple[bool, str]:
-    """New requests for `served` get 503 + Retry-After; returns (nginx reloaded, why not)."""
+PROBE_HEADER = "X-Sparkctl-Acceptance"  # sparkctl/measure/quick.py sends it: one name on both sides
+KEY_CHARS = set("0123456789abcdef")
+
+
+def drain_on(drain_dir: str, served: str, retry_after: int, why: str = "a deploy",
+             except_key: str = "") -> tuple[bool, str]:
+    """New requests for `served` get 503 + Retry-After; returns (nginx reloaded, why not). except_key (hex): a
+    request carrying PROBE_HEADER with exactly that value still passes (the acceptance probe of a waiting
+    candidate); the file is then root-only, as the key must not be readable by others."""
     os.makedirs(drain_dir, mode=0o755, exist_ok=True)
     body = (f"add_header Retry-After {int(retry_after)} always;\n"
             f"return 503 \"{served} is restarting for {why}; retry in {int(retry_after)} s\\n\";\n")
+    if except_key:
+        if not set(except_key) <= KEY_CHARS:
+            raise ValueError("the drain exemption key must be hex")
+        var = "$http_" + PROBE_HEADER.lower().replace("-", "_")
+        body = f"if ({var} != \"{except_key}\") {{\n" + "".join(f"    {x}\n" for x in body.splitlines()) + "}\n"
     tmp = os.path.join(drain_dir, f".{served}.tmp")  # a hidden name: never matched by the include glob
     with open(tmp, "w") as f:
         f.write(body)
-    os.chmod(tmp, 0o644)
+    os.chmod(tmp, 0o600 if except_key else 0o644)
     os.rename(tmp, drain_file(drain_dir, served))
     return _reload_nginx()
 

@@ -361,7 +361,7 @@ def execute(a, say) -> int:
         ok, took = head == peer.COMMITTED, time.monotonic() - t_restart
         say(f"tensor-parallel: {why}")
     if ok and getattr(a, "verdict_timeout", 0) > 0:  # issue 12: kept only after the acceptance verdict
-        ok, why = verdict.wait(txn, a, say, DRAIN_DIR)
+        ok, why = verdict.wait(txn, a, say, DRAIN_DIR, closed=active and a.kind != "none" and a.drain_timeout > 0)
     if ok:
         txn.set_phase("committed")
         write_atomic(p.stamp, f"{cand}\n".encode(), 0o644)

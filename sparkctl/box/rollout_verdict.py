@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import os
+import secrets
 import time
 
 import rollout_drain as drain
@@ -54,11 +55,13 @@ def pending(txn_dir: str, state: dict) -> dict:
 
 
 def status_fields(state: dict) -> dict:
-    """What `rollout.py status` adds: the open transaction's id; while it waits, its deadline and default."""
+    """What `rollout.py status` adds: the open transaction's id; while it waits, its deadline, default and the
+    probe key that lets the acceptance probe through the drain (status runs as root)."""
     waiting = state.get("phase") == AWAITING
     return {"tx": state.get("id") if state.get("phase") else None,
             "verdict_deadline": state.get("verdict_deadline") if waiting else None,
-            "verdict_default": state.get("verdict_default") if waiting else None}
+            "verdict_default": state.get("verdict_default") if waiting else None,
+            "probe_key": state.get("probe_key") or None if waiting else None}
 
 
 def waiting_for_control(txn_dir: str, state: dict, txn_id: str) -> bool:
@@ -97,11 +100,14 @@ def annotate(message: str, decided: dict) -> str:
     return f"{message} ({decided['reason']})" if decided.get("by") == "box" else message
 
 
-def wait(txn, a, say, drain_dir: str) -> tuple[bool, str]:
+def wait(txn, a, say, drain_dir: str, closed: bool = False) -> tuple[bool, str]:
     """After the health gate (or on resume): wait for the verdict; (True, "") = commit, (False, why) = roll back.
 
     txn: rollout_txn.Txn (state, set_phase, p); a: the run's arguments (verdict_timeout, verdict_default, served,
-    port, kind, interval, timeout, drain_timeout, retry_after)."""
+    port, kind, interval, timeout, drain_timeout, retry_after). closed: the service served before this change, so
+    clients keep getting 503 + Retry-After while it is judged, and only the acceptance probe, carrying the
+    transaction's probe key (status and follow report it to root), is let through; a first install (nothing to
+    protect, and the deploy's health step needs the path) is simply reopened."""
     p, state = txn.p, txn.state
     if state.get("phase") == AWAITING:  # resumed: the same wait, until the deadline it recorded
         old = state.get("id")
@@ -114,13 +120,19 @@ def wait(txn, a, say, drain_dir: str) -> tuple[bool, str]:
     else:
         deadline = time.time() + float(a.verdict_timeout)
         txn.set_phase(AWAITING, verdict_deadline=round(deadline, 3), verdict_default=a.verdict_default,
-                      verdict_timeout=a.verdict_timeout)
+                      verdict_timeout=a.verdict_timeout, probe_key=secrets.token_hex(16) if closed else "")
         say(f"rollout: {p.unit_name} passed its health gate; waiting up to {a.verdict_timeout:.0f} s (until "
             f"{_clock(deadline)}) for the acceptance verdict of transaction {a.txn}; with none, the box decides "
             f"alone: {a.verdict_default}")
-    reloaded, err = drain.drain_off(drain_dir, a.served)  # the candidate passed health: the probe needs the proxy
-    if not reloaded:
-        say(f"reopening {a.served!r} at the proxy: nginx did not reload ({err})")
+    key = txn.state.get("probe_key") or ""
+    if key:  # the candidate passed health; its probe goes through the proxy, clients wait for the verdict
+        reloaded, err = drain.drain_on(drain_dir, a.served, a.retry_after, "its acceptance check", except_key=key)
+        say(f"{a.served!r} stays drained while it is judged; only the acceptance probe passes" if reloaded else
+            f"drain with the acceptance probe's exemption: nginx did not reload ({err})")
+    else:  # a first install: nothing served before, and the deploy's health step goes through the proxy
+        reloaded, err = drain.drain_off(drain_dir, a.served)
+        if not reloaded:
+            say(f"reopening {a.served!r} at the proxy: nginx did not reload ({err})")
     deadline, default = float(txn.state["verdict_deadline"]), txn.state.get("verdict_default") or "rollback"
     while True:
         v = pending(p.txn, txn.state)

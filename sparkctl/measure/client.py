@@ -31,6 +31,7 @@ class Endpoint:
     served_name: str
     token: str = ""
     ca: str | None = None  # CA bundle (PEM) that signed the proxy's certificate; None: system trust
+    headers: tuple[tuple[str, str], ...] = ()  # extra request headers (the acceptance probe's drain exemption)
 
     @property
     def root_url(self) -> str:
@@ -51,7 +52,7 @@ def make_client(ep: Endpoint, timeout_s: float, max_connections: int = 64) -> ht
     transport = httpx.AsyncHTTPTransport(
         verify=verify, retries=0,
         limits=httpx.Limits(max_connections=max_connections, max_keepalive_connections=max_connections))
-    headers = {"Authorization": f"Bearer {ep.token}"} if ep.token else {}
+    headers = {**dict(ep.headers), **({"Authorization": f"Bearer {ep.token}"} if ep.token else {})}
     return httpx.AsyncClient(transport=transport, timeout=httpx.Timeout(timeout_s), trust_env=False,
                              headers=headers)
 

@@ -135,28 +135,36 @@ def read_kv(host, data: dict, unit: str) -> dict:
 
 # ---------------------------------------------------------------------------------------------------- the interface
 
-def endpoint_for(host, data: dict, ca: str | None = None) -> Endpoint:
-    """The coder through the box's TLS proxy, as `bench` reaches it."""
+# the header whose value lets the acceptance probe through while its box keeps everyone else drained (the box's
+# rollout_drain.PROBE_HEADER writes the nginx side; tests/box/test_rollout_verdict.py checks they are one name)
+PROBE_HEADER = "X-Sparkctl-Acceptance"
+
+
+def endpoint_for(host, data: dict, ca: str | None = None, probe_key: str = "") -> Endpoint:
+    """The coder through the box's TLS proxy, as `bench` reaches it (probe_key: the waiting transaction's drain
+    exemption, sent as PROBE_HEADER)."""
     address = f"[{host.address}]" if ":" in host.address and not host.address.startswith("[") else host.address
     served = data["CODER_SERVED_NAME"]
     ca = ca or str(secrets_dir(data) / "pki" / "ca.pem")
     if not Path(ca).is_file():
         raise SettingError("CA bundle", ca, "the CA (PEM) that signed the proxy's certificate")
-    return Endpoint(f"https://{address}:{data['PROXY_PORT']}/{served}/v1", served, read_api_token(data), ca)
+    return Endpoint(f"https://{address}:{data['PROXY_PORT']}/{served}/v1", served, read_api_token(data), ca,
+                    ((PROBE_HEADER, probe_key),) if probe_key else ())
 
 
 def acceptance_of(host, data: dict, *, unit: str = "vllm-coder.service", endpoint: Endpoint | None = None,
                   metrics: probe.MetricsSource | None = None, reporter: probe.Reporter | None = None,
-                  lines: list[dict] | None = None) -> acceptance.Verdict:
+                  lines: list[dict] | None = None, probe_key: str = "") -> acceptance.Verdict:
     """Run the quick acceptance of `host`'s coder and judge it: the Verdict the deploy turns into the box-side
     `commit` or `rollback`. Settings are checked first (SettingError before anything is measured); a probe that
     cannot measure at all raises BenchError (the caller decides: no verdict sent = the box decides by timeout).
-    lines: the box's history, when the caller already read it (tests); None: read over ssh."""
+    lines: the box's history, when the caller already read it (tests); None: read over ssh. probe_key: the
+    waiting transaction's key that lets this probe (and only it) through the box's drain."""
     t = acceptance.Thresholds.from_settings(data)
     qs = QuickSettings.from_settings(data)
     spec = catalog.lookup(catalog.resolve(data.get("CATALOG_OVERRIDES")), "CODING_MODEL", data["CODING_MODEL"],
                           catalog.CODER)
-    ep = endpoint or endpoint_for(host, data)
+    ep = endpoint or endpoint_for(host, data, probe_key=probe_key)
     source = metrics or probe.MetricsSource.ssh(host, int(data["CODER_PORT"]))
     kv = read_kv(host, data, unit) if qs.kv else None
     tags = {**labels.model_labels(data), **labels.box_labels(host, data)}

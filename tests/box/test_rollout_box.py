@@ -9,6 +9,7 @@ import os
 import shutil
 import socket
 import ssl
+import stat
 import subprocess
 import sys
 import threading
@@ -412,8 +413,8 @@ def test_real_nginx_answers_503_with_retry_after_while_drained_and_reopens(box, 
     ctx.check_hostname, ctx.verify_mode = False, ssl.CERT_NONE
     url = f"https://127.0.0.1:{proxy_port}/coder/v1/models"
 
-    def get(token=TOKEN):
-        req = urllib.request.Request(url, headers={"Authorization": f"Bearer {token}"})
+    def get(token=TOKEN, **headers):
+        req = urllib.request.Request(url, headers={"Authorization": f"Bearer {token}", **headers})
         try:
             with urllib.request.urlopen(req, context=ctx, timeout=10) as r:
                 return r.status, r.headers
@@ -428,6 +429,19 @@ def test_real_nginx_answers_503_with_retry_after_while_drained_and_reopens(box, 
         code, headers = get()
         assert code == 503 and headers["Retry-After"] == "30"
         assert get("wrong")[0] == 401  # draining never opens the door
+        # a candidate waiting for its acceptance verdict: drained for everyone but the probe with its key
+        key = "0123456789abcdef0123456789abcdef"
+        probe = rollout_drain.PROBE_HEADER
+        assert rollout_drain.drain_on(str(box.drain), "coder", 30, "its acceptance check", except_key=key) == \
+            (True, "")
+        assert stat.S_IMODE(os.stat(box.drain / "coder.conf").st_mode) == 0o600  # the key is root's
+        assert get(**{probe: key})[0] == 200
+        for other in ({}, {probe: key[:-1]}, {probe: key + "0"}, {probe: ""}, {probe.lower(): key.upper()}):
+            code, headers = get(**other)
+            assert code == 503 and headers["Retry-After"] == "30", other
+        assert get("wrong", **{probe: key})[0] == 401  # the key never stands in for the token
+        with pytest.raises(ValueError):
+            rollout_drain.drain_on(str(box.drain), "coder", 30, except_key='x"; return 200; #')
         assert rollout_drain.drain_off(str(box.drain), "coder") == (True, "")
         assert get()[0] == 200
     finally:

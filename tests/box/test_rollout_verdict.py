@@ -45,7 +45,7 @@ def stamp(b) -> str:
     return (b.state / "rollout" / "vllm-coder.stamp").read_text().strip()
 
 
-def test_after_the_gate_it_waits_reopened_and_commit_stamps(box):
+def test_after_the_gate_it_waits_drained_but_for_its_probe_and_commit_stamps_and_reopens(box):
     box.converge("qwen")
     before = stamp(box)
     box.stage("laguna")
@@ -53,7 +53,10 @@ def test_after_the_gate_it_waits_reopened_and_commit_stamps(box):
     st = until_waiting(box, proc)
     assert st["tx"] == "v1" and st["verdict_deadline"] > time.time() + 20 and st["verdict_default"] == "rollback"
     assert stamp(box) == before and st["applied"] != st["wanted"]  # not committed yet
-    assert not (box.drain / "coder.conf").exists() and box.serving() == {"up": True, "model": "laguna"}
+    # it served before: clients keep getting 503 while it is judged; only the probe with the key passes
+    drain = (box.drain / "coder.conf").read_text()
+    assert st["probe_key"] and f'!= "{st["probe_key"]}"' in drain and "return 503" in drain
+    assert box.serving() == {"up": True, "model": "laguna"}
     assert (box.txn_dir() / "env").read_text().startswith("SPARKCTL_MODEL=qwen")  # the snapshot is kept
     follow = json.loads(box.cli("follow", "coder", "--txn", "v1").stdout.splitlines()[-1][3:])
     assert follow["awaiting"] and not follow["done"] and follow["candidate"] == st["wanted"]
@@ -68,6 +71,16 @@ def test_after_the_gate_it_waits_reopened_and_commit_stamps(box):
     assert res["outcome"] == "ready" and res["verdict"]["by"] == "control" and res["verdict"]["decision"] == "commit"
     assert stamp(box) == box.status()["wanted"] and not box.txn_dir().exists()
     assert box.status()["phase"] == "" and box.status()["tx"] is None and box.status()["verdict_deadline"] is None
+    assert not (box.drain / "coder.conf").exists() and box.status()["probe_key"] is None  # open for everyone
+
+
+def test_a_first_install_waits_open_there_is_nobody_to_keep_out_and_health_needs_the_path(box):
+    box.stage("qwen")
+    proc = start(box)
+    st = until_waiting(box, proc)
+    assert st["probe_key"] is None and not (box.drain / "coder.conf").exists()
+    assert verdict(box, st["tx"], "commit").returncode == 0
+    assert finish(proc)[0] == 0
 
 
 def test_rollback_remembers_the_candidate_with_the_reason_and_restores_the_snapshot_exactly(box):
@@ -141,9 +154,15 @@ def test_a_run_that_died_while_waiting_is_resumed_until_the_recorded_deadline(bo
     n = restarts(box)
     resumed = start(box, txn="v2", timeout=600)  # a later apply: its own timeout does not extend the wait
     st = until_waiting(box, resumed)
+    for _ in range(200):  # the state still says v1 until the resumed run has taken the wait over
+        if st["tx"] == "v2":
+            break
+        time.sleep(0.05)
+        st = until_waiting(box, resumed)
     assert st["tx"] == "v2" and st["verdict_deadline"] == deadline
     # the verdict may still name the transaction that started the wait
     assert verdict(box, "v1", "commit").returncode == 0
+    assert st["probe_key"] and st["probe_key"] in (box.drain / "coder.conf").read_text()  # the same key again
     rc, out = finish(resumed)
     assert rc == 0 and "resuming transaction v1" in out and restarts(box) == n, out  # no restart on resume
     assert box.result()["txn"] == "v2" and stamp(box) == box.status()["wanted"] and box.live_model() == "laguna"
@@ -168,3 +187,11 @@ def test_without_a_verdict_timeout_nothing_waits(box):
     box.stage("laguna")
     r = box.run()
     assert r.returncode == 0 and "verdict" not in box.result() and "acceptance verdict" not in r.stdout
+
+
+def test_the_probe_header_is_one_name_on_the_box_and_in_the_probe():
+    sys.path.insert(0, str(ROLLOUT.parent))
+    import rollout_drain
+
+    from sparkctl.measure import quick
+    assert rollout_drain.PROBE_HEADER == quick.PROBE_HEADER
