@@ -105,4 +105,11 @@ ACCEPTANCE_NIAH_ENABLED = False  # meaningless here: random weights never retrie
 # worst pair; the e2e slowdown (CPUQuota=25 %) costs far more (several times slower).
 ACCEPTANCE_DECODE_MAX_REGRESSION = 0.6  # fail when decode tok/s is more than this fraction below the baseline
 ACCEPTANCE_PREFILL_MAX_REGRESSION = 0.4  # fail when prefill tok/s is more than this fraction below the baseline
+# ... but the two simulated boxes share those 2 cores: in the e2e suite a qwen rerun on spark-2 measured 885 tok/s
+# at 2 streams against its 2,852 baseline (-69 %) only because spark-1 was loading a model meanwhile. Comparing
+# speed across time is meaningless here, so the sim's deploys leave it off; tests/e2e/test_h_acceptance.py turns
+# both on (--data) in a quiet, controlled sequence with the thresholds above. Decode is still measured and
+# recorded (its window also yields the speculative acceptance the floor check reads).
+ACCEPTANCE_DECODE_ENABLED = False  # compare decode tok/s with the box's baseline (see above)
+ACCEPTANCE_PREFILL_ENABLED = False  # compare a fresh prefill with the box's baseline (see above)
 ACCEPTANCE_VERDICT_TIMEOUT_S = 300  # the quick run takes well under a minute here, s
