@@ -11,7 +11,7 @@ import json
 from sparkctl.config import schema_types
 from sparkctl.config.catalog import CODER
 from sparkctl.errors import SettingError
-from sparkctl.render.units import render_template
+from sparkctl.render.units import render_template, rollout_env
 
 BOX_PYTHON = "/usr/bin/python3"  # the box scripts are stdlib-only: the system python, not vLLM's venv
 BOX_SCRIPTS = ("textfile.py", "gpu_textfile.py", "box_textfile.py", "watchdog.py")
@@ -63,9 +63,8 @@ def watchdog_service(d: dict) -> str:
 
 def rollout_command(d: dict) -> list[str]:
     """argv prefix of the box's rollout.py with the environment telling it where this deploy keeps things (the
-    same SPARKCTL_* values as the deploy's own prefix, tasks/services.py rollout_env)."""
-    return ["/usr/bin/env", f"SPARKCTL_ENV_DIR={d['ENV_DIR']}", f"SPARKCTL_STATE_DIR={d['STATE_DIR']}",
-            f"SPARKCTL_DRAIN_DIR={d['DRAIN_DIR']}", BOX_PYTHON, f"{bin_dir(d)}/rollout.py"]
+    deploy's own prefix, render.units.rollout_env)."""
+    return ["/usr/bin/env", *rollout_env(d).split(), BOX_PYTHON, f"{bin_dir(d)}/rollout.py"]
 
 
 def rollout_limits(d: dict) -> list[str]:
