@@ -97,7 +97,7 @@ def test_killed_control_side_mid_flip_the_box_rolls_back_alone_and_the_next_depl
         assert result["outcome"] == "rolled-back", result
         assert "SPARKCTL_MODEL=qwen3.8-27b" in sim_exec(HOST, "cat /etc/sparkctl/vllm-coder.env")
         assert chat_ok(converged_spark)  # serving the previous model through the proxy
-        failed = json.loads(sim_exec(HOST, f"cat {ROLLOUT}/vllm-coder.failed/*.json"))
+        failed = json.loads(sim_exec(HOST, f"cat {ROLLOUT}/vllm-coder.failed/{result['candidate']}.json"))
         assert failed["why"] and failed["model"] == "laguna-s-2.1" and failed["at"]
         print(f"recorded why: {failed['why']}")
         assert pid(HOST, "vllm-embed-qwen3.service") == embed_pid

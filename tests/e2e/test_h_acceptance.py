@@ -4,8 +4,8 @@ probe's key); the deploy (within the coder's rollout step, since it served befor
 through the proxy and sends `rollout.py verdict coder --tx TX commit|rollback`, then follows the box to its
 result. The speed comparisons are off in the sim's data (two boxes on 2 shared cores) and on here (SPEED).
 
-* A flip whose draft cannot match (the tiny laguna with the unrelated tiny qwen as its draft: same tokenizer, other
-  weights) passes health, fails on the catalog's acceptance floor, and is rolled back; the matching draft passes
+* A flip whose draft cannot match (the tiny laguna with sim/tiny-unrelated-draft: same tokenizer, an lm_head that
+  proposes the next token id) passes health, fails on the catalog's acceptance floor, and is rolled back; the matching draft passes
   and prints the acceptance it measured (what the simulated Spark's provisional floor in group_data/sim.py should
   be set from).
 * A CPU quota on the coder (a systemd drop-in) fails the decode/prefill comparison against the recorded baseline;
@@ -21,12 +21,15 @@ import json
 import statistics
 import time
 
-from sparkctl.config import groupdata
-from sparkctl.config.lock import cache_dirname
+from sparkctl.config import catalog, groupdata
+from sparkctl.config.lock import cache_dirname, refresh_lock
 from sparkctl.measure import acceptance, history, quick
 from tests.e2e.conftest import pyinfra, record, sim_exec
 
 HOST = "spark-1"
+# a stand-in draft whose proposals the target never accepts (sparkctl/sim/models.py): random tied-embedding models
+# all predict "the input token again" and so agree with each other, whatever their weights
+UNRELATED = "sim/tiny-unrelated-draft"
 GROUPS = ["all", "gx10", "sim"]
 DROPIN = "/etc/systemd/system/vllm-coder.service.d/sparkctl-e2e-quota.conf"
 CPU_QUOTA = "25%"  # a quarter of one core: several times slower on the tiny models, far beyond any threshold
@@ -68,10 +71,14 @@ def test_a_draft_that_cannot_match_fails_on_the_floor_and_is_rolled_back(converg
     assert run.rc == 0, run.failure()
 
     overrides = json.loads(json.dumps(data["CATALOG_OVERRIDES"]))
-    overrides["laguna-s-2.1"]["draft"] = {"repo": "sim/tiny-qwen", "revision": "main"}  # unrelated weights
-    t0 = time.monotonic()
-    run = deploy("CODING_MODEL=laguna-s-2.1", "CATALOG_OVERRIDES=" + json.dumps(overrides))
-    record("flip to laguna with a draft that cannot match -> acceptance rollback", time.monotonic() - t0)
+    overrides["laguna-s-2.1"]["draft"] = {"repo": UNRELATED, "revision": "main"}  # proposes the next token id
+    refresh_lock(GROUPS, extra=[catalog.Checkpoint(repo=UNRELATED, revision="main")])
+    try:
+        t0 = time.monotonic()
+        run = deploy("CODING_MODEL=laguna-s-2.1", "CATALOG_OVERRIDES=" + json.dumps(overrides))
+        record("flip to laguna with a draft that cannot match -> acceptance rollback", time.monotonic() - t0)
+    finally:
+        refresh_lock(GROUPS)
     assert run.rc != 0, "a failed acceptance must fail the deploy"
     assert "spec-decode acceptance, 1 stream(s)" in run.output and "catalog floor" in run.output, run.failure()
     assert "rolled back" in run.output, run.failure()
@@ -88,8 +95,8 @@ def test_a_cpu_quota_fails_the_speed_comparison_and_the_same_config_without_it_p
     quiet = quick.acceptance_of(converged_spark.host, data, lines=[])
     assert quiet.passed, quiet.reason()
     base = history.append(converged_spark.host, data, quiet.record, source="acceptance", baseline=True)
-    sim_exec(HOST, f"mkdir -p {DROPIN.rsplit('/', 1)[0]} && printf '[Service]\\nCPUQuota={CPU_QUOTA}\\n' > {DROPIN}"
-                   " && systemctl daemon-reload")
+    sim_exec(HOST, f"mkdir -p {DROPIN.rsplit('/', 1)[0]} && printf '%s\\n' '[Service]' 'CPUQuota={CPU_QUOTA}' "
+                   f"> {DROPIN} && systemctl daemon-reload")
     try:
         t0 = time.monotonic()
         run = deploy(marker("slow"), *SPEED)

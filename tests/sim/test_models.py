@@ -97,3 +97,22 @@ def test_bert_is_a_mean_pooling_sentence_transformer(built):
         ["Transformer", "Pooling", "Normalize"]
     h = header(files["model.safetensors"])
     assert h["embeddings.word_embeddings.weight"]["shape"][0] == len(files["vocab.txt"].splitlines())
+
+
+def test_the_unrelated_draft_predicts_another_token_than_the_target(built):
+    """Greedy next token of the embedding-dominated stand-ins: the tied ones repeat the input token, the unrelated
+    draft's shifted lm_head the next id, so its proposals are never accepted (tests/e2e/test_h_acceptance.py)."""
+    import numpy as np
+
+    cfg = json.loads(built["sim/tiny-unrelated-draft"]["config.json"])
+    assert cfg["tie_word_embeddings"] is False and json.loads(built["sim/tiny-laguna"]["config.json"])[
+        "tie_word_embeddings"] is True
+    h = header(built["sim/tiny-unrelated-draft"]["model.safetensors"])
+    assert h["lm_head.weight"]["shape"] == h["model.embed_tokens.weight"]["shape"]
+    # the same arithmetic on the weights as generated (float32, before bf16): argmax over the vocabulary
+    w = models.causal_weights("llama", 1, 128, 4, 2, 32, 256, cfg["vocab_size"])
+    emb = w["model.embed_tokens.weight"]
+    lm_head = np.roll(emb, 1, axis=0)
+    for x in (5, 123, cfg["vocab_size"] - 2):
+        assert int(np.argmax(emb @ emb[x])) == x  # a tied model: the input token again
+        assert int(np.argmax(lm_head @ emb[x])) == x + 1  # the unrelated draft: never the same
