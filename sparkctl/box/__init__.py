@@ -1,5 +1,6 @@
-"""Scripts the deploy uploads to the box and runs there: the rollout transaction, the checkpoint download and
-verification, vLLM's own argument check.
+"""Scripts the deploy uploads to the box and runs there: the rollout transaction (with its acceptance verdict
+wait, a tensor-parallel worker's following of its head, and the watchdog's restart), the checkpoint download and
+verification, vLLM's own argument check, the watchdog and the metrics textfiles.
 
 Standard library only (plus, where named, the box's vLLM venv): they run with the box's python3, and nothing here
 imports the rest of sparkctl. The control side refers to them by path.
