@@ -34,14 +34,19 @@ def test_the_mode_sets_what_the_box_decides_alone(tmp_path, data, expect):
     assert (expect in coder) if expect else "--verdict-timeout" not in coder
 
 
-def test_a_first_install_that_waits_ends_the_rollout_op_and_is_judged_after_the_proxy_exists(tmp_path):
-    os.environ["FAKE_ROLLOUT_AWAITS"] = "1"
+def waiting_run(tmp_path, mode: str) -> tuple[list[str], dict]:
+    """The @fake deploy whose coder rollout reports that it waits for its verdict (tests/inventory_fake.py)."""
+    os.environ["FAKE_ROLLOUT_AWAITS"] = mode
     try:
         out = run_fake("dgx", tmp_path)
     finally:
         del os.environ["FAKE_ROLLOUT_AWAITS"]
     assert "waits for the acceptance verdict until 2030-03-17 17:46:40 UTC" in out["log"]
-    cmds = out["commands"]
+    return out["commands"], out
+
+
+def test_a_first_install_that_waits_ends_the_rollout_op_and_is_judged_after_the_proxy_exists(tmp_path):
+    cmds, out = waiting_run(tmp_path, "1")
     coder = next(i for i, c in enumerate(cmds) if "rollout.py apply coder" in c)
     assert any("rollout.py apply embed-qwen3" in c for c in cmds[coder:])  # the next rollout ran
     assert any("nginx -t" in c for c in cmds[coder:])  # and the proxy step after it
@@ -77,13 +82,7 @@ def test_a_flip_that_waits_is_judged_inside_its_own_rollout_op_before_anything_e
     """One box at a time: a coder that served before is judged from within its serial rollout op, so the next box
     (and the next service) is touched only after its verdict. Here the fake box cannot be measured -> rollback,
     and it keeps answering "waiting": the host fails, and no later rollout runs."""
-    os.environ["FAKE_ROLLOUT_AWAITS"] = "serving"
-    try:
-        out = run_fake("dgx", tmp_path)
-    finally:
-        del os.environ["FAKE_ROLLOUT_AWAITS"]
-    assert "waits for the acceptance verdict until 2030-03-17 17:46:40 UTC" in out["log"]
-    cmds = out["commands"]
+    cmds, out = waiting_run(tmp_path, "serving")
     apply = next(i for i, c in enumerate(cmds) if "rollout.py apply coder" in c)
     verdict = next(i for i, c in enumerate(cmds) if "rollout.py verdict coder --tx fake-txn rollback" in c)
     assert apply < verdict and "acceptance could not measure" in cmds[verdict]
