@@ -128,3 +128,17 @@ def gate(unit: str, port: int, served: str, kind: str, timeout: float, interval:
             last_error = str(exc)
         time.sleep(interval)
     return False, f"not ready after {timeout:.0f} s ({last_error})", time.monotonic() - start
+
+
+def restart_and_gate(unit: str, label: str, a, say) -> tuple[bool, str, float, float]:
+    """Restart `unit` and gate it (a: the run's port, served, kind, timeout, interval); say what happened.
+    Returns (ready, why not, seconds to ready after the restart, seconds the restart took)."""
+    t_restart = time.monotonic()
+    restarted, err = restart(unit)
+    restart_s = time.monotonic() - t_restart
+    say(f"restarted {label} in {restart_s:.1f} s; gating on a real request" if restarted else
+        f"systemctl restart {unit} failed: {err}")
+    if not restarted:
+        return False, f"systemctl restart failed: {err}", 0.0, restart_s
+    ok, why, took = gate(unit, a.port, a.served, a.kind, a.timeout, a.interval)
+    return ok, why, took, restart_s

@@ -62,13 +62,7 @@ def restart_committed(a, say) -> int:
             reloaded, err = drain.drain_on(tx.DRAIN_DIR, a.served, a.retry_after, "a restart")
             say(f"draining {a.served!r}: new requests get 503 + Retry-After {a.retry_after} s (running requests "
                 f"are not waited for)" if reloaded else f"draining {a.served!r}: nginx did not reload ({err})")
-        t_restart = time.monotonic()
-        restarted, err = sd.restart(p.unit_name)
-        restart_s = time.monotonic() - t_restart
-        say(f"restarted {p.unit_name} in {restart_s:.1f} s; gating on a real request" if restarted else
-            f"systemctl restart {p.unit_name} failed: {err}")
-        ok, why, took = sd.gate(p.unit_name, a.port, a.served, a.kind, a.timeout, a.interval) if restarted else \
-            (False, f"systemctl restart failed: {err}", 0.0)
+        ok, why, took, restart_s = sd.restart_and_gate(p.unit_name, p.unit_name, a, say)
     except Exception as exc:  # noqa: BLE001 - recorded as a failed restart; the drain is lifted below regardless
         ok, why = False, f"{type(exc).__name__}: {exc}"
     finally:

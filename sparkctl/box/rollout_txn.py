@@ -348,17 +348,12 @@ def execute(a, say) -> int:
     txn.set_phase("installed")
     txn.install_candidate()
     txn.set_phase("started")
-    t_restart = time.monotonic()
-    restarted, err = sd.restart(p.unit_name)
-    restart_s = time.monotonic() - t_restart
-    say(f"restarted {p.unit_name} ({model}) in {restart_s:.1f} s; gating on a real request" if restarted else
-        f"systemctl restart {p.unit_name} failed: {err}")
-    ok, why, took = sd.gate(p.unit_name, a.port, a.served, a.kind, a.timeout, a.interval) if restarted else \
-        (False, f"systemctl restart failed: {err}", 0.0)
+    ok, why, took, restart_s = sd.restart_and_gate(p.unit_name, f"{p.unit_name} ({model})", a, say)
     if ok and tp_unit:  # the worker's gate is the head's gate
+        t_gate = time.monotonic()
         head, why = peer.wait_for(a, tp_unit, (peer.COMMITTED,), a.peer_timeout, say,
                                   alive=peer.worker_alive(p.unit_name))
-        ok, took = head == peer.COMMITTED, time.monotonic() - t_restart
+        ok, took = head == peer.COMMITTED, took + time.monotonic() - t_gate
         say(f"tensor-parallel: {why}")
     if ok and getattr(a, "verdict_timeout", 0) > 0:  # issue 12: kept only after the acceptance verdict
         ok, why = verdict.wait(txn, a, say, DRAIN_DIR, closed=active and a.kind != "none" and a.drain_timeout > 0)
