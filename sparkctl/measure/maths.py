@@ -179,6 +179,20 @@ def prefill_result(target_tokens: int, prompt_tokens: int | None, ttft_s: float 
     }
 
 
+def median_prefill(samples: list[dict]) -> dict:
+    """The median-rate sample of several measured prefills of one length (the lower middle one for an even count,
+    so every field is one real measurement's), with each sample's rate; fresh only if every prompt was."""
+    ranked = sorted(samples, key=lambda p: p["tokens_per_s"] or 0.0)
+    mid = dict(ranked[(len(ranked) - 1) // 2])
+    mid["samples_tokens_per_s"] = [p["tokens_per_s"] for p in samples]
+    mid["fresh"] = all(p["fresh"] for p in samples)
+    if not mid["fresh"]:  # the check reads these deltas: report the worst sample's
+        worst = max(samples, key=lambda p: (p["prefix_cache_hits_delta"] or 0, p["prompt_tokens_cached_delta"] or 0))
+        mid["prefix_cache_hits_delta"] = worst["prefix_cache_hits_delta"]
+        mid["prompt_tokens_cached_delta"] = worst["prompt_tokens_cached_delta"]
+    return mid
+
+
 def prefill_failure(target_tokens: int, error: str, prompt_tokens: int | None = None) -> dict:
     """A prefill that could not be measured (does not fit, HTTP error): the same keys the report reads."""
     return {"target_tokens": target_tokens, "error": error, "prompt_tokens": prompt_tokens, "ttft_s": None,

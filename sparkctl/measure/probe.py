@@ -9,7 +9,9 @@
 * Speculative decoding over the same window: acceptance rate, tokens per step, per-position rates (prometheus.py).
 * Prefill. After the decode sweep, on an idle server, one fresh prompt per requested length (12K by default):
   a unique prefix at token 0 so no prefix-cache block can match (verified: Δ prefix_cache_hits_total must be 0),
-  `max_tokens` 1, timed to the first streamed token; prefill tokens/s = usage.prompt_tokens / TTFT.
+  `max_tokens` 1, timed to the first streamed token; prefill tokens/s = usage.prompt_tokens / TTFT. With
+  `prefill_repeats` > 1 (the rollout's quick run) each length is measured that many times, each prompt fresh, and
+  the median sample is reported with every sample's rate.
 
 Between phases the probe waits (at most BENCH_IDLE_TIMEOUT_S) for vLLM to have no request in flight: another
 client's requests would make the counters not the probe's alone.
@@ -40,6 +42,7 @@ from sparkctl.measure.client import (
 from sparkctl.measure.maths import (
     RequestLog,
     Scrape,
+    median_prefill,
     prefill_failure,
     prefill_result,
     tokens_in_window,
@@ -133,6 +136,7 @@ class ProbeSettings:
     agreement_tolerance: float  # BENCH_AGREEMENT_TOLERANCE: counter vs client, relative
     temperature: float = 0.0  # greedy: the same prompts give the same work run after run
     seed: int = 0  # haystack text of the prefill prompts
+    prefill_repeats: int = 1  # fresh prompts per prefill length, the median reported (ACCEPTANCE_PREFILL_REPEATS)
 
 
 class Reporter:
@@ -237,10 +241,23 @@ async def decode_window(client: httpx.AsyncClient, ep: Endpoint, metrics_source:
 
 async def measure_prefill(client: httpx.AsyncClient, ep: Endpoint, metrics_source: MetricsSource,
                           s: ProbeSettings, target: int, max_model_len: int | None) -> dict:
-    """One fresh prompt of about `target` tokens, max_tokens 1: TTFT and the prefix-cache check."""
+    """`s.prefill_repeats` fresh prompts of about `target` tokens, max_tokens 1, each on an idle server: the
+    sample with the median rate (its own TTFT, counters and prefix-cache check), every sample's rate beside it.
+    One sample of a short prefill is at the mercy of one scheduler hiccup; the median of several is not."""
     if max_model_len and target + 1 > max_model_len:
         return prefill_failure(target, f"does not fit max_model_len {max_model_len}")
-    prefix = f"Session {uuid.uuid4().hex}. Read the following notes.\n\n"
+    samples = []
+    for _ in range(s.prefill_repeats):
+        one = await _one_prefill(client, ep, metrics_source, s, target)
+        if one["error"]:
+            return one
+        samples.append(one)
+    return median_prefill(samples)
+
+
+async def _one_prefill(client: httpx.AsyncClient, ep: Endpoint, metrics_source: MetricsSource,
+                       s: ProbeSettings, target: int) -> dict:
+    prefix = f"Session {uuid.uuid4().hex}. Read the following notes.\n\n"  # a new prefix: no cache block matches
 
     def build(n_chars: int) -> str:
         # whole sentences step ~70 tokens at a time: cut a longer text at a word boundary to size it finely

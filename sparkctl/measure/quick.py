@@ -69,7 +69,8 @@ class QuickSettings:
         ps = probe.ProbeSettings(
             workload=workloads.load(workloads.DEFAULT_WORKLOAD), streams=list(streams),
             window_s=_positive(data, "ACCEPTANCE_WINDOW_S"), max_tokens=_positive_int(data, "BENCH_MAX_TOKENS"),
-            prefill_tokens=prefill, ignore_eos=bool(data["BENCH_IGNORE_EOS"]),
+            prefill_tokens=prefill, prefill_repeats=_positive_int(data, "ACCEPTANCE_PREFILL_REPEATS"),
+            ignore_eos=bool(data["BENCH_IGNORE_EOS"]),
             timeout_s=_positive(data, "BENCH_CLIENT_TIMEOUT_S"), settle_s=_positive(data, "BENCH_SETTLE_S"),
             idle_timeout_s=_positive(data, "BENCH_IDLE_TIMEOUT_S"),
             agreement_tolerance=_positive(data, "BENCH_AGREEMENT_TOLERANCE"))
@@ -94,7 +95,8 @@ async def run_quick(ep: Endpoint, metrics_source: probe.MetricsSource, qs: Quick
     rec = await probe.run_probe(ep, metrics_source, qs.probe, record_labels, reporter,
                                 roofline_single=roofline_single)
     gate = {"kind": "acceptance", "window_s": qs.probe.window_s, "streams": list(qs.probe.streams),
-            "prefill_tokens": list(qs.probe.prefill_tokens), "kv": kv if qs.kv else None, "niah": None}
+            "prefill_tokens": list(qs.probe.prefill_tokens),
+            "prefill_repeats": qs.probe.prefill_repeats, "kv": kv if qs.kv else None, "niah": None}
     if qs.niah:
         if reporter:
             reporter.phase(f"NIAH {qs.niah_length} tokens at depth {qs.niah_depth:g} %")

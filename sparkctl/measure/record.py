@@ -120,6 +120,7 @@ class Prefill(_Part):
     prompt_tokens_cached_delta: Number | None = None
     fresh: bool | None = None
     token_count_source: str | None = None
+    samples_tokens_per_s: list[Number | None] | None = None  # prefill_repeats > 1: every sample's rate
 
 
 class Gate(_Part):
@@ -130,6 +131,7 @@ class Gate(_Part):
     window_s: Number
     streams: list[int]
     prefill_tokens: list[int] = []
+    prefill_repeats: int | None = None  # fresh prompts per length, the median sample reported
     kv: dict | None = None  # {"planned_tokens", "measured_tokens"}: vLLM's reported KV capacity against the plan
     niah: dict | None = None  # the one NIAH cell (niah.run_cell's dict)
 

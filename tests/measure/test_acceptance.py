@@ -212,9 +212,11 @@ def test_the_quick_run_is_the_bench_probe_with_its_gate_part(fake):
     qs = quick_settings()
     rec = run(qs, fake, kv={"planned_tokens": 1000, "measured_tokens": 1000})
     assert rec["gate"] == {"kind": "acceptance", "window_s": 0.4, "streams": [1, 2], "prefill_tokens": [2000],
+                           "prefill_repeats": ALL["ACCEPTANCE_PREFILL_REPEATS"],
                            "kv": {"planned_tokens": 1000, "measured_tokens": 1000}, "niah": None}
     assert rec["window_s"] == 0.4 and rec["streams"] == [1, 2] and [r["streams"] for r in rec["runs"]] == [1, 2]
     assert rec["prefill"][0]["fresh"] and rec["problems"] == []
+    assert len(rec["prefill"][0]["samples_tokens_per_s"]) == ALL["ACCEPTANCE_PREFILL_REPEATS"]
     per_pos = rec["runs"][0]["spec_decode"]["per_position_acceptance"]  # the fake accepts all but a request's last
     assert set(per_pos) == {"0", "1"} and all(0.8 < v <= 1.0 for v in per_pos.values())
     record.validate_record(rec)

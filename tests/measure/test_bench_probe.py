@@ -145,6 +145,7 @@ class FakeVLLM:
         self.running = 0
         self.seen_prompts: set[str] = set()
         self.requests: list[dict] = []
+        self.prefill_s: list[float] = []  # per completion request in turn, its time to the first token; then 0.01
 
     def metrics_text(self) -> str:
         lab = 'engine="0",model_name="coder"'
@@ -231,7 +232,7 @@ class FakeVLLM:
 
     async def _completion(self, body):
         n = self._prefill(body["prompt"])
-        await asyncio.sleep(0.01)
+        await asyncio.sleep(self.prefill_s.pop(0) if self.prefill_s else 0.01)
         self.c["generation"] += 1
         yield self._data({"choices": [{"text": "x", "finish_reason": "length"}]})
         yield self._data({"choices": [], "usage": {"prompt_tokens": n, "completion_tokens": 1}})
@@ -350,6 +351,29 @@ def test_prefill_prompt_is_unique_each_time(fake):
     assert [p["prefix_cache_hits_delta"] for p in rec["prefill"]] == [0, 0]
     prompts = [r["prompt"] for r in fake.requests if "prompt" in r and "max_tokens" in r]
     assert len(prompts) == 2 and prompts[0] != prompts[1] and prompts[0][:8] == "Session "
+
+
+def test_repeated_prefill_reports_the_median_sample_so_one_hiccup_does_not_decide(fake):
+    fake.prefill_s = [0.02, 0.02, 0.5, 0.02, 0.02]  # the third prompt meets a 0.5 s stall
+    s = settings(streams=[], prefill_tokens=[1000], prefill_repeats=5)
+    rec = asyncio.run(probe.run_probe(EP, FakeMetrics(fake, duration=0.01), s, LABELS))
+    assert record.validate_record(rec) == json.loads(json.dumps(rec))
+    (p,) = rec["prefill"]
+    rates = p["samples_tokens_per_s"]
+    assert len(rates) == 5 and min(rates) == rates[2] and min(rates) < p["tokens_per_s"] / 5
+    assert p["tokens_per_s"] == sorted(rates)[2] and p["ttft_s"] < 0.1 and p["fresh"]
+    prompts = [r["prompt"] for r in fake.requests if "prompt" in r and "max_tokens" in r]
+    assert len(set(prompts)) == 5  # every sample's prompt was fresh
+
+
+def test_repeated_prefill_is_not_fresh_when_any_sample_hit_the_cache():
+    fresh = {"tokens_per_s": 100.0, "fresh": True, "prefix_cache_hits_delta": 0, "prompt_tokens_cached_delta": 0}
+    stale = {"tokens_per_s": 900.0, "fresh": False, "prefix_cache_hits_delta": 128, "prompt_tokens_cached_delta": 0}
+    p = maths.median_prefill([fresh, stale, dict(fresh, tokens_per_s=110.0)])
+    assert p["tokens_per_s"] == 110.0 and p["samples_tokens_per_s"] == [100.0, 900.0, 110.0]
+    assert not p["fresh"] and p["prefix_cache_hits_delta"] == 128
+    assert record.check_record({"prefill": [dict(p, target_tokens=1000)]}) == [
+        "prefill 1000: prefix cache hit 128 tokens, the prompt was not fresh"]
 
 
 # ------------------------------------------------------------------------------------------------ the CLI's options
