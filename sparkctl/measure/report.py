@@ -83,8 +83,10 @@ def record_tables(rec: dict) -> list:
         if pf.get("error"):
             p.add_row(str(pf["target_tokens"]), "-", "-", pf["error"], "-", "-")
             continue
+        samples = pf.get("samples_tokens_per_s") or []
+        rate = _fmt(pf.get("tokens_per_s"), ".0f") + (f" (median of {len(samples)})" if len(samples) > 1 else "")
         p.add_row(str(pf["target_tokens"]), _fmt(pf.get("prompt_tokens"), "d"), _fmt(pf.get("ttft_s"), ".3f"),
-                  _fmt(pf.get("tokens_per_s"), ".0f"), _fmt(pf.get("server_tokens_per_s"), ".0f"),
+                  rate, _fmt(pf.get("server_tokens_per_s"), ".0f"),
                   _fmt(pf.get("prefix_cache_hits_delta"), ".0f"))
     return [t, p]
 

@@ -10,9 +10,10 @@ import time
 
 import httpx
 import pytest
+from rich.console import Console
 
 from sparkctl.config import groupdata
-from sparkctl.measure import client, maths, probe, prometheus, record
+from sparkctl.measure import client, maths, probe, prometheus, record, report
 from sparkctl.measure.workloads import load
 
 SETTINGS = groupdata.load(["all"])
@@ -364,6 +365,10 @@ def test_repeated_prefill_reports_the_median_sample_so_one_hiccup_does_not_decid
     assert p["tokens_per_s"] == sorted(rates)[2] and p["ttft_s"] < 0.1 and p["fresh"]
     prompts = [r["prompt"] for r in fake.requests if "prompt" in r and "max_tokens" in r]
     assert len(set(prompts)) == 5  # every sample's prompt was fresh
+    console = Console(width=160, record=True)
+    for table in report.record_tables(rec):
+        console.print(table)
+    assert f"{p['tokens_per_s']:.0f} (median of 5)" in console.export_text()
 
 
 def test_repeated_prefill_is_not_fresh_when_any_sample_hit_the_cache():
