@@ -160,9 +160,10 @@ def test_a_run_that_died_while_waiting_is_resumed_until_the_recorded_deadline(bo
         time.sleep(0.05)
         st = until_waiting(box, resumed)
     assert st["tx"] == "v2" and st["verdict_deadline"] == deadline
+    # the same key again (read before the verdict: once the run commits it reopens, and the file is gone)
+    assert st["probe_key"] and st["probe_key"] in (box.drain / "coder.conf").read_text()
     # the verdict may still name the transaction that started the wait
     assert verdict(box, "v1", "commit").returncode == 0
-    assert st["probe_key"] and st["probe_key"] in (box.drain / "coder.conf").read_text()  # the same key again
     rc, out = finish(resumed)
     assert rc == 0 and "resuming transaction v1" in out and restarts(box) == n, out  # no restart on resume
     assert box.result()["txn"] == "v2" and stamp(box) == box.status()["wanted"] and box.live_model() == "laguna"
