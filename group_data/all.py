@@ -247,7 +247,7 @@ ACCEPTANCE_SPEC_FLOOR_FRACTION = 0.6  # fail when the acceptance rate (or a draf
 # fraction of the catalog's measured figure (Qwen MTP 0.5 per position -> 0.3; a wrong draft lands near 0)
 ACCEPTANCE_DECODE_ENABLED = True  # compare decode tok/s per stream count with this box's baseline
 ACCEPTANCE_DECODE_MAX_REGRESSION = 0.15  # fail when decode tok/s is more than this fraction below the baseline
-ACCEPTANCE_PREFILL_ENABLED = True  # one fresh prefill (prefix-cache hits must stay 0), compared with the baseline
+ACCEPTANCE_PREFILL_ENABLED = True  # fresh prefills (prefix-cache hits must stay 0), compared with the baseline
 ACCEPTANCE_PREFILL_TOKENS = 12288  # its prompt length, tokens (the full bench's BENCH_PREFILL_TOKENS)
 ACCEPTANCE_PREFILL_REPEATS = 3  # fresh prompts of that length, each on an idle server; the median sample is judged
 # (one sample is at the mercy of one scheduler hiccup; a 12K prefill takes seconds on the GX10, so 3 cost little)

@@ -100,7 +100,7 @@ ACCEPTANCE_STREAMS = [1, 2]  # streams: 2 CPU cores
 ACCEPTANCE_PREFILL_TOKENS = 3000  # the sim's BENCH_PREFILL_TOKENS: fits the tiny models' 4096-token context
 ACCEPTANCE_NIAH_ENABLED = False  # meaningless here: random weights never retrieve a needle
 ACCEPTANCE_PREFILL_REPEATS = 5  # a 3000-token prefill takes ~40 ms here: one sample is one scheduler hiccup away
-# from a third of its rate (the CI run of 2026-12-01 saw 26K against 76-85K tok/s); the median of 5 is not
+# from a third of its rate (the CI run of 2026-12-01 saw 26K against 76-85K tok/s); the median of 5 is not.
 # Set from the gate's own noise (tests/e2e/test_h_acceptance.py, five quick runs of one configuration in the CI runs
 # of 2026-11-30 and 2026-12-01): decode tok/s at 2 streams 1157..2177 (the slowest run 47 % below the fastest), at
 # 1 stream 727..1267 (43 %); single-sample prefill 26K..85K tok/s, hence the repeats above. Any run can be the

@@ -322,7 +322,8 @@ def execute(a, say) -> int:
 
     txn.begin(a.txn, cand)
     drain_s = 0.0
-    if a.kind != "none" and active and a.drain_timeout > 0:
+    drains = a.kind != "none" and active and a.drain_timeout > 0  # it served: keep new requests out meanwhile
+    if drains:
         txn.set_phase("draining")
         reloaded, err = drain.drain_on(DRAIN_DIR, a.served, a.retry_after)
         say(f"draining {a.served!r}: new requests get 503 + Retry-After {a.retry_after} s" if reloaded else
@@ -356,7 +357,7 @@ def execute(a, say) -> int:
         ok, took = head == peer.COMMITTED, took + time.monotonic() - t_gate
         say(f"tensor-parallel: {why}")
     if ok and getattr(a, "verdict_timeout", 0) > 0:  # issue 12: kept only after the acceptance verdict
-        ok, why = verdict.wait(txn, a, say, DRAIN_DIR, closed=active and a.kind != "none" and a.drain_timeout > 0)
+        ok, why = verdict.wait(txn, a, say, DRAIN_DIR, closed=drains)
     if ok:
         txn.set_phase("committed")
         write_atomic(p.stamp, f"{cand}\n".encode(), 0o644)

@@ -5,9 +5,9 @@ through the proxy and sends `rollout.py verdict coder --tx TX commit|rollback`, 
 result. The speed comparisons are off in the sim's data (two boxes on 2 shared cores) and on here (SPEED).
 
 * A flip whose draft cannot match (the tiny laguna with sim/tiny-unrelated-draft: same tokenizer, an lm_head that
-  proposes the next token id) passes health, fails on the catalog's acceptance floor, and is rolled back; the matching draft passes
-  and prints the acceptance it measured (what the simulated Spark's provisional floor in group_data/sim.py should
-  be set from).
+  proposes the next token id) passes health, fails on the catalog's acceptance floor, and is rolled back; the
+  matching draft passes and prints the acceptance it measured (what the simulated Spark's provisional floor in
+  group_data/sim.py should be set from).
 * A coder slowed while it is judged (a duty cycle of SIGSTOP/SIGCONT: this sandbox cannot enforce CPUQuota=) fails
   the decode/prefill comparison against the recorded baseline; the same configuration without it passes. The env
   marker (VLLM_EXTRA_ENV, a setting) makes the deploy roll the coder out, so that it is judged.
@@ -57,7 +57,8 @@ def deploy(*data: str):
 
 
 # the speed comparisons, off in the sim's own data (two boxes on 2 shared cores), on for this controlled sequence
-SPEED = ("ACCEPTANCE_DECODE_ENABLED=True", "ACCEPTANCE_PREFILL_ENABLED=True")
+SPEED_DATA = {"ACCEPTANCE_DECODE_ENABLED": True, "ACCEPTANCE_PREFILL_ENABLED": True}
+SPEED = tuple(f"{k}={v}" for k, v in SPEED_DATA.items())  # the same, as the deploy's --data
 
 
 def marker(value: str) -> str:
@@ -95,7 +96,7 @@ def test_a_draft_that_cannot_match_fails_on_the_floor_and_is_rolled_back(converg
 
 
 def test_a_throttled_coder_fails_the_speed_comparison_and_the_same_config_without_it_passes(converged_spark):
-    data = {**groupdata.load(GROUPS), "ACCEPTANCE_DECODE_ENABLED": True, "ACCEPTANCE_PREFILL_ENABLED": True}
+    data = {**groupdata.load(GROUPS), **SPEED_DATA}
     run = deploy(marker("baseline"), *SPEED)
     assert run.rc == 0, run.failure()
     # a baseline measured now, with the other box idle (group_data/sim.py: the two boxes share 2 cores), as a
@@ -128,7 +129,7 @@ def spread(values: list[float]) -> dict:
 
 
 def test_five_accepted_runs_give_the_gate_noise(converged_spark):
-    data = {**converged_spark.data, "ACCEPTANCE_DECODE_ENABLED": True, "ACCEPTANCE_PREFILL_ENABLED": True}
+    data = {**converged_spark.data, **SPEED_DATA}
     runs = []
     for i in range(5):
         t0 = time.monotonic()
