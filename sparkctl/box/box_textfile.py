@@ -3,22 +3,34 @@
 no exporter has.
 
     box_textfile.py --out FILE.prom --model-store /srv/models --cert /etc/nginx/sparkctl-tls/server.pem
-                    --rollout-dir /var/lib/sparkctl/rollout
+                    --rollout-dir /var/lib/sparkctl/rollout --env-dir /etc/sparkctl
+                    --ready-timeout 1800 --drain-timeout 1800
 
 - the model store's free space (statvfs of the path itself: it need not be its own mount point);
 - the TLS certificate's expiry (the proxy's certificate, read with the standard library's own decoder);
-- each service's last rollout result: vllm-<service>.result.json (rollout_txn.py's `outcome`).
+- each service's last rollout result: vllm-<service>.result.json (rollout_txn.py's `outcome`);
+- whether a rollout or a restart of each service runs now, and until when it may (the alerts hold back
+  "model down" for that served model meanwhile, and fire when it outlasts that deadline). What the box has:
+  the transient unit sparkctl-rollout-<service>.service active (a deploy's transaction or the watchdog's
+  restart), or the transaction's recorded state (vllm-<service>.txn/state.json with a phase: one that a reboot
+  interrupted is still in progress until the next deploy resumes it). The served name comes from the service's
+  env file (live, else staged), as the proxy's scrape path uses it.
 """
 
 from __future__ import annotations
 
 import argparse
+import calendar
 import glob
 import json
 import os
+import re
+import shlex
 import ssl
+import subprocess
 import sys
 import time
+from typing import NamedTuple
 
 try:
     from sparkctl.box.textfile import Exposition, write_atomic
@@ -26,6 +38,9 @@ except ImportError:  # on the box: textfile.py sits beside this script
     from textfile import Exposition, write_atomic
 
 OK_RESULTS = {"ready", "unchanged", "restarted"}  # rollout_txn.py's outcomes that leave the candidate serving
+ROLLOUT_UNIT = "sparkctl-rollout-{}.service"  # rollout.py's transient unit of a service (rollout.rollout_unit)
+RUNNING = {"active", "activating", "reloading"}  # ActiveStates of a transient unit whose command still runs
+ROLLING_BACK = "rolling-back"  # rollout_txn.py's phase: the snapshot is restored, restarted and gated again
 
 
 def store_facts(exp: Exposition, path: str) -> None:
@@ -78,11 +93,122 @@ def rollout_facts(exp: Exposition, directory: str) -> None:
                 "time", round(os.stat(path).st_mtime, 3), {"unit": labels["unit"]})
 
 
-def collect(model_store: str, cert: str, rollout_dir: str) -> Exposition:
+def served_of(path: str) -> str:
+    """--served-model-name of an env file's VLLM_ARGS, read as systemd reads the double-quoted value ("": none)."""
+    try:
+        with open(path) as f:
+            lines = f.read().splitlines()
+    except OSError:
+        return ""
+    raw = next((line.split("=", 1)[1] for line in lines if line.startswith("VLLM_ARGS=")), "")
+    if len(raw) >= 2 and raw[0] == raw[-1] == '"':
+        raw = re.sub(r'\\(["\\`$])', r"\1", raw[1:-1])
+    try:
+        args = shlex.split(raw)
+    except ValueError:
+        return ""
+    return args[args.index("--served-model-name") + 1] if "--served-model-name" in args[:-1] else ""
+
+
+def services(env_dir: str, rollout_dir: str) -> dict[str, str]:
+    """service -> served name: every service with a live or staged env file (the live one names it: that is the
+    scrape path the proxy has now), or an open transaction."""
+    out: dict[str, str] = {}
+    for pattern in ("vllm-*.env", "vllm-*.env.next"):
+        for path in sorted(glob.glob(os.path.join(env_dir, pattern))):
+            name = os.path.basename(path)[len("vllm-"):].rsplit(".env", 1)[0]
+            out[name] = out.get(name) or served_of(path)
+    for path in sorted(glob.glob(os.path.join(rollout_dir, "vllm-*.txn"))):
+        out.setdefault(os.path.basename(path)[len("vllm-"):-len(".txn")], "")
+    return out
+
+
+def running_rollouts(names) -> dict[str, float | None]:
+    """service -> when its transient rollout unit became active (unix time; None: systemd gave no time), for each
+    whose unit runs now (one `systemctl show` for all)."""
+    units = [ROLLOUT_UNIT.format(n) for n in names]
+    if not units:
+        return {}
+    try:
+        r = subprocess.run(["systemctl", "show", "-p", "Id,ActiveState,ActiveEnterTimestampMonotonic", *units],
+                           capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        print(f"box_textfile: systemctl show: {exc}", file=sys.stderr)
+        return {}
+    to_unix = time.time() - time.monotonic()  # systemd's monotonic timestamps are CLOCK_MONOTONIC, in µs
+    out: dict[str, float | None] = {}
+    for block in r.stdout.split("\n\n"):
+        props = dict(line.split("=", 1) for line in block.splitlines() if "=" in line)
+        if props.get("Id") in units and props.get("ActiveState") in RUNNING:
+            mono = int(props.get("ActiveEnterTimestampMonotonic") or 0)
+            out[props["Id"][len("sparkctl-rollout-"):-len(".service")]] = to_unix + mono / 1e6 if mono > 0 else None
+    return out
+
+
+class Limits(NamedTuple):
+    """What a rollout may take on this box: the settings its transactions and restarts are given."""
+    env_dir: str  # ENV_DIR: the services' env files (served names)
+    ready_s: float  # HEALTH_READY_TIMEOUT_S: a (re)started service's load and gate
+    drain_s: float  # DRAIN_TIMEOUT_S: the wait for running requests before a restart
+
+
+def txn_state(rollout_dir: str, service: str) -> dict:
+    """The transaction's recorded state (root-only: it may hold the acceptance probe's key, which never leaves
+    this function's caller)."""
+    try:
+        with open(os.path.join(rollout_dir, f"vllm-{service}.txn", "state.json")) as f:
+            state = json.load(f)
+    except (OSError, ValueError):
+        return {}
+    return state if isinstance(state, dict) else {}
+
+
+def started_at(state: dict) -> float | None:
+    try:
+        return float(calendar.timegm(time.strptime(str(state["started"]), "%Y-%m-%dT%H:%M:%SZ")))
+    except (KeyError, ValueError):
+        return None
+
+
+def deadline(start: float, state: dict, limits: Limits) -> float:
+    """When a rollout that began at `start` should be over: its drain wait and its load; past its recorded verdict
+    deadline when it waits for one; and once it rolls back, another drain and load for the previous
+    configuration."""
+    end = start + limits.drain_s + limits.ready_s
+    if state.get("verdict_deadline"):
+        end = max(end, float(state["verdict_deadline"]))
+    if state.get("phase") == ROLLING_BACK or (state.get("verdict") or {}).get("decision") == "rollback":
+        end += limits.drain_s + limits.ready_s
+    return end
+
+
+def progress_facts(exp: Exposition, rollout_dir: str, limits: Limits, running: dict | None = None) -> None:
+    """running: service -> start of its running rollout unit (None: ask systemd)."""
+    names = services(limits.env_dir, rollout_dir)
+    running = running_rollouts(names) if running is None else running
+    for service, served in sorted(names.items()):
+        state = txn_state(rollout_dir, service)
+        labels = {"served": served, "unit": f"vllm-{service}.service"}
+        in_progress = service in running or bool(state.get("phase"))
+        exp.add("sparkctl_rollout_in_progress", "gauge", "1 while a rollout or a restart of the service runs "
+                "(its transient unit sparkctl-rollout-<service> is active, or its transaction is open), else 0",
+                int(in_progress), labels)
+        if in_progress:
+            start = running.get(service) or started_at(state) or time.time()
+            exp.add("sparkctl_rollout_deadline_timestamp_seconds", "gauge", "when the running rollout should be "
+                    "over (its start plus the drain and ready timeouts, its verdict wait, its rollback), unix time",
+                    round(deadline(start, state, limits), 3), labels)
+
+
+def collect(model_store: str, cert: str, rollout_dir: str, limits: Limits | None = None,
+            running: dict | None = None) -> Exposition:
+    """limits: the env dir and timeouts the rollout progress facts need (the command line always gives them)."""
     exp = Exposition()
     store_facts(exp, model_store)
     cert_facts(exp, cert)
     rollout_facts(exp, rollout_dir)
+    if limits is not None:
+        progress_facts(exp, rollout_dir, limits, running)
     exp.add("sparkctl_box_facts_timestamp_seconds", "gauge", "when these facts were read, unix time",
             round(time.time(), 3))
     return exp
@@ -94,8 +220,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--model-store", required=True)
     p.add_argument("--cert", required=True)
     p.add_argument("--rollout-dir", required=True)
+    p.add_argument("--env-dir", required=True, help="ENV_DIR: the services' env files")
+    p.add_argument("--ready-timeout", type=float, required=True, help="HEALTH_READY_TIMEOUT_S, s")
+    p.add_argument("--drain-timeout", type=float, required=True, help="DRAIN_TIMEOUT_S, s")
     args = p.parse_args(argv)
-    write_atomic(args.out, collect(args.model_store, args.cert, args.rollout_dir).text())
+    limits = Limits(args.env_dir, args.ready_timeout, args.drain_timeout)
+    write_atomic(args.out, collect(args.model_store, args.cert, args.rollout_dir, limits).text())
     return 0
 
 

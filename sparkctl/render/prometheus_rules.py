@@ -80,14 +80,36 @@ def spec_acceptance_alerts(endpoints: dict, d: dict) -> list[dict]:
     return rules
 
 
+def in_rollout(j: str) -> str:
+    """The served models a rollout or restart is changing now, as `up` labels them: the box facts' in-progress
+    series (scraped on the node path, so its own service label is the node's) with service := its served name."""
+    return f'label_replace(sparkctl_rollout_in_progress{{{j}}} == 1, "service", "$1", "served", "(.+)")'
+
+
+def rollout_alerts(j: str, d: dict) -> list[dict]:
+    """A planned change is quiet while it runs and loud when it ends badly or runs too long."""
+    return [
+        _alert("SparkServedModelDown",
+               f'up{{{j}, service!="{d["SCRAPE_NODE_PATH"]}"}} == 0 unless on(job, box, service) {in_rollout(j)}',
+               d["ALERT_MODEL_DOWN_FOR_S"], "critical",
+               "{{ $labels.box }}: served model {{ $labels.service }} does not answer its scrape",
+               "Run `python -m sparkctl status`; then `journalctl -u vllm-<service>.service` on the box."),
+        _alert("SparkRolloutOverdue", f"sparkctl_rollout_deadline_timestamp_seconds{{{j}}} < time()",
+               d["ALERT_MODEL_DOWN_FOR_S"], "critical",
+               "{{ $labels.box }}: the rollout or restart of {{ $labels.unit }} (served as {{ $labels.served }}) "
+               "is still running past its deadline; SparkServedModelDown is held back for it meanwhile",
+               "On the box: `rollout.py status <service>` and `journalctl -u sparkctl-rollout-<service>`; "
+               "`python -m sparkctl status`. A transaction a reboot interrupted is resumed by the next deploy."),
+        _alert("SparkRolloutFailed", f"sparkctl_rollout_last_ok{{{j}}} == 0", 0, "warning",
+               "{{ $labels.box }}: the last rollout of {{ $labels.unit }} ended {{ $labels.result }}",
+               "Read the deploy's output and `python -m sparkctl status`; fix the candidate, rerun the deploy."),
+    ]
+
+
 def rules(endpoints: dict, d: dict) -> dict:
     job = d["PROMETHEUS_JOB_NAME"]
     j = f'job="{job}"'
     alerts = [
-        _alert("SparkServedModelDown", f'up{{{j}, service!="{d["SCRAPE_NODE_PATH"]}"}} == 0',
-               d["ALERT_MODEL_DOWN_FOR_S"], "critical",
-               "{{ $labels.box }}: served model {{ $labels.service }} does not answer its scrape",
-               "Run `python -m sparkctl status`; then `journalctl -u vllm-<service>.service` on the box."),
         _alert("SparkNodeMetricsDown", f'up{{{j}, service="{d["SCRAPE_NODE_PATH"]}"}} == 0',
                d["ALERT_MODEL_DOWN_FOR_S"], "critical",
                "{{ $labels.box }}: node metrics do not answer (box, proxy or node exporter down)",
@@ -121,11 +143,9 @@ def rules(endpoints: dict, d: dict) -> dict:
                f"sparkctl_model_store_free_bytes{{{j}}} < {int(d['DISK_HEADROOM_GIB'] * GIB)}", d["ALERT_FOR_S"],
                "warning", "{{ $labels.box }}: {{ $value | humanize1024 }}B free under the model store",
                "Below the download headroom: the next flip's download would be refused. Remove unused snapshots."),
-        _alert("SparkRolloutFailed", f"sparkctl_rollout_last_ok{{{j}}} == 0", 0, "warning",
-               "{{ $labels.box }}: the last rollout of {{ $labels.unit }} ended {{ $labels.result }}",
-               "Read the deploy's output and `python -m sparkctl status`; fix the candidate, rerun the deploy."),
     ]
-    return {"groups": [{"name": "sparkctl", "rules": alerts + spec_acceptance_alerts(endpoints, d)}]}
+    return {"groups": [{"name": "sparkctl",
+                        "rules": rollout_alerts(j, d) + alerts + spec_acceptance_alerts(endpoints, d)}]}
 
 
 HANDOFF_FILES = ("prometheus-scrape.yml", "prometheus-rules.yml", "grafana-dashboard.json")

@@ -1,22 +1,30 @@
 """Monitoring on the box (issue 11): the rendered units pass systemd-analyze verify, the GPU/box facts scripts
 write what node exporter's textfile collector reads (checked with prometheus_client's parser) from the GB10
-stand-in's answers, and the deploy installs node exporter on loopback without the scrape token in a command."""
+stand-in's answers, and the deploy installs node exporter on loopback without the scrape token in a command.
+Issue 20: the box facts say while a rollout or restart runs (and until when it may), read from what the real
+box-side transaction leaves (tests/box/test_rollout_box.py's stand-in systemd and vLLM)."""
 
 from __future__ import annotations
 
 import json
+import os
+import shlex
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
+from sparkctl import REPO_ROOT
 from sparkctl.box import box_textfile, gpu_textfile
 from sparkctl.config import pki
 from sparkctl.errors import SettingError
 from sparkctl.render import monitoring as mon
+from sparkctl.render import units
 from sparkctl.sim.config import STANDINS
+from tests.box.test_rollout_box import box  # noqa: F401  (the fixture)
 from tests.deploy.test_deploy_fake import changes, run_fake
 from tests.render.test_render import (
     needs_systemd_analyze,
@@ -189,3 +197,134 @@ def test_uploaded_scripts_run_alone_with_the_system_python(tmp_path):
         r = subprocess.run(["/usr/bin/python3", "-E", "-s", str(tmp_path / script), "--help"], capture_output=True,
                            text=True, cwd=tmp_path)
         assert r.returncode == 0 and "usage:" in r.stdout, (script, r.stderr)
+
+
+# --- issue 20: a rollout in progress, and its deadline ---
+
+READY_S, DRAIN_S = 600.0, 300.0  # the limits the facts unit passes (HEALTH_READY_TIMEOUT_S, DRAIN_TIMEOUT_S)
+
+
+def stage_rendered(b, data: dict, model: str) -> str:
+    """Stage the coder as the deploy does: the real env file for `model` (its served name in VLLM_ARGS) beside the
+    stand-in unit; returns the served name the proxy's scrape path uses."""
+    coder = settings_for(data, model).coder
+    b.stage(model)
+    (b.env_dir / "vllm-coder.env.next").write_text(units.render_env(coder, {**data, "CODING_MODEL": model}))
+    return coder.served_name
+
+
+def converge_rendered(b, data: dict, model: str) -> str:
+    served = stage_rendered(b, data, model)
+    r = b.run(txn=f"converge-{model}")
+    assert r.returncode == 0, r.stdout + r.stderr
+    (b.sd / "calls.log").unlink()  # count the stand-in's calls from here (kill_on counts them)
+    return served
+
+
+def facts_text(b, tmp_path) -> str:
+    """box_textfile.py run as the facts unit runs it, with the stand-in systemctl on PATH."""
+    out = tmp_path / "sparkctl_box.prom"
+    r = subprocess.run([sys.executable, str(REPO_ROOT / "sparkctl/box/box_textfile.py"), "--out", str(out),
+                        "--model-store", str(b.root), "--cert", str(b.root / "no-cert.pem"),
+                        "--rollout-dir", str(b.state / "rollout"), "--env-dir", str(b.env_dir),
+                        "--ready-timeout", str(READY_S), "--drain-timeout", str(DRAIN_S)],
+                       env=b.environ, capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    return out.read_text()
+
+
+def facts(b, tmp_path) -> dict[str, list]:
+    return samples(facts_text(b, tmp_path))
+
+
+def interrupted_flip(b, data: dict) -> None:
+    """A committed coder, then a flip whose transaction died after installing the candidate: it stays open."""
+    converge_rendered(b, data, "qwen3.8-27b")
+    flip_dies_after_install(b, data)
+
+
+def flip_dies_after_install(b, data: dict) -> None:
+    stage_rendered(b, data, "laguna-s-2.1")
+    b.kill_on("restart#1")
+    b.run()
+
+
+def progress(got: dict) -> tuple[dict, dict]:
+    """(served -> in progress, served -> deadline) for the coder's unit."""
+    flag = {s.labels["served"]: s.value for s in got["sparkctl_rollout_in_progress"]
+            if s.labels["unit"] == "vllm-coder.service"}
+    end = {s.labels["served"]: s.value for s in got.get("sparkctl_rollout_deadline_timestamp_seconds", [])}
+    return flag, end
+
+
+def test_a_deploy_transaction_is_in_progress_until_it_ends_even_across_an_interruption(box, gx10_data, tmp_path):
+    served = converge_rendered(box, gx10_data, "qwen3.8-27b")
+    assert progress(facts(box, tmp_path)) == ({served: 0}, {})  # committed: nothing runs, no deadline
+    t0 = time.time()
+    flip_dies_after_install(box, gx10_data)  # as when the box reboots mid-flip
+    assert box.status()["phase"] == "started" and not box.status()["running"]
+    flag, end = progress(facts(box, tmp_path))
+    assert flag == {served: 1} and served == gx10_data["CODER_SERVED_NAME"]  # the name `up` carries as service
+    assert int(t0) + DRAIN_S + READY_S <= end[served] <= time.time() + DRAIN_S + READY_S  # recorded start
+    assert box.run(txn="t2").returncode == 0  # the next deploy resumes and commits it
+    assert progress(facts(box, tmp_path)) == ({served: 0}, {})
+
+
+def test_a_restart_through_the_transient_unit_is_in_progress_while_it_runs(box, gx10_data, tmp_path):
+    served = converge_rendered(box, gx10_data, "qwen3.8-27b")
+    (box.sd / "unready").write_text("qwen3.8-27b\n")  # its restart never gets ready: it gates for 4 s, then fails
+    r = box.cli("restart", "coder", *box.args(timeout=4), "--reason", "watchdog")
+    assert r.returncode == 0, r.stderr
+    t0 = time.time()
+    assert box.status()["running"]  # sparkctl-rollout-coder.service (the stand-in's) runs the restart
+    flag, end = progress(facts(box, tmp_path))
+    assert flag == {served: 1} and t0 - 5 + DRAIN_S + READY_S <= end[served] <= time.time() + DRAIN_S + READY_S
+    while box.status()["running"]:
+        time.sleep(0.2)
+    got = facts(box, tmp_path)
+    assert progress(got) == ({served: 0}, {})
+    assert [(s.labels["result"], s.value) for s in got["sparkctl_rollout_last_ok"]] == [("restart-failed", 0)]
+
+
+def fake_systemctl(tmp_path, monkeypatch, props: str) -> None:
+    """A `systemctl` on PATH that answers `show` with these properties for the coder's rollout unit."""
+    (tmp_path / "bin").mkdir(exist_ok=True)
+    tool = tmp_path / "bin" / "systemctl"
+    tool.write_text(f"#!/bin/sh\nprintf 'Id=sparkctl-rollout-coder.service\\n{props}\\n'\n")
+    tool.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path / 'bin'}:{os.environ['PATH']}")
+
+
+def test_the_start_is_systemds_and_a_verdict_wait_or_a_rollback_extends_the_deadline(tmp_path, monkeypatch):
+    mono = int((time.monotonic() - 100) * 1e6)  # the unit became active 100 s ago (systemd: CLOCK_MONOTONIC, µs)
+    fake_systemctl(tmp_path, monkeypatch, f"ActiveState=active\\nActiveEnterTimestampMonotonic={mono}")
+    started = box_textfile.running_rollouts(["coder"])["coder"]
+    assert abs(started - (time.time() - 100)) < 2
+    fake_systemctl(tmp_path, monkeypatch, f"ActiveState=inactive\\nActiveEnterTimestampMonotonic={mono}")
+    assert box_textfile.running_rollouts(["coder"]) == {}
+    limits = box_textfile.Limits(str(tmp_path), READY_S, DRAIN_S)
+    assert box_textfile.deadline(1000.0, {}, limits) == 1000 + DRAIN_S + READY_S
+    waiting = {"phase": "awaiting-verdict", "verdict_deadline": 5000.0}
+    assert box_textfile.deadline(1000.0, waiting, limits) == 5000.0
+    rejected = {**waiting, "verdict": {"decision": "rollback", "by": "control"}}
+    assert box_textfile.deadline(1000.0, rejected, limits) == 5000.0 + DRAIN_S + READY_S
+    assert box_textfile.deadline(1000.0, {"phase": "rolling-back"}, limits) == 1000 + 2 * (DRAIN_S + READY_S)
+
+
+def test_the_facts_unit_runs_box_textfile_with_arguments_it_accepts(gx10_data, tmp_path):
+    """The rendered ExecStart, with the box's paths moved under tmp_path, runs the script as the timer would."""
+    data = {**gx10_data, "TEXTFILE_DIR": str(tmp_path / "textfile"), "MODEL_STORE": str(tmp_path),
+            "STATE_DIR": str(tmp_path / "state"), "ENV_DIR": str(tmp_path / "env")}
+    for d in ("textfile", "state/rollout", "env"):
+        (tmp_path / d).mkdir(parents=True)
+    coder = settings_for(data).coder
+    (tmp_path / "env" / coder.env_file).write_text(units.render_env(coder, data))
+    line = next(x for x in mon.facts_service(data, str(tmp_path / "none.pem")).splitlines() if "box_textfile" in x)
+    argv = shlex.split(line.split("=", 1)[1])
+    argv[:2] = [sys.executable, str(REPO_ROOT / "sparkctl/box" / Path(argv[1]).name)]
+    r = subprocess.run(argv, capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stderr
+    got = samples((tmp_path / "textfile" / "sparkctl_box.prom").read_text())
+    assert [(s.labels, s.value) for s in got["sparkctl_rollout_in_progress"]] == \
+        [({"served": coder.served_name, "unit": coder.unit}, 0)]
+    assert f"--ready-timeout {data['HEALTH_READY_TIMEOUT_S']} --drain-timeout {data['DRAIN_TIMEOUT_S']}" in line

