@@ -5,9 +5,13 @@ about itself, as one JSON object on stdout.
     python3 - '{"env_dir": ..., "state_dir": ..., "cert": ..., "timeout_s": 1.0}' < status_probe.py
 
 Per vLLM env file (ENV_DIR/vllm-*.env): served name, port, model key and locked revision as deployed; the unit's
-state and start time (one `systemctl show` for all); /health, /version and the /metrics gauges on loopback. And:
-MemAvailable, the rollout result files under STATE_DIR/rollout/ (their JSON as it is), the watchdog's state, the
-proxy certificate's expiry. Nothing here changes the box.
+state and start time and whether a rollout or restart of it runs (its transient unit sparkctl-rollout-<service>;
+one `systemctl show` for all); /health, /version and the /metrics gauges on loopback. And: MemAvailable, each
+service's last rollout result (STATE_DIR/rollout/vllm-<service>.result.json, its JSON as it is), the watchdog's
+state, the proxy certificate's expiry. Nothing here changes the box.
+
+Only result files are read under STATE_DIR/rollout/: an open transaction's state (vllm-<service>.txn/) may hold the
+acceptance probe's key, and failure records hold journal excerpts; neither is what status reports.
 """
 
 from __future__ import annotations
@@ -26,6 +30,8 @@ import urllib.request
 
 GAUGES = {"vllm:num_requests_running": "running", "vllm:num_requests_waiting": "waiting",
           "vllm:kv_cache_usage_perc": "kv_usage"}
+ROLLOUT_UNIT = "sparkctl-rollout-{}.service"  # rollout.py's transient unit of a service (rollout.rollout_unit)
+RUNNING = ("active", "activating", "reloading")  # ActiveStates of a transient unit whose command still runs
 
 
 def unescape(raw: str) -> str:
@@ -102,9 +108,32 @@ def read_json(path: str):
         return {"unreadable": str(exc)}
 
 
+def last_rollouts(state_dir: str) -> dict:
+    """service -> its last rollout result (rollout_txn.py's vllm-<service>.result.json, one per service, rewritten
+    by each transaction or restart): the file, when it was written, its JSON as it is."""
+    out = {}
+    for path in sorted(glob.glob(os.path.join(state_dir, "rollout", "vllm-*.result.json"))):
+        service = os.path.basename(path)[len("vllm-"):-len(".result.json")]
+        out[service] = {"file": os.path.relpath(path, state_dir), "mtime": os.stat(path).st_mtime,
+                        "data": read_json(path)}
+    return out
+
+
+def probe_service(svc: dict, cfg: dict) -> None:
+    """/health, /version and the /metrics gauges of one service on loopback (a headless worker has no API)."""
+    if not svc.get("port") or svc.get("headless"):
+        return
+    timeout = cfg.get("timeout_s", 1.0)
+    base = f"http://{cfg.get('address', '127.0.0.1')}:{svc['port']}"
+    svc["health"] = get(f"{base}/health", timeout)[0]
+    code, text = get(f"{base}/version", timeout)
+    svc["vllm_version"] = json.loads(text).get("version") if code == 200 and text.startswith("{") else None
+    code, text = get(f"{base}/metrics", timeout)
+    svc["metrics"] = gauges(text) if code == 200 else {}
+
+
 def main(cfg: dict) -> dict:
     t0 = time.monotonic()
-    timeout = cfg.get("timeout_s", 1.0)
     services = {}
     for path in sorted(glob.glob(os.path.join(cfg["env_dir"], "vllm-*.env"))):
         name = os.path.basename(path)[len("vllm-"):-len(".env")]
@@ -112,28 +141,20 @@ def main(cfg: dict) -> dict:
             services[name] = env_file(path)
         except (OSError, ValueError) as exc:
             services[name] = {"error": str(exc)}
-    states = units([f"vllm-{n}.service" for n in services])
+    states = units([u for n in services for u in (f"vllm-{n}.service", ROLLOUT_UNIT.format(n))])
     for name, svc in services.items():
         svc["unit"] = states.get(f"vllm-{name}.service", {})
-        if not svc.get("port") or svc.get("headless"):
-            continue
-        base = f"http://{cfg.get('address', '127.0.0.1')}:{svc['port']}"
-        svc["health"] = get(f"{base}/health", timeout)[0]
-        code, text = get(f"{base}/version", timeout)
-        svc["vllm_version"] = json.loads(text).get("version") if code == 200 and text.startswith("{") else None
-        code, text = get(f"{base}/metrics", timeout)
-        svc["metrics"] = gauges(text) if code == 200 else {}
-    rollout = {os.path.relpath(p, cfg["state_dir"]): {"mtime": os.stat(p).st_mtime, "data": read_json(p)}
-               for p in sorted(glob.glob(os.path.join(cfg["state_dir"], "rollout", "**", "*.json"), recursive=True))}
+        svc["rollout_running"] = states.get(ROLLOUT_UNIT.format(name), {}).get("ActiveState") in RUNNING
+        probe_service(svc, cfg)
     watchdog = read_json(os.path.join(cfg["state_dir"], "watchdog", "state.json")) \
         if os.path.exists(os.path.join(cfg["state_dir"], "watchdog", "state.json")) else None
     try:
         cert_expiry = ssl.cert_time_to_seconds(ssl._ssl._test_decode_cert(cfg["cert"])["notAfter"])
     except (OSError, ssl.SSLError, KeyError, ValueError):
         cert_expiry = None
-    return {"schema": "sparkctl.status.box/1", "now": time.time(), "services": services,
-            "mem_available_bytes": mem_available(), "rollout": rollout, "watchdog": watchdog,
-            "cert_expiry": cert_expiry, "probe_s": round(time.monotonic() - t0, 3)}
+    return {"schema": "sparkctl.status.box/2", "now": time.time(), "services": services,
+            "mem_available_bytes": mem_available(), "last_rollouts": last_rollouts(cfg["state_dir"]),
+            "watchdog": watchdog, "cert_expiry": cert_expiry, "probe_s": round(time.monotonic() - t0, 3)}
 
 
 if __name__ == "__main__":

@@ -48,14 +48,27 @@ def render(result: dict, width: int = 200) -> str:
         for row in info["services"]:
             table.add_row(*[cell(key, row) for key, _h in COLUMNS])
         console.print(table)
-        ro = info["last_rollout"]
-        if ro is None:
-            console.print(f"{box}: last rollout: no result recorded")
-        else:
-            when = _dt.datetime.fromtimestamp(ro["mtime"], _dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC") \
-                if ro.get("mtime") else "?"
-            console.print(f"{box}: last rollout ({ro['file']}, {when}): {json.dumps(ro['data'], sort_keys=True)}")
+        for line in rollout_lines(box, info):
+            console.print(line, highlight=False, markup=False, soft_wrap=True)
     return buf.getvalue()
+
+
+def rollout_lines(box: str, info: dict) -> list[str]:
+    """One line per service: a rollout running now, and the last one's result (outcome, transaction, first line
+    of its message; `--json` has the whole result file)."""
+    lines = [f"{box}: a rollout or restart of {r['service']} is running now" for r in info["services"]
+             if r.get("rollout_running")]
+    for service, ro in info["last_rollouts"].items():
+        data = ro.get("data") or {}
+        when = _dt.datetime.fromtimestamp(ro["mtime"], _dt.timezone.utc).strftime("%Y-%m-%d %H:%M:%S UTC") \
+            if ro.get("mtime") else "?"
+        by = f", asked by {data['by']}" if data.get("by") else ""
+        message = (str(data.get("message") or data.get("unreadable") or "").splitlines() or [""])[0]
+        lines.append(f"{box}: last rollout of {service} ({ro['file']}, {when}): {data.get('outcome', '?')} "
+                     f"(transaction {data.get('txn', '?')}{by}): {message}")
+    if not info["last_rollouts"]:
+        lines.append(f"{box}: last rollout: no result recorded")
+    return lines
 
 
 def run(args) -> int:
@@ -73,6 +86,6 @@ def run(args) -> int:
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("status", help="every box and service at a glance (one ssh round trip per box)")
-    p.add_argument("--json", action="store_true", help="machine-readable (schema sparkctl.status/1)")
+    p.add_argument("--json", action="store_true", help="machine-readable (schema sparkctl.status/2)")
     p.add_argument("--host", help="only this inventory host")
     p.set_defaults(func=run)

@@ -1,9 +1,10 @@
 """Ask every configured box for its state (in parallel, one ssh round trip each) and turn the answers into rows.
 
-Row fields (the --json output, schema "sparkctl.status/1"): box, service, served, model, revision, vllm_version,
+Row fields (the --json output, schema "sparkctl.status/2"): box, service, served, model, revision, vllm_version,
 active, up_since, healthy, running, waiting, kv_usage_pct, mem_available_gib, watchdog_restarts,
-watchdog_gave_up, cert_expires_in_days; per box also "last_rollout" (the newest result file under
-STATE_DIR/rollout/, its JSON shown as it is), "probe_s" (wall time of the round trip) and "error".
+watchdog_gave_up, cert_expires_in_days, rollout_running; per box also "last_rollouts" (per service its result file
+STATE_DIR/rollout/vllm-<service>.result.json: "file", "mtime", and "data", its JSON as the box wrote it), "probe_s"
+(wall time of the round trip) and "error".
 """
 
 from __future__ import annotations
@@ -52,14 +53,6 @@ def ask_all(hosts: list[HostConn], d: dict) -> dict[str, dict]:
         return dict(zip([h.name for h in hosts], pool.map(lambda h: ask(h, d), hosts)))
 
 
-def last_rollout(report: dict) -> dict | None:
-    files = report.get("rollout") or {}
-    if not files:
-        return None
-    name, entry = max(files.items(), key=lambda kv: kv[1].get("mtime", 0))
-    return {"file": name, "mtime": entry.get("mtime"), "data": entry.get("data")}
-
-
 def rows(box: str, report: dict) -> list[dict]:
     now = report.get("now") or time.time()
     mem = report.get("mem_available_bytes")
@@ -79,6 +72,7 @@ def rows(box: str, report: dict) -> list[dict]:
             "mem_available_gib": round(mem / GIB, 1) if mem is not None else None,
             "watchdog_restarts": rec.get("restarts_total", 0), "watchdog_gave_up": bool(rec.get("gave_up")),
             "cert_expires_in_days": round((cert - now) / 86400, 1) if cert else None,
+            "rollout_running": bool(svc.get("rollout_running")),
         })
     return out
 
@@ -87,5 +81,6 @@ def status(hosts: list[HostConn], d: dict) -> dict:
     boxes = {}
     for name, report in ask_all(hosts, d).items():
         boxes[name] = {"error": report.get("error"), "probe_s": report.get("probe_s"),
-                       "last_rollout": last_rollout(report), "services": rows(name, report)}
-    return {"schema": "sparkctl.status/1", "boxes": boxes}
+                       "last_rollouts": dict(sorted((report.get("last_rollouts") or {}).items())),
+                       "services": rows(name, report)}
+    return {"schema": "sparkctl.status/2", "boxes": boxes}
