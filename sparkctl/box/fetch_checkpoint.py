@@ -10,9 +10,10 @@ huggingface_hub downloads at that exact commit into its cache (each file to a te
 complete, so a partial file is never at a path a service reads); rerunning after a kill resumes with the files
 still missing. Then every listed file is checked by content: present, the locked size, and the locked digest (an
 LFS file's sha256; a small file's git blob id, the sha1 of "blob <size>\\0" + bytes), hashed in parallel threads;
-nothing unlisted may be in the snapshot. Only then is the verified marker written (atomically). The deploy points
-a service at a snapshot only once its marker exists. The paths (marker, snapshot) come from the deploy
-(sparkctl.config.lock knows them); this script computes none.
+nothing unlisted may be in the snapshot. Only then is the verified marker written (atomically). A listing entry
+with no digest is refused before anything is fetched or verified (exit 4): same-size corruption would pass. The
+deploy points a service at a snapshot only once its marker exists. The paths (marker, snapshot) come from the
+deploy (sparkctl.config.lock knows them); this script computes none.
 
 Endpoint: HF_ENDPOINT from the environment. Token: HF_TOKEN_PATH (a root-only file), never argv.
 """
@@ -47,7 +48,12 @@ def content_problem(rel: str, path: str, meta: dict) -> str | None:
         got = digest(path, hashlib.sha1(b"blob %d\0" % os.path.getsize(path)))
         return None if got == meta["blob_id"] else \
             f"{rel}: git blob {got} is not the locked {meta['blob_id']} (corrupt: delete {os.path.realpath(path)})"
-    return None
+    return f"{rel}: the listing has no sha256 or git blob id for it; its content cannot be verified"
+
+
+def without_digest(files: dict) -> list[str]:
+    """Listed files whose bytes could not be checked (sparkctl.config.lock refuses such a lock too)."""
+    return sorted(rel for rel, meta in files.items() if not (meta.get("sha256") or meta.get("blob_id")))
 
 
 def verify(snapshot: str, files: dict, workers: int = 8) -> list[str]:
@@ -91,6 +97,12 @@ def main(argv=None) -> int:
         lock = json.load(f)
     repo, sha, files = lock["repo"], lock["sha"], lock["files"]
     marker = args.marker
+    unverifiable = without_digest(files)
+    if unverifiable:
+        print(f"fetch: {repo}@{sha}: the listing {args.listing} has no sha256 or git blob id for "
+              f"{', '.join(unverifiable)}; refusing to fetch or verify files that cannot be checked by content "
+              f"(refresh the lock: python -m sparkctl lock refresh)", file=sys.stderr)
+        return 4
 
     started = time.monotonic()
     if args.verify_only:

@@ -2,7 +2,9 @@
 
 A branch name is not a pin. `python -m sparkctl lock refresh` asks the Hub (or HF_ENDPOINT) what each
 checkpoint's revision points at now and records the commit and the files the box will download (names, sizes,
-LFS sha256). Deploys read only the lock; refreshing it is an explicit, reviewable act (a diff in git).
+LFS sha256, git blob ids). Deploys read only the lock; refreshing it is an explicit, reviewable act (a diff in git).
+Every file is verified by content on the box, so every entry must carry a digest the box can check: an LFS
+file's sha256, or a git blob id (sha1); an entry with neither is refused by the lock and by the box.
 
 Format (MODEL_LOCK_FILE, JSON):
     {"version": 1, "endpoint": "...", "checkpoints": {"<org/name>": {"revision": "main", "sha": "<40 hex>",
@@ -18,10 +20,12 @@ from pathlib import Path
 
 from sparkctl import REPO_ROOT
 from sparkctl.config import catalog, groupdata
-from sparkctl.errors import SettingError
+from sparkctl.errors import SettingError, SparkctlError
 
 SHA_RE = re.compile(r"^[0-9a-f]{40}$")
+SHA256_RE = re.compile(r"^[0-9a-f]{64}$")
 LOCK_VERSION = 1
+DIGEST_RULE = 'a file entry with a content digest the box checks: "sha256" (64 hex) or "blob_id" (40-hex git blob id)'
 
 
 # Where a locked checkpoint lives on the box, in one place (the box-side scripts are given these paths).
@@ -110,7 +114,24 @@ def locked(lock: dict, cp: catalog.Checkpoint, path: Path) -> LockedCheckpoint:
             isinstance(f, dict) and isinstance(f.get("size"), int) for f in files.values()):
         raise SettingError(f"{name}[{cp.repo!r}].files", files, "the file listing at that commit "
                            '({"<path>": {"size": <bytes>, ...}})', refresh)
+    undigested = files_without_digest(files)
+    if undigested:
+        raise SettingError(f"{name}[{cp.repo!r}].files[{undigested[0]!r}]", files[undigested[0]], DIGEST_RULE,
+                           f"{len(undigested)} file(s) of {cp.repo} without one: {', '.join(undigested[:5])}; "
+                           f"the box could not tell a corrupt copy from a good one. {refresh}")
     return LockedCheckpoint(repo=cp.repo, revision=cp.revision, sha=sha, files=entry["files"])
+
+
+def has_digest(meta: dict) -> bool:
+    """The file's bytes can be checked: an LFS sha256 or a git blob id, well formed (fetch_checkpoint.py checks
+    exactly these)."""
+    sha256, blob_id = meta.get("sha256"), meta.get("blob_id")
+    return (isinstance(sha256, str) and bool(SHA256_RE.match(sha256))) or \
+        (isinstance(blob_id, str) and bool(SHA_RE.match(blob_id)))
+
+
+def files_without_digest(files: dict) -> list[str]:
+    return sorted(path for path, meta in files.items() if not has_digest(meta))
 
 
 def checkpoints_of(data: dict) -> list[catalog.Checkpoint]:
@@ -135,6 +156,19 @@ def _listing(info, allow_patterns) -> dict:
     return dict(sorted(files.items()))
 
 
+def resolve(api, cp: catalog.Checkpoint, endpoint: str) -> dict:
+    """The lock entry of one checkpoint as the endpoint answers now; refused (nothing written) when the endpoint
+    lists a file without a digest, since a deploy would refuse that lock."""
+    info = api.model_info(cp.repo, revision=cp.revision, files_metadata=True)
+    files = _listing(info, cp.allow_patterns)
+    undigested = files_without_digest(files)
+    if undigested:
+        raise SparkctlError(f"lock refresh: {endpoint} lists {len(undigested)} file(s) of {cp.repo}@{info.sha} "
+                            f"without a sha256 or git blob id ({', '.join(undigested[:5])}); nothing was written: "
+                            f"every file must be verifiable by content on the box")
+    return {"revision": cp.revision, "sha": info.sha, "files": files}
+
+
 def refresh_lock(groups: list[str], endpoint: str | None = None,
                  extra: list[catalog.Checkpoint] | None = None) -> Path:
     """Resolve every checkpoint named by these groups' data (plus `extra` ones, e.g. a candidate checkpoint
@@ -148,9 +182,7 @@ def refresh_lock(groups: list[str], endpoint: str | None = None,
     api = HfApi(endpoint=endpoint, token=read_hf_token(data) or False)
     out = {"version": LOCK_VERSION, "endpoint": endpoint, "checkpoints": {}}
     for cp in sorted(checkpoints_of(data) + list(extra or []), key=lambda c: c.repo):
-        info = api.model_info(cp.repo, revision=cp.revision, files_metadata=True)
-        out["checkpoints"][cp.repo] = {"revision": cp.revision, "sha": info.sha,
-                                       "files": _listing(info, cp.allow_patterns)}
+        out["checkpoints"][cp.repo] = resolve(api, cp, endpoint)
     path = lock_path(data)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(out, indent=2, sort_keys=True) + "\n")

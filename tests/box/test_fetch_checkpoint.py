@@ -155,3 +155,29 @@ def test_a_same_size_corrupted_file_is_refused_by_content(repo, hf_env, tmp_path
     r = fetch(url, env, tmp_path, lpath)
     assert r.returncode == 0, r.stderr
     assert mark.exists() and path.stat().st_size == lock["files"][name]["size"]
+
+
+@pytest.mark.parametrize("mode", ["download", "verify-only"])
+def test_a_listing_entry_without_a_digest_is_refused_not_verified(repo, hf_env, tmp_path, mode):
+    """A file listed with its size and neither sha256 nor a git blob id: a same-size corruption could not be told
+    apart, so the box refuses the listing (exit 4, the file named) before fetching or verifying, and marks nothing."""
+    url, _path = repo
+    env = hf_env(url)
+    lock, _ = listing(url, env, tmp_path)
+    lock["files"]["config.json"].update(sha256=None, blob_id=None)
+    bad = tmp_path / "undigested.json"
+    bad.write_text(json.dumps(lock))
+    r = fetch(url, env, tmp_path, str(bad)) if mode == "download" else verify_only(env, tmp_path, str(bad))
+    assert r.returncode == 4, r.stdout + r.stderr
+    assert "has no sha256 or git blob id for config.json" in r.stderr and "lock refresh" in r.stderr
+    assert not marker(tmp_path, lock["sha"]).exists()
+    assert not (tmp_path / "hub" / cache_dirname("acme/tiny")).exists()  # nothing fetched
+
+
+def test_the_verifier_itself_never_passes_a_file_it_cannot_check(tmp_path):
+    sys.path.insert(0, str(SCRIPT.parent))
+    import fetch_checkpoint
+
+    (tmp_path / "config.json").write_text("{}")
+    problems = fetch_checkpoint.verify(str(tmp_path), {"config.json": {"size": 2, "sha256": None, "blob_id": None}})
+    assert problems == ["config.json: the listing has no sha256 or git blob id for it; its content cannot be verified"]
