@@ -32,6 +32,7 @@ from sparkctl.measure.record import BenchError
 from sparkctl.measure.reference import Reference
 
 MODES = ("fail", "warn")
+FIRST_OF_CONFIGURATION = ("previous", "published", "none")  # references chosen only when no baseline exists
 PROVENANCES = ("measured", "derived", "provisional")  # catalog.MemoryFacts.acceptance_provenance values
 SPEC_FIGURES = ("tokens_per_step", "acceptance_rate", "per_position")  # its keys
 
@@ -144,6 +145,9 @@ class Check:
 
 
 NO_REFERENCE = Reference("none", "the roofline and the KV plan only", passed_over=("no reference was given",))
+# both speed comparisons switched off: no reference is used, and the history line says so
+SPEED_OFF = Reference("off", "its floors and the KV plan only, decode and prefill comparisons off "
+                             "(ACCEPTANCE_DECODE_ENABLED, ACCEPTANCE_PREFILL_ENABLED)")
 
 
 @dataclass
@@ -171,7 +175,7 @@ class Verdict:
         """One line for the box's record and the operator: which numbers failed, by how much, against what."""
         ref = self.reference
         if self.passed:
-            becomes = "" if ref.kind == "baseline" else "; this run becomes its configuration's baseline"
+            becomes = "; this run becomes its configuration's baseline" if ref.kind in FIRST_OF_CONFIGURATION else ""
             return f"acceptance passed against {ref.name} ({self.roofline_summary()}{becomes})"
         return f"acceptance failed (against {ref.name}): " + "; ".join(c.line() for c in self.failures)
 
@@ -322,9 +326,9 @@ def niah_check(gate: dict) -> list[Check]:
                   note="" if cell["passed"] else f"answered {answer!r}, the needle was {cell['needle_value']}")]
 
 
-def _reference_notes(ref: Reference, t: Thresholds) -> list[str]:
-    if not (t.decode or t.prefill):
-        return []
+def _reference_notes(ref: Reference) -> list[str]:
+    if ref.kind == "off":
+        return [f"decode/prefill: judged against {ref.name}"]
     said = f"decode/prefill judged against {ref.name}" + (f" ({ref.provenance})" if ref.provenance else "")
     if ref.kind == "none":
         said = "decode/prefill: nothing measured to compare with; judged against the roofline and the KV plan only"
@@ -340,7 +344,7 @@ def _spec(rec: dict, t: Thresholds, floor: Floor | None) -> tuple[list[Check], l
 
 
 def _speed(rec: dict, t: Thresholds, ref: Reference) -> tuple[list[Check], list[str]]:
-    checks, notes = [], _reference_notes(ref, t)
+    checks, notes = [], _reference_notes(ref)
     parts = [decode_checks(rec, ref) if t.decode else ([], []), roofline_checks(rec, ref, t),
              prefill_checks(rec, ref) if t.prefill else ([], [])]
     for c, n in parts:
@@ -357,6 +361,7 @@ def judge(rec: dict, t: Thresholds, *, floor: Floor | None = None, reference: Re
     if not gate:
         raise BenchError("not an acceptance run: the record has no `gate` part (a full bench is not judged)")
     ref = reference or (refs.of_baseline(rec, baseline, t) if baseline is not None else NO_REFERENCE)
+    ref = ref if t.decode or t.prefill else SPEED_OFF
     checks, notes = [], []
     for c, n in (_spec(rec, t, floor), _speed(rec, t, ref), kv_check(gate, t.kv_max_shortfall) if t.kv else ([], []),
                  (niah_check(gate) if t.niah else [], [])):

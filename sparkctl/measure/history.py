@@ -235,7 +235,7 @@ def history_table(lines: list[dict], title: str):
     t = Table(title=title, caption="B = baseline of its configuration+workload; gate = a rollout's quick run; "
                                    "vLLM (build) = version (venv hash); judged against: baseline, previous "
                                    "(another build's or revision's baseline), published (the catalog's), none "
-                                   "(roofline and KV plan only)")
+                                   "(roofline and KV plan only), off (speed comparisons switched off)")
     for col in ("id", "date", "kind", "B", "model", "revision", "vLLM (build)", "workload", "window s",
                 "decode tok/s by streams", "prefill tok/s", "acceptance", "judged against"):
         t.add_column(col, justify="right" if col in ("window s", "prefill tok/s", "acceptance") else "left",

@@ -30,7 +30,7 @@ from sparkctl.measure.record import BenchError
 if TYPE_CHECKING:
     from sparkctl.measure.acceptance import Thresholds
 
-KINDS = ("baseline", "previous", "published", "none")
+KINDS = ("baseline", "previous", "published", "none", "off")  # off: acceptance.SPEED_OFF, both comparisons off
 CHANGEABLE = ("vllm_version", "vllm_build", "revision")  # what may differ from a previous configuration's run
 
 

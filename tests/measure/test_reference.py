@@ -148,6 +148,18 @@ def test_laguna_first_flip_uses_its_own_published_figures():
     assert v.reference.decode[4] == 96.0 and v.reference.prefill[12288] == 3550.0
 
 
+@pytest.mark.parametrize("key", ["qwen3.8-27b", "laguna-s-2.1"])
+def test_the_published_figures_agree_with_the_catalog_and_clear_the_roofline_floor(key):
+    spec = quick.coder_spec(ALL, key)
+    pub = reference.published_of(spec)
+    assert pub.decode[1] == spec.memory.measured_decode_tokens_per_s and pub.checkpoint == spec.checkpoint.repo
+    roofline, _ = labels.roofline_single_stream({**ALL, "CODING_MODEL": key})
+    pct = {n: tok / (n * roofline) for n, tok in pub.decode.items()}
+    # the floor with nothing measured must never fail a box that performs like the production one
+    assert min(pct.values()) > ALL["ACCEPTANCE_ROOFLINE_FLOOR_FRACTION"], pct
+    assert max(pct.values()) < 1.0  # and the roofline is an upper bound of every published figure
+
+
 @pytest.mark.parametrize("other,why", [
     (dict(repo="sim/tiny-qwen"), "measured on unsloth/Qwen3.8-27B-NVFP4, this run serves sim/tiny-qwen"),
     (dict(tp=2), "measured on one box, this run on a tensor-parallel pair of 2"),
@@ -194,6 +206,17 @@ def test_the_simulated_sparks_first_flip_is_judged_on_the_roofline_and_kv_plan_o
     v = quick.judge_record(r, {**sim, "ACCEPTANCE_DECODE_ENABLED": True}, [])
     assert v.reference.kind == "none" and v.passed
     assert any("roofline floor is off" in n for n in v.notes)  # a GB10's roofline means nothing on 2 CPU cores
+
+
+def test_with_both_speed_comparisons_off_no_reference_is_claimed():
+    base = line(rec())
+    v = judge(rec(decode=(1.0, 2.0)), [base], ACCEPTANCE_DECODE_ENABLED=False, ACCEPTANCE_PREFILL_ENABLED=False)
+    assert v.passed and v.reference.kind == "off" and v.baseline_id is None
+    assert v.reason().startswith("acceptance passed against its floors and the KV plan only, decode and prefill "
+                                 "comparisons off")
+    assert "becomes" not in v.reason() and not any(c.judged for c in v.checks if c.against == "roofline")
+    only_prefill = judge(rec(decode=(1.0, 2.0)), [base], ACCEPTANCE_DECODE_ENABLED=False)
+    assert only_prefill.reference.kind == "baseline" and only_prefill.passed  # decode is not compared
 
 
 # ---------------------------------------------------------------------------------------------------- labels
