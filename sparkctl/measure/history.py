@@ -207,9 +207,9 @@ def judged_against(line: dict) -> str:
 
 
 def _vllm_cell(key: dict) -> str:
-    build = key["vllm_build"] or ""
-    suffix = build[len(f"{key['vllm_version']}-"):] if build.startswith(f"{key['vllm_version']}-") else build
-    return f"{key['vllm_version']}" + (f" ({suffix[:6]})" if suffix else "")
+    """The version, and the start of the build's venv hash (<version>-<hash>) when recorded."""
+    build = key["vllm_build"]
+    return f"{key['vllm_version']}" + (f" ({build.rsplit('-', 1)[-1][:6]})" if build else "")
 
 
 def _row(x: dict) -> list[str]:
