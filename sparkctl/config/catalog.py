@@ -65,6 +65,18 @@ class MemoryFacts:
     measured_acceptance_per_position: tuple[float, ...] = ()  # Δaccepted at draft position i / Δdrafts; (): none
     measured_acceptance_source: str = ""  # where the acceptance figures were published
     measured_acceptance_on: str = ""  # checkpoint repo the acceptance figures belong to; "": measured_on's
+    # which of the acceptance figures (tokens_per_step, acceptance_rate, per_position) the source states as a
+    # measurement: "measured" (judged), "derived" (read from the source's words or arithmetic: printed, never
+    # judged) or "provisional" (a stand-in's placeholder until its own runs measure it: judged, and said so);
+    # a figure not named here is measured
+    acceptance_provenance: dict = field(default_factory=dict)
+    # --- published bench-probe figures (issue 20): the reference of a model's first flip on a box, the write-up's
+    # probe on the production box (one GX10); they belong to measured_on's checkpoint like the measured_* figures
+    published_decode_tokens_per_s: dict = field(default_factory=dict)  # {streams: aggregate decode tok/s}; {}: none
+    published_prefill_tokens_per_s: dict = field(default_factory=dict)  # {prompt tokens: fresh-prefill tok/s}
+    published_workload: dict = field(default_factory=dict)  # what is known of the workload they were measured with,
+    # as history.workload_key fields (e.g. {"workload": "codegen-v1", "ignore_eos": False})
+    published_source: str = ""  # where the published figures come from
 
 
 @dataclass(frozen=True)
@@ -84,6 +96,13 @@ class ModelSpec:
     def checkpoints(self) -> list[Checkpoint]:
         return [self.checkpoint] + ([self.draft] if self.draft else [])
 
+
+# the write-up's probe (README "Measuring": the probe this repository's bench reproduces): code-generation requests
+# through the proxy, run to their natural end, 40 s decode windows, one fresh 12K (12,288-token) prefill
+PROBE_WORKLOAD = {"workload": "codegen-v1", "ignore_eos": False}
+PROBE_SOURCE = ("production write-up (model-decision-writeup.md, Finding 2): \"Laguna leads at every count: 46.5, 52, "
+                "96 and 176 tokens/s aggregate against Qwen's 18.3, 40, 73 and 122 ... Prefill is Laguna's at every "
+                "length: 3,550 tokens/s against 2,088 on a 12K prompt\"; the bench probe on one GX10, 40 s windows")
 
 QWEN = ModelSpec(
     key="qwen3.8-27b",
@@ -126,6 +145,13 @@ QWEN = ModelSpec(
         measured_acceptance_source="production write-up (model-decision-writeup.md): \"Qwen's single MTP layer, re-run "
                                    "three times, accepts about half at each position on either workload: 2.5 tokens "
                                    "per step\"",
+        # the write-up states 2.5 tokens per step; the rate is that arithmetic (1.5 of 3) and the positions a reading
+        # of "about half at each position": chained acceptance falls with depth, so those are never judged
+        acceptance_provenance={"tokens_per_step": "measured", "acceptance_rate": "derived", "per_position": "derived"},
+        published_decode_tokens_per_s={1: 18.3, 2: 40.0, 4: 73.0, 8: 122.0},
+        published_prefill_tokens_per_s={12288: 2088.0},
+        published_workload=PROBE_WORKLOAD,
+        published_source=PROBE_SOURCE,
     ),
 )
 
@@ -169,6 +195,11 @@ LAGUNA = ModelSpec(
         measured_acceptance_source="production write-up (model-decision-writeup.md): \"Laguna's DFlash draft proposes "
                                    "7 tokens per step. On our code-generation probe it lands 58% of them - 5.1 tokens "
                                    "per step\"",
+        acceptance_provenance={"tokens_per_step": "measured", "acceptance_rate": "measured"},
+        published_decode_tokens_per_s={1: 46.5, 2: 52.0, 4: 96.0, 8: 176.0},
+        published_prefill_tokens_per_s={12288: 3550.0},
+        published_workload=PROBE_WORKLOAD,
+        published_source=PROBE_SOURCE,
     ),
 )
 

@@ -5,7 +5,8 @@ The box keeps a history of accepted runs (sparkctl/measure/history.py): `bench h
 --baseline` lines A up with the box's baseline for A's configuration and workload (refused when there is none: runs
 of other workloads are never lined up), `@ID` names a history line wherever a record file is expected, and
 `bench --record-baseline` makes a full bench the baseline. `bench gate` runs a rollout's quick acceptance
-(sparkctl/measure/quick.py) and prints its verdict; the deploy calls the same function.
+(sparkctl/measure/quick.py) and prints its verdict; the deploy calls the same function. `bench judge` replays a
+saved quick-run record's verdict offline against a history file (sparkctl/measure/judge_cli.py).
 
 The box is reached through its TLS proxy (https://<address>:PROXY_PORT/<CODER_SERVED_NAME>/v1) with the bearer
 token, trusting only the deploy's CA (--ca, default <SECRETS_DIR>/pki/ca.pem); /metrics is read on the box over
@@ -37,6 +38,7 @@ from sparkctl.measure import (
     acceptance,
     evals,
     history,
+    judge_cli,
     labels,
     niah,
     probe,
@@ -135,7 +137,7 @@ def add_parser(subparsers) -> None:
     p.add_argument("--record-baseline", action="store_true",
                    help="append the record to the box's history as the baseline of its configuration and workload")
     p.set_defaults(func=run_bench)
-    modes = p.add_subparsers(dest="bench_mode", metavar="{compare,history,gate}")
+    modes = p.add_subparsers(dest="bench_mode", metavar="{compare,history,gate,judge}")
     c = modes.add_parser("compare", help="side-by-side table of two bench records",
                          description="The side-by-side table of two bench JSON records; the header says when their "
                                      "workloads or windows differ. @ID names a line of the box's history.")
@@ -160,6 +162,7 @@ def add_parser(subparsers) -> None:
     g.add_argument("--json", action="store_true", help="print the verdict as JSON (acceptance.Verdict.to_dict)")
     g.add_argument("--record", action="store_true", help="append a passed run to the box's history")
     g.set_defaults(func=run_gate)
+    judge_cli.add_parser(modes)
 
     n = subparsers.add_parser("niah", help="needle-in-a-haystack grid through the proxy",
                               description=niah.__doc__.split("\n\n")[0])
@@ -224,7 +227,7 @@ def resolve_target(args) -> Target:
     else:
         source = probe.MetricsSource.ssh(host, int(data["CODER_PORT"]))
     if host is not None and not (args.base_url and args.host is None):
-        box = labels.box_labels(host, data)
+        box = {**labels.box_labels(host, data), **labels.build_labels(data)}
     else:  # development run against some other server: never label it as the inventory's box
         box = {"box": {"name": "dev", "address": base, "simulated": None}}
     return Target(data=data, endpoint=Endpoint(base, served, token, ca), metrics=source,

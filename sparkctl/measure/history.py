@@ -3,15 +3,17 @@
 Where: <STATE_DIR>/<ACCEPTANCE_HISTORY_FILE> on the box (default /var/lib/sparkctl/acceptance/history.jsonl),
 root-only (the file 0600 in a 0700 folder). It lives on the box, so any control machine sees the same history.
 What: append-only JSON lines; each line is a bench record (record.BenchRecord: workload, window, streams, model,
-revision, vLLM version, box, date; a quick acceptance run also carries its `gate` part) plus a `history` part:
-{"id": 12 hex of the record's sha256, "appended": UTC time, "baseline": bool, "source": "acceptance" | "bench"}.
+revision, vLLM version and build, box, date; a quick acceptance run also carries its `gate` part) plus a `history`
+part: {"id": 12 hex of the record's sha256, "appended": UTC time, "baseline": bool, "source": "acceptance" | "bench",
+"reference": what an accepted gate run was judged against (reference.Reference.tag; absent on older lines)}.
 How: read and appended over ssh (HostConn.ssh_argv), the append under flock so two deploys cannot interleave lines.
 
 Baselines. Runs line up only when they measured the same thing: the same configuration (box, model key, checkpoint
-revision, vLLM version: `config_key`) and the same workload (workload name, version and prompt-set hash, max_tokens,
+revision, vLLM version and build, tensor-parallel size: `config_key`) and the same workload (workload name, version and prompt-set hash, max_tokens,
 ignore_eos, temperature: `workload_key`). The baseline of a configuration+workload is the last line of that key
 marked baseline: the first accepted run writes one (nothing to compare with yet), and so does a full
-`bench --record-baseline`. Later accepted runs are appended as plain history.
+`bench --record-baseline`. Later accepted runs are appended as plain history. What a run with no baseline of its
+own is judged against (another configuration's baseline, published figures, the roofline) is reference.py's.
 """
 
 from __future__ import annotations
@@ -42,6 +44,7 @@ class HistoryTag(BaseModel):
     appended: str
     baseline: bool
     source: Literal["acceptance", "bench"]
+    reference: dict | None = None  # {"kind", "name", "id"} of what the gate judged this run against
 
 
 class HistoryLine(BenchRecord):
@@ -51,12 +54,13 @@ class HistoryLine(BenchRecord):
 # ---------------------------------------------------------------------------------------------------- keys (pure)
 
 def config_key(rec: dict) -> dict:
-    """What the box ran: box, model key, checkpoint revision, vLLM version, tensor-parallel size (records written
-    before it was recorded ran on one box)."""
+    """What the box ran: box, model key, checkpoint revision, vLLM version and build (its venv: None on records
+    written before it was recorded, which so never pass for a recorded build), tensor-parallel size (records
+    written before it was recorded ran on one box)."""
     model, box = rec.get("model") or {}, rec.get("box") or {}
     return {"box": box.get("name"), "model": model.get("key"),
             "revision": rec.get("revision") or model.get("sha"), "vllm_version": rec.get("vllm_version"),
-            "tensor_parallel_size": box.get("tensor_parallel_size") or 1}
+            "vllm_build": rec.get("vllm_build"), "tensor_parallel_size": box.get("tensor_parallel_size") or 1}
 
 
 def workload_key(rec: dict) -> dict:
@@ -85,10 +89,11 @@ def record_id(rec: dict) -> str:
 
 # ---------------------------------------------------------------------------------------------------- lines (pure)
 
-def make_line(rec: dict, *, baseline: bool, source: str) -> dict:
+def make_line(rec: dict, *, baseline: bool, source: str, reference: dict | None = None) -> dict:
+    """rec as a history line; reference: what its verdict judged it against (Reference.tag), when it had one."""
     line = {k: v for k, v in rec.items() if k != "history"}
     line["history"] = {"id": record_id(rec), "appended": utc_timestamp(), "baseline": bool(baseline),
-                       "source": source}
+                       "source": source, **({"reference": reference} if reference else {})}
     return line
 
 
@@ -180,35 +185,61 @@ def read(host, data: dict) -> list[dict]:
     return parse(_ssh(host, read_command(path)), f"{host.name}:{path}")
 
 
-def append(host, data: dict, rec: dict, *, source: str, baseline: bool | None = None) -> dict:
+def append(host, data: dict, rec: dict, *, source: str, baseline: bool | None = None,
+           reference: dict | None = None) -> dict:
     """Append rec to the box's history; baseline None: a baseline exactly when its key has none yet."""
     if baseline is None:
         baseline = baseline_for(read(host, data), rec) is None
-    line = make_line(rec, baseline=baseline, source=source)
+    line = make_line(rec, baseline=baseline, source=source, reference=reference)
     _ssh(host, append_command(history_path(data)), stdin=serialize(line))
     return line
 
 
 # ---------------------------------------------------------------------------------------------------- for people
 
+def judged_against(line: dict) -> str:
+    """The history table's "judged against" cell: the reference's kind and its history id ("-": not recorded, on
+    a full bench or a line written before issue 20)."""
+    ref = line["history"].get("reference") or {}
+    if not ref:
+        return "-"
+    return f"{ref['kind']} {ref['id'][:8]}" if ref.get("id") else str(ref["kind"])
+
+
+def _vllm_cell(key: dict) -> str:
+    """The version, and the start of the build's venv hash (<version>-<hash>) when recorded."""
+    build = key["vllm_build"]
+    return f"{key['vllm_version']}" + (f" ({build.rsplit('-', 1)[-1][:6]})" if build else "")
+
+
+def _row(x: dict) -> list[str]:
+    runs = sorted(x.get("runs", []), key=lambda r: r["streams"])
+    decode = ", ".join(f"{r['streams']}: {r['counter_tokens_per_s']:.1f}" for r in runs) or "-"
+    prefill = ", ".join(f"{p['tokens_per_s']:.0f}" for p in x.get("prefill", []) if p.get("tokens_per_s")) or "-"
+    sd = next((r["spec_decode"] for r in runs if r.get("spec_decode")), None) or {}
+    rate = sd.get("acceptance_rate")
+    key, work = config_key(x), workload_key(x)
+    return [x["history"]["id"], str(x.get("date", ""))[:16], "gate" if x.get("gate") else "bench",
+            "B" if x["history"]["baseline"] else "", str(key["model"]), str(key["revision"] or "?")[:8],
+            _vllm_cell(key), work["workload"], f"{x.get('window_s')}", decode, prefill,
+            "-" if rate is None else f"{rate:.0%}", judged_against(x)]
+
+
+
+
 def history_table(lines: list[dict], title: str):
     """`bench history`: one row per line, oldest first; figures are the bench probe's (decode per stream count,
-    fresh prefill, spec-decode acceptance at the lowest stream count)."""
+    fresh prefill, spec-decode acceptance at the lowest stream count), and what each gate run was judged against."""
     from rich.table import Table
 
-    t = Table(title=title, caption="B = baseline of its configuration+workload; gate = a rollout's quick run")
-    for col in ("id", "date", "kind", "B", "model", "revision", "vLLM", "workload", "window s",
-                "decode tok/s by streams", "prefill tok/s", "acceptance"):
-        t.add_column(col, justify="right" if col in ("window s", "prefill tok/s", "acceptance") else "left")
+    t = Table(title=title, caption="B = baseline of its configuration+workload; gate = a rollout's quick run; "
+                                   "vLLM (build) = version (venv hash); judged against: baseline, previous "
+                                   "(another build's or revision's baseline), published (the catalog's), none "
+                                   "(roofline and KV plan only), off (speed comparisons switched off)")
+    for col in ("id", "date", "kind", "B", "model", "revision", "vLLM (build)", "workload", "window s",
+                "decode tok/s by streams", "prefill tok/s", "acceptance", "judged against"):
+        t.add_column(col, justify="right" if col in ("window s", "prefill tok/s", "acceptance") else "left",
+                     overflow="fold", min_width=12 if col == "id" else None)  # an id is typed back as @ID: never cut
     for x in lines:
-        runs = sorted(x.get("runs", []), key=lambda r: r["streams"])
-        decode = ", ".join(f"{r['streams']}: {r['counter_tokens_per_s']:.1f}" for r in runs) or "-"
-        prefill = ", ".join(f"{p['tokens_per_s']:.0f}" for p in x.get("prefill", []) if p.get("tokens_per_s")) or "-"
-        sd = next((r["spec_decode"] for r in runs if r.get("spec_decode")), None) or {}
-        rate = sd.get("acceptance_rate")
-        key, work = config_key(x), workload_key(x)
-        t.add_row(x["history"]["id"], str(x.get("date", ""))[:16], "gate" if x.get("gate") else "bench",
-                  "B" if x["history"]["baseline"] else "", str(key["model"]), str(key["revision"] or "?")[:8],
-                  str(key["vllm_version"]), work["workload"], f"{x.get('window_s')}", decode, prefill,
-                  "-" if rate is None else f"{rate:.0%}")
+        t.add_row(*_row(x))
     return t

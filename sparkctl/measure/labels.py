@@ -45,6 +45,14 @@ def model_labels(data: dict) -> dict:
     return {"model": model, "revision": ckpt["sha"]}
 
 
+def build_labels(data: dict) -> dict:
+    """{"vllm_build": "<version>-<hash>"}: the versioned venv the configuration runs vLLM from (render.units.vllm_venv),
+    so a venv rebuilt with another constraint under the same version string is recognised as another build."""
+    from sparkctl.render.units import vllm_venv
+
+    return {"vllm_build": vllm_venv(data).rstrip("/").rsplit("/", 1)[-1]}
+
+
 def box_labels(host, data: dict) -> dict:
     return {"box": {"name": host.name, "address": host.address, "simulated": bool(host.simulated),
                     "usable_memory_gib": data["BOX_USABLE_MEMORY_GIB"],

@@ -8,9 +8,11 @@ ACCEPTANCE_NIAH_DEPTH); and vLLM's own KV-cache size from the journal of the cod
 plan. Every part has an ACCEPTANCE_*_ENABLED switch. The record is a bench record with a `gate` part naming its
 window, streams and prefill, so no one reads it as a full bench.
 
-The deploy calls `acceptance(host, data)` -> acceptance.Verdict; after the box confirmed the commit it calls
-`record_accepted(host, data, verdict)`, which appends the run to the box's history (history.py), as the baseline
-when its configuration and workload have none yet.
+The deploy calls `acceptance_of(host, data)` -> acceptance.Verdict: the quick run, then `judge_record` (the box's
+history read, the reference chosen by reference.choose, the catalog's floors, acceptance.judge), which
+`bench judge RECORD.json --history FILE` also calls on a saved record. After the box confirmed the commit it calls
+`record_accepted(host, data, verdict)`, which appends the run to the box's history (history.py) with the reference
+it was judged against, as the baseline when its configuration and workload have none yet.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from pathlib import Path
 from sparkctl.config import catalog
 from sparkctl.config.secrets import read_api_token, secrets_dir
 from sparkctl.errors import SettingError
-from sparkctl.measure import acceptance, history, labels, niah, probe, record, workloads
+from sparkctl.measure import acceptance, history, labels, niah, probe, record, reference, workloads
 from sparkctl.measure.client import Endpoint, make_client, server_info
 
 KV_LINES = r"KV cache size|Maximum concurrency for"  # vLLM's startup lines (capacity/vllm_reported.py parses them)
@@ -162,18 +164,28 @@ def acceptance_of(host, data: dict, *, unit: str = "vllm-coder.service", endpoin
     cannot measure at all raises BenchError (the caller decides: no verdict sent = the box decides by timeout).
     lines: the box's history, when the caller already read it (tests); None: read over ssh. probe_key: the
     waiting transaction's key that lets this probe (and only it) through the box's drain."""
-    t = acceptance.Thresholds.from_settings(data)
     qs = QuickSettings.from_settings(data)
-    spec = catalog.lookup(catalog.resolve(data.get("CATALOG_OVERRIDES")), "CODING_MODEL", data["CODING_MODEL"],
-                          catalog.CODER)
+    acceptance.floor_of(coder_spec(data, data["CODING_MODEL"]))  # the catalog's floor is valid before measuring
     ep = endpoint or endpoint_for(host, data, probe_key=probe_key)
     source = metrics or probe.MetricsSource.ssh(host, int(data["CODER_PORT"]))
     kv = read_kv(host, data, unit) if qs.kv else None
-    tags = {**labels.model_labels(data), **labels.box_labels(host, data)}
+    tags = {**labels.model_labels(data), **labels.build_labels(data), **labels.box_labels(host, data)}
     roofline, _why = labels.roofline_single_stream(data)
     rec = asyncio.run(run_quick(ep, source, qs, tags, kv, reporter, roofline))
-    lines = history.read(host, data) if lines is None else lines
-    return acceptance.judge(rec, t, floor=acceptance.floor_of(spec), baseline=history.baseline_for(lines, rec))
+    return judge_record(rec, data, history.read(host, data) if lines is None else lines)
+
+
+def coder_spec(data: dict, key: str, setting: str = "CODING_MODEL") -> catalog.ModelSpec:
+    return catalog.lookup(catalog.resolve(data["CATALOG_OVERRIDES"]), setting, key, catalog.CODER)
+
+
+def judge_record(rec: dict, data: dict, lines: list[dict]) -> acceptance.Verdict:
+    """The verdict on a quick-run record, given the box's history before it: the deploy's judgement, and
+    `bench judge`'s replay of a saved one. The catalog entry is the record's own model's."""
+    t = acceptance.Thresholds.from_settings(data)
+    spec = coder_spec(data, (rec.get("model") or {}).get("key"), "the record's model.key")
+    ref = reference.choose(rec, lines, reference.published_of(spec), t)
+    return acceptance.judge(rec, t, floor=acceptance.floor_of(spec), reference=ref)
 
 
 def record_accepted(host, data: dict, verdict: acceptance.Verdict) -> dict | None:
@@ -181,4 +193,4 @@ def record_accepted(host, data: dict, verdict: acceptance.Verdict) -> dict | Non
     because ACCEPTANCE_MODE is warn is not recorded: it must never become the yardstick."""
     if not verdict.passed:
         return None
-    return history.append(host, data, verdict.record, source="acceptance")
+    return history.append(host, data, verdict.record, source="acceptance", reference=verdict.reference.tag())

@@ -23,13 +23,15 @@ class LocalHost(HostConn):
 
 
 def rec(rate=18.3, *, revision="f" * 40, vllm="0.32.0", workload=("codegen", 1, "abc"), max_tokens=1024,
-        box="spark-1", gate=True, tp=None) -> dict:
+        box="spark-1", gate=True, tp=None, build=None) -> dict:
     r = {"schema": record.SCHEMA, "date": "2026-11-20T10:00:00Z", "model": {"key": "qwen3.8-27b"},
          "revision": revision, "vllm_version": vllm, "box": {"name": box, **({"tensor_parallel_size": tp} if tp
                                                                             else {})}, "window_s": 10,
          "max_tokens": max_tokens, "ignore_eos": False, "temperature": 0.0,
          "workload": {"name": workload[0], "version": workload[1], "sha256": workload[2]},
          "runs": [{"streams": 1, "counter_tokens_per_s": rate}], "prefill": []}
+    if build:
+        r["vllm_build"] = build
     if gate:
         r["gate"] = {"kind": "acceptance", "window_s": 10, "streams": [1], "prefill_tokens": []}
     return r
@@ -77,7 +79,8 @@ def test_a_recorded_full_bench_becomes_the_new_baseline(box):
     assert history.baseline_for(history.read(host, data), rec(19.0))["history"]["id"] == bench["history"]["id"]
 
 
-@pytest.mark.parametrize("change", [dict(revision="e" * 40), dict(vllm="0.33.0"), dict(box="spark-2"),
+@pytest.mark.parametrize("change", [dict(revision="e" * 40), dict(vllm="0.33.0"), dict(build="0.32.0-0123456789ab"),
+                                    dict(box="spark-2"),
                                     dict(workload=("codegen", 2, "abc")), dict(workload=("codegen", 1, "edited")),
                                     dict(max_tokens=256), dict(tp=2)])
 def test_another_configuration_or_workload_has_its_own_baseline(box, change):

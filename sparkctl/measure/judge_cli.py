@@ -1,0 +1,88 @@
+"""`python -m sparkctl bench judge RECORD.json --history HISTORY.jsonl [--json]`: a saved quick-run record judged
+offline exactly as the deploy judges it (quick.judge_record: the reference chosen from the history, the catalog's
+floors, the same thresholds), so an operator can audit or replay a verdict.
+
+RECORD.json is a quick-run bench record, the verdict `bench gate --json` prints (its record is judged), or a line
+of the history (`bench history --json`): a record found in the history is judged against the lines appended before
+it, as it was when the deploy judged it. HISTORY.jsonl is the box's history file (a copy of
+<STATE_DIR>/<ACCEPTANCE_HISTORY_FILE>). Settings are group data (--groups) with --data overrides, as the deploy
+merges them. Exit 0 when the verdict passed, 1 when it failed, 2 when the record or settings cannot be read.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from sparkctl.config import groupdata
+from sparkctl.errors import SettingError
+from sparkctl.measure import acceptance, history, quick, record
+
+
+def add_parser(modes) -> None:
+    """Register `bench judge` under `bench`'s subcommands."""
+    j = modes.add_parser("judge", help="judge a saved quick-run record against a history file, offline",
+                         description=__doc__.split("\n\n")[0])
+    j.add_argument("record", help="quick-run record JSON (or a `bench gate --json` verdict, or a history line)")
+    j.add_argument("--history", required=True, help="the box's history file (JSON lines)")
+    j.add_argument("--groups", type=lambda s: [g.strip() for g in s.split(",") if g.strip()], default=None,
+                   help="group data to merge (default: all,gx10 for a real box, all,gx10,sim else)")
+    j.add_argument("--data", action="append", default=[], metavar="NAME=VALUE",
+                   help="override a setting, as the deploy's --data (VALUE as JSON, else a string); repeatable")
+    j.add_argument("--json", action="store_true", help="print the verdict as JSON (acceptance.Verdict.to_dict)")
+    j.set_defaults(func=run_judge)
+
+
+def overrides(pairs: list[str]) -> dict:
+    out = {}
+    for pair in pairs:
+        name, sep, text = pair.partition("=")
+        if not sep or not name:
+            raise SettingError("--data", pair, "NAME=VALUE")
+        try:
+            out[name] = json.loads(text)
+        except ValueError:
+            out[name] = text
+    return out
+
+
+def read_record(path: str) -> dict:
+    """The record in a record file, a `bench gate --json` verdict or a history line (its history part kept)."""
+    try:
+        raw = json.loads(Path(path).read_text())
+    except (OSError, ValueError) as exc:
+        raise record.BenchError(f"{path}: not a readable bench record ({exc})") from None
+    if isinstance(raw, dict) and isinstance(raw.get("record"), dict) and "decision" in raw:
+        raw = raw["record"]
+    if not isinstance(raw, dict):
+        raise record.BenchError(f"{path}: not a sparkctl bench record (a JSON {type(raw).__name__}, not an object)")
+    body = record.validate_record({k: v for k, v in raw.items() if k != "history"}, path)
+    return body | ({"history": raw["history"]} if "history" in raw else {})
+
+
+def lines_before(lines: list[dict], rec: dict) -> list[dict]:
+    """The history as it was when rec was judged: the lines before rec's own, or all when rec is not in it."""
+    rid = history.record_id(rec)
+    mine = [i for i, x in enumerate(lines) if x["history"]["id"] == rid]
+    return lines[:mine[0]] if mine else lines
+
+
+def run_judge(args: argparse.Namespace) -> int:
+    data = {**groupdata.load(args.groups), **overrides(args.data)}
+    rec = read_record(args.record)
+    try:
+        text = Path(args.history).read_text()
+    except OSError as exc:
+        raise record.BenchError(f"{args.history}: the history cannot be read ({exc})") from None
+    lines = lines_before(history.parse(text, args.history), rec)
+    verdict = quick.judge_record({k: v for k, v in rec.items() if k != "history"}, data, lines)
+    if args.json:
+        print(json.dumps(verdict.to_dict()))
+    else:
+        from rich.console import Console
+
+        console = Console()
+        console.print(acceptance.verdict_table(verdict, f"{args.record} ({len(lines)} history lines before it)"))
+        console.print(verdict.reason())
+    return 0 if verdict.passed else 1
