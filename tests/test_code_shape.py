@@ -118,14 +118,28 @@ def test_allowed_functions_are_still_over_a_limit():
     assert not stale, "remove from ALLOWED in tests/test_code_shape.py:\n" + "\n".join(stale)
 
 
-def test_the_measure_counts_lines_and_branches():
-    """The yardstick itself: a 61-line function and one with 16 independent paths are both caught."""
-    long_body = "\n".join(f"    x{i} = {i}" for i in range(59))
-    branches = "\n".join(f"        if x == {i}:\n            return {i}" for i in range(15))
-    source = f"def long():\n{long_body}\n    return x0\n\nclass K:\n    def branchy(self, x):\n{branches}\n        return -1\n"
-    long_fn, branchy = shapes_of(source, "example.py")
-    assert (long_fn.name, long_fn.lines, long_fn.too_big) == ("long", 61, True)
-    assert (branchy.name, branchy.complexity, branchy.too_big) == ("K.branchy", 16, True)
+def function_of(name: str, lines: int = 2, branches: int = 0, indent: str = "") -> str:
+    """Source of a function `lines` long (def line included, at least 2 + 2 x branches) with `branches` ifs:
+    McCabe complexity branches + 1."""
+    body = [f"    if x == {i}:\n        x += {i}" for i in range(branches)]
+    body += ["    x += 1"] * (lines - 2 - 2 * branches) + ["    return x"]
+    return "\n".join(indent + line for line in [f"def {name}(x):", *"\n".join(body).split("\n")]) + "\n"
+
+
+def test_the_measure_counts_lines_and_branches_up_to_the_limits():
+    """The yardstick itself: a function at the limits passes, one line or one branch more does not; a method is
+    named with its class, and a nested function counts towards the function it is in."""
+    source = (function_of("at_limits", MAX_LINES, MAX_COMPLEXITY - 1) + function_of("long", MAX_LINES + 1)
+              + "class K:\n" + function_of("branchy", 40, MAX_COMPLEXITY, indent="    ")
+              + "def outer(x):\n" + function_of("inner", 25, 10, indent="    ") + "    return inner(x)\n")
+    shapes = {shape.name: shape for shape in shapes_of(source, "example.py")}
+    assert sorted(shapes) == ["K.branchy", "at_limits", "long", "outer"]
+    assert (shapes["at_limits"].lines, shapes["at_limits"].complexity) == (MAX_LINES, MAX_COMPLEXITY)
+    assert not shapes["at_limits"].too_big
+    assert shapes["long"].lines == MAX_LINES + 1 and shapes["long"].too_big
+    assert shapes["K.branchy"].complexity == MAX_COMPLEXITY + 1 and shapes["K.branchy"].too_big
+    # outer: its def, inner's 25 lines, its return; inner's ten branches, a path around inner, outer's own path
+    assert (shapes["outer"].lines, shapes["outer"].complexity) == (27, 10 + 1 + 1)
 
 
 def test_the_stand_in_scripts_are_measured():
