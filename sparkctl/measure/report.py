@@ -123,14 +123,15 @@ def _identity_rows(a: dict, b: dict) -> list[tuple[str, str, str, str]]:
             ("date", str(a.get("date")), str(b.get("date")), "")]
 
 
+def _paired(xs: dict, ys: dict) -> list[tuple]:
+    """(key, x or None, y or None) for every key of either map, ascending: the rows of a side-by-side table."""
+    return [(n, xs.get(n), ys.get(n)) for n in sorted(set(xs) | set(ys))]
+
+
 def _decode_rows(a: dict, b: dict) -> list[tuple[str, str, str, str]]:
-    ra, rb = _runs_by_streams(a), _runs_by_streams(b)
-    rows = []
-    for n in sorted(set(ra) | set(rb)):
-        x, y = ra.get(n), rb.get(n)
-        rows.append((f"decode tok/s, {n} stream{'s' if n > 1 else ''}", _decode_cell(x), _decode_cell(y),
-                     _ratio(x and x["counter_tokens_per_s"], y and y["counter_tokens_per_s"])))
-    return rows
+    return [(f"decode tok/s, {n} stream{'s' if n > 1 else ''}", _decode_cell(x), _decode_cell(y),
+             _ratio(x and x["counter_tokens_per_s"], y and y["counter_tokens_per_s"]))
+            for n, x, y in _paired(_runs_by_streams(a), _runs_by_streams(b))]
 
 
 def _spec_cell(sd: dict) -> str:
@@ -139,25 +140,22 @@ def _spec_cell(sd: dict) -> str:
 
 def _spec_rows(a: dict, b: dict) -> list[tuple[str, str, str, str]]:
     """Speculative decoding at each stream count either run measured it."""
-    ra, rb = _runs_by_streams(a), _runs_by_streams(b)
     rows = []
-    for n in sorted(set(ra) | set(rb)):
-        x, y = (ra.get(n) or {}).get("spec_decode") or {}, (rb.get(n) or {}).get("spec_decode") or {}
-        if x or y:
-            rows.append((f"acceptance / tokens per step, {n}", _spec_cell(x), _spec_cell(y), ""))
+    for n, x, y in _paired(_runs_by_streams(a), _runs_by_streams(b)):
+        sx, sy = (x or {}).get("spec_decode") or {}, (y or {}).get("spec_decode") or {}
+        if sx or sy:
+            rows.append((f"acceptance / tokens per step, {n}", _spec_cell(sx), _spec_cell(sy), ""))
     return rows
+
+
+def _prefill_cell(p: dict) -> str:
+    return p.get("error") or _fmt(p.get("tokens_per_s"), ".0f")
 
 
 def _prefill_rows(a: dict, b: dict) -> list[tuple[str, str, str, str]]:
-    pa, pb = _prefill_by_target(a), _prefill_by_target(b)
-    rows = []
-    for n in sorted(set(pa) | set(pb)):
-        x, y = pa.get(n) or {}, pb.get(n) or {}
-        rows.append((f"prefill tok/s, {f'{n // 1024}K' if n % 1024 == 0 else n} prompt",
-                     x.get("error") or _fmt(x.get("tokens_per_s"), ".0f"),
-                     y.get("error") or _fmt(y.get("tokens_per_s"), ".0f"),
-                     _ratio(x.get("tokens_per_s"), y.get("tokens_per_s"))))
-    return rows
+    return [(f"prefill tok/s, {f'{n // 1024}K' if n % 1024 == 0 else n} prompt", _prefill_cell(x or {}),
+             _prefill_cell(y or {}), _ratio((x or {}).get("tokens_per_s"), (y or {}).get("tokens_per_s")))
+            for n, x, y in _paired(_prefill_by_target(a), _prefill_by_target(b))]
 
 
 def compare_rows(a: dict, b: dict) -> list[tuple[str, str, str, str]]:
