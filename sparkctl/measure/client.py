@@ -67,6 +67,16 @@ def _carries_tokens(choice: dict) -> bool:
                 or delta.get("tool_calls") or choice.get("text"))
 
 
+def _take_usage(log: RequestLog, usage: dict, now: float, with_choices: bool) -> None:
+    """Fold a chunk's usage block into the log (with choices: the server streams per-chunk usage)."""
+    if usage.get("prompt_tokens") is not None:
+        log.prompt_tokens = usage["prompt_tokens"]
+    if usage.get("completion_tokens") is not None:
+        if with_choices:
+            log.continuous_usage = True
+        log.record(now, int(usage["completion_tokens"]))  # the final usage-only chunk corrects the count
+
+
 def _take_chunk(log: RequestLog, chunk: dict, now: float, chunk_tokens: int) -> int:
     """Fold one streamed chunk, received at `now`, into the log; returns the chunk-counted tokens so far."""
     usage = chunk.get("usage") or None
@@ -77,12 +87,7 @@ def _take_chunk(log: RequestLog, chunk: dict, now: float, chunk_tokens: int) -> 
         if _carries_tokens(choices[0]):
             chunk_tokens += 1
     if usage:
-        if usage.get("prompt_tokens") is not None:
-            log.prompt_tokens = usage["prompt_tokens"]
-        if usage.get("completion_tokens") is not None:
-            if choices:
-                log.continuous_usage = True
-            log.record(now, int(usage["completion_tokens"]))  # the final usage-only chunk corrects the count
+        _take_usage(log, usage, now, bool(choices))
     elif choices:
         log.record(now, chunk_tokens)  # fallback: one token per content chunk
     return chunk_tokens
@@ -167,6 +172,31 @@ async def tokenize_count(client: httpx.AsyncClient, ep: Endpoint, *, prompt: str
         return None
 
 
+@dataclass
+class _Bracket:
+    """What fit_text's search knows: the best text within the target and the fewest characters known too many."""
+
+    below: tuple[int, str, int] | None = None  # (chars, text, tokens) with tokens <= target
+    above: int | None = None  # chars known to give more than target
+
+    def add(self, n_chars: int, text: str, tokens: int, target: int) -> None:
+        if tokens > target:
+            self.above = n_chars if self.above is None else min(self.above, n_chars)
+        elif self.below is None or tokens > self.below[2]:
+            self.below = (n_chars, text, tokens)
+
+    def next_size(self, guess: int) -> int | None:
+        """The proportional guess kept inside the bracket (its middle when the guess repeats a known size), or
+        None when the bracket has closed."""
+        lo = self.below[0] + 1 if self.below else 1
+        hi = self.above - 1 if self.above is not None else max(guess, lo)
+        if hi < lo:
+            return None
+        if self.below and self.above is not None and guess in (self.below[0], self.above):
+            return (lo + hi) // 2
+        return min(max(guess, lo), hi)
+
+
 async def fit_text(count: Callable[[str], Any], build: Callable[[int], str], target: int,
                    sample_chars: int = 8000, max_steps: int = 20) -> tuple[str, int | None, str]:
     """Size build(n_chars) until count(text) lands in [target - tol, target], tol = max(32, 0.5 %).
@@ -181,29 +211,19 @@ async def fit_text(count: Callable[[str], Any], build: Callable[[int], str], tar
     ratio = max(len(sample) / max(c, 1), 0.5)
     low = target - max(32, int(0.005 * target))
     aim = (low + target) / 2
-    below: tuple[int, str, int] | None = None  # (chars, text, tokens) with tokens <= target
-    above: int | None = None  # chars known to give more than target
-    n_chars = max(int(aim * ratio), 1)
+    bracket = _Bracket()
+    n_chars: int | None = max(int(aim * ratio), 1)
     for _ in range(max_steps):
         text = build(n_chars)
         c = await count(text)
         if c is None:
             return text, None, "estimate"
-        if c <= target:
-            if below is None or c > below[2]:
-                below = (n_chars, text, c)
-            if c >= low:
-                break
-        else:
-            above = n_chars if above is None else min(above, n_chars)
-        guess = n_chars + int((aim - c) * ratio)
-        lo = below[0] + 1 if below else 1
-        hi = above - 1 if above is not None else max(guess, lo)
-        if hi < lo:
+        bracket.add(n_chars, text, c, target)
+        if low <= c <= target:
             break
-        n_chars = min(max(guess, lo), hi)
-        if below and above is not None and guess in (below[0], above):
-            n_chars = (lo + hi) // 2
-    if below is None:
+        n_chars = bracket.next_size(n_chars + int((aim - c) * ratio))
+        if n_chars is None:
+            break
+    if bracket.below is None:
         return text, c, "tokenize"
-    return below[1], below[2], "tokenize"
+    return bracket.below[1], bracket.below[2], "tokenize"

@@ -16,6 +16,7 @@ scipy.stats.binomtest(min(b, c), n, 0.5).pvalue. Check value: 28/14/5/3 -> p = 1
 from __future__ import annotations
 
 import json
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -64,27 +65,34 @@ def _jsonl(text: str, path: str) -> dict[str, bool]:
     return out
 
 
+def _json_or_none(text: str):
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError:
+        return None
+
+
+def _parse(text: str, path: str) -> dict[str, bool]:
+    """task_id -> passed from a file's text, whichever supported format it is in."""
+    raw = _json_or_none(text)
+    if raw is None:
+        return _jsonl(text, path)
+    if not isinstance(raw, dict):
+        raise EvalsError(f"{path}: a JSON {type(raw).__name__}, expected BigCodeBench's eval results or JSON lines")
+    if isinstance(raw.get("eval"), dict):
+        return _bigcodebench(raw, path)
+    if "task_id" in raw:
+        return _jsonl(text, path)  # a one-line JSON-lines file
+    raise EvalsError(f'{path}: JSON without an "eval" object; expected BigCodeBench\'s *_eval_results.json')
+
+
 def load_results(path: str | Path) -> dict[str, bool]:
     """task_id -> passed, from either supported format."""
-    p = Path(path)
     try:
-        text = p.read_text()
+        text = Path(path).read_text()
     except OSError as exc:
         raise EvalsError(f"{path}: {exc.strerror or exc}") from None
-    try:
-        raw = json.loads(text)
-    except json.JSONDecodeError:
-        raw = None
-    if isinstance(raw, dict) and isinstance(raw.get("eval"), dict):
-        out = _bigcodebench(raw, str(path))
-    elif isinstance(raw, dict) and "task_id" in raw:
-        out = _jsonl(text, str(path))  # a one-line JSON-lines file
-    elif raw is not None and not isinstance(raw, dict):
-        raise EvalsError(f"{path}: a JSON {type(raw).__name__}, expected BigCodeBench's eval results or JSON lines")
-    elif isinstance(raw, dict):
-        raise EvalsError(f'{path}: JSON without an "eval" object; expected BigCodeBench\'s *_eval_results.json')
-    else:
-        out = _jsonl(text, str(path))
+    out = _parse(text, str(path))
     if not out:
         raise EvalsError(f"{path}: no problems in the file")
     return out
@@ -129,12 +137,10 @@ class Comparison:
 
 def compare(a: dict[str, bool], b: dict[str, bool]) -> Comparison:
     """Pair two task_id -> passed maps on their common problems."""
-    common = sorted(set(a) & set(b))
-    bp = sum(1 for t in common if a[t] and b[t])
-    bf = sum(1 for t in common if not a[t] and not b[t])
-    oa = sum(1 for t in common if a[t] and not b[t])
-    ob = sum(1 for t in common if not a[t] and b[t])
-    return Comparison(both_pass=bp, both_fail=bf, only_a=oa, only_b=ob, p_value=mcnemar_exact(oa, ob),
+    outcomes = Counter((bool(a[t]), bool(b[t])) for t in set(a) & set(b))
+    oa, ob = outcomes[True, False], outcomes[False, True]
+    return Comparison(both_pass=outcomes[True, True], both_fail=outcomes[False, False], only_a=oa, only_b=ob,
+                      p_value=mcnemar_exact(oa, ob),
                       only_in_a=tuple(sorted(set(a) - set(b))), only_in_b=tuple(sorted(set(b) - set(a))))
 
 

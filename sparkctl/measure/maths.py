@@ -114,6 +114,47 @@ class Scrape:
         return self.t_end - self.t_start
 
 
+def _per_second(amount: float, dt: float) -> float:
+    return amount / dt if dt > 0 else 0.0
+
+
+def _count_method(logs: Sequence[RequestLog]) -> str | None:
+    """How the client counted the window's tokens: per-chunk usage (exact) only if every request could."""
+    methods = {("usage" if r.continuous_usage else "chunks") for r in logs if r.times}
+    return "usage" if methods == {"usage"} else ("chunks" if methods else None)
+
+
+def _client_figures(s0: Scrape, s1: Scrape, logs: Sequence[RequestLog], counter: float, dt: float,
+                    tolerance: float) -> dict:
+    """The client's own token count of the window and its agreement with the counter (module docstring)."""
+    client = tokens_in_window(logs, s0.t, s1.t)
+    bracket = (tokens_in_window(logs, s0.t_end, s1.t_start), tokens_in_window(logs, s0.t_start, s1.t_end))
+    gap = gap_outside(*bracket, counter)
+    in_window = [r for r in logs if r.t_sent <= s1.t and (r.t_done is None or r.t_done >= s0.t)]
+    return {
+        "client_tokens": client,
+        "client_tokens_per_s": _per_second(client, dt),
+        "client_tokens_bracket": list(bracket),  # the client count over the scrapes' earliest/latest instants
+        "client_vs_counter": relative_gap(client, counter),  # midpoint count, for information
+        "counter_outside_bracket": gap,  # what the agreement check uses (module docstring)
+        "agree": gap is not None and abs(gap) <= tolerance,
+        "client_count_method": _count_method(in_window),
+    }
+
+
+def _request_figures(s0: Scrape, s1: Scrape, logs: Sequence[RequestLog]) -> dict:
+    """Requests started, finished and failed in the window, and the mean time to first token of those started."""
+    finished = [r for r in logs if r.t_done is not None and s0.t <= r.t_done <= s1.t]
+    started = [r for r in logs if s0.t <= r.t_sent <= s1.t]
+    ttfts = [r.t_first - r.t_sent for r in started if r.t_first is not None]
+    return {
+        "requests_started": len(started),
+        "requests_finished": len(finished),
+        "requests_errored": sum(1 for r in logs if r.error and r.t_sent <= s1.t),
+        "ttft_s_mean": statistics.fmean(ttfts) if ttfts else None,
+    }
+
+
 def window_result(streams: int, s0: Scrape, s1: Scrape, logs: Sequence[RequestLog], *, tolerance: float,
                   roofline_single: float | None = None) -> dict:
     """Everything one decode window yields, from the two scrapes and the client's request logs.
@@ -121,37 +162,20 @@ def window_result(streams: int, s0: Scrape, s1: Scrape, logs: Sequence[RequestLo
     tolerance: BENCH_AGREEMENT_TOLERANCE, the largest relative gap between counter and client bracket that agrees."""
     dt = s1.t - s0.t
     counter = prometheus.generation_tokens(s0.snapshot, s1.snapshot)
-    client = tokens_in_window(logs, s0.t, s1.t)
-    bracket = (tokens_in_window(logs, s0.t_end, s1.t_start), tokens_in_window(logs, s0.t_start, s1.t_end))
-    gap = gap_outside(*bracket, counter)
     spec = prometheus.spec_decode(s0.snapshot, s1.snapshot)
-    counter_rate = counter / dt if dt > 0 else 0.0
+    counter_rate = _per_second(counter, dt)
     bound = aggregate_roofline(roofline_single, streams)
-    in_window = [r for r in logs if r.t_sent <= s1.t and (r.t_done is None or r.t_done >= s0.t)]
-    finished = [r for r in logs if r.t_done is not None and s0.t <= r.t_done <= s1.t]
-    started = [r for r in logs if s0.t <= r.t_sent <= s1.t]
-    ttfts = [r.t_first - r.t_sent for r in started if r.t_first is not None]
-    methods = {("usage" if r.continuous_usage else "chunks") for r in in_window if r.times}
     return {
         "streams": streams,
         "window_s": dt,
         "counter_tokens": counter,
-        "client_tokens": client,
         "counter_tokens_per_s": counter_rate,
-        "client_tokens_per_s": client / dt if dt > 0 else 0.0,
         "per_stream_tokens_per_s": counter_rate / streams,
-        "client_tokens_bracket": list(bracket),  # the client count over the scrapes' earliest/latest instants
-        "client_vs_counter": relative_gap(client, counter),  # midpoint count, for information
-        "counter_outside_bracket": gap,  # what the agreement check uses (module docstring)
-        "agree": gap is not None and abs(gap) <= tolerance,
-        "client_count_method": "usage" if methods == {"usage"} else ("chunks" if methods else None),
+        **_client_figures(s0, s1, logs, counter, dt, tolerance),
         "roofline_tokens_per_s": bound,
         "roofline_pct": 100.0 * counter_rate / bound if bound else None,
         "spec_decode": spec.to_dict() if spec else None,
-        "requests_started": len(started),
-        "requests_finished": len(finished),
-        "requests_errored": sum(1 for r in logs if r.error and r.t_sent <= s1.t),
-        "ttft_s_mean": statistics.fmean(ttfts) if ttfts else None,
+        **_request_figures(s0, s1, logs),
         "scrape_s": [s0.duration, s1.duration],
     }
 

@@ -94,23 +94,49 @@ def score_answer(answer: str | None, value: str) -> bool:
     return value in _DIGIT_GROUPS.sub("", answer)
 
 
+def _out_of_10(group: Sequence[dict]) -> float | None:
+    return round(10.0 * sum(bool(c["passed"]) for c in group) / len(group), 2) if group else None
+
+
+def _scores_by(scored: Sequence[dict], key: str) -> dict[float, float | None]:
+    """The score of each value of a cell field (length or depth), in ascending order."""
+    return {v: _out_of_10([c for c in scored if c[key] == v]) for v in sorted({c[key] for c in scored})}
+
+
 def scores(cells: Sequence[dict]) -> dict:
     """Scores out of 10 per length, per depth and overall; skipped cells are left out."""
     scored = [c for c in cells if not c.get("skipped")]
-
-    def out_of_10(group: Sequence[dict]) -> float | None:
-        return round(10.0 * sum(bool(c["passed"]) for c in group) / len(group), 2) if group else None
-
-    lengths = sorted({c["length"] for c in scored})
-    depths = sorted({c["depth"] for c in scored})
     return {
-        "by_length": {str(n): out_of_10([c for c in scored if c["length"] == n]) for n in lengths},
-        "by_depth": {f"{d:g}": out_of_10([c for c in scored if c["depth"] == d]) for d in depths},
-        "overall": out_of_10(scored),
+        "by_length": {str(n): s for n, s in _scores_by(scored, "length").items()},
+        "by_depth": {f"{d:g}": s for d, s in _scores_by(scored, "depth").items()},
+        "overall": _out_of_10(scored),
         "passed": sum(bool(c["passed"]) for c in scored),
         "scored": len(scored),
         "skipped": len(cells) - len(scored),
     }
+
+
+def _grid_title(record: dict) -> str:
+    overall = record["scores"]["overall"]
+    title = f"needle in a haystack: {overall if overall is not None else '-'}/10 overall"
+    model = (record.get("model") or {}).get("key")
+    if model:
+        title += f"  ({model}, {record.get('date', '')[:10]})"
+    return title
+
+
+def _grid_cell(group: Sequence[dict]) -> str:
+    """One length x depth cell: pass/miss/error for one trial, passed/trials for several."""
+    if all(c.get("skipped") for c in group):
+        return "skip"
+    if len(group) > 1:
+        return f"{sum(bool(c['passed']) for c in group)}/{len(group)}"
+    (c,) = group
+    return "[green]pass[/]" if c["passed"] else ("[red]error[/]" if c.get("error") else "[red]miss[/]")
+
+
+def _length_label(n: int) -> str:
+    return f"{n // K}K" if n % K == 0 else str(n)
 
 
 def grid_table(record: dict):
@@ -120,30 +146,15 @@ def grid_table(record: dict):
     cells = record["cells"]
     depths = sorted({c["depth"] for c in cells})
     lengths = sorted({c["length"] for c in cells})
-    sc = record["scores"]
-    title = f"needle in a haystack: {sc['overall'] if sc['overall'] is not None else '-'}/10 overall"
-    model = (record.get("model") or {}).get("key")
-    if model:
-        title += f"  ({model}, {record.get('date', '')[:10]})"
-    t = Table(title=title)
+    t = Table(title=_grid_title(record))
     t.add_column("context", justify="right")
     for d in depths:
         t.add_column(f"depth {d:g}%", justify="center")
     t.add_column("score /10", justify="right")
     for n in lengths:
-        row = [f"{n // K}K" if n % K == 0 else str(n)]
-        for d in depths:
-            group = [c for c in cells if c["length"] == n and c["depth"] == d]
-            if all(c.get("skipped") for c in group):
-                row.append("skip")
-            elif len(group) == 1:
-                c = group[0]
-                row.append("[green]pass[/]" if c["passed"] else ("[red]error[/]" if c.get("error") else "[red]miss[/]"))
-            else:
-                row.append(f"{sum(bool(c['passed']) for c in group)}/{len(group)}")
-        s = sc["by_length"].get(str(n))
-        row.append("-" if s is None else f"{s:.1f}")
-        t.add_row(*row)
+        marks = [_grid_cell([c for c in cells if c["length"] == n and c["depth"] == d]) for d in depths]
+        s = record["scores"]["by_length"].get(str(n))
+        t.add_row(_length_label(n), *marks, "-" if s is None else f"{s:.1f}")
     return t
 
 

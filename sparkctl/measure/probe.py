@@ -58,6 +58,7 @@ from sparkctl.measure.record import (
 from sparkctl.measure.workloads import Workload, haystack
 
 PREFILL_SUFFIX = "\n\nSummarize the text above in one sentence."
+WINDOW_REFRESH_S = 0.25  # seconds between progress updates of the client's token count during a window
 
 
 class MetricsSource:
@@ -176,67 +177,97 @@ async def wait_idle(metrics_source: MetricsSource, timeout_s: float) -> Scrape:
         await asyncio.sleep(0.5)
 
 
+class _Streams:
+    """The concurrent streams of one decode window: each sends its next prompt as soon as a request ends, and
+    gives up (marking the window failed) on an unexpected error or on ERRORS_IN_A_ROW failed requests."""
+
+    ERRORS_IN_A_ROW = 3
+    ERROR_PAUSE_S = 1.0  # before a stream retries after a failed request
+
+    def __init__(self, client: httpx.AsyncClient, ep: Endpoint, s: ProbeSettings, streams: int, start_index: int):
+        self.client, self.ep, self.s = client, ep, s
+        self.url = ep.url("/chat/completions")
+        self.logs: list[RequestLog] = []
+        self.first_token = [asyncio.Event() for _ in range(streams)]  # set once stream i has tokens (or gave up)
+        self.next_index = start_index  # the next prompt of the workload
+        self.fatal: list[str] = []
+        self._stop = asyncio.Event()
+        self._tasks = [asyncio.create_task(self._stream(i)) for i in range(streams)]
+
+    async def stop(self) -> None:
+        self._stop.set()
+        for t in self._tasks:
+            t.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+
+    def _give_up(self, i: int, error: str) -> None:
+        self.fatal.append(error)
+        self.first_token[i].set()
+
+    async def _request(self, i: int) -> RequestLog | None:
+        """One request of stream i; None when it failed in a way that must stop the window."""
+        idx = self.next_index
+        self.next_index += 1
+        log = RequestLog(t_sent=time.perf_counter())
+        self.logs.append(log)
+        try:
+            await stream_request(self.client, self.url, chat_body(self.ep, self.s, self.s.workload.prompt(idx)), log,
+                                 on_tokens=self.first_token[i].set)
+        except httpx.HTTPError as exc:
+            log.error = f"{type(exc).__name__}: {exc}"
+        except Exception as exc:  # a bug or a malformed stream: stop the window, never hang it
+            log.error = f"{type(exc).__name__}: {exc}"
+            self._give_up(i, log.error)
+            return None
+        return log
+
+    async def _stream(self, i: int) -> None:
+        errors_in_a_row = 0
+        while not self._stop.is_set():
+            log = await self._request(i)
+            if log is None:
+                return
+            if not log.error:
+                errors_in_a_row = 0
+                continue
+            errors_in_a_row += 1
+            if errors_in_a_row >= self.ERRORS_IN_A_ROW:
+                self._give_up(i, log.error)
+                return
+            await asyncio.sleep(self.ERROR_PAUSE_S)
+
+
+async def _scrape_window(w: _Streams, metrics_source: MetricsSource, s: ProbeSettings, streams: int,
+                         reporter: Reporter) -> tuple[Scrape, Scrape]:
+    """Fill every stream, settle, then the two scrapes BENCH_WINDOW_S apart."""
+    reporter.phase(f"{streams} stream(s): filling")
+    await asyncio.wait_for(asyncio.gather(*(e.wait() for e in w.first_token)), timeout=s.timeout_s)
+    if w.fatal:
+        raise BenchError(f"requests fail: {w.fatal[0]}")
+    await asyncio.sleep(s.settle_s)
+    s0 = await metrics_source()
+    t_open = time.perf_counter()
+    while (elapsed := time.perf_counter() - t_open) < s.window_s:
+        if w.fatal:
+            raise BenchError(f"requests fail during the window: {w.fatal[0]}")
+        reporter.window(streams, elapsed, s.window_s, tokens_in_window(w.logs, s0.t, time.perf_counter()))
+        await asyncio.sleep(min(WINDOW_REFRESH_S, max(s.window_s - elapsed, 0.0)))
+    s1 = await metrics_source()
+    reporter.window(streams, s.window_s, s.window_s, tokens_in_window(w.logs, s0.t, s1.t))
+    return s0, s1
+
+
 async def decode_window(client: httpx.AsyncClient, ep: Endpoint, metrics_source: MetricsSource,
                         s: ProbeSettings, streams: int, reporter: Reporter, start_index: int = 0,
                         roofline_single: float | None = None) -> tuple[dict, int]:
     """One decode window at `streams` concurrent streams; returns (window result, next prompt index)."""
-    url = ep.url("/chat/completions")
-    logs: list[RequestLog] = []
-    stop = asyncio.Event()
-    first_token = [asyncio.Event() for _ in range(streams)]
-    counter = {"next": start_index}
-    fatal: list[str] = []
-
-    async def worker(i: int) -> None:
-        consecutive_errors = 0
-        while not stop.is_set():
-            idx = counter["next"]
-            counter["next"] += 1
-            log = RequestLog(t_sent=time.perf_counter())
-            logs.append(log)
-            try:
-                await stream_request(client, url, chat_body(ep, s, s.workload.prompt(idx)), log,
-                                     on_tokens=first_token[i].set)
-            except httpx.HTTPError as exc:
-                log.error = f"{type(exc).__name__}: {exc}"
-            except Exception as exc:  # a bug or a malformed stream: stop the window, never hang it
-                log.error = f"{type(exc).__name__}: {exc}"
-                fatal.append(log.error)
-                first_token[i].set()
-                return
-            if log.error:
-                consecutive_errors += 1
-                if consecutive_errors >= 3:
-                    fatal.append(log.error)
-                    first_token[i].set()
-                    return
-                await asyncio.sleep(1.0)
-            else:
-                consecutive_errors = 0
-
-    tasks = [asyncio.create_task(worker(i)) for i in range(streams)]
+    w = _Streams(client, ep, s, streams, start_index)
     try:
-        reporter.phase(f"{streams} stream(s): filling")
-        await asyncio.wait_for(asyncio.gather(*(e.wait() for e in first_token)), timeout=s.timeout_s)
-        if fatal:
-            raise BenchError(f"requests fail: {fatal[0]}")
-        await asyncio.sleep(s.settle_s)
-        s0 = await metrics_source()
-        t_open = time.perf_counter()
-        while (elapsed := time.perf_counter() - t_open) < s.window_s:
-            if fatal:
-                raise BenchError(f"requests fail during the window: {fatal[0]}")
-            reporter.window(streams, elapsed, s.window_s, tokens_in_window(logs, s0.t, time.perf_counter()))
-            await asyncio.sleep(min(0.25, max(s.window_s - elapsed, 0.0)))
-        s1 = await metrics_source()
-        reporter.window(streams, s.window_s, s.window_s, tokens_in_window(logs, s0.t, s1.t))
+        s0, s1 = await _scrape_window(w, metrics_source, s, streams, reporter)
     finally:
-        stop.set()
-        for t in tasks:
-            t.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
-    result = window_result(streams, s0, s1, logs, tolerance=s.agreement_tolerance, roofline_single=roofline_single)
-    return result, counter["next"]
+        await w.stop()
+    result = window_result(streams, s0, s1, w.logs, tolerance=s.agreement_tolerance, roofline_single=roofline_single)
+    return result, w.next_index
 
 
 async def measure_prefill(client: httpx.AsyncClient, ep: Endpoint, metrics_source: MetricsSource,

@@ -197,8 +197,8 @@ def served_sha(model_root: str | None) -> str | None:
     return m.group(1) if m else None
 
 
-def check_record(record: dict) -> list[str]:
-    """Why a record's figures cannot be trusted (empty: they can)."""
+def _checkpoint_problems(record: dict) -> list[str]:
+    """The server runs another checkpoint or commit than the record's labels say."""
     problems = []
     repo = (record.get("model") or {}).get("repo")
     root = record.get("served_model_root")
@@ -207,17 +207,29 @@ def check_record(record: dict) -> list[str]:
     sha = record.get("served_sha")
     if sha and record.get("revision") and sha != record["revision"]:
         problems.append(f"the server runs commit {sha}, the lock file says {record['revision']}")
-    for run in record.get("runs", []):
-        if not run.get("agree"):
-            gap = run.get("counter_outside_bracket")
-            lo, hi = run.get("client_tokens_bracket") or (None, None)
-            why = "no counter movement" if gap is None else \
-                f"{100 * gap:+.1f} % outside the client's {lo}-{hi} tokens, counter {run.get('counter_tokens'):g}"
-            problems.append(f"{run['streams']} streams: client and counter tokens disagree ({why})")
-    for p in record.get("prefill", []):
-        if p.get("error"):
-            problems.append(f"prefill {p['target_tokens']}: {p['error']}")
-        elif not p.get("fresh"):
-            problems.append(f"prefill {p['target_tokens']}: prefix cache hit {p['prefix_cache_hits_delta']:g} "
-                            "tokens, the prompt was not fresh")
+    return problems
+
+
+def _disagreement(run: dict) -> str:
+    gap = run.get("counter_outside_bracket")
+    lo, hi = run.get("client_tokens_bracket") or (None, None)
+    why = "no counter movement" if gap is None else \
+        f"{100 * gap:+.1f} % outside the client's {lo}-{hi} tokens, counter {run.get('counter_tokens'):g}"
+    return f"{run['streams']} streams: client and counter tokens disagree ({why})"
+
+
+def _prefill_problem(p: dict) -> str | None:
+    if p.get("error"):
+        return f"prefill {p['target_tokens']}: {p['error']}"
+    if not p.get("fresh"):
+        return (f"prefill {p['target_tokens']}: prefix cache hit {p['prefix_cache_hits_delta']:g} "
+                "tokens, the prompt was not fresh")
+    return None
+
+
+def check_record(record: dict) -> list[str]:
+    """Why a record's figures cannot be trusted (empty: they can)."""
+    problems = _checkpoint_problems(record)
+    problems += [_disagreement(run) for run in record.get("runs", []) if not run.get("agree")]
+    problems += [why for why in map(_prefill_problem, record.get("prefill", [])) if why]
     return problems

@@ -57,20 +57,10 @@ class ProxyHandler(BaseHTTPRequestHandler):
     def do_GET(self):
         t0 = time.monotonic()
         url = urlsplit(self.path)
-        if url.scheme != "http" or not url.hostname:
-            return self._refuse(400, "expected an absolute http:// URL (this is a forward proxy)", t0)
-        host, port = url.hostname.lower(), url.port or 80
-        if not (port == 80 and host in self.server.allowed_hosts) and f"{host}:{port}" not in self.server.allowed_hosts:
-            return self._refuse(403, f"{url.hostname} is not on the simulated Spark's allow-list "
-                                     f"({', '.join(sorted(self.server.allowed_hosts))})", t0)
-        upstream_proxy = self.server.upstream_proxy
-        if upstream_proxy:
-            up = urlsplit(upstream_proxy)
-            conn = http.client.HTTPConnection(up.hostname, up.port or 80, timeout=60)
-            target = self.path
-        else:
-            conn = http.client.HTTPConnection(url.hostname, url.port or 80, timeout=60)
-            target = url.path + (f"?{url.query}" if url.query else "")
+        refusal = self._refusal(url)
+        if refusal:
+            return self._refuse(*refusal, t0)
+        conn, target = self._upstream(url)
         headers = {k: v for k, v in self.headers.items() if k.lower() not in HOP_BY_HOP}
         headers["Host"] = url.netloc
         try:
@@ -79,15 +69,44 @@ class ProxyHandler(BaseHTTPRequestHandler):
         except OSError as exc:
             conn.close()
             return self._refuse(502, f"upstream {url.hostname}: {exc}", t0)
-        length = resp.getheader("Content-Length")
+        self._relay_head(resp)
+        try:
+            sent = self._relay_body(resp)
+        finally:
+            conn.close()
+        self._log(resp.status, sent, t0)
+
+    def _refusal(self, url) -> tuple[int, str] | None:
+        """(status, why) when the request is not one this proxy forwards."""
+        if url.scheme != "http" or not url.hostname:
+            return 400, "expected an absolute http:// URL (this is a forward proxy)"
+        host, port = url.hostname.lower(), url.port or 80
+        allowed = self.server.allowed_hosts
+        if not (port == 80 and host in allowed) and f"{host}:{port}" not in allowed:
+            return 403, f"{url.hostname} is not on the simulated Spark's allow-list ({', '.join(sorted(allowed))})"
+        return None
+
+    def _upstream(self, url) -> tuple[http.client.HTTPConnection, str]:
+        """The connection to forward on (the host's own proxy when it has one) and the request target on it."""
+        if self.server.upstream_proxy:
+            up = urlsplit(self.server.upstream_proxy)
+            return http.client.HTTPConnection(up.hostname, up.port or 80, timeout=60), self.path
+        target = url.path + (f"?{url.query}" if url.query else "")
+        return http.client.HTTPConnection(url.hostname, url.port or 80, timeout=60), target
+
+    def _relay_head(self, resp: http.client.HTTPResponse) -> None:
         self.send_response(resp.status, resp.reason)
         for k, v in resp.getheaders():
             if k.lower() not in HOP_BY_HOP:
                 self.send_header(k, v)
-        if length is None and self.command != "HEAD" and resp.status not in (204, 304):
+        unknown_length = resp.getheader("Content-Length") is None
+        if unknown_length and self.command != "HEAD" and resp.status not in (204, 304):
             self.send_header("Connection", "close")  # unknown length: the end of the body is the end of the stream
             self.close_connection = True
         self.end_headers()
+
+    def _relay_body(self, resp: http.client.HTTPResponse) -> int:
+        """Copy the upstream body to the client; returns the bytes sent."""
         sent = 0
         try:
             if self.command != "HEAD":
@@ -96,9 +115,7 @@ class ProxyHandler(BaseHTTPRequestHandler):
                     sent += len(chunk)
         except OSError:
             self.close_connection = True
-        finally:
-            conn.close()
-        self._log(resp.status, sent, t0)
+        return sent
 
 
 def make_server(host: str, port: int, allowed_hosts=None, upstream_proxy: str | None = None) -> ThreadingHTTPServer:

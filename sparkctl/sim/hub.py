@@ -129,18 +129,26 @@ class HubHandler(BaseHTTPRequestHandler):
                          f"bytes={nbytes}\n")
 
     # --- plumbing -------------------------------------------------------------------------------------
-    def _send(self, status: int, body: bytes = b"", headers: dict | None = None, ctype: str = "application/json"):
+    def _head(self, status: int, ctype: str, length: int, headers: dict | None = None):
         self.send_response(status)
-        hdrs = {"Content-Type": ctype, "Content-Length": str(len(body)), **(headers or {})}
-        for k, v in hdrs.items():
+        for k, v in {"Content-Type": ctype, "Content-Length": str(length), **(headers or {})}.items():
             self.send_header(k, v)
         self.end_headers()
+
+    def _send(self, status: int, body: bytes = b"", headers: dict | None = None, ctype: str = "application/json"):
+        self._head(status, ctype, len(body), headers)
         if self.command != "HEAD" and body:
             self.wfile.write(body)
         self._log(status, len(body) if self.command != "HEAD" else 0)
 
     def _json(self, obj, status: int = 200, headers: dict | None = None):
         self._send(status, json.dumps(obj).encode(), headers)
+
+    def _error(self, e: HubError):
+        hdrs = {"X-Error-Message": str(e), **e.headers}
+        if e.code:
+            hdrs["X-Error-Code"] = e.code
+        self._json({"error": str(e)}, e.status, hdrs)
 
     def _repo(self, kind: str, org: str, name: str) -> GitRepo:
         if any(p in ("", ".", "..") or "/" in p for p in (org, name)):
@@ -170,74 +178,66 @@ class HubHandler(BaseHTTPRequestHandler):
         parts = [unquote(p) for p in url.path.strip("/").split("/")]
         query = parse_qs(url.query)
         try:
-            if parts == ["api", "agent-harnesses"]:
-                return self._json({"standardEnvVars": [], "harnesses": {}})
-            self._check_token()
-            if len(parts) >= 4 and parts[0] == "api" and parts[1] in ("models", "datasets"):
-                return self._api(parts[1], self._repo(parts[1], parts[2], parts[3]), f"{parts[2]}/{parts[3]}",
-                                 parts[4:], query)
-            kind = "models"
-            if parts and parts[0] == "datasets":
-                kind, parts = "datasets", parts[1:]
-            if len(parts) >= 5 and parts[2] == "resolve":
-                return self._resolve(self._repo(kind, parts[0], parts[1]), parts[3], "/".join(parts[4:]))
-            raise HubError(404, None, "Not Found")
+            self._route(parts, query)
         except HubError as e:
-            hdrs = {"X-Error-Message": str(e), **e.headers}
-            if e.code:
-                hdrs["X-Error-Code"] = e.code
-            self._json({"error": str(e)}, e.status, hdrs)
+            self._error(e)
         except (BrokenPipeError, ConnectionResetError):
             self.close_connection = True
         except Exception as e:  # noqa: BLE001 - a stand-in must answer, not hang the client
             self._json({"error": f"internal error: {e}"}, 500)
 
+    def _route(self, parts: list[str], query: dict):
+        if parts == ["api", "agent-harnesses"]:
+            return self._json({"standardEnvVars": [], "harnesses": {}})
+        self._check_token()
+        if len(parts) >= 4 and parts[0] == "api" and parts[1] in ("models", "datasets"):
+            return self._api(self._repo(parts[1], parts[2], parts[3]), f"{parts[2]}/{parts[3]}", parts[4:], query)
+        kind = "models"
+        if parts and parts[0] == "datasets":
+            kind, parts = "datasets", parts[1:]
+        if len(parts) >= 5 and parts[2] == "resolve":
+            return self._resolve(self._repo(kind, parts[0], parts[1]), parts[3], "/".join(parts[4:]))
+        raise HubError(404, None, "Not Found")
+
     # --- /api -----------------------------------------------------------------------------------------
-    def _api(self, kind, repo: GitRepo, repo_id: str, rest: list[str], query: dict):
+    def _api(self, repo: GitRepo, repo_id: str, rest: list[str], query: dict):
         if rest == ["refs"]:
-            refs = {"branches": [], "tags": [], "converts": []}
-            out = repo.git("for-each-ref", "--format=%(refname) %(objectname) %(*objectname)",
-                           "refs/heads", "refs/tags").decode()
-            for line in out.splitlines():
-                ref, obj, *peeled = line.split()
-                group = "branches" if ref.startswith("refs/heads/") else "tags"
-                refs[group].append({"name": ref.split("/", 2)[2], "ref": ref,
-                                    "targetCommit": peeled[0] if peeled else obj})
-            return self._json(refs)
+            return self._json(refs(repo))
         if len(rest) >= 2 and rest[0] == "tree":
-            sha = repo.resolve(rest[1])
-            sub = "/".join(rest[2:]).strip("/")
-            entries = repo.tree(sha)
-            if sub and entries.get(sub, ("",))[0] != "directory":
-                raise HubError(404, "EntryNotFound", f"{sub} does not exist on {rest[1]}", {"X-Repo-Commit": sha})
-            recursive = query.get("recursive", ["false"])[0].lower() in ("1", "true")
-            prefix = sub + "/" if sub else ""
-            items = [self._entry(repo, p, e) for p, e in sorted(entries.items())
-                     if p.startswith(prefix) and (recursive or "/" not in p[len(prefix):])]
-            return self._json(items)
+            return self._json(self._tree(repo, rest[1], "/".join(rest[2:]).strip("/"), _flag(query, "recursive")))
         if rest and not (len(rest) == 2 and rest[0] == "revision"):
             raise HubError(404, None, "Not Found")
-        rev = rest[1] if rest else "HEAD"
+        return self._json(self._info(repo, repo_id, rest[1] if rest else "HEAD", _flag(query, "blobs")))
+
+    def _tree(self, repo: GitRepo, rev: str, sub: str, recursive: bool) -> list[dict]:
         sha = repo.resolve(rev)
-        blobs = query.get("blobs", ["false"])[0].lower() in ("1", "true")
-        siblings = []
-        for path, e in sorted(repo.tree(sha).items()):
-            if e[0] != "file":
-                continue
-            s = {"rfilename": path}
-            if blobs:
-                d = self._entry(repo, path, e)
-                s.update({"size": d["size"], "blobId": d["oid"]})
-                if "lfs" in d:
-                    s["lfs"] = {"sha256": d["lfs"]["oid"], "size": d["lfs"]["size"],
-                                "pointerSize": d["lfs"]["pointerSize"]}
-            siblings.append(s)
+        entries = repo.tree(sha)
+        if sub and entries.get(sub, ("",))[0] != "directory":
+            raise HubError(404, "EntryNotFound", f"{sub} does not exist on {rev}", {"X-Repo-Commit": sha})
+        prefix = sub + "/" if sub else ""
+        return [self._entry(repo, p, e) for p, e in sorted(entries.items())
+                if p.startswith(prefix) and (recursive or "/" not in p[len(prefix):])]
+
+    def _info(self, repo: GitRepo, repo_id: str, rev: str, blobs: bool) -> dict:
+        sha = repo.resolve(rev)
+        siblings = [self._sibling(repo, path, e, blobs) for path, e in sorted(repo.tree(sha).items())
+                    if e[0] == "file"]
         date = repo.commit_date(sha)
-        return self._json({
+        return {
             "_id": sha, "id": repo_id, "modelId": repo_id, "author": repo_id.split("/")[0], "sha": sha,
             "lastModified": date, "createdAt": date, "private": False, "gated": False, "disabled": False,
             "downloads": 0, "likes": 0, "tags": [], "siblings": siblings,
-        })
+        }
+
+    def _sibling(self, repo: GitRepo, path: str, e, blobs: bool) -> dict:
+        s = {"rfilename": path}
+        if blobs:
+            d = self._entry(repo, path, e)
+            s.update({"size": d["size"], "blobId": d["oid"]})
+            if "lfs" in d:
+                s["lfs"] = {"sha256": d["lfs"]["oid"], "size": d["lfs"]["size"],
+                            "pointerSize": d["lfs"]["pointerSize"]}
+        return s
 
     def _entry(self, repo: GitRepo, path: str, e) -> dict:
         typ, oid, size = e
@@ -259,34 +259,63 @@ class HubHandler(BaseHTTPRequestHandler):
         if size >= self.server.lfs_threshold:
             digest = repo.sha256(oid)
             headers.update({"ETag": f'"{digest}"', "X-Linked-Etag": f'"{digest}"', "X-Linked-Size": str(size)})
-        start, end, status = 0, size, 200
-        m = re.fullmatch(r"bytes=(\d*)-(\d*)", (self.headers.get("Range") or "").strip())
-        if m and (m.group(1) or m.group(2)):
-            if m.group(1):
-                start, end = int(m.group(1)), min(int(m.group(2)) + 1 if m.group(2) else size, size)
-            else:
-                start, end = max(size - int(m.group(2)), 0), size
-            if start >= size and size:
-                return self._send(416, b"", {**headers, "Content-Range": f"bytes */{size}"})
-            status = 206
+        span = byte_range(self.headers.get("Range"), size)
+        if span is None:
+            return self._send(416, b"", {**headers, "Content-Range": f"bytes */{size}"})
+        start, end, status = span
+        if status == 206:
             headers["Content-Range"] = f"bytes {start}-{end - 1}/{size}"
-        self.send_response(status)
-        for k, v in {"Content-Type": "application/octet-stream", "Content-Length": str(end - start),
-                     **headers}.items():
-            self.send_header(k, v)
-        self.end_headers()
+        self._head(status, "application/octet-stream", end - start, headers)
+        self._log(status, self._stream(repo, oid, start, end) if self.command == "GET" else 0)
+
+    def _stream(self, repo: GitRepo, oid: str, start: int, end: int) -> int:
+        """Write the blob's bytes [start, end) at the throttle's pace; returns how many were sent."""
         sent = 0
-        if self.command == "GET":
-            try:
-                for chunk in repo.stream(oid, start, end):
-                    self.wfile.write(chunk)
-                    sent += len(chunk)
-                    rate = self.server.throttle()
-                    if rate:
-                        time.sleep(len(chunk) / rate)
-            except (BrokenPipeError, ConnectionResetError):
-                self.close_connection = True
-        self._log(status, sent)
+        try:
+            for chunk in repo.stream(oid, start, end):
+                self.wfile.write(chunk)
+                sent += len(chunk)
+                rate = self.server.throttle()
+                if rate:
+                    time.sleep(len(chunk) / rate)
+        except (BrokenPipeError, ConnectionResetError):
+            self.close_connection = True
+        return sent
+
+
+def _flag(query: dict, name: str) -> bool:
+    return query.get(name, ["false"])[0].lower() in ("1", "true")
+
+
+def refs(repo: GitRepo) -> dict:
+    """The branches and tags of a repo, as the Hub's /refs lists them."""
+    out = {"branches": [], "tags": [], "converts": []}
+    listing = repo.git("for-each-ref", "--format=%(refname) %(objectname) %(*objectname)",
+                       "refs/heads", "refs/tags").decode()
+    for line in listing.splitlines():
+        ref, obj, *peeled = line.split()
+        group = "branches" if ref.startswith("refs/heads/") else "tags"
+        out[group].append({"name": ref.split("/", 2)[2], "ref": ref, "targetCommit": peeled[0] if peeled else obj})
+    return out
+
+
+RANGE = re.compile(r"bytes=(\d*)-(\d*)")
+
+
+def byte_range(header: str | None, size: int) -> tuple[int, int, int] | None:
+    """(start, end, HTTP status) of what a Range header asks of a file of `size` bytes: the whole file with 200
+    when there is no usable range, a part with 206; None when the range starts past the end (416)."""
+    m = RANGE.fullmatch((header or "").strip())
+    if not m or not (m.group(1) or m.group(2)):
+        return 0, size, 200
+    first, last = m.groups()
+    if first:
+        start, end = int(first), min(int(last) + 1 if last else size, size)
+    else:
+        start, end = max(size - int(last), 0), size
+    if start >= size and size:
+        return None
+    return start, end, 206
 
 
 def make_server(root, host: str = "127.0.0.1", port: int = 0, token: str | None = None,

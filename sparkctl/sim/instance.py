@@ -256,32 +256,29 @@ def begin_stop(name: str) -> None:
             kill(pid, signal.SIGRTMIN + 4)  # systemd: start poweroff.target
 
 
-def finish_stop(name: str, timeout: float = 20, keep_overlay: bool = False) -> list[str]:
-    """Wait for the poweroff (SIGKILL after timeout), then remove netns, veth, cgroup and (unless kept) the overlay.
+def _end(pid: int | None, grace: float, after_kill: float) -> bool:
+    """Give a process `grace` seconds to exit, then SIGKILL it and wait `after_kill`; False when it was killed."""
+    if not pid or wait_gone(pid, grace):
+        return True
+    kill(pid, signal.SIGKILL)
+    wait_gone(pid, after_kill)
+    return False
 
-    Returns notes on anything that needed force."""
-    notes: list[str] = []
-    inst = config.instance_dir(name)
-    pid = systemd_pid(name)
-    if pid and not wait_gone(pid, timeout):
-        notes.append(f"{name}: no clean poweroff within {timeout:.0f} s, SIGKILL")
-        kill(pid, signal.SIGKILL)  # PID 1 of a pid namespace: the kernel kills everything in it
-        wait_gone(pid, 5)
-    u = read_pid(inst / "unshare.pid")
-    if u and not wait_gone(u, 5):
-        kill(u, signal.SIGKILL)
-        wait_gone(u, 2)
-    sup = supervisor_pid(name)
-    if sup and not wait_gone(sup, 5):
-        kill(sup, signal.SIGKILL)
-        wait_gone(sup, 2)
+
+def _kill_leftovers(name: str) -> list[str]:
     left = processes_in_cgroup(name)
-    if left:
-        notes.append(f"{name}: {len(left)} processes left in its cgroup, SIGKILL")
-        for p in left:
-            kill(p, signal.SIGKILL)
-        for p in left:
-            wait_gone(p, 2)
+    if not left:
+        return []
+    for p in left:
+        kill(p, signal.SIGKILL)
+    for p in left:
+        wait_gone(p, 2)
+    return [f"{name}: {len(left)} processes left in its cgroup, SIGKILL"]
+
+
+def _remove_traces(name: str, inst: Path, keep_overlay: bool) -> list[str]:
+    """Remove the stopped instance's cgroup, netns, pid files and (unless kept) its overlay."""
+    notes = []
     try:
         if not remove_cgroup(cgroup_dir(name)):
             notes.append(f"{name}: cgroup {cgroup_dir(name)} could not be removed")
@@ -294,6 +291,20 @@ def finish_stop(name: str, timeout: float = 20, keep_overlay: bool = False) -> l
         # nothing is mounted on the host side (all mounts lived in the instance's mount namespace)
         run(["rm", "-rf", "--one-file-system", inst])
     return notes
+
+
+def finish_stop(name: str, timeout: float = 20, keep_overlay: bool = False) -> list[str]:
+    """Wait for the poweroff (SIGKILL after timeout), then remove netns, veth, cgroup and (unless kept) the overlay.
+
+    Returns notes on anything that needed force."""
+    notes: list[str] = []
+    inst = config.instance_dir(name)
+    # systemd is PID 1 of a pid namespace: killing it, the kernel kills everything in it
+    if not _end(systemd_pid(name), timeout, 5):
+        notes.append(f"{name}: no clean poweroff within {timeout:.0f} s, SIGKILL")
+    _end(read_pid(inst / "unshare.pid"), 5, 2)
+    _end(supervisor_pid(name), 5, 2)
+    return notes + _kill_leftovers(name) + _remove_traces(name, inst, keep_overlay)
 
 
 def known_instances() -> list[str]:

@@ -71,34 +71,42 @@ def customize(root: Path) -> None:
     (root / STAMP).write_text(ROOTFS_VERSION + "\n")
 
 
+def _refresh(root: Path, instances_running: bool) -> str:
+    """A baked rootfs: kept when its stamp is current, re-customized when not (unless instances use it)."""
+    if stamp_current(root):
+        return "cached"
+    if instances_running:
+        say(f"rootfs: {root} is from an older sparkctl (stamp != {ROOTFS_VERSION}); "
+            "instances are running, so it is left as is until `sim down`")
+        return "cached (stale stamp)"
+    customize(root)
+    return "re-customized"
+
+
+def _debootstrap(target: Path) -> None:
+    env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
+    p = run(["debootstrap", "--variant=minbase", "--include=" + ",".join(config.ROOTFS_PACKAGES),
+             config.SUITE, target, config.DEBIAN_MIRROR], check=False, env=env)
+    if p.returncode != 0:
+        log = target / "debootstrap/debootstrap.log"
+        tail = log.read_text()[-3000:] if log.exists() else (p.stderr or p.stdout)[-3000:]
+        raise SparkctlError(f"debootstrap failed (rc {p.returncode}):\n{tail}")
+
+
 def ensure(force: bool = False, instances_running: bool = False) -> str:
     """Bake the rootfs if needed; returns what was done ("cached", "re-customized", "baked")."""
     root = config.ROOTFS
     if is_baked(root) and not force:
-        if stamp_current(root):
-            return "cached"
-        if instances_running:
-            say(f"rootfs: {root} is from an older sparkctl (stamp != {ROOTFS_VERSION}); "
-                "instances are running, so it is left as is until `sim down`")
-            return "cached (stale stamp)"
-        customize(root)
-        return "re-customized"
+        return _refresh(root, instances_running)
     if instances_running:
         raise SparkctlError(f"cannot rebuild {root} while instances use it; run `python -m sparkctl sim down` first")
-    partial = root.with_name(root.name + ".partial")
-    if partial.exists():
-        shutil.rmtree(partial)
-    if root.exists():
-        shutil.rmtree(root)
+    partial = root.with_name(root.name + ".partial")  # renamed to root only once complete
+    for leftover in (partial, root):
+        if leftover.exists():
+            shutil.rmtree(leftover)
     partial.parent.mkdir(parents=True, exist_ok=True)
     with step(f"rootfs: debootstrap {config.SUITE} (once)"):
-        env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
-        p = run(["debootstrap", "--variant=minbase", "--include=" + ",".join(config.ROOTFS_PACKAGES),
-                 config.SUITE, partial, config.DEBIAN_MIRROR], check=False, env=env)
-        if p.returncode != 0:
-            log = partial / "debootstrap/debootstrap.log"
-            tail = log.read_text()[-3000:] if log.exists() else (p.stderr or p.stdout)[-3000:]
-            raise SparkctlError(f"debootstrap failed (rc {p.returncode}):\n{tail}")
+        _debootstrap(partial)
     if not (partial / "etc/ssh/ssh_host_ed25519_key.pub").exists():
         run(["chroot", partial, "ssh-keygen", "-A"])
     customize(partial)
