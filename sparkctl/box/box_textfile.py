@@ -7,7 +7,7 @@ no exporter has.
 
 - the model store's free space (statvfs of the path itself: it need not be its own mount point);
 - the TLS certificate's expiry (the proxy's certificate, read with the standard library's own decoder);
-- each service's last rollout result: vllm-<service>.result.json (rollout_txn.py's `outcome`).
+- each service's last rollout result: vllm-<service>.result.json (its `outcome`, one of contract.py's OUTCOMES).
 """
 
 from __future__ import annotations
@@ -21,11 +21,14 @@ import sys
 import time
 
 try:
-    from sparkctl.box.textfile import Exposition, write_atomic
-except ImportError:  # on the box: textfile.py sits beside this script
-    from textfile import Exposition, write_atomic
+    from sparkctl.box import contract
+    from sparkctl.box.boxio import write_atomic
+    from sparkctl.box.textfile import TEXTFILE_MODE, Exposition
+except ImportError:  # on the box: the scripts sit side by side
+    import contract
+    from boxio import write_atomic
+    from textfile import TEXTFILE_MODE, Exposition
 
-OK_RESULTS = {"ready", "unchanged", "restarted"}  # rollout_txn.py's outcomes that leave the candidate serving
 
 
 def store_facts(exp: Exposition, path: str) -> None:
@@ -72,8 +75,8 @@ def rollout_facts(exp: Exposition, directory: str) -> None:
         outcome = data["outcome"]
         labels = {"unit": f"vllm-{service}.service", "result": outcome}
         exp.add("sparkctl_rollout_last_ok", "gauge", "1 when the last rollout of the service served its candidate "
-                "(ready, unchanged, restarted), 0 when it failed, was refused or rolled back", int(outcome in OK_RESULTS),
-                labels)
+                "(ready, unchanged, restarted), 0 when it failed, was refused or rolled back",
+                int(outcome in contract.SUCCEEDED), labels)
         exp.add("sparkctl_rollout_last_timestamp_seconds", "gauge", "when the last rollout result was written, unix "
                 "time", round(os.stat(path).st_mtime, 3), {"unit": labels["unit"]})
 
@@ -95,7 +98,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--cert", required=True)
     p.add_argument("--rollout-dir", required=True)
     args = p.parse_args(argv)
-    write_atomic(args.out, collect(args.model_store, args.cert, args.rollout_dir).text())
+    write_atomic(args.out, collect(args.model_store, args.cert, args.rollout_dir).text(), TEXTFILE_MODE)
     return 0
 
 

@@ -37,9 +37,11 @@ import urllib.error
 import urllib.request
 
 try:
-    from sparkctl.box.textfile import Exposition, write_atomic
-except ImportError:  # on the box: textfile.py sits beside this script
-    from textfile import Exposition, write_atomic
+    from sparkctl.box.boxio import write_atomic, write_json
+    from sparkctl.box.textfile import TEXTFILE_MODE, Exposition
+except ImportError:  # on the box: the scripts sit side by side
+    from boxio import write_atomic, write_json
+    from textfile import TEXTFILE_MODE, Exposition
 
 PROGRESS_COUNTERS = ("vllm:iteration_tokens_total_count", "vllm:generation_tokens_total", "vllm:prompt_tokens_total")
 PENDING_GAUGES = ("vllm:num_requests_running", "vllm:num_requests_waiting")
@@ -47,6 +49,7 @@ SAMPLE_RE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{[^}]*\})?\s+(\S+)")
 CRIT, WARNING, NOTICE, INFO = 2, 4, 5, 6  # syslog priorities: journald reads "<N>" line prefixes
 # what the command templates may name (sparkctl/config/schema.py refuses any other before the box is touched)
 PLACEHOLDERS = ("unit", "service", "port", "served", "kind", "rollout", "limits")
+STATE_MODE = 0o644  # the restart history (no secret): `sparkctl status` reads it through the status probe
 
 
 def log(priority: int, message: str) -> None:
@@ -97,10 +100,7 @@ class Watchdog:
     def _save(self) -> None:
         path = self.cfg["state_file"]
         os.makedirs(os.path.dirname(path), exist_ok=True)
-        tmp = f"{path}.tmp"
-        with open(tmp, "w") as f:
-            json.dump(self.state, f, indent=1, sort_keys=True)
-        os.replace(tmp, path)
+        write_json(path, self.state, STATE_MODE)
 
     def record(self, name: str) -> dict:
         rec = self.state.setdefault(name, {"restarts": [], "restarts_total": 0, "gave_up": False})
@@ -241,7 +241,7 @@ class Watchdog:
         exp.add("sparkctl_watchdog_last_check_timestamp_seconds", "gauge", "when the watchdog last checked, unix time",
                 round(now, 3))
         try:
-            write_atomic(self.cfg["textfile"], exp.text())
+            write_atomic(self.cfg["textfile"], exp.text(), TEXTFILE_MODE)
         except OSError as exc:
             log(WARNING, f"cannot write {self.cfg['textfile']}: {exc}")
 

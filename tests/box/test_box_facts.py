@@ -177,11 +177,13 @@ def test_standin_answers_query_compute_apps_like_nvidia_smi(fake_engine):
 
 
 def test_uploaded_scripts_run_alone_with_the_system_python(tmp_path):
-    """What the deploy uploads to SPARKCTL_HOME/bin is complete and stdlib-only: each script runs from there."""
+    """What the deploy uploads to SPARKCTL_HOME/bin is complete and stdlib-only: each monitoring script runs from
+    there with the modules it shares with the rollout."""
     import shutil
 
     from sparkctl import REPO_ROOT
-    for script in mon.BOX_SCRIPTS:
+    from tasks.vllm import SHARED_SCRIPTS  # uploaded by the vLLM step, which runs before the monitoring step
+    for script in (*mon.BOX_SCRIPTS, *SHARED_SCRIPTS):
         shutil.copy(REPO_ROOT / "sparkctl" / "box" / script, tmp_path / script)
     for script in mon.BOX_SCRIPTS:
         if script == "textfile.py":
