@@ -17,7 +17,8 @@ from sparkctl.config.settings import Settings
 from sparkctl.render.units import pip_args, vllm_venv
 from tasks.ops import venv_build
 
-__all__ = ["REMOTE_SCRIPTS", "SHARED_SCRIPTS", "pip_args", "vllm"]  # pip_args: tasks/link.py installs ray with the same options
+# pip_args: tasks/link.py installs ray with the same options
+__all__ = ["REMOTE_SCRIPTS", "SHARED_SCRIPTS", "pip_args", "vllm"]
 
 REMOTE_SCRIPTS = ("rollout.py", "rollout_txn.py", "rollout_gate.py", "rollout_drain.py", "rollout_peer.py",
                   "rollout_restart.py", "rollout_verdict.py", "fetch_checkpoint.py", "check_vllm_args.py",
