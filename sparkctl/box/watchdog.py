@@ -2,6 +2,9 @@
 """On the box (uploaded by the deploy, run by sparkctl-watchdog.service, stdlib only): catch a wedged vLLM engine.
 
     watchdog.py --config /etc/sparkctl/watchdog.json [--once]
+    watchdog.py --config /etc/sparkctl/watchdog.json --restart SERVICE   (by hand: that service's restart_command,
+                                                    as a wedge would run it; its output shown, its exit code returned;
+                                                    not counted in the restart history)
 
 A known GB10 failure: the engine stops producing tokens while the API server still answers /health with 200.
 Every `interval_s`, per service:
@@ -20,7 +23,8 @@ The restart history survives the watchdog's own restarts (`state_file`).
 
 The commands are templates; PLACEHOLDERS are filled per service, each value shell-quoted: {unit}, {service},
 {port}, {served}, {kind} from `services`, {rollout} (`rollout_command`: the env prefix, python and rollout.py)
-and {limits} (`rollout_limits`: the rollout's --timeout ... options), both rendered from the settings.
+and {limits} (`rollout_limits`: every option `rollout.py restart` takes from a setting), both rendered from the
+settings.
 """
 
 from __future__ import annotations
@@ -250,9 +254,15 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--config", required=True)
     p.add_argument("--once", action="store_true", help="one check of every service, then exit")
+    p.add_argument("--restart", metavar="SERVICE", help="run SERVICE's restart command now, then exit with its code")
     args = p.parse_args(argv)
     with open(args.config) as f:
         dog = Watchdog(json.load(f))
+    if args.restart:
+        svc = next((s for s in dog.cfg["services"] if s["name"] == args.restart), None)
+        if svc is None:
+            p.error(f"--restart {args.restart}: not one of {', '.join(s['name'] for s in dog.cfg['services'])}")
+        return subprocess.run(dog.command(dog.cfg["restart_command"], svc), stdin=subprocess.DEVNULL).returncode
     log(INFO, f"watching {', '.join(s['unit'] for s in dog.cfg['services'])}: stall {dog.cfg['stall_s']} s, "
               f"at most {dog.cfg['max_restarts']} restarts in {dog.cfg['window_s']} s")
     while True:
