@@ -75,13 +75,10 @@ def check_transition(before: str, after: str) -> None:
 class Outcome:
     name: str  # "outcome" in the result file and in `rollout.py follow`'s result
     code: int  # the exit code of the command that ends with it
-    serving: bool  # the service serves a known-good configuration afterwards (the candidate, or the one before)
+    serving: bool  # recorded: the service serves a known-good configuration afterwards (the candidate, or the one
+    #                before it); the deploy marks its endpoint ready again
     recorded: bool  # written to vllm-<service>.result.json (else only the command's own exit)
     meaning: str
-
-
-def _o(name: str, code: int, serving: bool, recorded: bool, meaning: str) -> Outcome:
-    return Outcome(name, code, serving, recorded, meaning)
 
 
 READY, UNCHANGED, RESTARTED, AWAITING = "ready", "unchanged", "restarted", AWAITING_VERDICT
@@ -93,30 +90,33 @@ NOTHING_INSTALLED, HEAD_ABSENT, VERDICT_REFUSED, USAGE = "nothing-installed", "h
     "usage"
 
 OUTCOMES = (
-    _o(READY, 0, True, True, "the candidate passed its gate (and its acceptance verdict) and is committed"),
-    _o(UNCHANGED, 0, True, True, "the service already runs the staged candidate; nothing restarted"),
-    _o(RESTARTED, 0, True, True, "the committed configuration was restarted and is ready (not running before, "
-       "or the watchdog's restart)"),
-    _o(AWAITING, 0, True, False, "follow: passed its health gate, waits for the acceptance verdict (none sent yet)"),
-    _o(NOT_STARTED, 1, False, False, "apply/restart: systemd-run could not start the transient unit"),
-    _o(NOTHING_STAGED, 2, False, True, "no staged unit and env file: nothing to do, nothing restarted"),
-    _o(ROLLED_BACK, 3, True, True, "the candidate failed (gate or verdict) and the snapshot serves again"),
-    _o(ROLLBACK_FAILED, 4, False, True, "the candidate failed and the rollback failed too: nothing healthy"),
-    _o(REJECTED, 5, True, True, "the candidate was refused before anything stopped (missing venv, bad arguments)"),
-    _o(RESTART_FAILED, 6, False, True, "the committed configuration does not come up again"),
-    _o(KNOWN_FAILED, 7, True, True, "this candidate failed before; not retried without --retry-failed"),
-    _o(NO_RESULT, 8, False, False, "follow --wait: the transient unit ended without recording a result"),
-    _o(REFUSED, 9, True, True, "restart-only: refused, a transaction of the deploy is open"),
-    _o(OWNED, 10, True, False, "restart: refused, the transient unit is already active (a rollout owns it)"),
-    _o(HEAD_FAILED, 11, True, True, "tensor-parallel worker: the head's candidate failed; the worker changed "
-       "nothing"),
-    _o(NO_PREVIOUS, 12, False, True, "a first install failed: removed again, nothing to roll back to"),
-    _o(NOTHING_INSTALLED, 13, False, True, "restart-only: no committed configuration is installed"),
-    _o(HEAD_ABSENT, 14, True, True, "tensor-parallel worker: the head did not decide in time; the worker changed "
-       "nothing"),
-    _o(VERDICT_REFUSED, 15, True, False, "verdict: not the transaction that waits (or it has another verdict); "
-       "nothing written"),
-    _o(USAGE, 64, True, False, "the command line was refused (a missing or bad argument): nothing was touched"),
+    Outcome(READY, 0, True, True, "the candidate passed its gate (and its acceptance verdict) and is committed"),
+    Outcome(UNCHANGED, 0, True, True, "the service already runs the staged candidate; nothing restarted"),
+    Outcome(RESTARTED, 0, True, True, "the committed configuration was restarted and is ready (not running before, "
+            "or the watchdog's restart)"),
+    Outcome(AWAITING, 0, True, False, "follow: passed its health gate, waits for the acceptance verdict (none sent "
+            "yet)"),
+    Outcome(NOT_STARTED, 1, False, False, "apply/restart: systemd-run could not start the transient unit"),
+    Outcome(NOTHING_STAGED, 2, False, True, "no staged unit and env file: nothing to do, nothing restarted"),
+    Outcome(ROLLED_BACK, 3, True, True, "the candidate failed (gate or verdict) and the snapshot serves again"),
+    Outcome(ROLLBACK_FAILED, 4, False, True, "the candidate failed and the rollback failed too: nothing healthy"),
+    Outcome(REJECTED, 5, True, True, "the candidate was refused before anything stopped (missing venv, bad "
+            "arguments)"),
+    Outcome(RESTART_FAILED, 6, False, True, "the committed configuration does not come up again"),
+    Outcome(KNOWN_FAILED, 7, True, True, "this candidate failed before; not retried without --retry-failed"),
+    Outcome(NO_RESULT, 8, False, False, "follow --wait: the transient unit ended without recording a result"),
+    Outcome(REFUSED, 9, False, True, "restart-only: refused, a transaction of the deploy is open (it owns the "
+            "service)"),
+    Outcome(OWNED, 10, True, False, "restart: refused, the transient unit is already active (a rollout owns it)"),
+    Outcome(HEAD_FAILED, 11, True, True, "tensor-parallel worker: the head's candidate failed; the worker changed "
+            "nothing"),
+    Outcome(NO_PREVIOUS, 12, False, True, "a first install failed: removed again, nothing to roll back to"),
+    Outcome(NOTHING_INSTALLED, 13, False, True, "restart-only: no committed configuration is installed"),
+    Outcome(HEAD_ABSENT, 14, True, True, "tensor-parallel worker: the head did not decide in time; the worker changed "
+            "nothing"),
+    Outcome(VERDICT_REFUSED, 15, True, False, "verdict: not the transaction that waits (or it has another verdict); "
+            "nothing written"),
+    Outcome(USAGE, 64, True, False, "the command line was refused (a missing or bad argument): nothing was touched"),
 )
 BY_NAME = {o.name: o for o in OUTCOMES}
 SUCCEEDED = frozenset(o.name for o in OUTCOMES if o.code == 0)  # what was asked is what serves
@@ -187,10 +187,6 @@ class Arg:
         return self.type is not bool and not self.optional
 
 
-def _setting(dest: str, type_: type, name: str, commands: tuple[str, ...], help_: str) -> Arg:
-    return Arg(dest, type_, commands, name, help_)
-
-
 ARGS = (
     Arg("services", str, ("status",), CALL, "the services to report", positional=True, nargs="+"),
     Arg("service", str, ("apply", "run", "restart", "follow", "verdict"), CALL, "the vLLM service (coder, ...)",
@@ -199,17 +195,17 @@ ARGS = (
     Arg("served", str, GATED, SERVICE, "its served model name (the gate's model, the proxy's drain file)"),
     Arg("kind", str, TXN, SERVICE, "what the gate sends (none: a headless tensor-parallel worker)", choices=KINDS),
     Arg("kind", str, ("restart",), SERVICE, "what the gate sends", choices=API_KINDS),
-    _setting("timeout", float, "HEALTH_READY_TIMEOUT_S", GATED, "how long the gate waits for ready, s"),
-    _setting("interval", float, "HEALTH_POLL_INTERVAL_S", GATED, "between polls, s"),
-    _setting("journal", int, "HEALTH_JOURNAL_LINES", GATED, "journal lines shown with a failure"),
-    _setting("drain_timeout", float, "DRAIN_TIMEOUT_S", GATED, "longest wait for running requests, s (0: no drain)"),
-    _setting("retry_after", int, "DRAIN_RETRY_AFTER_S", GATED, "Retry-After of the drain's 503, s"),
-    _setting("gate_max_tokens", int, "ROLLOUT_GATE_MAX_TOKENS", GATED, "the gate's completion, tokens"),
-    _setting("gate_request_timeout", float, "ROLLOUT_GATE_REQUEST_TIMEOUT_S", GATED, "the gate's request timeout, s"),
-    _setting("retry_failed", bool, "ROLLOUT_RETRY_FAILED", TXN, "try a candidate that failed before"),
-    _setting("keep_failed", int, "ROLLOUT_FAILED_KEEP", TXN, "failed candidates remembered"),
-    _setting("worker_settle", float, "ROLLOUT_WORKER_SETTLE_S", TXN, "a headless worker must stay up this long, s"),
-    _setting("peer_call_timeout", float, "TP_PEER_CALL_TIMEOUT_S", TXN, "one read of the head's status, s"),
+    Arg("timeout", float, GATED, "HEALTH_READY_TIMEOUT_S", "how long the gate waits for ready, s"),
+    Arg("interval", float, GATED, "HEALTH_POLL_INTERVAL_S", "between polls, s"),
+    Arg("journal", int, GATED, "HEALTH_JOURNAL_LINES", "journal lines shown with a failure"),
+    Arg("drain_timeout", float, GATED, "DRAIN_TIMEOUT_S", "longest wait for running requests, s (0: no drain)"),
+    Arg("retry_after", int, GATED, "DRAIN_RETRY_AFTER_S", "Retry-After of the drain's 503, s"),
+    Arg("gate_max_tokens", int, GATED, "ROLLOUT_GATE_MAX_TOKENS", "the gate's completion, tokens"),
+    Arg("gate_request_timeout", float, GATED, "ROLLOUT_GATE_REQUEST_TIMEOUT_S", "the gate's request timeout, s"),
+    Arg("retry_failed", bool, TXN, "ROLLOUT_RETRY_FAILED", "try a candidate that failed before"),
+    Arg("keep_failed", int, TXN, "ROLLOUT_FAILED_KEEP", "failed candidates remembered"),
+    Arg("worker_settle", float, TXN, "ROLLOUT_WORKER_SETTLE_S", "a headless worker must stay up this long, s"),
+    Arg("peer_call_timeout", float, TXN, "TP_PEER_CALL_TIMEOUT_S", "one read of the head's status, s"),
     Arg("peer_status_cmd", str, TXN, ROLE, "tensor-parallel worker: how to read the head's status (shell-quoted)",
         optional=True, needs="peer_timeout"),
     Arg("peer_timeout", float, TXN, ROLE, "tensor-parallel worker: how long it waits for the head at each step, s",
