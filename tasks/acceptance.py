@@ -29,7 +29,6 @@ from functools import partial
 
 from pyinfra import host, logger
 from pyinfra.api import FunctionCommand, StringCommand, deploy, operation
-from pyinfra.api.command import QuoteString
 
 from sparkctl.box import contract
 from sparkctl.config import hosts

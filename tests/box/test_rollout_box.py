@@ -523,3 +523,21 @@ def test_every_box_module_is_uploaded():
     assert on_disk == set(REMOTE_SCRIPTS) | set(BOX_SCRIPTS) | {"status_probe.py"}
     assert not set(REMOTE_SCRIPTS) & set(BOX_SCRIPTS)  # one step uploads each (its change restarts what it runs)
     assert set(SHARED_SCRIPTS) <= set(REMOTE_SCRIPTS)  # the modules both steps' scripts import: the vLLM step's
+
+
+def test_a_candidate_that_disappears_mid_transaction_is_rolled_back_and_that_rollback_resumed(box):
+    box.converge("qwen")
+    box.stage("laguna")
+    box.kill_on("restart#1")  # killed after the candidate was installed, before its gate
+    box.run()
+    assert box.live_model() == "laguna" and box.status()["phase"] == contract.STARTED
+    assert stat.S_IMODE(os.stat(box.txn_dir() / "state.json").st_mode) == 0o600  # root's: it may hold a probe key
+    for staged in ("vllm-coder.env.next", "vllm-coder.service.next"):
+        (box.env_dir / staged).unlink()  # the operator removed what was staged
+    box.kill_on("restart#2")  # and the rollback itself is interrupted
+    box.run(txn="t2")
+    assert box.status()["phase"] == contract.ROLLING_BACK  # recorded before it acted
+    r = box.run(txn="t3")
+    assert r.returncode == contract.code(contract.ROLLED_BACK) and "resuming the interrupted rollback" in r.stdout
+    assert box.live_model() == "qwen" and not box.txn_dir().exists() and not (box.drain / "coder.conf").exists()
+    assert box.result()["why"] == "the staged candidate disappeared"
