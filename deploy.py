@@ -21,13 +21,13 @@ from tasks.vllm import vllm
 settings = settings_for_host()  # pure validation: no command has run yet
 facts = preflight(settings)
 nvidia(settings, is_dgx=facts["is_dgx"], gpu=facts["gpu"])
-vllm(settings)
+shared_scripts = vllm(settings)  # box modules the monitoring step's scripts import too
 link(settings)
 checkpoints(settings)
 oom_guard(settings)
 services(settings)
 proxy(settings)
-monitoring(settings)
+monitoring(settings, shared_scripts)
 health(settings)
 acceptance_step(settings)
 tp_worker_result(settings)

@@ -25,10 +25,12 @@ Box-side commands this assumes (rollout.py, issue 14; see apply_verdict_args, aw
 
 from __future__ import annotations
 
+from functools import partial
+
 from pyinfra import host, logger
 from pyinfra.api import FunctionCommand, StringCommand, deploy, operation
-from pyinfra.api.command import QuoteString
 
+from sparkctl.box import contract
 from sparkctl.config import hosts
 from sparkctl.config.catalog import CODER
 from sparkctl.config.settings import Settings
@@ -37,25 +39,24 @@ from sparkctl.measure import acceptance, quick
 from sparkctl.render.units import rollout_env
 from tasks.facts import RolloutStatus
 from tasks.handoff import ready_target
-from tasks.ops import AWAITING, _connector_args, _ready, _wait
+from tasks.ops import _connector_args, _ready, _wait, box_command
 
-__all__ = ["AWAITING", "acceptance_gate", "acceptance_step", "apply_verdict_args", "awaiting_verdict",
-           "verdict_command"]  # AWAITING: the phase rollout.py status reports while a transaction waits
+__all__ = ["acceptance_gate", "acceptance_step", "apply_verdict_args", "awaiting_verdict", "verdict_command"]
 REASON_CHARS = 900  # the rollback reason kept in the box's record of the failed candidate, characters
 
 
-def apply_verdict_args(d: dict, service) -> list[str]:
-    """HOOK for the lead: what `rollout.py apply` needs to wait for a verdict after its health gate ([] = do not
-    wait: acceptance off, or not the coder's head). The default is what the box does alone when the time is up."""
+def apply_verdict_args(d, service) -> dict:
+    """HOOK for the lead: the facts `rollout.py apply` needs to wait for a verdict after its health gate
+    (contract dests verdict_timeout, verdict_default; {} = do not wait: acceptance off, or not the coder's head).
+    The default is what the box does alone when the time is up."""
     if not d["ACCEPTANCE_ENABLED"] or service.role != CODER or service.headless:
-        return []
+        return {}
     timeout = d["ACCEPTANCE_VERDICT_TIMEOUT_S"]
     if isinstance(timeout, bool) or not isinstance(timeout, int) or timeout <= 0:
         raise SettingError("ACCEPTANCE_VERDICT_TIMEOUT_S", timeout, "whole seconds greater than 0")
     if d["ACCEPTANCE_MODE"] not in acceptance.MODES:
         raise SettingError("ACCEPTANCE_MODE", d["ACCEPTANCE_MODE"], list(acceptance.MODES))
-    return ["--verdict-timeout", str(timeout),
-            "--verdict-default", "commit" if d["ACCEPTANCE_MODE"] == "warn" else "rollback"]
+    return {"verdict_timeout": timeout, "verdict_default": "commit" if d["ACCEPTANCE_MODE"] == "warn" else "rollback"}
 
 
 def awaiting_verdict(status: dict) -> str | None:
@@ -63,24 +64,22 @@ def awaiting_verdict(status: dict) -> str | None:
     passed health and waits for the acceptance verdict, or None (nothing changed, or the rollout did not wait).
     This is how the step knows the coder's configuration changed: the box only waits when its rollout changed
     something the service reads (env, unit, vLLM install), which it knows from its stamp."""
-    if status.get("phase") != AWAITING:
+    if status.get("phase") != contract.AWAITING_VERDICT:
         return None
     tx = status.get("tx")
     return str(tx) if tx else None
 
 
-def verdict_command(d: dict, service: str, tx: str, verdict: str, reason: str = "") -> StringCommand:
-    """The box-side verdict: `rollout.py verdict SERVICE --tx TX commit|rollback [--reason TEXT]`."""
-    parts = [rollout_env(d), "python3", QuoteString(f"{d['SPARKCTL_HOME']}/bin/rollout.py"), "verdict",
-             QuoteString(service), "--tx", QuoteString(tx), verdict]
-    if reason:  # a rollback's reason is what the box remembers the candidate failed for
-        parts += ["--reason", QuoteString(" ".join(reason.split())[:REASON_CHARS])]
-    return StringCommand(*parts)
+def rollout_py(d):
+    """rollout_py(args) -> the box command running rollout.py with those arguments (contract.argv(...))."""
+    return partial(box_command, rollout_env(d), f"{d['SPARKCTL_HOME']}/bin/rollout.py")
 
 
-def follow_command(d: dict, service: str) -> list:
-    return [rollout_env(d), "python3", QuoteString(f"{d['SPARKCTL_HOME']}/bin/rollout.py"), "follow",
-            QuoteString(service)]
+def verdict_command(d, service: str, tx: str, verdict: str, reason: str = "") -> StringCommand:
+    """The box-side verdict: `rollout.py verdict SERVICE --tx TX commit|rollback [--reason TEXT]`; a rollback's
+    reason is what the box remembers the candidate failed for."""
+    return rollout_py(d)(contract.argv("verdict", {}, service=service, tx=tx, decision=verdict,
+                                       reason=" ".join(reason.split())[:REASON_CHARS] or None))
 
 
 def _decide(state, host_, d: dict, service: str, unit: str, tx: str, decision: str, reason: str,
@@ -93,18 +92,18 @@ def _decide(state, host_, d: dict, service: str, unit: str, tx: str, decision: s
     if not ok:  # e.g. the box decided alone a moment ago: what it did is in its result
         host_.log_styled(f"{unit}: the box did not take the verdict {decision}: "
                          f"{' '.join(out.stderr_lines)[-1000:]}", fg="yellow", log_func=logger.warning)
-    result = _wait(host_, kw, service, tx, follow_command(d, service), d["HEALTH_POLL_INTERVAL_S"])
+    result = _wait(host_, kw, service, tx, rollout_py(d), d["HEALTH_POLL_INTERVAL_S"])
     if result is None:  # lost track: the box finishes alone
         return False
-    if result.get("outcome") == AWAITING:
+    if result.get("outcome") == contract.AWAITING:
         host_.log_styled(f"{unit}: still waits for its acceptance verdict on the box (until {result.get('deadline')},"
                          f" then it decides alone)", fg="red", log_func=logger.error)
         return False
-    rc, outcome, message = result.get("rc"), result.get("outcome"), str(result.get("message", ""))[:4000]
+    outcome, message = result.get("outcome"), str(result.get("message", ""))[:4000]
     by = (result.get("verdict") or {}).get("by")
-    if rc in (0, 3):  # committed, or rolled back and serving its previous configuration
+    if contract.serving(result):  # committed, or rolled back and serving its previous configuration
         _ready(host_, handoff, True)
-    if rc == 0:
+    if contract.succeeded(result):
         host_.log(f"{unit}: {outcome}: {message}")
         if decision == "commit" and by == "control" and verdict is not None:
             return _record(state, host_, conn, d, verdict)
@@ -113,8 +112,8 @@ def _decide(state, host_, d: dict, service: str, unit: str, tx: str, decision: s
                              fg="yellow", log_func=logger.warning)
         return True
     why = reason if by == "control" else (result.get("verdict") or {}).get("reason") or result.get("why") or reason
-    host_.log_styled(f"{unit}: {'rolled back' if rc == 3 else outcome}: {why}\n{message}", fg="red",
-                     log_func=logger.error)
+    what = "rolled back" if outcome == contract.ROLLED_BACK else outcome
+    host_.log_styled(f"{unit}: {what}: {why}\n{message}", fg="red", log_func=logger.error)
     return False
 
 

@@ -25,7 +25,9 @@ def _put(name: str, text: str, dest: str, mode: str = "0644", **kw):
 
 
 @deploy("Monitoring")
-def monitoring(settings: Settings) -> None:
+def monitoring(settings: Settings, shared_scripts: list) -> None:
+    """shared_scripts: the vLLM step's uploads of the box modules these scripts import too (tasks/vllm.py
+    SHARED_SCRIPTS): the watchdog restarts when they change."""
     d = settings.data
     services = settings.services
     try:  # everything this step needs is checked while pyinfra prepares: before any command reaches the box
@@ -62,4 +64,5 @@ def monitoring(settings: Settings) -> None:
     systemd.service(name=f"{mon.WATCHDOG_UNIT} enabled and running", service=mon.WATCHDOG_UNIT, running=True,
                     enabled=True)
     systemd.service(name=f"Restart {mon.WATCHDOG_UNIT} (its script, unit or configuration changed)",
-                    service=mon.WATCHDOG_UNIT, restarted=True, _if=any_changed(watchdog_cfg, *units, *scripts))
+                    service=mon.WATCHDOG_UNIT, restarted=True,
+                    _if=any_changed(watchdog_cfg, *units, *scripts, *shared_scripts))

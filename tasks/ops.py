@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import time
+from functools import partial
 
 import gevent
 from pyinfra import host, logger
@@ -15,6 +16,7 @@ from pyinfra.api.arguments import CONNECTOR_ARGUMENT_KEYS
 from pyinfra.api.command import QuoteString
 from pyinfra.facts.files import File
 
+from sparkctl.box import contract
 from sparkctl.errors import SettingError
 from tasks.facts import DistVersion, GpuInfo, RolloutStatus, RunningOomGuard, VenvsInUse
 from tasks.handoff import mark_ready
@@ -83,11 +85,16 @@ def sync_checkpoint(repo: str, sha: str, listing: str, cache_dir: str, folder: s
 
 
 # --- rollout of a vLLM service (the transaction itself runs on the box: sparkctl/box/rollout.py) ---------------
+# every call is rendered from the box boundary's contract (sparkctl/box/contract.py), every outcome read by name
 
-AWAITING = "awaiting-verdict"  # the box's phase after the health gate while it waits for the acceptance verdict
 ROLLING: dict[str, str] = {}  # service -> the box whose rollout of it started and has not passed its gate yet
 KNOWN_FAILED: dict[str, list[str]] = {}  # box -> one line per service left on its previous configuration
 _STATUS: dict[tuple, dict] = {}  # (box, executing) -> rollout.py status of every service: one call per phase
+
+
+def box_command(env_prefix: str, script: str, args: list[str]) -> StringCommand:
+    """`python3 rollout.py ARGS` on the box with the deploy's environment prefix (args: contract.argv(...))."""
+    return StringCommand(env_prefix, "python3", QuoteString(script), *[QuoteString(a) for a in args])
 
 
 def rollout_status(script: str, services: tuple, env_prefix: str) -> dict:
@@ -125,56 +132,76 @@ def _ready(host, handoff: dict | None, ready: bool) -> None:
         host.log_styled(f"gateway hand-off not updated: {exc}", fg="yellow", log_func=logger.warning)
 
 
-def _follow(state, host, service: str, apply_cmd: StringCommand, follow_cmd: list, interval: float,
+def _apply(host, kw: dict, service: str, apply_cmd: StringCommand) -> dict | None:
+    """Run `rollout.py apply`: {"txn", "attached"} of the transaction it started or attached to (None: failed)."""
+    ok, out = host.run_shell_command(apply_cmd, **kw)
+    started = next((json.loads(x) for x in reversed(out.stdout_lines) if x.startswith("{")), None) if ok else None
+    if not started:
+        host.log_styled(f"rollout.py apply {service} failed: {' '.join(out.stderr_lines)[-2000:]}", fg="red",
+                        log_func=logger.error)
+    return started
+
+
+def _follow(state, host, service: str, apply_cmd: StringCommand, rollout_py, interval: float,
             wanted: str = "", handoff: dict | None = None, on_awaiting=None) -> bool:
     """Start (or attach to) the box's transaction and print its log until it records a result. Losing this
     connection changes nothing on the box: a rerun attaches to the same transaction or reads its result. After
     attaching to one that another deploy started, apply once more: what this deploy staged may differ."""
     kw = _connector_args(host)
     for _round in range(2):
-        ok, out = host.run_shell_command(apply_cmd, **kw)
-        started = next((json.loads(x) for x in reversed(out.stdout_lines) if x.startswith("{")), None) if ok else None
+        started = _apply(host, kw, service, apply_cmd)
         if not started:
-            host.log_styled(f"rollout.py apply {service} failed: {' '.join(out.stderr_lines)[-2000:]}", fg="red",
-                            log_func=logger.error)
             return False
         if started.get("attached"):
             host.log(f"vllm-{service}: attaching to rollout {started['txn']}, already running on the box")
         _ready(host, handoff, False)
-        result = _wait(host, kw, service, started["txn"], follow_cmd, interval)
+        result = _wait(host, kw, service, started["txn"], rollout_py, interval)
         if result is None:
             return False
-        awaiting = result.get("outcome") == AWAITING  # the Acceptance step marks it ready after its commit
-        if result.get("rc") in (0, 3) and not awaiting:  # ready, or rolled back: serving its previous configuration
-            _ready(host, handoff, True)
-        if awaiting and started.get("attached") and result.get("candidate") != wanted:
-            host.log_styled(f"vllm-{service}: another deploy's rollout (candidate {str(result.get('candidate'))[:12]})"
-                            f" waits on the box for its acceptance verdict until {result.get('deadline')}, when the "
-                            f"box decides alone; rerun then, or decide now: rollout.py verdict {service} --tx "
-                            f"{started['txn']} commit|rollback", fg="red", log_func=logger.error)
-            return False
-        if awaiting and on_awaiting is not None:  # judged here, inside the serial rollout: one box at a time
-            host.log(f"vllm-{service}: passed its health gate; the box keeps its snapshot and waits for the "
-                     f"acceptance verdict until {result.get('deadline')}")
-            if not on_awaiting(state, host, started["txn"], result.get("probe_key", "")):
-                return False
-            ROLLING.pop(service, None)
-            return True
-        if awaiting:
-            host.log(f"vllm-{service}: passed its health gate; the box keeps its snapshot and waits for the "
-                     f"acceptance verdict until {result.get('deadline')} (the Acceptance step sends it)")
-        if started.get("attached") and result.get("candidate") != wanted:  # another deploy's: now ours
-            host.log(f"vllm-{service}: the attached rollout ended {result.get('outcome')}; now this deploy's")
-            continue
-        if result.get("rc") != 0:
-            host.log_styled(f"vllm-{service}: rollout {result.get('outcome')}: {result.get('message', '')[:4000]}",
-                            fg="red", log_func=logger.error)
-            return False
-        if not started.get("attached"):
-            ROLLING.pop(service, None)
-            return True
+        done = _ended(state, host, service, started, result, wanted, handoff, on_awaiting)
+        if done is not None:
+            if done:
+                ROLLING.pop(service, None)
+            return done
     ROLLING.pop(service, None)
     return True
+
+
+def _ended(state, host, service: str, started: dict, result: dict, wanted: str, handoff: dict | None,
+           on_awaiting) -> bool | None:
+    """What a followed transaction's result means for the op: True or False, or None to apply once more (it was
+    another deploy's)."""
+    if contract.serving(result):  # committed, or rolled back: it serves a known-good configuration
+        _ready(host, handoff, True)
+    ours = not started.get("attached") or result.get("candidate") == wanted
+    if result.get("outcome") == contract.AWAITING:
+        return _awaiting(state, host, service, started, result, ours, on_awaiting)
+    if not ours:
+        host.log(f"vllm-{service}: the attached rollout ended {result.get('outcome')}; now this deploy's")
+        return None
+    if not contract.succeeded(result):
+        host.log_styled(f"vllm-{service}: rollout {result.get('outcome')}: {result.get('message', '')[:4000]}",
+                        fg="red", log_func=logger.error)
+        return False
+    return None if started.get("attached") else True
+
+
+def _awaiting(state, host, service: str, started: dict, result: dict, ours: bool, on_awaiting) -> bool | None:
+    """The transaction passed its health gate and waits for its acceptance verdict (the Acceptance step marks the
+    box ready after its commit)."""
+    if not ours:
+        host.log_styled(f"vllm-{service}: another deploy's rollout (candidate {str(result.get('candidate'))[:12]})"
+                        f" waits on the box for its acceptance verdict until {result.get('deadline')}, when the "
+                        f"box decides alone; rerun then, or decide now: rollout.py verdict {service} --tx "
+                        f"{started['txn']} commit|rollback", fg="red", log_func=logger.error)
+        return False
+    if on_awaiting is not None:  # judged here, inside the serial rollout: one box at a time
+        host.log(f"vllm-{service}: passed its health gate; the box keeps its snapshot and waits for the "
+                 f"acceptance verdict until {result.get('deadline')}")
+        return bool(on_awaiting(state, host, started["txn"], result.get("probe_key", "")))
+    host.log(f"vllm-{service}: passed its health gate; the box keeps its snapshot and waits for the "
+             f"acceptance verdict until {result.get('deadline')} (the Acceptance step sends it)")
+    return None if started.get("attached") else True
 
 
 DETACHED: dict[tuple[str, str], str] = {}  # (box, service) -> transaction started by rollout(wait=False)
@@ -182,11 +209,8 @@ DETACHED: dict[tuple[str, str], str] = {}  # (box, service) -> transaction start
 
 def _start(state, host, service: str, apply_cmd: StringCommand) -> bool:
     """Start (or attach to) the box's transaction and return: a tensor-parallel worker's waits for its head."""
-    ok, out = host.run_shell_command(apply_cmd, **_connector_args(host))
-    started = next((json.loads(x) for x in reversed(out.stdout_lines) if x.startswith("{")), None) if ok else None
+    started = _apply(host, _connector_args(host), service, apply_cmd)
     if not started:
-        host.log_styled(f"rollout.py apply {service} failed: {' '.join(out.stderr_lines)[-2000:]}", fg="red",
-                        log_func=logger.error)
         return False
     DETACHED[(host.name, service)] = started["txn"]
     host.log(f"vllm-{service}: transaction {started['txn']} started; it changes nothing until the head's candidate "
@@ -194,30 +218,31 @@ def _start(state, host, service: str, apply_cmd: StringCommand) -> bool:
     return True
 
 
-def _join(state, host, service: str, follow_cmd: list, interval: float) -> bool:
+def _join(state, host, service: str, rollout_py, interval: float) -> bool:
     """Follow a transaction rollout(wait=False) started until it records its result."""
     txn = DETACHED.pop((host.name, service), None)
     if txn is None:
         host.log_styled(f"vllm-{service}: no transaction was started here to follow", fg="red", log_func=logger.error)
         return False
-    result = _wait(host, _connector_args(host), service, txn, follow_cmd, interval)
+    result = _wait(host, _connector_args(host), service, txn, rollout_py, interval)
     if result is None:
         return False
-    if result.get("rc") != 0:
+    if not contract.succeeded(result):
         host.log_styled(f"vllm-{service}: rollout {result.get('outcome')}: {result.get('message', '')[:4000]}",
                         fg="red", log_func=logger.error)
         return False
     return True
 
 
-def _wait(host, kw: dict, service: str, txn: str, follow_cmd: list, interval: float) -> dict | None:
-    """Poll `rollout.py follow` (one short ssh call each time), print new log lines; the recorded result, or
-    {"rc": 0, "outcome": AWAITING, ...} when the transaction passed its health gate and waits for the acceptance
-    verdict that nobody sent yet (the box decides alone at its deadline: nothing to wait for here)."""
+def _wait(host, kw: dict, service: str, txn: str, rollout_py, interval: float) -> dict | None:
+    """Poll `rollout.py follow` (one short ssh call each time; rollout_py(args) -> the command), print new log
+    lines; the recorded result, or {"rc": 0, "outcome": contract.AWAITING, ...} when the transaction passed its
+    health gate and waits for the acceptance verdict that nobody sent yet (the box decides alone at its deadline:
+    nothing to wait for here)."""
     offset, misses = 0, 0
     while True:
-        ok, out = host.run_shell_command(StringCommand(*follow_cmd, "--txn", QuoteString(txn), "--offset",
-                                                       str(offset)), **kw)
+        ok, out = host.run_shell_command(rollout_py(contract.argv("follow", {}, service=service, txn=txn,
+                                                                  offset=offset)), **kw)
         lines = out.stdout_lines if ok else []
         st = json.loads(lines[-1][3:]) if lines and lines[-1].startswith("@@ ") else None
         if st is None:
@@ -231,65 +256,68 @@ def _wait(host, kw: dict, service: str, txn: str, follow_cmd: list, interval: fl
         misses, offset = 0, st["offset"]
         for line in lines[:-1]:
             host.log(f"vllm-{service}: {line}")
-        if st["done"]:
-            return st["result"] or {}
-        if st.get("awaiting"):
-            deadline = st.get("verdict_deadline")
-            return {"rc": 0, "outcome": AWAITING, "txn": txn, "candidate": st.get("candidate"),
-                    "probe_key": st.get("probe_key") or "",
-                    "deadline": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(float(deadline)))
-                    if deadline else "?"}
+        if st["done"] or st.get("awaiting"):
+            return (st["result"] or {}) if st["done"] else _awaiting_result(txn, st)
         gevent.sleep(interval)
 
 
+def _awaiting_result(txn: str, st: dict) -> dict:
+    """The pseudo-result of a transaction that waits for its acceptance verdict (follow's "@@" line)."""
+    deadline = st.get("verdict_deadline")
+    return {"rc": contract.code(contract.AWAITING), "outcome": contract.AWAITING, "txn": txn,
+            "candidate": st.get("candidate"), "probe_key": st.get("probe_key") or "",
+            "deadline": time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(float(deadline))) if deadline else "?"}
+
+
+def _unchanged(service: str, status: dict, retry_failed: bool) -> str:
+    """Why the box needs no transaction ("" when it does): it runs exactly its staged configuration, or that
+    configuration failed before and no retry was asked for (then listed for the health step's report)."""
+    busy = status.get("running") or status.get("phase")
+    if not busy and status.get("active") and status.get("applied") and status["applied"] == status.get("wanted"):
+        return f"vllm-{service} already runs its configuration"
+    failed = status.get("failed")
+    if busy or not failed or retry_failed:
+        return ""
+    why = ([x for x in str(failed.get("why")).splitlines() if x.strip()] or ["?"])[-1][:300]
+    line = (f"vllm-{service}: this configuration ({failed.get('model')}) failed at {failed.get('at')} "
+            f"({why}); nothing restarted. To try it again on purpose: --data ROLLOUT_RETRY_FAILED=True")
+    if host.state.is_executing:
+        KNOWN_FAILED.setdefault(host.name, []).append(line)
+        host.log_styled(line, fg="yellow", log_func=logger.warning)
+    return line
+
+
 @operation()
-def rollout(service: str, services: tuple, script: str, port: int, served: str, kind: str, timeout: int,
-            interval: int, journal_lines: int, drain_timeout: int, retry_after: int, retry_failed: bool,
-            keep_failed: int, gate_max_tokens: int, gate_request_timeout: float, worker_settle: float,
-            env_prefix: str = "", handoff: dict | None = None, peer: list[str] | None = None, wait: bool = True,
-            verdict_args: list[str] | None = None, on_awaiting=None):
+def rollout(service: str, services: tuple, script: str, settings: dict, interval: float, port: int, served: str,
+            kind: str, env_prefix: str = "", handoff: dict | None = None, peer: dict | None = None,
+            wait: bool = True, verdict_args: dict | None = None, on_awaiting=None):
     """Run the box's transaction for a service (drain, switch, gate, commit or roll back), unless it already
     runs exactly its staged configuration, or that configuration failed before and no retry was asked for.
-    verdict_args (tasks/acceptance.apply_verdict_args): after its health gate the box waits for the acceptance
-    verdict; on_awaiting(state, host, txn, probe_key) -> bool (tasks/acceptance.judge_waiting) then measures and
-    sends it within this op, so a serial rollout touches the next box only after this one's verdict (only for a
-    service that was running: a first install has no proxy yet, and the Acceptance step after Health judges it).
+    settings: the validated values of contract.SETTINGS (tasks/services.rollout_settings); verdict_args
+    (tasks/acceptance.apply_verdict_args): after its health gate the box waits for the acceptance verdict;
+    on_awaiting(state, host, txn, probe_key) -> bool (tasks/acceptance.judge_waiting) then measures and sends it
+    within this op, so a serial rollout touches the next box only after this one's verdict (only for a service that
+    was running: a first install has no proxy yet, and the Acceptance step after Health judges it).
 
     "Exactly that" = the stamp rollout.py recorded after its last healthy start equals the hash of the staged unit
     and env file now, so a restart happens only when something the service reads changed.
 
-    peer: rollout.py's --peer-* arguments (a tensor-parallel worker following its head); wait=False only starts
-    the transaction (rollout_join follows it to its result, after the head's rollout).
+    peer: rollout.py's --peer-* facts (a tensor-parallel worker following its head); wait=False only starts the
+    transaction (rollout_join follows it to its result, after the head's rollout).
     """
     status = rollout_status(script, services, env_prefix).get(service, {})
-    busy = status.get("running") or status.get("phase")
-    if not busy and status.get("active") and status.get("applied") and status["applied"] == status.get("wanted"):
-        host.noop(f"vllm-{service} already runs its configuration")
+    unchanged = _unchanged(service, status, settings["ROLLOUT_RETRY_FAILED"])
+    if unchanged:
+        host.noop(unchanged)
         return
-    failed = status.get("failed")
-    if not busy and failed and not retry_failed:
-        why = ([x for x in str(failed.get("why")).splitlines() if x.strip()] or ["?"])[-1][:300]
-        line = (f"vllm-{service}: this configuration ({failed.get('model')}) failed at {failed.get('at')} "
-                f"({why}); nothing restarted. To try it again on purpose: --data ROLLOUT_RETRY_FAILED=True")
-        if host.state.is_executing:
-            KNOWN_FAILED.setdefault(host.name, []).append(line)
-            host.log_styled(line, fg="yellow", log_func=logger.warning)
-        host.noop(line)
-        return
-    args = ["--port", str(int(port)), "--served", QuoteString(served), "--kind", kind,
-            "--timeout", str(int(timeout)), "--interval", str(int(interval)), "--journal", str(int(journal_lines)),
-            "--drain-timeout", str(int(drain_timeout)), "--retry-after", str(int(retry_after)),
-            "--keep-failed", str(int(keep_failed)), "--gate-max-tokens", str(int(gate_max_tokens)),
-            "--gate-request-timeout", str(float(gate_request_timeout)), "--worker-settle", str(float(worker_settle)),
-            *(["--retry-failed"] if retry_failed else []), *[QuoteString(x) for x in (peer or [])],
-            *[QuoteString(x) for x in verdict_args or []]]
-    apply_cmd = StringCommand(env_prefix, "python3", QuoteString(script), "apply", QuoteString(service), *args)
-    follow_cmd = [env_prefix, "python3", QuoteString(script), "follow", QuoteString(service)]
+    rollout_py = partial(box_command, env_prefix, script)
+    apply_cmd = rollout_py(contract.argv("apply", settings, service=service, port=port, served=served, kind=kind,
+                                         **(peer or {}), **(verdict_args or {})))
     if not wait:  # no one-box-at-a-time guard: head and worker are one unit, the head's rollout decides for both
         yield FunctionCommand(_start, (service, apply_cmd), {})
         return
     yield FunctionCommand(_guard, (service,), {})
-    yield FunctionCommand(_follow, (service, apply_cmd, follow_cmd, interval),
+    yield FunctionCommand(_follow, (service, apply_cmd, rollout_py, interval),
                           {"wanted": status.get("wanted", ""), "handoff": handoff,
                            # a first install is judged after the proxy exists (the Acceptance step after Health);
                            # a box that served before is judged here, before the next box moves
@@ -297,14 +325,13 @@ def rollout(service: str, services: tuple, script: str, port: int, served: str, 
 
 
 @operation()
-def rollout_join(service: str, script: str, interval: int, env_prefix: str = "", follow: bool = True):
+def rollout_join(service: str, script: str, interval: float, env_prefix: str = "", follow: bool = True):
     """Wait for the transaction rollout(wait=False) started on this box (pair it with `_if=<that op>.did_change`);
     follow=False: this box started none (the tensor-parallel head: its own rollout already decided)."""
     if not follow:
         host.noop(f"vllm-{service}: nothing to follow on this box")
         return
-    follow_cmd = [env_prefix, "python3", QuoteString(script), "follow", QuoteString(service)]
-    yield FunctionCommand(_join, (service, follow_cmd, interval), {})
+    yield FunctionCommand(_join, (service, partial(box_command, env_prefix, script), interval), {})
 
 
 @operation()

@@ -15,6 +15,7 @@ from pyinfra import host, inventory
 from pyinfra.api import deploy
 from pyinfra.operations import files, systemd
 
+from sparkctl.box import contract
 from sparkctl.config.catalog import CODER
 from sparkctl.config.settings import Settings, validate
 from sparkctl.render import units as svcs
@@ -25,14 +26,11 @@ from tasks.link import peer_status_command
 from tasks.ops import prune_venvs, rollout, rollout_join, running_oom_guard
 
 
-def rollout_settings(d: dict) -> dict:
-    """What the box's rollout transaction is told (the settings schema validated every value before this)."""
-    return dict(script=f"{d['SPARKCTL_HOME']}/bin/rollout.py", timeout=d["HEALTH_READY_TIMEOUT_S"],
-                interval=d["HEALTH_POLL_INTERVAL_S"], journal_lines=d["HEALTH_JOURNAL_LINES"],
-                drain_timeout=d["DRAIN_TIMEOUT_S"], retry_after=d["DRAIN_RETRY_AFTER_S"],
-                keep_failed=d["ROLLOUT_FAILED_KEEP"], retry_failed=d["ROLLOUT_RETRY_FAILED"],
-                gate_max_tokens=d["ROLLOUT_GATE_MAX_TOKENS"], gate_request_timeout=d["ROLLOUT_GATE_REQUEST_TIMEOUT_S"],
-                worker_settle=d["ROLLOUT_WORKER_SETTLE_S"], env_prefix=rollout_env(d))
+def rollout_settings(d) -> dict:
+    """What the box's rollout transaction is told: every setting its arguments come from (contract.SETTINGS; the
+    settings schema validated each value before this), and where its script is."""
+    return dict(script=f"{d['SPARKCTL_HOME']}/bin/rollout.py", settings={name: d[name] for name in contract.SETTINGS},
+                interval=d["HEALTH_POLL_INTERVAL_S"], env_prefix=rollout_env(d))
 
 
 @deploy("OOM guard")
@@ -70,14 +68,14 @@ def tp_coders(settings: Settings) -> list[tuple]:
     return out
 
 
-def peer_args(settings: Settings) -> list[str]:
-    """A tensor-parallel worker's rollout follows its head's: how it reads the head's status, how long it waits.
-    The wait covers the head's drain and its gate, its rollback's gate, and its acceptance verdict."""
+def peer_args(settings: Settings) -> dict:
+    """A tensor-parallel worker's rollout follows its head's: how it reads the head's status, how long it waits
+    (rollout.py's --peer-* facts, by contract dest). The wait covers the head's drain and its gate, its rollback's
+    gate, and its acceptance verdict."""
     d = settings.data
     wait = d["DRAIN_TIMEOUT_S"] + 2 * d["HEALTH_READY_TIMEOUT_S"] + \
         (d["ACCEPTANCE_VERDICT_TIMEOUT_S"] if d["ACCEPTANCE_ENABLED"] else 0)
-    return ["--peer-status-cmd", peer_status_command(d, settings.role.head_address), "--peer-timeout", str(wait),
-            "--peer-call-timeout", str(d["TP_PEER_CALL_TIMEOUT_S"])]
+    return {"peer_status_cmd": peer_status_command(d, settings.role.head_address), "peer_timeout": wait}
 
 
 WORKER_STARTS: dict[tuple[str, str], object] = {}  # (box, service) -> the op that started its worker transaction

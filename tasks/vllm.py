@@ -17,14 +17,20 @@ from sparkctl.config.settings import Settings
 from sparkctl.render.units import pip_args, vllm_venv
 from tasks.ops import venv_build
 
-__all__ = ["REMOTE_SCRIPTS", "pip_args", "vllm"]  # pip_args: tasks/link.py installs ray with the same options
+# pip_args: tasks/link.py installs ray with the same options
+__all__ = ["REMOTE_SCRIPTS", "SHARED_SCRIPTS", "pip_args", "vllm"]
 
 REMOTE_SCRIPTS = ("rollout.py", "rollout_txn.py", "rollout_gate.py", "rollout_drain.py", "rollout_peer.py",
-                  "rollout_restart.py", "rollout_verdict.py", "fetch_checkpoint.py", "check_vllm_args.py")
+                  "rollout_restart.py", "rollout_verdict.py", "fetch_checkpoint.py", "check_vllm_args.py",
+                  "contract.py", "boxio.py")
+# uploaded here, before any rollout, and imported by the monitoring step's scripts too (the box boundary's contract,
+# the one atomic write): vllm() returns their uploads, and the monitoring step restarts its watchdog when they change
+SHARED_SCRIPTS = ("contract.py", "boxio.py")
 
 
 @deploy("vLLM")
-def vllm(settings: Settings) -> None:
+def vllm(settings: Settings) -> list:
+    """Returns the uploads of SHARED_SCRIPTS (for tasks/monitoring.py)."""
     d = settings.data
     home, venv, state, user = d["SPARKCTL_HOME"], vllm_venv(d), d["STATE_DIR"], d["SERVICE_USER"]
     apt.packages(name="Install system packages (python3-venv, libnuma1, nginx, earlyoom, curl, rsync)",
@@ -41,9 +47,9 @@ def vllm(settings: Settings) -> None:
         files.directory(name=f"Create {path}", path=path, user="root", group="root", mode="0755")
     files.directory(name=f"Create {d['ENV_DIR']} (root-only)", path=d["ENV_DIR"], user="root", group="root",
                     mode="0700")
-    for script in REMOTE_SCRIPTS:
-        files.put(name=f"Upload {script}", src=str(REPO_ROOT / "sparkctl" / "box" / script),
-                  dest=f"{home}/bin/{script}", user="root", group="root", mode="0755")
+    uploads = {script: files.put(name=f"Upload {script}", src=str(REPO_ROOT / "sparkctl" / "box" / script),
+                                 dest=f"{home}/bin/{script}", user="root", group="root", mode="0755")
+               for script in REMOTE_SCRIPTS}
     files.put(name="Write pip constraints", src=StringIO("".join(f"{c}\n" for c in d["VLLM_PIP_CONSTRAINTS"])),
               dest=f"{home}/constraints.txt", user="root", group="root", mode="0644")
     # a new venv beside the running one: a failed install touches no running service
@@ -51,3 +57,4 @@ def vllm(settings: Settings) -> None:
                pip_version=d["PIP_VERSION"], dist=d["VLLM_DIST"], version=d["VLLM_VERSION"],
                requirement=d["VLLM_PIP_REQUIREMENT"], pip_args=pip_args(d), remove=d["VLLM_PIP_REMOVE"],
                alias=d["VLLM_METADATA_ALIAS"])
+    return [uploads[script] for script in SHARED_SCRIPTS]

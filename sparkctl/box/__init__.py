@@ -3,5 +3,7 @@ wait, a tensor-parallel worker's following of its head, and the watchdog's resta
 verification, vLLM's own argument check, the watchdog and the metrics textfiles.
 
 Standard library only (plus, where named, the box's vLLM venv): they run with the box's python3, and nothing here
-imports the rest of sparkctl. The control side refers to them by path.
+imports the rest of sparkctl. The control side refers to them by path, except contract.py, the box boundary written
+once (phases, outcomes and exit codes, the JSON documents, every rollout.py argument and the setting it comes
+from), which both sides import.
 """

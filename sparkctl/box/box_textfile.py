@@ -8,7 +8,7 @@ no exporter has.
 
 - the model store's free space (statvfs of the path itself: it need not be its own mount point);
 - the TLS certificate's expiry (the proxy's certificate, read with the standard library's own decoder);
-- each service's last rollout result: vllm-<service>.result.json (rollout_txn.py's `outcome`);
+- each service's last rollout result: vllm-<service>.result.json (its `outcome`, one of contract.py's OUTCOMES);
 - whether a rollout or a restart of each service runs now, and until when it may (the alerts hold back
   "model down" for that served model meanwhile, and fire when it outlasts that deadline). What the box has:
   the transient unit sparkctl-rollout-<service>.service active (a deploy's transaction or the watchdog's
@@ -33,14 +33,14 @@ import time
 from typing import NamedTuple
 
 try:
-    from sparkctl.box.textfile import Exposition, write_atomic
-except ImportError:  # on the box: textfile.py sits beside this script
-    from textfile import Exposition, write_atomic
+    from sparkctl.box import contract
+    from sparkctl.box.boxio import write_atomic
+    from sparkctl.box.textfile import TEXTFILE_MODE, Exposition
+except ImportError:  # on the box: the scripts sit side by side
+    import contract
+    from boxio import write_atomic
+    from textfile import TEXTFILE_MODE, Exposition
 
-OK_RESULTS = {"ready", "unchanged", "restarted"}  # rollout_txn.py's outcomes that leave the candidate serving
-ROLLOUT_UNIT = "sparkctl-rollout-{}.service"  # rollout.py's transient unit of a service (rollout.rollout_unit)
-RUNNING = {"active", "activating", "reloading"}  # ActiveStates of a transient unit whose command still runs
-ROLLING_BACK = "rolling-back"  # rollout_txn.py's phase: the snapshot is restored, restarted and gated again
 
 
 def store_facts(exp: Exposition, path: str) -> None:
@@ -87,8 +87,8 @@ def rollout_facts(exp: Exposition, directory: str) -> None:
         outcome = data["outcome"]
         labels = {"unit": f"vllm-{service}.service", "result": outcome}
         exp.add("sparkctl_rollout_last_ok", "gauge", "1 when the last rollout of the service served its candidate "
-                "(ready, unchanged, restarted), 0 when it failed, was refused or rolled back", int(outcome in OK_RESULTS),
-                labels)
+                "(ready, unchanged, restarted), 0 when it failed, was refused or rolled back",
+                int(outcome in contract.SUCCEEDED), labels)
         exp.add("sparkctl_rollout_last_timestamp_seconds", "gauge", "when the last rollout result was written, unix "
                 "time", round(os.stat(path).st_mtime, 3), {"unit": labels["unit"]})
 
@@ -126,7 +126,7 @@ def services(env_dir: str, rollout_dir: str) -> dict[str, str]:
 def running_rollouts(names) -> dict[str, float | None]:
     """service -> when its transient rollout unit became active (unix time; None: systemd gave no time), for each
     whose unit runs now (one `systemctl show` for all)."""
-    units = [ROLLOUT_UNIT.format(n) for n in names]
+    units = {contract.rollout_unit(n): n for n in names}
     if not units:
         return {}
     try:
@@ -139,9 +139,9 @@ def running_rollouts(names) -> dict[str, float | None]:
     out: dict[str, float | None] = {}
     for block in r.stdout.split("\n\n"):
         props = dict(line.split("=", 1) for line in block.splitlines() if "=" in line)
-        if props.get("Id") in units and props.get("ActiveState") in RUNNING:
+        if props.get("Id") in units and props.get("ActiveState") in contract.UNIT_RUNNING:
             mono = int(props.get("ActiveEnterTimestampMonotonic") or 0)
-            out[props["Id"][len("sparkctl-rollout-"):-len(".service")]] = to_unix + mono / 1e6 if mono > 0 else None
+            out[units[props["Id"]]] = to_unix + mono / 1e6 if mono > 0 else None
     return out
 
 
@@ -177,7 +177,7 @@ def deadline(start: float, state: dict, limits: Limits) -> float:
     end = start + limits.drain_s + limits.ready_s
     if state.get("verdict_deadline"):
         end = max(end, float(state["verdict_deadline"]))
-    if state.get("phase") == ROLLING_BACK or (state.get("verdict") or {}).get("decision") == "rollback":
+    if state.get("phase") == contract.ROLLING_BACK or (state.get("verdict") or {}).get("decision") == "rollback":
         end += limits.drain_s + limits.ready_s
     return end
 
@@ -225,7 +225,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--drain-timeout", type=float, required=True, help="DRAIN_TIMEOUT_S, s")
     args = p.parse_args(argv)
     limits = Limits(args.env_dir, args.ready_timeout, args.drain_timeout)
-    write_atomic(args.out, collect(args.model_store, args.cert, args.rollout_dir, limits).text())
+    write_atomic(args.out, collect(args.model_store, args.cert, args.rollout_dir, limits).text(), TEXTFILE_MODE)
     return 0
 
 

@@ -75,9 +75,12 @@ def parse(parser, argv: list[str]):
 
 def start_time_checks(ns) -> list[str]:
     """What vLLM would only find when the server or engine starts."""
-    from pydantic import TypeAdapter, ValidationError
-    from vllm.config import SpeculativeConfig
-    from vllm.config.parallel import DistributedExecutorBackend
+    return [*parser_name_checks(ns), *backend_checks(ns), *speculative_checks(ns.speculative_config or {}),
+            *config_bound_checks(ns)]
+
+
+def parser_name_checks(ns) -> list[str]:
+    """--tool-call-parser / --reasoning-parser name a registered parser (unless a plugin brings its own)."""
     from vllm.reasoning import ReasoningParserManager
     from vllm.tool_parsers import ToolParserManager
 
@@ -88,42 +91,69 @@ def start_time_checks(ns) -> list[str]:
     if ns.reasoning_parser and not getattr(ns, "reasoning_parser_plugin", None) \
             and ns.reasoning_parser not in ReasoningParserManager.list_registered():
         problems.append(f"unknown --reasoning-parser {ns.reasoning_parser!r}")
+    return problems
+
+
+def backend_checks(ns) -> list[str]:
+    from vllm.config.parallel import DistributedExecutorBackend
+
+    problems = []
     backend = ns.distributed_executor_backend
     if isinstance(backend, str) and "." not in backend and backend not in typing.get_args(DistributedExecutorBackend):
         problems.append(f"unknown --distributed-executor-backend {backend!r}")
     if ns.nnodes > 1 and backend not in (None, "mp", "uni", "external_launcher"):
         problems.append("--nnodes > 1 needs --distributed-executor-backend mp (vLLM's native multi-node)")
+    return problems
+
+
+def speculative_checks(spec: dict) -> list[str]:
+    """Each --speculative-config key is a SpeculativeConfig field and its value passes that field's validation."""
+    from vllm.config import SpeculativeConfig
+
     fields = SpeculativeConfig.__pydantic_fields__
     before = {f: getattr(SpeculativeConfig, name)
               for name, d in SpeculativeConfig.__pydantic_decorators__.field_validators.items()
               if d.info.mode == "before" for f in d.info.fields}
-    for key, value in (ns.speculative_config or {}).items():
-        key = key.replace("-", "_")
-        if key not in fields or key.endswith("_config"):
-            problems.append(f"--speculative-config: unknown key {key!r}")
-            continue
-        fi = fields[key]
-        tp = typing.Annotated[(fi.annotation, *fi.metadata)] if fi.metadata else fi.annotation
-        try:
-            TypeAdapter(tp).validate_python(before[key](value) if key in before else value)
-        except ValidationError as exc:
-            problems.append(f"--speculative-config.{key}={value!r}: {exc.errors()[0]['msg'][:200]}")
-        except (KeyError, ValueError) as exc:
-            problems.append(f"--speculative-config.{key}={value!r}: {exc}")
-    n = (ns.speculative_config or {}).get("num_speculative_tokens")
-    if ns.speculative_config and (not isinstance(n, int) or n < 1):
+    problems = [p for p in (speculative_problem(key.replace("-", "_"), value, fields, before)
+                            for key, value in spec.items()) if p]
+    n = spec.get("num_speculative_tokens")
+    if spec and (not isinstance(n, int) or n < 1):
         problems.append(f"--speculative-config.num_speculative_tokens={n!r}: must be a positive integer")
+    return problems
+
+
+def speculative_problem(key: str, value, fields: dict, before: dict) -> str:
+    from pydantic import TypeAdapter, ValidationError
+
+    if key not in fields or key.endswith("_config"):
+        return f"--speculative-config: unknown key {key!r}"
+    fi = fields[key]
+    tp = typing.Annotated[(fi.annotation, *fi.metadata)] if fi.metadata else fi.annotation
+    try:
+        TypeAdapter(tp).validate_python(before[key](value) if key in before else value)
+    except ValidationError as exc:
+        return f"--speculative-config.{key}={value!r}: {exc.errors()[0]['msg'][:200]}"
+    except (KeyError, ValueError) as exc:
+        return f"--speculative-config.{key}={value!r}: {exc}"
+    return ""
+
+
+def config_bound_checks(ns) -> list[str]:
+    """Numeric bounds of the config fields vLLM only validates when it builds the engine's configuration."""
+    from pydantic import TypeAdapter, ValidationError
     from vllm.config import CacheConfig, ModelConfig, ParallelConfig, SchedulerConfig
 
+    problems = []
     for cls in (ModelConfig, CacheConfig, ParallelConfig, SchedulerConfig):
         validated = {f for d in cls.__pydantic_decorators__.field_validators.values() for f in d.info.fields}
         for name, fi in cls.__pydantic_fields__.items():
             value = getattr(ns, name, None)
-            if fi.metadata and name not in validated and value is not None:
-                try:
-                    TypeAdapter(typing.Annotated[(fi.annotation, *fi.metadata)]).validate_python(value)
-                except ValidationError as exc:
-                    problems.append(f"--{name.replace('_', '-')}={value!r}: {exc.errors()[0]['msg']}")
+            if not fi.metadata or name in validated or value is None:
+                continue
+            try:
+                TypeAdapter(typing.Annotated[(fi.annotation, *fi.metadata)]).validate_python(value)
+            except ValidationError as exc:
+                problems.append(f"--{name.replace('_', '-')}={value!r}: {exc.errors()[0]['msg']}")
     return problems
 
 

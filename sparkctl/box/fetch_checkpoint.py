@@ -28,6 +28,12 @@ import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 
+try:
+    from sparkctl.box.boxio import write_atomic
+except ImportError:  # on the box: the scripts sit side by side
+    from boxio import write_atomic
+
+MARKER_MODE = 0o644  # the verified marker: the deploy's File fact reads it
 CHUNK = 8 << 20  # bytes read per hash update (hashlib releases the GIL on large updates: threads hash in parallel)
 
 
@@ -124,13 +130,10 @@ def main(argv=None) -> int:
             print("  a deleted file is downloaded again by the next deploy", file=sys.stderr)
         return 3
     os.makedirs(os.path.dirname(marker), mode=0o755, exist_ok=True)
-    tmp = f"{marker}.tmp-{os.getpid()}"
-    with open(tmp, "w") as f:
-        json.dump({"repo": repo, "sha": sha, "snapshot": snapshot, "files": len(files),
-                   "bytes": sum(int(m["size"]) for m in files.values()),
-                   "seconds": round(time.monotonic() - started, 1),
-                   "verify_seconds": round(time.monotonic() - downloaded, 1)}, f)
-    os.rename(tmp, marker)
+    write_atomic(marker, json.dumps({"repo": repo, "sha": sha, "snapshot": snapshot, "files": len(files),
+                                     "bytes": sum(int(m["size"]) for m in files.values()),
+                                     "seconds": round(time.monotonic() - started, 1),
+                                     "verify_seconds": round(time.monotonic() - downloaded, 1)}), MARKER_MODE)
     print(json.dumps({"repo": repo, "sha": sha, "snapshot": snapshot, "verified": True}))
     return 0
 

@@ -19,9 +19,11 @@ import sys
 import time
 
 try:
-    from sparkctl.box.textfile import Exposition, write_atomic
-except ImportError:  # on the box: textfile.py sits beside this script
-    from textfile import Exposition, write_atomic
+    from sparkctl.box.boxio import write_atomic
+    from sparkctl.box.textfile import TEXTFILE_MODE, Exposition
+except ImportError:  # on the box: the scripts sit side by side
+    from boxio import write_atomic
+    from textfile import TEXTFILE_MODE, Exposition
 
 GPU_FIELDS = ["index", "uuid", "name", "utilization.gpu", "temperature.gpu", "power.draw", "clocks.sm",
               "clocks.max.sm"]
@@ -105,7 +107,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--nvidia-smi", default="nvidia-smi")
     args = p.parse_args(argv)
     exp = collect(args.nvidia_smi)
-    write_atomic(args.out, exp.text())
+    write_atomic(args.out, exp.text(), TEXTFILE_MODE)
     return 0
 
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import time
 
+from boxio import write_atomic
 from rollout_gate import metric_sum, systemctl
 
 BUSY = ("vllm:num_requests_running", "vllm:num_requests_waiting")
@@ -34,7 +35,7 @@ def drain_on(drain_dir: str, served: str, retry_after: int, why: str = "a deploy
              except_key: str = "") -> tuple[bool, str]:
     """New requests for `served` get 503 + Retry-After; returns (nginx reloaded, why not). except_key (hex): a
     request carrying PROBE_HEADER with exactly that value still passes (the acceptance probe of a waiting
-    candidate); the file is then root-only, as the key must not be readable by others."""
+    candidate); the file is then created root-only, as the key must never be readable by others."""
     os.makedirs(drain_dir, mode=0o755, exist_ok=True)
     body = (f"add_header Retry-After {int(retry_after)} always;\n"
             f"return 503 \"{served} is restarting for {why}; retry in {int(retry_after)} s\\n\";\n")
@@ -43,11 +44,8 @@ def drain_on(drain_dir: str, served: str, retry_after: int, why: str = "a deploy
             raise ValueError("the drain exemption key must be hex")
         var = "$http_" + PROBE_HEADER.lower().replace("-", "_")
         body = f"if ({var} != \"{except_key}\") {{\n" + "".join(f"    {x}\n" for x in body.splitlines()) + "}\n"
-    tmp = os.path.join(drain_dir, f".{served}.tmp")  # a hidden name: never matched by the include glob
-    with open(tmp, "w") as f:
-        f.write(body)
-    os.chmod(tmp, 0o600 if except_key else 0o644)
-    os.rename(tmp, drain_file(drain_dir, served))
+    # the temporary name is hidden: the proxy's include glob (<served>.conf*) never matches it
+    write_atomic(drain_file(drain_dir, served), body, 0o600 if except_key else 0o644)
     return _reload_nginx()
 
 

@@ -85,22 +85,18 @@ def _restarts(st: dict) -> int:
         return 0
 
 
-# the gate's own limits: set from the command line (rollout.py --gate-max-tokens ...), the deploy passes settings
-LIMITS = {"max_tokens": 4, "request_timeout_s": 120.0, "worker_settle_s": 10.0}
-
-
-def gate(unit: str, port: int, served: str, kind: str, timeout: float, interval: float) -> tuple[bool, str, float]:
-    """Wait until the service answers for real; fail fast when systemd restarts or fails it."""
+def gate(unit: str, a) -> tuple[bool, str, float]:
+    """Wait until the service answers for real; fail fast when systemd restarts or fails it. a: the run's
+    arguments (port, served, kind, timeout, interval, gate_max_tokens, gate_request_timeout, worker_settle)."""
     start = time.monotonic()
-    base = f"http://127.0.0.1:{port}"
     restarts0 = _restarts(unit_state(unit))
-    last_error = "not answering yet"
-    if kind == "none":  # a headless tensor-parallel worker has no API; it must simply stay up
-        time.sleep(LIMITS["worker_settle_s"])
+    if a.kind == "none":  # a headless tensor-parallel worker has no API; it must simply stay up
+        time.sleep(a.worker_settle)
         st = unit_state(unit)
         ok = st.get("ActiveState") == "active" and _restarts(st) == restarts0
         return ok, "running" if ok else f"{unit} is {st.get('ActiveState')}", time.monotonic() - start
-    while time.monotonic() - start < timeout:
+    last_error = "not answering yet"
+    while time.monotonic() - start < a.timeout:
         st = unit_state(unit)
         if st.get("ActiveState") == "failed":
             return False, f"{unit} failed (Result={st.get('Result')})", time.monotonic() - start
@@ -108,30 +104,40 @@ def gate(unit: str, port: int, served: str, kind: str, timeout: float, interval:
             return False, f"{unit} exited while starting (systemd: {st.get('SubState')}, NRestarts=" \
                 f"{st.get('NRestarts')})", time.monotonic() - start
         try:
-            _, models = http_json(f"{base}/v1/models", None, 10)
-            ids = [m.get("id") for m in models.get("data", [])]
-            if served not in ids:
-                return False, f"/v1/models lists {ids}, not {served!r}", time.monotonic() - start
-            if kind == "chat":
-                _, out = http_json(f"{base}/v1/completions",
-                                   {"model": served, "prompt": "def add(a, b):", "max_tokens": LIMITS["max_tokens"],
-                                    "temperature": 0}, LIMITS["request_timeout_s"])
-                ok = bool(out.get("choices"))
-            else:
-                _, out = http_json(f"{base}/v1/embeddings", {"model": served, "input": ["readiness probe"]},
-                                   LIMITS["request_timeout_s"])
-                ok = bool(out.get("data") and out["data"][0].get("embedding"))
-            if ok:
-                return True, "ready", time.monotonic() - start
-            last_error = f"empty answer: {str(out)[:200]}"
+            ids = served_ids(a.port)
+            if a.served not in ids:
+                return False, f"/v1/models lists {ids}, not {a.served!r}", time.monotonic() - start
+            ok, last_error = real_request(a)
         except (urllib.error.URLError, ConnectionError, TimeoutError, OSError, ValueError) as exc:
-            last_error = str(exc)
-        time.sleep(interval)
-    return False, f"not ready after {timeout:.0f} s ({last_error})", time.monotonic() - start
+            ok, last_error = False, str(exc)
+        if ok:
+            return True, "ready", time.monotonic() - start
+        time.sleep(a.interval)
+    return False, f"not ready after {a.timeout:.0f} s ({last_error})", time.monotonic() - start
+
+
+def served_ids(port: int) -> list:
+    """The model ids /v1/models lists on loopback (raises when it does not answer)."""
+    _, models = http_json(f"http://127.0.0.1:{port}/v1/models", None, 10)
+    return [m.get("id") for m in models.get("data", [])]
+
+
+def real_request(a) -> tuple[bool, str]:
+    """One real completion (chat) or embedding (embed) on loopback: (it answered, why not); raises when it does
+    not answer at all."""
+    base = f"http://127.0.0.1:{a.port}"
+    if a.kind == "chat":
+        _, out = http_json(f"{base}/v1/completions", {"model": a.served, "prompt": "def add(a, b):",
+                                                      "max_tokens": a.gate_max_tokens, "temperature": 0},
+                           a.gate_request_timeout)
+        return bool(out.get("choices")), f"empty answer: {str(out)[:200]}"
+    _, out = http_json(f"{base}/v1/embeddings", {"model": a.served, "input": ["readiness probe"]},
+                       a.gate_request_timeout)
+    return bool(out.get("data") and out["data"][0].get("embedding")), f"empty answer: {str(out)[:200]}"
 
 
 def restart_and_gate(unit: str, label: str, a, say) -> tuple[bool, str, float, float]:
-    """Restart `unit` and gate it (a: the run's port, served, kind, timeout, interval); say what happened.
+    """Restart `unit` and gate it (a: the run's arguments, as gate() reads them); say what happened.
     Returns (ready, why not, seconds to ready after the restart, seconds the restart took)."""
     t_restart = time.monotonic()
     restarted, err = restart(unit)
@@ -140,5 +146,5 @@ def restart_and_gate(unit: str, label: str, a, say) -> tuple[bool, str, float, f
         f"systemctl restart {unit} failed: {err}")
     if not restarted:
         return False, f"systemctl restart failed: {err}", 0.0, restart_s
-    ok, why, took = gate(unit, a.port, a.served, a.kind, a.timeout, a.interval)
+    ok, why, took = gate(unit, a)
     return ok, why, took, restart_s

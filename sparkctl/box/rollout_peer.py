@@ -20,10 +20,10 @@ import json
 import shlex
 import time
 
+import contract as c
 import rollout_gate as sd
 
 TP_UNIT = "SPARKCTL_TP_UNIT"
-HEAD_STARTED = ("installed", "started", "awaiting-verdict")  # the head's phases after its candidate is in place
 
 WAITING, GO, COMMITTED, FAILED = "waiting", "go", "committed", "failed"
 
@@ -54,17 +54,21 @@ def judge(head: dict | None, unit: str) -> tuple[str, str]:
     if head is None:
         return WAITING, "the head does not answer"
     staged, live, phase = head.get("tp_unit", ""), head.get("tp_unit_live", ""), head.get("phase", "")
-    last = head.get("last") or {}
     if staged == unit and head.get("failed"):
         return FAILED, f"the head's candidate failed: {head['failed'].get('why')}"
-    if staged == unit and phase == "rolling-back":
+    if staged == unit and phase == c.ROLLING_BACK:
         return FAILED, "the head is rolling back its candidate"
-    if live == unit and not phase and not head.get("running") and head.get("active") \
-            and head.get("applied") and head.get("applied") == head.get("wanted"):
-        return COMMITTED, f"the head committed it (transaction {last.get('txn')})"
-    if live == unit and phase in HEAD_STARTED:
+    if live == unit and committed(head):
+        return COMMITTED, f"the head committed it (transaction {(head.get('last') or {}).get('txn')})"
+    if live == unit and phase in c.HEAD_STARTED:
         return GO, f"the head installed its candidate (phase {phase})"
     return WAITING, f"the head's phase is {phase or 'idle'!r}, its staged unit {staged[:12] or 'none'}"
+
+
+def committed(head: dict) -> bool:
+    """The head's status says: no transaction open or running, active, on its stamp = what it has staged."""
+    idle = not head.get("phase") and not head.get("running")
+    return idle and bool(head.get("active")) and bool(head.get("applied")) and head.get("applied") == head.get("wanted")
 
 
 def wait_for(a, unit: str, wanted: tuple[str, ...], timeout: float, say, alive=None) -> tuple[str, str]:

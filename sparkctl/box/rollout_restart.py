@@ -17,13 +17,11 @@ from __future__ import annotations
 import os
 import time
 
+import contract as c
 import rollout_drain as drain
 import rollout_gate as sd
 import rollout_txn as tx
-
-# exit codes (rollout.py documents them): 0 restarted and ready, 2 nothing installed, 6 the committed configuration
-# does not come up again, 9 refused: a transaction of the deploy is open
-OK, NOTHING_INSTALLED, RESTART_FAILED, TXN_OPEN = tx.OK, 2, tx.RESTART_FAILED, 9
+from boxio import read, write_json
 
 
 def restart_committed(a, say) -> int:
@@ -35,25 +33,25 @@ def restart_committed(a, say) -> int:
     result = {"txn": a.txn, "service": a.service, "unit": p.unit_name, "started": tx.now(), "by": by,
               "restart_only": True}
 
-    def finish(rc: int, outcome: str, message: str, **extra) -> int:
-        result.update(rc=rc, outcome=outcome, message=message, finished=tx.now(),
+    def finish(outcome: str, message: str, **extra) -> int:
+        result.update(rc=c.code(outcome), outcome=outcome, message=message, finished=tx.now(),
                       total_s=round(time.monotonic() - t0, 1), **extra)
-        tx.write_json(p.result, result)
+        write_json(p.result, result, 0o644)
         say(message)
-        return rc
+        return result["rc"]
 
     txn = tx.Txn(p, say)
     if txn.open:
         why = (f"transaction {txn.state.get('id')} of the deploy is open (phase {txn.state.get('phase')}); its "
                f"live files may be an un-gated candidate, and the deploy's next run resumes it")
-        return finish(TXN_OPEN, "refused", f"rollout: not restarting {p.unit_name} (asked by {by}): {why}; "
+        return finish(c.REFUSED, f"rollout: not restarting {p.unit_name} (asked by {by}): {why}; "
                       f"nothing was touched", why=why)
     if not (os.path.exists(p.unit) and os.path.exists(p.env)):
         why = f"{p.unit} or {p.env} does not exist"
-        return finish(NOTHING_INSTALLED, "nothing-installed", f"rollout: not restarting {p.unit_name} (asked by "
-                      f"{by}): no committed configuration is installed ({why})", why=why)
-    model = tx.model_of(tx.read(p.env))
-    result.update(model=model, stamp=tx.read(p.stamp).decode().strip())
+        return finish(c.NOTHING_INSTALLED, f"rollout: not restarting {p.unit_name} (asked by {by}): no committed "
+                      f"configuration is installed ({why})", why=why)
+    model = tx.model_of(read(p.env))
+    result.update(model=model, stamp=read(p.stamp).decode().strip())
     active = sd.unit_state(p.unit_name).get("ActiveState") == "active"
     say(f"restart of {p.unit_name} ({model}) on its committed configuration, asked by {by}")
     ok, why, took, restart_s = False, "", 0.0, 0.0
@@ -68,9 +66,9 @@ def restart_committed(a, say) -> int:
     finally:
         drain.drain_off(tx.DRAIN_DIR, a.served)
     if ok:
-        return finish(OK, "restarted", f"rollout: {p.unit_name} restarted on its committed configuration ({model}, "
+        return finish(c.RESTARTED, f"rollout: {p.unit_name} restarted on its committed configuration ({model}, "
                       f"asked by {by}); ready {took:.0f} s after the restart", restart_s=round(restart_s, 1),
                       load_s=round(took, 1))
-    return finish(RESTART_FAILED, "restart-failed",
-                  f"rollout: {p.unit_name} does not come up again on its committed configuration ({model}, restart "
-                  f"asked by {by}): {why}; nothing else was changed.\n{sd.journal(p.unit_name, a.journal)}", why=why)
+    return finish(c.RESTART_FAILED, f"rollout: {p.unit_name} does not come up again on its committed configuration "
+                  f"({model}, restart asked by {by}): {why}; nothing else was changed.\n"
+                  f"{sd.journal(p.unit_name, a.journal)}", why=why)

@@ -1,49 +1,48 @@
 #!/usr/bin/env python3
-"""On the box (stdlib only; imported by rollout.py): one vLLM service change as a transaction.
+"""On the box (stdlib only; imported by rollout.py): one vLLM service change as a transaction, a state machine.
 
 The candidate is what the deploy staged: <ENV_DIR>/vllm-S.env.next and <ENV_DIR>/vllm-S.service.next (the unit
-names the venv in ExecStart, so the vLLM install is part of it). Phases, recorded in STATE_DIR/rollout/vllm-S.txn/:
+names the venv in ExecStart, so the vLLM install is part of it). Its phases (contract.py: PHASES, TRANSITIONS),
+recorded in STATE_DIR/rollout/vllm-S.txn/state.json, each by one step below, which records its phase before it acts:
 
-  prepared    snapshot of exactly what the candidate replaces (live env file and unit file, or their absence)
-  draining    the proxy answers 503 for this served model; in-flight requests finish
-  awaiting-head  tensor-parallel worker only: nothing changes until the head's candidate is in place
-               (rollout_peer.py); the worker's gate is then the head's gate
-  installed   candidate renamed into place, daemon-reload
-  started     restarted, gating (one real request)
-  awaiting-verdict  only with --verdict-timeout: proxy reopened, waiting for the acceptance verdict
-              (rollout_verdict.py); commit -> committed, rollback -> rolling-back as after a failed gate
-  committed   stamp = candidate; snapshot dropped; proxy reopened
-  rolling-back  snapshot restored, daemon-reload, restart, gated like a forward step
+  prepared          snapshot of exactly what the candidate replaces (live env file and unit file, or their
+                    absence); recorded once the snapshot is whole: a snapshot without state.json is no snapshot
+  draining          the proxy answers 503 for this served model; in-flight requests finish
+  awaiting-head     tensor-parallel worker only: nothing changes until the head's candidate is in place
+                    (rollout_peer.py); the worker's gate is then the head's gate
+  installed         candidate renamed into place, daemon-reload
+  started           restarted, gating (one real request)
+  awaiting-verdict  only with --verdict-timeout: waiting for the acceptance verdict (rollout_verdict.py);
+                    commit -> committed, rollback -> rolling-back as after a failed gate
+  committed         stamp = candidate; snapshot dropped; proxy reopened
+  rolling-back      snapshot restored, daemon-reload, restart, gated like a forward step
 
+Before the first phase, checks that change nothing decide whether there is anything to do (nothing staged, a
+candidate that failed before, already running it, its committed configuration only stopped, refused up front).
 A run that finds an unfinished transaction resumes from its phase: before `rolling-back` the snapshot stays the
-last known-good state and the staged candidate is tried again; in `rolling-back` the rollback is finished. A
-failed candidate is remembered (hash, when, why, journal) and not retried unless asked.
+last known-good state and the staged candidate is tried again; `awaiting-verdict` waits on until its recorded
+deadline; `rolling-back` and `committed` are finished. A failed candidate is remembered (hash, when, why,
+journal) and not retried unless asked.
 """
 
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import shutil
 import time
 
+import contract as c
 import rollout_drain as drain
 import rollout_gate as sd
 import rollout_peer as peer
 import rollout_verdict as verdict
+from boxio import read, read_json, write_atomic, write_json
 
 ENV_DIR = os.environ.get("SPARKCTL_ENV_DIR", "/etc/sparkctl")
 STATE_DIR = os.environ.get("SPARKCTL_STATE_DIR", "/var/lib/sparkctl")
 UNIT_DIR = os.environ.get("SPARKCTL_UNIT_DIR", "/etc/systemd/system")
 DRAIN_DIR = os.environ.get("SPARKCTL_DRAIN_DIR", "/etc/nginx/sparkctl-drain")
-
-FORWARD = ("prepared", "draining", "awaiting-head", "installed", "started")
-
-# exit codes (rollout.py documents them)
-OK, NOTHING_STAGED, NO_PREVIOUS, ROLLED_BACK, ROLLBACK_FAILED, REJECTED, RESTART_FAILED, KNOWN_FAILED = \
-    0, 2, 2, 3, 4, 5, 6, 7
-HEAD_FAILED = 11  # tensor-parallel worker: the head's transaction failed or never came; this worker changed nothing
 
 
 class Paths:
@@ -59,37 +58,7 @@ class Paths:
         base = f"{self.dir}/vllm-{service}"
         self.stamp, self.txn, self.result = f"{base}.stamp", f"{base}.txn", f"{base}.result.json"
         self.log, self.failed, self.current = f"{base}.log", f"{base}.failed", f"{base}.current"
-
-
-def read(path: str) -> bytes:
-    try:
-        with open(path, "rb") as f:
-            return f.read()
-    except (FileNotFoundError, NotADirectoryError):
-        return b""
-
-
-def read_json(path: str) -> dict:
-    try:
-        return json.loads(read(path) or b"{}")
-    except ValueError:
-        return {}
-
-
-def write_atomic(path: str, data: bytes, mode: int = 0o600) -> None:
-    """path := data, created with `mode`, fsynced and renamed into place (never half-written or wider)."""
-    tmp = f"{os.path.dirname(path)}/.{os.path.basename(path)}.tmp-{os.getpid()}"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
-    with os.fdopen(fd, "wb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
-    os.chmod(tmp, mode)
-    os.rename(tmp, path)
-
-
-def write_json(path: str, obj: dict, mode: int = 0o644) -> None:
-    write_atomic(path, (json.dumps(obj, indent=1, sort_keys=True) + "\n").encode(), mode)
+        self.state = f"{self.txn}/state.json"
 
 
 def candidate(p: Paths) -> str:
@@ -149,28 +118,34 @@ def forget_failure(p: Paths, cand: str) -> None:
 
 
 class Txn:
-    """The recorded transaction of one service; every phase change is written before it is acted on."""
+    """The recorded transaction of one service. set_phase is the one phase writer: it refuses a transition the
+    contract does not allow, and every phase is written before it is acted on."""
 
     def __init__(self, p: Paths, say):
         self.p, self.say = p, say
-        self.state = read_json(f"{p.txn}/state.json")
+        self.state = read_json(p.state)
+
+    @property
+    def phase(self) -> str:
+        return self.state.get("phase") or c.IDLE
 
     @property
     def open(self) -> bool:
-        return bool(self.state.get("phase"))
+        return self.phase != c.IDLE
 
     def set_phase(self, phase: str, **extra) -> None:
+        c.check_transition(self.phase, phase)
         self.state.update(phase=phase, **extra)
-        write_json(f"{self.p.txn}/state.json", self.state, 0o600)
+        write_json(self.p.state, self.state, 0o600)  # it holds the acceptance probe key: root's only
 
     def begin(self, txn_id: str, cand: str) -> None:
         """Snapshot exactly what the candidate replaces, unless an unfinished transaction already holds the last
         known-good state (then keep that snapshot: the live files may be an un-gated candidate)."""
         p = self.p
-        if self.open and self.state.get("phase") in FORWARD:
-            self.say(f"resuming the unfinished transaction {self.state.get('id')} (phase {self.state['phase']}); "
+        if self.phase in c.FORWARD:
+            self.say(f"resuming the unfinished transaction {self.state.get('id')} (phase {self.phase}); "
                      f"its snapshot is the last known-good state")
-            self.set_phase("prepared", id=txn_id, candidate=cand, resumed=self.state.get("id"))
+            self.set_phase(c.PREPARED, id=txn_id, candidate=cand, resumed=self.state.get("id"))
             return
         shutil.rmtree(p.txn, ignore_errors=True)  # a half-written snapshot (no state.json) is no snapshot
         os.makedirs(p.txn, mode=0o700)
@@ -178,7 +153,7 @@ class Txn:
             if os.path.exists(path):
                 write_atomic(f"{p.txn}/{name}", read(path), 0o600)
         self.state = {}
-        self.set_phase("prepared", id=txn_id, candidate=cand, started=now(),
+        self.set_phase(c.PREPARED, id=txn_id, candidate=cand, started=now(),
                        had_env=os.path.exists(p.env), had_unit=os.path.exists(p.unit),
                        stamp_before=read(p.stamp).decode().strip(), model_before=model_of(read(p.env)))
 
@@ -202,175 +177,301 @@ class Txn:
         sd.systemctl("daemon-reload")
 
     def close(self) -> None:
+        """The transaction is over: its record goes (what it decided stays in memory for the result)."""
+        c.check_transition(self.phase, c.IDLE)
         shutil.rmtree(self.p.txn, ignore_errors=True)
+        self.state["phase"] = c.IDLE
+
+
+class Run:
+    """One run of `rollout.py run`: its arguments, the service's files and transaction, what it found and
+    measured, and the result it records."""
+
+    def __init__(self, a, say):
+        self.a, self.say, self.p = a, say, Paths(a.service)
+        self.txn = Txn(self.p, say)
+        self.t0 = time.monotonic()
+        self.result = {"txn": a.txn, "service": a.service, "unit": self.p.unit_name, "started": now()}
+        self.cand, self.model, self.active = "", "", False
+        self.drains, self.tp_unit = False, ""  # decided when the transaction begins
+        self.why = ""  # why it rolls back
+        self.gated = False  # the candidate ran and failed (gate, head or verdict): remembered with its journal
+        self.drain_s, self.restart_s, self.took = 0.0, 0.0, None  # took: ready after the restart, s (None: no gate)
+
+    def look(self) -> None:
+        """What is staged and whether the service runs (nothing is changed)."""
+        p = self.p
+        self.cand, self.model = candidate(p), model_of(read(p.env_next))
+        self.result.update(candidate=self.cand, model=self.model)
+        self.active = sd.unit_state(p.unit_name).get("ActiveState") == "active"
+
+    def finish(self, outcome: str, message: str, **extra) -> int:
+        """Record the result (its outcome's exit code from the contract), say it, return the exit code."""
+        decided = self.txn.state.get("verdict")
+        if decided:  # issue 12: who decided after the health gate, and why
+            self.result["verdict"], message = decided, verdict.annotate(message, decided)
+        self.result.update(rc=c.code(outcome), outcome=outcome, message=message, finished=now(),
+                           total_s=round(time.monotonic() - self.t0, 1), **extra)
+        write_json(self.p.result, self.result, 0o644)
+        self.say(message)
+        return self.result["rc"]
+
+    def roll_back_because(self, why: str, gated: bool = False) -> str:
+        self.why, self.gated = why, gated
+        return c.ROLLING_BACK
+
+
+# --- before the first phase: checks that change nothing (a step returns the next phase, or an exit code) ----------
+def nothing_staged(run: Run) -> str | int | None:
+    p = run.p
+    if os.path.exists(p.env_next) and os.path.exists(p.unit_next):
+        return None
+    if run.txn.open:
+        return run.roll_back_because("the staged candidate disappeared")
+    return run.finish(c.NOTHING_STAGED, f"rollout: {p.env_next} or {p.unit_next} does not exist; nothing staged, "
+                      f"nothing restarted")
+
+
+def known_failure(run: Run) -> str | int | None:
+    known = failed_record(run.p, run.cand)
+    if not known:
+        return None
+    if run.a.retry_failed:
+        run.say(f"rollout: retrying candidate {run.cand[:12]} on purpose (it failed at {known.get('at')})")
+        forget_failure(run.p, run.cand)
+        return None
+    if run.txn.open:  # an interrupted forward step of a candidate that already failed: back to known-good
+        return run.roll_back_because(known.get("why", "failed before"))
+    return run.finish(c.KNOWN_FAILED, f"rollout: {run.p.unit_name}: this configuration ({run.model}, candidate "
+                      f"{run.cand[:12]}) failed at {known.get('at')} ({known.get('why')}); nothing restarted. To try "
+                      f"it again on purpose: --data ROLLOUT_RETRY_FAILED=True", failed_at=known.get("at"),
+                      why=known.get("why"))
+
+
+def already_running(run: Run) -> int | None:
+    if run.txn.open or not run.active or applied(run.p, run.cand, run.active, False) != run.cand:
+        return None
+    return run.finish(c.UNCHANGED, f"rollout: {run.p.unit_name} already runs candidate {run.cand[:12]}")
+
+
+def committed_but_stopped(run: Run) -> int | None:
+    """Committed before, not running now: restart it (never remembered as a failed candidate)."""
+    p = run.p
+    if run.txn.open or read(p.stamp).decode().strip() != run.cand:
+        return None
+    ok, why, took, _ = sd.restart_and_gate(p.unit_name, p.unit_name, run.a, run.say)
+    if ok:
+        return run.finish(c.RESTARTED, f"rollout: {p.unit_name} was not running its committed configuration; "
+                          f"restarted, ready in {took:.0f} s", load_s=round(took, 1))
+    return run.finish(c.RESTART_FAILED, f"rollout: {p.unit_name} does not come up with its committed configuration "
+                      f"({why}); nothing was changed.\n{sd.journal(p.unit_name, run.a.journal)}", why=why)
+
+
+def staged_problem(p: Paths, kind: str) -> str:
+    """Why the staged candidate cannot run, found before anything stops: its vLLM is missing, or vLLM's own
+    parser (check_vllm_args.py, with the candidate venv's python) rejects its arguments ("" when neither)."""
+    binary = exec_binary(read(p.unit_next))
+    if binary and not os.path.exists(binary):
+        return f"{binary} (ExecStart of the staged unit) is missing"
+    checker = os.path.join(os.path.dirname(os.path.abspath(__file__)), "check_vllm_args.py")
+    python = os.path.join(os.path.dirname(binary), "python") if binary else ""
+    if kind == "none" or not python or not os.path.exists(checker) or not os.path.exists(python):
+        return ""
+    r = sd.run(python, checker, p.env_next)
+    return f"vLLM rejects the staged arguments:\n{r.stderr.strip()}" if r.returncode != 0 else ""
+
+
+def rejected(run: Run) -> str | int | None:
+    problem = staged_problem(run.p, run.a.kind)
+    if not problem:
+        return None
+    remember_failure(run.p, run.cand, run.model, problem, "", run.a.keep_failed)
+    if run.txn.open:
+        return run.roll_back_because(problem)
+    return run.finish(c.REJECTED, f"rollout: {run.p.unit_name}: {problem}; nothing was restarted", why=problem)
+
+
+CHECKS = (known_failure, already_running, committed_but_stopped, rejected)  # in this order, after nothing_staged
+RESUMED = (c.AWAITING_VERDICT, c.COMMITTED, c.ROLLING_BACK)  # recorded phases a run goes on from, not forward
+
+
+def resume(run: Run) -> str:
+    """A run that finds its transaction past the candidate's gate goes on from the recorded phase."""
+    state = run.txn.state
+    run.cand, run.model = state.get("candidate") or "", model_of(read(run.p.env))
+    run.result["candidate"] = state.get("candidate")
+    if run.txn.phase == c.ROLLING_BACK:
+        run.say(f"rollout: resuming the interrupted rollback of transaction {state.get('id')}")
+        run.why = state.get("why", "interrupted")
+    else:
+        run.result["model"] = run.model
+    return run.txn.phase
+
+
+def first_step(run: Run) -> str | int:
+    """Where this run starts: a recorded phase to go on from, an exit code (nothing to change), or PREPARED."""
+    if run.txn.phase in RESUMED:
+        return resume(run)
+    step = nothing_staged(run)
+    if step is not None:
+        return step
+    run.look()
+    for check in CHECKS:
+        step = check(run)
+        if step is not None:
+            return step
+    return c.PREPARED
+
+
+# --- the phases: each records its phase first (prepared: once the snapshot is whole), then acts --------------------
+def prepare(run: Run) -> str:
+    a = run.a
+    run.txn.begin(a.txn, run.cand)
+    run.drains = a.kind != "none" and run.active and a.drain_timeout > 0  # it served: keep new requests out
+    run.tp_unit = peer.tp_unit_of(read(run.p.env_next)) if a.peer_status_cmd else ""
+    return c.DRAINING if run.drains else c.AWAITING_HEAD if run.tp_unit else c.INSTALLED
+
+
+def drain_requests(run: Run) -> str:
+    a, say = run.a, run.say
+    run.txn.set_phase(c.DRAINING)
+    reloaded, err = drain.drain_on(DRAIN_DIR, a.served, a.retry_after)
+    say(f"draining {a.served!r}: new requests get 503 + Retry-After {a.retry_after} s" if reloaded else
+        f"draining {a.served!r}: nginx did not reload ({err}); waiting for running requests anyway")
+    idle, drain_s, busy = drain.wait_idle(a.port, a.drain_timeout, a.interval, say)
+    run.drain_s = drain_s
+    say(f"drained in {drain_s:.0f} s" if idle else
+        f"drain timeout ({a.drain_timeout:.0f} s, DRAIN_TIMEOUT_S): {busy:.0f} request(s) still running are cut")
+    return c.AWAITING_HEAD if run.tp_unit else c.INSTALLED
+
+
+def await_head(run: Run) -> str | int:
+    """Tensor-parallel worker: the head drains and goes first; a head that never gets there changes nothing."""
+    a, txn = run.a, run.txn
+    txn.set_phase(c.AWAITING_HEAD)
+    run.say(f"tensor-parallel unit {run.tp_unit[:12]}: waiting for the head's transaction to install its candidate")
+    head, why = peer.wait_for(a, run.tp_unit, (peer.GO, peer.COMMITTED), a.peer_timeout, run.say)
+    if head in (peer.GO, peer.COMMITTED):
+        run.say(f"tensor-parallel: {why}; restarting the worker")
+        return c.INSTALLED
+    if head == peer.FAILED:
+        remember_failure(run.p, run.cand, run.model, why, "", a.keep_failed)
+    if txn.state.get("resumed"):  # the live files may be an un-gated candidate of the earlier run
+        return run.roll_back_because(why)
+    txn.close()
+    return run.finish(c.HEAD_FAILED if head == peer.FAILED else c.HEAD_ABSENT,
+                      f"rollout: {run.p.unit_name} not changed ({why}); it keeps its previous configuration", why=why)
+
+
+def install(run: Run) -> str:
+    run.txn.set_phase(c.INSTALLED)
+    run.txn.install_candidate()
+    return c.STARTED
+
+
+def head_gate(run: Run) -> tuple[bool, str, float]:
+    """A worker's gate is its head's: (the head committed the same unit, why, seconds waited)."""
+    t0 = time.monotonic()
+    head, why = peer.wait_for(run.a, run.tp_unit, (peer.COMMITTED,), run.a.peer_timeout, run.say,
+                              alive=peer.worker_alive(run.p.unit_name))
+    run.say(f"tensor-parallel: {why}")
+    return head == peer.COMMITTED, why, time.monotonic() - t0
+
+
+def start_and_gate(run: Run) -> str:
+    p = run.p
+    run.txn.set_phase(c.STARTED)
+    ok, why, took, run.restart_s = sd.restart_and_gate(p.unit_name, f"{p.unit_name} ({run.model})", run.a, run.say)
+    if ok and run.tp_unit:
+        ok, why, waited = head_gate(run)
+        took += waited
+    run.took = took
+    if not ok:
+        return run.roll_back_because(why, gated=True)
+    return c.AWAITING_VERDICT if (run.a.verdict_timeout or 0) > 0 else c.COMMITTED
+
+
+def await_verdict(run: Run) -> str:
+    """Issue 12: kept only after the acceptance verdict (rollout_verdict.wait records the phase, and goes on with
+    the recorded wait when this run resumed it)."""
+    ok, why = verdict.wait(run.txn, run.a, run.say, DRAIN_DIR, closed=run.drains)
+    return c.COMMITTED if ok else run.roll_back_because(why, gated=True)
+
+
+def commit(run: Run) -> int:
+    txn, p = run.txn, run.p
+    txn.set_phase(c.COMMITTED)
+    write_atomic(p.stamp, f"{txn.state.get('candidate')}\n", 0o644)
+    if os.path.exists(p.legacy_prev):
+        os.unlink(p.legacy_prev)
+    drain.drain_off(DRAIN_DIR, run.a.served)
+    txn.close()
+    if run.took is None:  # a resumed run: the gate passed in the run it resumed
+        return run.finish(c.READY, f"rollout: {p.unit_name} was committed by transaction {txn.state.get('id')}; "
+                          f"cleanup finished")
+    return run.finish(c.READY, f"rollout: {p.unit_name} serves {run.model} (ready {run.took:.0f} s after the "
+                      f"restart)", drain_s=round(run.drain_s, 1), restart_s=round(run.restart_s, 1),
+                      load_s=round(run.took, 1))
+
+
+def roll_back(run: Run) -> int:
+    p, a, txn = run.p, run.a, run.txn
+    txn.set_phase(c.ROLLING_BACK, why=run.why)
+    if run.gated:  # recorded first: a run killed from here on finishes this rollback
+        journal_text = sd.journal(p.unit_name, a.journal)
+        remember_failure(p, run.cand, run.model, run.why, journal_text, a.keep_failed)
+        run.say(f"rollout: {p.unit_name} serving {run.model} is not healthy: {run.why}")
+        run.say(f"--- last {a.journal} journal lines of {p.unit_name} ---\n{journal_text}")
+        run.result.update(drain_s=round(run.drain_s, 1), restart_s=round(run.restart_s, 1))
+    if not txn.has_previous:
+        return remove_first_install(run)
+    return restore_previous(run)
+
+
+def remove_first_install(run: Run) -> int:
+    """Back to "not installed", exactly what was there before."""
+    p, txn = run.p, run.txn
+    failed_model = model_of(read(p.env))
+    sd.systemctl("stop", p.unit_name)
+    txn.restore_snapshot()
+    sd.systemctl("reset-failed", p.unit_name)
+    drain.drain_off(DRAIN_DIR, run.a.served)
+    txn.close()
+    return run.finish(c.NO_PREVIOUS, f"rollout: {p.unit_name} ({failed_model}) failed ({run.why}) and there is no "
+                      f"previous configuration to roll back to; the unit is removed again, nothing serves "
+                      f"{run.a.served!r} on this box")
+
+
+def restore_previous(run: Run) -> int:
+    p, a, txn = run.p, run.a, run.txn
+    failed_model = model_of(read(p.env))
+    run.say(f"rollout: rolling {p.unit_name} back to the snapshot of transaction {txn.state.get('id')} "
+            f"({txn.state.get('model_before')})")
+    txn.restore_snapshot()
+    ok, why, took, _ = sd.restart_and_gate(p.unit_name, f"{p.unit_name} (snapshot)", a, run.say)
+    back = model_of(read(p.env))
+    drain.drain_off(DRAIN_DIR, a.served)
+    if ok and txn.state.get("stamp_before"):
+        write_atomic(p.stamp, f"{txn.state['stamp_before']}\n", 0o644)
+    txn.close()
+    if ok:
+        return run.finish(c.ROLLED_BACK, f"rollout: ROLLED BACK {p.unit_name} to {back} (ready in {took:.0f} s); the "
+                          f"box serves {back} as {a.served!r}. The failed candidate ({failed_model}) is remembered and "
+                          f"not retried unless asked (ROLLOUT_RETRY_FAILED=True)", why=run.why, load_s=round(took, 1))
+    return run.finish(c.ROLLBACK_FAILED, f"rollout: rollback of {p.unit_name} to {back} ALSO FAILED: {why}; the box "
+                      f"has no healthy {a.served!r}.\n{sd.journal(p.unit_name, a.journal)}", why=run.why)
+
+
+STEPS = {c.PREPARED: prepare, c.DRAINING: drain_requests, c.AWAITING_HEAD: await_head, c.INSTALLED: install,
+         c.STARTED: start_and_gate, c.AWAITING_VERDICT: await_verdict, c.COMMITTED: commit,
+         c.ROLLING_BACK: roll_back}  # phase -> the step that records it and acts
 
 
 def execute(a, say) -> int:
     """Run (or resume) the transaction for a.service; record the result; return the exit code."""
-    p = Paths(a.service)
-    os.makedirs(p.dir, mode=0o755, exist_ok=True)
-    t0 = time.monotonic()
-    txn = Txn(p, say)
-    result = {"txn": a.txn, "service": a.service, "unit": p.unit_name, "started": now()}
-
-    def finish(rc: int, outcome: str, message: str, **extra) -> int:
-        if txn.state.get("verdict"):  # issue 12: who decided after the health gate, and why
-            result["verdict"], message = txn.state["verdict"], verdict.annotate(message, txn.state["verdict"])
-        result.update(rc=rc, outcome=outcome, message=message, finished=now(),
-                      total_s=round(time.monotonic() - t0, 1), **extra)
-        write_json(p.result, result)
-        say(message)
-        return rc
-
-    def rollback(why: str) -> int:
-        unit = p.unit_name
-        failed_model = model_of(read(p.env))
-        if not txn.has_previous:
-            sd.systemctl("stop", unit)
-            txn.restore_snapshot()  # back to "not installed", exactly what was there before
-            sd.systemctl("reset-failed", unit)
-            drain.drain_off(DRAIN_DIR, a.served)
-            txn.close()
-            return finish(NO_PREVIOUS, "failed-no-previous",
-                          f"rollout: {unit} ({failed_model}) failed ({why}) and there is no previous configuration "
-                          f"to roll back to; the unit is removed again, nothing serves {a.served!r} on this box")
-        say(f"rollout: rolling {unit} back to the snapshot of transaction {txn.state.get('id')} "
-            f"({txn.state.get('model_before')})")
-        txn.restore_snapshot()
-        restarted, err = sd.restart(unit)
-        ok2, why2, took2 = sd.gate(unit, a.port, a.served, a.kind, a.timeout, a.interval)
-        back = model_of(read(p.env))
-        drain.drain_off(DRAIN_DIR, a.served)
-        if ok2:
-            before = txn.state.get("stamp_before", "")
-            if before:
-                write_atomic(p.stamp, f"{before}\n".encode(), 0o644)
-            txn.close()
-            return finish(ROLLED_BACK, "rolled-back",
-                          f"rollout: ROLLED BACK {unit} to {back} (ready in {took2:.0f} s); the box serves {back} as "
-                          f"{a.served!r}. The failed candidate ({failed_model}) is remembered and not retried "
-                          f"unless asked (ROLLOUT_RETRY_FAILED=True)", why=why, load_s=round(took2, 1))
-        txn.close()
-        return finish(ROLLBACK_FAILED, "rollback-failed",
-                      f"rollout: rollback of {unit} to {back} ALSO FAILED: {why2 or err}; the box has no healthy "
-                      f"{a.served!r}.\n{sd.journal(unit, a.journal)}", why=why)
-
-    phase = txn.state.get("phase")
-    if phase == verdict.AWAITING:  # the run died while it waited for its acceptance verdict: wait on, then decide
-        result.update(candidate=txn.state.get("candidate"), model=model_of(read(p.env)))
-        ok, why = verdict.wait(txn, a, say, DRAIN_DIR)
-        if ok:
-            write_atomic(p.stamp, f"{txn.state.get('candidate')}\n".encode(), 0o644)
-        else:
-            remember_failure(p, txn.state.get("candidate"), model_of(read(p.env)), why, "", a.keep_failed)
-        txn.set_phase("committed" if ok else "rolling-back", why=why)
-        phase = txn.state["phase"]
-    if phase == "rolling-back":
-        say(f"rollout: resuming the interrupted rollback of transaction {txn.state.get('id')}")
-        result["candidate"] = txn.state.get("candidate")
-        return rollback(txn.state.get("why", "interrupted"))
-    if phase == "committed":
-        drain.drain_off(DRAIN_DIR, a.served)
-        txn.close()
-        return finish(OK, "ready", f"rollout: {p.unit_name} was committed by transaction {txn.state.get('id')}; "
-                      f"cleanup finished")
-    if not (os.path.exists(p.env_next) and os.path.exists(p.unit_next)):
-        if txn.open:
-            return rollback("the staged candidate disappeared")
-        return finish(NOTHING_STAGED, "nothing-staged", f"rollout: {p.env_next} or {p.unit_next} does not exist; "
-                      f"nothing staged, nothing restarted")
-    cand = candidate(p)
-    model = model_of(read(p.env_next))
-    result.update(candidate=cand, model=model)
-    known = failed_record(p, cand)
-    if known and not a.retry_failed:
-        if txn.open:  # an interrupted forward step of a candidate that already failed: back to known-good
-            return rollback(known.get("why", "failed before"))
-        return finish(KNOWN_FAILED, "known-failed",
-                      f"rollout: {p.unit_name}: this configuration ({model}, candidate {cand[:12]}) failed at "
-                      f"{known.get('at')} ({known.get('why')}); nothing restarted. To try it again on purpose: "
-                      f"--data ROLLOUT_RETRY_FAILED=True", failed_at=known.get("at"), why=known.get("why"))
-    if known:
-        say(f"rollout: retrying candidate {cand[:12]} on purpose (it failed at {known.get('at')})")
-        forget_failure(p, cand)
-    active = sd.unit_state(p.unit_name).get("ActiveState") == "active"
-    if not txn.open and active and applied(p, cand, active, txn.open) == cand:
-        return finish(OK, "unchanged", f"rollout: {p.unit_name} already runs candidate {cand[:12]}")
-    if not txn.open and read(p.stamp).decode().strip() == cand:  # committed before, not running now: restart it
-        restarted, err = sd.restart(p.unit_name)
-        ok, why, took = sd.gate(p.unit_name, a.port, a.served, a.kind, a.timeout, a.interval) if restarted else \
-            (False, err, 0.0)
-        if ok:
-            return finish(OK, "restarted", f"rollout: {p.unit_name} was not running its committed configuration; "
-                          f"restarted, ready in {took:.0f} s", load_s=round(took, 1))
-        return finish(RESTART_FAILED, "restart-failed",
-                      f"rollout: {p.unit_name} does not come up with its committed configuration ({why}); "
-                      f"nothing was changed.\n{sd.journal(p.unit_name, a.journal)}", why=why)
-
-    binary = exec_binary(read(p.unit_next))  # checks before anything stops
-    problem = "" if not binary or os.path.exists(binary) else f"{binary} (ExecStart of the staged unit) is missing"
-    checker = os.path.join(os.path.dirname(os.path.abspath(__file__)), "check_vllm_args.py")
-    python = os.path.join(os.path.dirname(binary), "python") if binary else ""
-    if not problem and a.kind != "none" and os.path.exists(checker) and os.path.exists(python):
-        r = sd.run(python, checker, p.env_next)
-        problem = f"vLLM rejects the staged arguments:\n{r.stderr.strip()}" if r.returncode != 0 else ""
-    if problem:
-        remember_failure(p, cand, model, problem, "", a.keep_failed)
-        if txn.open:
-            return rollback(problem)
-        return finish(REJECTED, "rejected", f"rollout: {p.unit_name}: {problem}; nothing was restarted", why=problem)
-
-    txn.begin(a.txn, cand)
-    drain_s = 0.0
-    drains = a.kind != "none" and active and a.drain_timeout > 0  # it served: keep new requests out meanwhile
-    if drains:
-        txn.set_phase("draining")
-        reloaded, err = drain.drain_on(DRAIN_DIR, a.served, a.retry_after)
-        say(f"draining {a.served!r}: new requests get 503 + Retry-After {a.retry_after} s" if reloaded else
-            f"draining {a.served!r}: nginx did not reload ({err}); waiting for running requests anyway")
-        idle, drain_s, busy = drain.wait_idle(a.port, a.drain_timeout, a.interval, say)
-        say(f"drained in {drain_s:.0f} s" if idle else
-            f"drain timeout ({a.drain_timeout:.0f} s, DRAIN_TIMEOUT_S): {busy:.0f} request(s) still running are cut")
-    tp_unit = peer.tp_unit_of(read(p.env_next)) if getattr(a, "peer_status_cmd", "") else ""
-    if tp_unit:  # tensor-parallel worker: the head drains and goes first; a head that never gets there changes nothing
-        txn.set_phase("awaiting-head")
-        say(f"tensor-parallel unit {tp_unit[:12]}: waiting for the head's transaction to install its candidate")
-        head, why = peer.wait_for(a, tp_unit, (peer.GO, peer.COMMITTED), a.peer_timeout, say)
-        if head not in (peer.GO, peer.COMMITTED):
-            if head == peer.FAILED:
-                remember_failure(p, cand, model, why, "", a.keep_failed)
-            if txn.state.get("resumed"):  # the live files may be an un-gated candidate of the earlier run
-                return rollback(why)
-            txn.close()
-            return finish(HEAD_FAILED, "head-failed" if head == peer.FAILED else "head-absent",
-                          f"rollout: {p.unit_name} not changed ({why}); it keeps its previous configuration",
-                          why=why)
-        say(f"tensor-parallel: {why}; restarting the worker")
-    txn.set_phase("installed")
-    txn.install_candidate()
-    txn.set_phase("started")
-    ok, why, took, restart_s = sd.restart_and_gate(p.unit_name, f"{p.unit_name} ({model})", a, say)
-    if ok and tp_unit:  # the worker's gate is the head's gate
-        t_gate = time.monotonic()
-        head, why = peer.wait_for(a, tp_unit, (peer.COMMITTED,), a.peer_timeout, say,
-                                  alive=peer.worker_alive(p.unit_name))
-        ok, took = head == peer.COMMITTED, took + time.monotonic() - t_gate
-        say(f"tensor-parallel: {why}")
-    if ok and getattr(a, "verdict_timeout", 0) > 0:  # issue 12: kept only after the acceptance verdict
-        ok, why = verdict.wait(txn, a, say, DRAIN_DIR, closed=drains)
-    if ok:
-        txn.set_phase("committed")
-        write_atomic(p.stamp, f"{cand}\n".encode(), 0o644)
-        if os.path.exists(p.legacy_prev):
-            os.unlink(p.legacy_prev)
-        drain.drain_off(DRAIN_DIR, a.served)
-        txn.close()
-        return finish(OK, "ready", f"rollout: {p.unit_name} serves {model} (ready {took:.0f} s after the restart)",
-                      drain_s=round(drain_s, 1), restart_s=round(restart_s, 1), load_s=round(took, 1))
-    txn.set_phase("rolling-back", why=why)
-    journal_text = sd.journal(p.unit_name, a.journal)
-    remember_failure(p, cand, model, why, journal_text, a.keep_failed)
-    say(f"rollout: {p.unit_name} serving {model} is not healthy: {why}")
-    say(f"--- last {a.journal} journal lines of {p.unit_name} ---\n{journal_text}")
-    result.update(drain_s=round(drain_s, 1), restart_s=round(restart_s, 1))
-    return rollback(why)
+    run = Run(a, say)
+    os.makedirs(run.p.dir, mode=0o755, exist_ok=True)
+    step = first_step(run)
+    while isinstance(step, str):  # a phase: its step records it, acts, and names what follows (or ends)
+        step = STEPS[step](run)
+    return step

@@ -1,13 +1,12 @@
-"""On the box (stdlib only): write node exporter textfile-collector files the way it requires.
+"""On the box (stdlib only): node exporter textfile-collector files in the text exposition format.
 
-A `.prom` file must appear whole: node exporter may read the directory at any moment, so each file is written to
-a temporary name in the same directory and renamed over the old one (atomic on one filesystem).
+A `.prom` file must appear whole: node exporter may read the directory at any moment, so the scripts write it with
+boxio.write_atomic (a hidden temporary name that does not end in .prom, renamed over the old one).
 """
 
 from __future__ import annotations
 
-import os
-import tempfile
+TEXTFILE_MODE = 0o644  # node exporter reads them as its own user
 
 
 def label_value(value) -> str:
@@ -35,19 +34,3 @@ class Exposition:
         for name, (kind, help_text, samples) in self.families.items():
             lines += [f"# HELP {name} {help_text}", f"# TYPE {name} {kind}", *samples]
         return "\n".join(lines) + "\n"
-
-
-def write_atomic(path: str, text: str, mode: int = 0o644) -> None:
-    directory = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(prefix=".tmp-", suffix=".prom.part", dir=directory)  # not *.prom: never collected
-    try:
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.chmod(tmp, mode)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise

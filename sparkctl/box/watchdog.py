@@ -2,6 +2,9 @@
 """On the box (uploaded by the deploy, run by sparkctl-watchdog.service, stdlib only): catch a wedged vLLM engine.
 
     watchdog.py --config /etc/sparkctl/watchdog.json [--once]
+    watchdog.py --config /etc/sparkctl/watchdog.json --restart SERVICE   (by hand: that service's restart_command,
+                                                    as a wedge would run it; its output shown, its exit code returned;
+                                                    not counted in the restart history)
 
 A known GB10 failure: the engine stops producing tokens while the API server still answers /health with 200.
 Every `interval_s`, per service:
@@ -20,7 +23,8 @@ The restart history survives the watchdog's own restarts (`state_file`).
 
 The commands are templates; PLACEHOLDERS are filled per service, each value shell-quoted: {unit}, {service},
 {port}, {served}, {kind} from `services`, {rollout} (`rollout_command`: the env prefix, python and rollout.py)
-and {limits} (`rollout_limits`: the rollout's --timeout ... options), both rendered from the settings.
+and {limits} (`rollout_limits`: every option `rollout.py restart` takes from a setting), both rendered from the
+settings.
 """
 
 from __future__ import annotations
@@ -37,9 +41,11 @@ import urllib.error
 import urllib.request
 
 try:
-    from sparkctl.box.textfile import Exposition, write_atomic
-except ImportError:  # on the box: textfile.py sits beside this script
-    from textfile import Exposition, write_atomic
+    from sparkctl.box.boxio import write_atomic, write_json
+    from sparkctl.box.textfile import TEXTFILE_MODE, Exposition
+except ImportError:  # on the box: the scripts sit side by side
+    from boxio import write_atomic, write_json
+    from textfile import TEXTFILE_MODE, Exposition
 
 PROGRESS_COUNTERS = ("vllm:iteration_tokens_total_count", "vllm:generation_tokens_total", "vllm:prompt_tokens_total")
 PENDING_GAUGES = ("vllm:num_requests_running", "vllm:num_requests_waiting")
@@ -47,6 +53,7 @@ SAMPLE_RE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{[^}]*\})?\s+(\S+)")
 CRIT, WARNING, NOTICE, INFO = 2, 4, 5, 6  # syslog priorities: journald reads "<N>" line prefixes
 # what the command templates may name (sparkctl/config/schema.py refuses any other before the box is touched)
 PLACEHOLDERS = ("unit", "service", "port", "served", "kind", "rollout", "limits")
+STATE_MODE = 0o644  # the restart history (no secret): `sparkctl status` reads it through the status probe
 
 
 def log(priority: int, message: str) -> None:
@@ -97,10 +104,7 @@ class Watchdog:
     def _save(self) -> None:
         path = self.cfg["state_file"]
         os.makedirs(os.path.dirname(path), exist_ok=True)
-        tmp = f"{path}.tmp"
-        with open(tmp, "w") as f:
-            json.dump(self.state, f, indent=1, sort_keys=True)
-        os.replace(tmp, path)
+        write_json(path, self.state, STATE_MODE)
 
     def record(self, name: str) -> dict:
         rec = self.state.setdefault(name, {"restarts": [], "restarts_total": 0, "gave_up": False})
@@ -241,7 +245,7 @@ class Watchdog:
         exp.add("sparkctl_watchdog_last_check_timestamp_seconds", "gauge", "when the watchdog last checked, unix time",
                 round(now, 3))
         try:
-            write_atomic(self.cfg["textfile"], exp.text())
+            write_atomic(self.cfg["textfile"], exp.text(), TEXTFILE_MODE)
         except OSError as exc:
             log(WARNING, f"cannot write {self.cfg['textfile']}: {exc}")
 
@@ -250,9 +254,15 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--config", required=True)
     p.add_argument("--once", action="store_true", help="one check of every service, then exit")
+    p.add_argument("--restart", metavar="SERVICE", help="run SERVICE's restart command now, then exit with its code")
     args = p.parse_args(argv)
     with open(args.config) as f:
         dog = Watchdog(json.load(f))
+    if args.restart:
+        svc = next((s for s in dog.cfg["services"] if s["name"] == args.restart), None)
+        if svc is None:
+            p.error(f"--restart {args.restart}: not one of {', '.join(s['name'] for s in dog.cfg['services'])}")
+        return subprocess.run(dog.command(dog.cfg["restart_command"], svc), stdin=subprocess.DEVNULL).returncode
     log(INFO, f"watching {', '.join(s['unit'] for s in dog.cfg['services'])}: stall {dog.cfg['stall_s']} s, "
               f"at most {dog.cfg['max_restarts']} restarts in {dog.cfg['window_s']} s")
     while True:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 
+from sparkctl.box import contract
 from sparkctl.config import schema_types
 from sparkctl.config.catalog import CODER
 from sparkctl.errors import SettingError
@@ -67,12 +68,10 @@ def rollout_command(d: dict) -> list[str]:
     return ["/usr/bin/env", *rollout_env(d).split(), BOX_PYTHON, f"{bin_dir(d)}/rollout.py"]
 
 
-def rollout_limits(d: dict) -> list[str]:
-    """The rollout's gate and drain limits as rollout.py options: the values the deploy's transaction gets."""
-    return ["--timeout", str(d["HEALTH_READY_TIMEOUT_S"]), "--interval", str(d["HEALTH_POLL_INTERVAL_S"]),
-            "--journal", str(d["HEALTH_JOURNAL_LINES"]), "--drain-timeout", str(d["DRAIN_TIMEOUT_S"]),
-            "--retry-after", str(d["DRAIN_RETRY_AFTER_S"]), "--gate-max-tokens", str(d["ROLLOUT_GATE_MAX_TOKENS"]),
-            "--gate-request-timeout", str(d["ROLLOUT_GATE_REQUEST_TIMEOUT_S"])]
+def rollout_limits(d) -> list[str]:
+    """Every option `rollout.py restart` takes from a setting (the box's contract), with this host's values: the
+    same the deploy's own transaction gets."""
+    return contract.setting_argv("restart", d)
 
 
 # the watchdog's command settings: the placeholder one of them must contain (watchdog.py PLACEHOLDERS lists all)

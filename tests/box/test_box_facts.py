@@ -185,11 +185,13 @@ def test_standin_answers_query_compute_apps_like_nvidia_smi(fake_engine):
 
 
 def test_uploaded_scripts_run_alone_with_the_system_python(tmp_path):
-    """What the deploy uploads to SPARKCTL_HOME/bin is complete and stdlib-only: each script runs from there."""
+    """What the deploy uploads to SPARKCTL_HOME/bin is complete and stdlib-only: each monitoring script runs from
+    there with the modules it shares with the rollout."""
     import shutil
 
     from sparkctl import REPO_ROOT
-    for script in mon.BOX_SCRIPTS:
+    from tasks.vllm import SHARED_SCRIPTS  # uploaded by the vLLM step, which runs before the monitoring step
+    for script in (*mon.BOX_SCRIPTS, *SHARED_SCRIPTS):
         shutil.copy(REPO_ROOT / "sparkctl" / "box" / script, tmp_path / script)
     for script in mon.BOX_SCRIPTS:
         if script == "textfile.py":
@@ -273,7 +275,7 @@ def test_a_deploy_transaction_is_in_progress_until_it_ends_even_across_an_interr
 def test_a_restart_through_the_transient_unit_is_in_progress_while_it_runs(box, gx10_data, tmp_path):
     served = converge_rendered(box, gx10_data, "qwen3.8-27b")
     (box.sd / "unready").write_text("qwen3.8-27b\n")  # its restart never gets ready: it gates for 4 s, then fails
-    r = box.cli("restart", "coder", *box.args(timeout=4), "--reason", "watchdog")
+    r = box.cli("restart", "coder", *box.args("restart", timeout=4), "--reason", "watchdog")
     assert r.returncode == 0, r.stderr
     t0 = time.time()
     assert box.status()["running"]  # sparkctl-rollout-coder.service (the stand-in's) runs the restart

@@ -21,9 +21,14 @@ from pathlib import Path
 import pytest
 
 from sparkctl import REPO_ROOT
+from sparkctl.box import contract
+from sparkctl.config import groupdata
 
 ROLLOUT = REPO_ROOT / "sparkctl" / "box" / "rollout.py"
 FAKE = REPO_ROOT / "tests" / "standins" / "fake_systemd.py"
+# the settings the box is told (contract.SETTINGS) from the real group data, with the waits shortened for tests
+FAST = {**{name: groupdata.load(["all"])[name] for name in contract.SETTINGS}, "HEALTH_READY_TIMEOUT_S": 5,
+        "HEALTH_POLL_INTERVAL_S": 0.1, "HEALTH_JOURNAL_LINES": 5, "DRAIN_TIMEOUT_S": 5, "DRAIN_RETRY_AFTER_S": 7}
 
 
 class Endpoint(http.server.BaseHTTPRequestHandler):
@@ -49,7 +54,10 @@ class Endpoint(http.server.BaseHTTPRequestHandler):
 
     def do_GET(self):
         if self.path == "/metrics":
-            busy = self.sd / "running_until"
+            busy, running_for = self.sd / "running_until", self.sd / "running_for"
+            if running_for.exists():  # seconds from the first look at /metrics (a drain's first poll)
+                busy.write_text(str(time.time() + float(running_for.read_text())))
+                running_for.unlink()
             n = 2 if busy.exists() and time.time() < float(busy.read_text()) else 0
             return self._send(200, f'vllm:num_requests_running{{engine="0"}} {n}.0\n'
                                    f'vllm:num_requests_waiting{{engine="0"}} 0.0\n'.encode(), "text/plain")
@@ -88,16 +96,15 @@ class Box:
             f"[Service]\nEnvironmentFile={self.env_dir}/vllm-coder.env\n"
             f"ExecStart={self.venv}/bin/vllm serve $VLLM_ARGS\n{unit_extra}")
 
-    def args(self, **kw) -> list[str]:
-        opts = {"port": self.port, "served": "coder", "kind": "chat", "timeout": 5, "interval": 0.1,
-                "journal": 5, "drain-timeout": 5, "retry-after": 7, **kw}
-        out = []
-        for k, v in opts.items():
-            if v is True:
-                out.append(f"--{k}")
-            elif v is not False:
-                out += [f"--{k}", str(v)]
-        return out
+    def args(self, command: str = "apply", **kw) -> list[str]:
+        """The options of `rollout.py command coder`, rendered as the deploy renders them (contract.argv) from FAST;
+        kw, by flag name ("drain-timeout"=5), overrides a setting's value or gives a fact (port, kind, ...)."""
+        given = {k.replace("-", "_"): v for k, v in kw.items()}
+        setting_of = {a.dest: a.setting for a in contract.args_of(command) if a.setting}
+        settings = {**FAST, **{setting_of[k]: v for k, v in given.items() if k in setting_of}}
+        facts = {"port": self.port, "served": "coder", "kind": "chat",
+                 **{k: v for k, v in given.items() if k not in setting_of}}
+        return contract.argv(command, settings, service="coder", **facts)[2:]
 
     def run(self, *extra: str, txn="t1", **kw) -> subprocess.CompletedProcess:
         return subprocess.run([sys.executable, str(ROLLOUT), "run", "coder", "--txn", txn, *self.args(**kw), *extra],
@@ -171,7 +178,7 @@ def test_first_install_commits_and_a_rerun_changes_nothing(box):
 
 def test_forward_ok_drains_waits_for_running_requests_then_reopens(box):
     box.converge("qwen")
-    (box.sd / "running_until").write_text(str(time.time() + 1.5))  # two requests finish in 1.5 s
+    (box.sd / "running_for").write_text("1.5")  # two requests finish 1.5 s after the drain begins
     box.stage("laguna")
     r = box.run()
     assert r.returncode == 0, r.stdout
@@ -232,13 +239,15 @@ def test_nothing_to_roll_back_to_removes_the_failed_first_install(box):
     box.break_model("broken")
     box.stage("broken")
     r = box.run()
-    assert r.returncode == 2 and "no previous configuration" in r.stdout
+    assert r.returncode == contract.code(contract.NO_PREVIOUS) and "no previous configuration" in r.stdout
+    assert box.result()["outcome"] == contract.NO_PREVIOUS
     assert not (box.units / "vllm-coder.service").exists() and not (box.env_dir / "vllm-coder.env").exists()
     assert "stop vllm-coder.service" in box.calls()
 
 
 def test_nothing_staged_touches_nothing(box):
-    assert box.run().returncode == 2 and box.calls() == []
+    assert box.run().returncode == contract.code(contract.NOTHING_STAGED) and box.calls() == []
+    assert box.result()["outcome"] == contract.NOTHING_STAGED
 
 
 def test_missing_venv_is_rejected_before_anything_stops(box):
@@ -508,8 +517,27 @@ def test_every_box_module_is_uploaded():
     """Every box module is uploaded by a step (vLLM's, or monitoring's), except the status probe, which
     `sparkctl status` pipes to the box's python3 on each call."""
     from sparkctl.render.monitoring import BOX_SCRIPTS
-    from tasks.vllm import REMOTE_SCRIPTS
+    from tasks.vllm import REMOTE_SCRIPTS, SHARED_SCRIPTS
 
     on_disk = {p.name for p in ROLLOUT.parent.glob("*.py")} - {"__init__.py"}
     assert on_disk == set(REMOTE_SCRIPTS) | set(BOX_SCRIPTS) | {"status_probe.py"}
-    assert not set(REMOTE_SCRIPTS) & set(BOX_SCRIPTS)
+    assert not set(REMOTE_SCRIPTS) & set(BOX_SCRIPTS)  # one step uploads each (its change restarts what it runs)
+    assert set(SHARED_SCRIPTS) <= set(REMOTE_SCRIPTS)  # the modules both steps' scripts import: the vLLM step's
+
+
+def test_a_candidate_that_disappears_mid_transaction_is_rolled_back_and_that_rollback_resumed(box):
+    box.converge("qwen")
+    box.stage("laguna")
+    box.kill_on("restart#1")  # killed after the candidate was installed, before its gate
+    box.run()
+    assert box.live_model() == "laguna" and box.status()["phase"] == contract.STARTED
+    assert stat.S_IMODE(os.stat(box.txn_dir() / "state.json").st_mode) == 0o600  # root's: it may hold a probe key
+    for staged in ("vllm-coder.env.next", "vllm-coder.service.next"):
+        (box.env_dir / staged).unlink()  # the operator removed what was staged
+    box.kill_on("restart#2")  # and the rollback itself is interrupted
+    box.run(txn="t2")
+    assert box.status()["phase"] == contract.ROLLING_BACK  # recorded before it acted
+    r = box.run(txn="t3")
+    assert r.returncode == contract.code(contract.ROLLED_BACK) and "resuming the interrupted rollback" in r.stdout
+    assert box.live_model() == "qwen" and not box.txn_dir().exists() and not (box.drain / "coder.conf").exists()
+    assert box.result()["why"] == "the staged candidate disappeared"

@@ -10,7 +10,7 @@ import time
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from sparkctl.box import box_textfile
+from sparkctl.box import box_textfile, contract
 from tests.box.test_rollout_box import box, restarts  # noqa: F401  (the fixture)
 
 
@@ -105,16 +105,16 @@ def test_a_gate_that_fails_records_restart_failed_and_still_lifts_the_drain(box)
 
 def test_restart_cli_runs_in_the_deploys_unit_and_wait_exits_with_the_result(box):
     box.converge("qwen")
-    r = box.cli("restart", "coder", *box.args(), "--reason", "watchdog", "--wait")
+    r = box.cli("restart", "coder", *box.args("restart"), "--reason", "watchdog", "--wait")
     assert r.returncode == 0, r.stdout + r.stderr
     assert "restarted on its committed configuration" in r.stdout
     assert "systemd-run sparkctl-rollout-coder.service" in box.calls()
     assert box.result()["txn"].endswith("-restart") and box.result()["by"] == "watchdog"
-    started = json.loads(box.cli("restart", "coder", *box.args()).stdout)  # without --wait: returns at once
+    started = json.loads(box.cli("restart", "coder", *box.args("restart")).stdout)  # without --wait: returns at once
     r = box.cli("follow", "coder", "--txn", started["txn"], "--wait")
     assert r.returncode == 0 and box.result()["txn"] == started["txn"] and box.result()["by"] == "manual"
     box.break_model("qwen")
-    r = box.cli("restart", "coder", *box.args(), "--wait")
+    r = box.cli("restart", "coder", *box.args("restart"), "--wait")
     assert r.returncode == 6 and box.result()["outcome"] == "restart-failed"
 
 
@@ -123,8 +123,9 @@ def test_restart_cli_refuses_while_the_deploys_transaction_unit_runs(box):
     (box.sd / "running_until").write_text(str(time.time() + 2))  # the deploy drains for 2 s
     box.stage("laguna")
     deploy = json.loads(box.cli("apply", "coder", *box.args()).stdout)
-    r = box.cli("restart", "coder", *box.args(), "--reason", "watchdog", "--wait")
-    assert r.returncode == 10 and "a rollout owns the service now" in r.stderr and deploy["txn"] in r.stderr
+    r = box.cli("restart", "coder", *box.args("restart"), "--reason", "watchdog", "--wait")
+    assert r.returncode == contract.code(contract.OWNED) and "a rollout owns the service now" in r.stderr
+    assert deploy["txn"] in r.stderr
     assert sum(1 for c in box.calls() if c.startswith("systemd-run")) == 1  # never a second transaction
     r = box.cli("follow", "coder", "--txn", deploy["txn"], "--wait")
     assert r.returncode == 0 and box.live_model() == "laguna" and box.result()["outcome"] == "ready"
@@ -132,4 +133,5 @@ def test_restart_cli_refuses_while_the_deploys_transaction_unit_runs(box):
 
 def test_nothing_installed_is_refused(box):
     r = restart_only(box)
-    assert r.returncode == 2 and box.calls() == [] and box.result()["outcome"] == "nothing-installed"
+    assert r.returncode == contract.code(contract.NOTHING_INSTALLED) and box.calls() == []
+    assert box.result()["outcome"] == contract.NOTHING_INSTALLED

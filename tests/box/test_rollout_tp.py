@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 
+from sparkctl.box import contract
 from tests.box.test_rollout_box import ROLLOUT, Box, Endpoint, restarts
 
 
@@ -40,14 +41,11 @@ class Pair:
             with open(b.env_dir / "vllm-coder.env.next", "a") as f:
                 f.write(f"SPARKCTL_TP_UNIT={unit}\n")
 
-    def worker_args(self, peer_timeout: float = 20) -> list[str]:
-        return ["--peer-status-cmd", self.peer_cmd, "--peer-timeout", str(peer_timeout),
-                "--peer-call-timeout", "10"]
-
     def start_worker(self, txn: str, peer_timeout: float = 20) -> subprocess.Popen:
         w = self.worker
-        return subprocess.Popen([sys.executable, str(ROLLOUT), "run", "coder", "--txn", txn,
-                                 *w.args(kind="none", **{"worker-settle": 0.2}), *self.worker_args(peer_timeout)],
+        args = w.args(kind="none", **{"worker-settle": 0.2, "peer-status-cmd": self.peer_cmd,
+                                      "peer-timeout": peer_timeout, "peer-call-timeout": 10})
+        return subprocess.Popen([sys.executable, str(ROLLOUT), "run", "coder", "--txn", txn, *args],
                                 env=w.environ, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
 
     def converge(self, model: str, unit: str) -> None:
@@ -128,7 +126,7 @@ def test_a_head_that_never_comes_leaves_the_worker_untouched(pair):
     pair.stage("laguna", "u2")
     w = pair.start_worker("t1", peer_timeout=1)  # the deploy died before it reached the head
     out = w.communicate(timeout=60)[0]
-    assert w.returncode == 11, out
+    assert w.returncode == contract.code(contract.HEAD_ABSENT), out
     assert "did not decide" in out and pair.worker.live_model() == "qwen" and restarts(pair.worker) == 0
     assert pair.worker.result()["outcome"] == "head-absent" and not pair.worker.txn_dir().exists()
     assert pair.worker.status()["failed"] is None  # not the candidate's fault: a rerun tries it again
@@ -143,7 +141,8 @@ def test_a_head_rejected_before_it_stopped_anything_leaves_both_as_they_were(pai
     wait_phase(pair.worker, "awaiting-head")
     assert pair.head.run(txn="t1").returncode == 5
     out = w.communicate(timeout=60)[0]
-    assert w.returncode == 11 and pair.worker.result()["outcome"] == "head-failed", out
+    assert w.returncode == contract.code(contract.HEAD_FAILED), out
+    assert pair.worker.result()["outcome"] == contract.HEAD_FAILED
     assert pair.worker.live_model() == "qwen" and restarts(pair.worker) == 0 and restarts(pair.head) == 0
 
 

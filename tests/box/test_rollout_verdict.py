@@ -11,6 +11,7 @@ import time
 
 import pytest
 
+from sparkctl.box import contract
 from tests.box.test_rollout_box import ROLLOUT, box, restarts  # noqa: F401  (the fixture)
 
 
@@ -105,7 +106,7 @@ def test_rollback_remembers_the_candidate_with_the_reason_and_restores_the_snaps
     assert res["outcome"] == "rolled-back" and reason in res["why"] and res["verdict"]["by"] == "control"
     st = box.status()
     assert st["failed"]["model"] == "laguna" and reason in st["failed"]["why"]
-    r = box.run(txn="v2", **{"verdict-timeout": 30})  # the same candidate: not retried unless asked
+    r = box.run(txn="v2", **{"verdict-timeout": 30, "verdict-default": "rollback"})  # not retried unless asked
     assert r.returncode == 7 and restarts(box) == n + 1 and "ROLLOUT_RETRY_FAILED=True" in r.stdout
 
 
@@ -130,16 +131,17 @@ def test_no_verdict_in_time_the_box_decides_alone_with_its_default(box, default,
 def test_a_verdict_for_another_transaction_or_none_waiting_is_refused(box):
     box.converge("qwen")
     r = verdict(box, "v1", "commit")
-    assert r.returncode == 1 and "no transaction of vllm-coder.service waits for a verdict" in r.stderr
+    refused = contract.code(contract.VERDICT_REFUSED)
+    assert r.returncode == refused and "no transaction of vllm-coder.service waits for a verdict" in r.stderr
     box.stage("laguna")
     proc = start(box, interval=3)  # polls slowly: the second verdict below meets the first still unread
     until_waiting(box, proc)
     r = verdict(box, "someone-else", "rollback", "--reason", "x")
-    assert r.returncode == 1 and "does not wait for a verdict" in r.stderr and "v1" in r.stderr
+    assert r.returncode == refused and "does not wait for a verdict" in r.stderr and "v1" in r.stderr
     assert not (box.txn_dir() / "verdict.json").exists() and box.status()["phase"] == "awaiting-verdict"
     assert verdict(box, "v1", "commit").returncode == 0
     r = verdict(box, "v1", "rollback")  # a second, contradicting verdict
-    assert r.returncode == 1 and "already has the verdict commit" in r.stderr
+    assert r.returncode == refused and "already has the verdict commit" in r.stderr
     rc, out = finish(proc)
     assert rc == 0 and box.live_model() == "laguna", out
 

@@ -312,3 +312,23 @@ def test_a_state_file_from_before_the_failure_counter_still_loads(setup):
     dog.check_once(now=1000.0)
     assert metric(cfg, "sparkctl_watchdog_restarts_total") == 2
     assert metric(cfg, "sparkctl_watchdog_restart_failures_total") == 0
+
+
+def test_a_restart_by_hand_runs_the_configured_command_and_counts_nothing(setup, tmp_path):
+    """README: `watchdog.py --config ... --restart coder` runs exactly what a wedge would, with its exit code."""
+    from sparkctl.box import watchdog
+
+    engine, cfg, log = setup
+    failing = tmp_path / "rollout-restart"
+    failing.write_text(FAILING.format(log=log))
+    failing.chmod(0o755)
+    cfg.update(restart_command=f"{failing} {{service}} --port {{port}} {{limits}} --wait",
+               rollout_limits=["--timeout", "1800"])
+    cfg["services"][0]["port"] = 8000
+    path = tmp_path / "watchdog.json"
+    path.write_text(json.dumps(cfg))
+    assert watchdog.main(["--config", str(path), "--restart", "coder"]) == 6
+    assert calls(log) == ["restart coder --port 8000 --timeout 1800 --wait"]
+    assert not Path(cfg["state_file"]).exists()  # not one of the watchdog's own restarts
+    with pytest.raises(SystemExit):
+        watchdog.main(["--config", str(path), "--restart", "nope"])

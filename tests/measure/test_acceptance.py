@@ -335,10 +335,10 @@ def test_the_box_is_told_how_long_to_wait_and_what_to_do_alone():
     coder = type("Svc", (), {"role": "coder", "headless": False})()
     worker = type("Svc", (), {"role": "coder", "headless": True})()
     embedder = type("Svc", (), {"role": "embedder", "headless": False})()
-    assert apply_verdict_args(ALL, coder) == ["--verdict-timeout", "1800", "--verdict-default", "rollback"]
-    assert apply_verdict_args({**ALL, "ACCEPTANCE_MODE": "warn"}, coder)[-1] == "commit"
-    assert apply_verdict_args(ALL, worker) == apply_verdict_args(ALL, embedder) == []
-    assert apply_verdict_args({**ALL, "ACCEPTANCE_ENABLED": False}, coder) == []
+    assert apply_verdict_args(ALL, coder) == {"verdict_timeout": 1800, "verdict_default": "rollback"}
+    assert apply_verdict_args({**ALL, "ACCEPTANCE_MODE": "warn"}, coder)["verdict_default"] == "commit"
+    assert apply_verdict_args(ALL, worker) == apply_verdict_args(ALL, embedder) == {}
+    assert apply_verdict_args({**ALL, "ACCEPTANCE_ENABLED": False}, coder) == {}
     with pytest.raises(SettingError, match="ACCEPTANCE_VERDICT_TIMEOUT_S"):
         apply_verdict_args({**ALL, "ACCEPTANCE_VERDICT_TIMEOUT_S": "30m"}, coder)
 
