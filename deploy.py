@@ -1,8 +1,9 @@
 """CARouter Cloud GX10: from stock OS to serving.   pyinfra inventory.py deploy.py
 
-preflight -> nvidia -> vllm -> (CX7 link, tensor-parallel only) -> checkpoints -> OOM guard -> services -> proxy
--> monitoring -> health -> acceptance (of a changed coder) -> (tensor-parallel: the worker's result, which follows
-the head's) -> gateway hand-off. Bad settings are refused before any command reaches the host; see README.md for
+preflight -> nvidia -> vllm -> (CX7 link, tensor-parallel only) -> checkpoints -> OOM guard -> proxy -> services
+(each changed coder judged by the acceptance probe through the proxy inside its rollout) -> monitoring -> health ->
+acceptance (of a coder still found waiting) -> (tensor-parallel: the worker's result, which follows the head's) ->
+gateway hand-off. Bad settings are refused before any command reaches the host; see README.md for
 the flip, secrets, settings and the two-Spark topologies.
 """
 
@@ -25,8 +26,8 @@ shared_scripts = vllm(settings)  # box modules the monitoring step's scripts imp
 link(settings)
 checkpoints(settings)
 oom_guard(settings)
+proxy(settings)  # before the services: a coder is judged through it as soon as its box waits for a verdict
 services(settings)
-proxy(settings)
 monitoring(settings, shared_scripts)
 health(settings)
 acceptance_step(settings)

@@ -4,10 +4,10 @@ The box owns the change (issue 14's transaction): after its health gate passed, 
 snapshot and waits up to ACCEPTANCE_VERDICT_TIMEOUT_S for a verdict; with none in time it decides alone (rolls
 back; keeps when ACCEPTANCE_MODE is warn). This step is the control side: it finds a transaction waiting, runs
 the quick acceptance through the proxy (sparkctl/measure/quick.py), sends `commit` or `rollback <reason>`, and
-after a passed commit appends the run to the box's history. For a coder that served before it runs inside the
-coder's serial rollout op as soon as that box waits (judge_waiting), so with two boxes the second is touched only
-after the first one's verdict and one box always serves; the Acceptance step after Health judges a first install
-(the proxy exists by then) and any transaction found waiting otherwise (a deploy that died before sending the
+after a passed commit appends the run to the box's history. It runs inside the coder's serial rollout op as soon
+as that box waits (judge_waiting; the proxy step runs before the services, so a first install is judged at once
+too), so with two boxes the second is touched only after the first one's verdict and one box always serves; the
+Acceptance step after Health judges any transaction found waiting otherwise (a deploy that died before sending the
 verdict, rerun before the box's deadline). A deploy that changed nothing finds nothing waiting and does nothing.
 Nothing here undoes anything itself: a lost connection only means no verdict, and the box decides. After sending
 the verdict it follows the box's transaction to its result (the commit, or the whole rollback: drain, snapshot

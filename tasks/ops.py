@@ -296,8 +296,8 @@ def rollout(service: str, services: tuple, script: str, settings: dict, interval
     settings: the validated values of contract.SETTINGS (tasks/services.rollout_settings); verdict_args
     (tasks/acceptance.apply_verdict_args): after its health gate the box waits for the acceptance verdict;
     on_awaiting(state, host, txn, probe_key) -> bool (tasks/acceptance.judge_waiting) then measures and sends it
-    within this op, so a serial rollout touches the next box only after this one's verdict (only for a service that
-    was running: a first install has no proxy yet, and the Acceptance step after Health judges it).
+    within this op, so a serial rollout touches the next box only after this one's verdict, and a first install is
+    judged while its verdict deadline is fresh (the proxy step runs before the services).
 
     "Exactly that" = the stamp rollout.py recorded after its last healthy start equals the hash of the staged unit
     and env file now, so a restart happens only when something the service reads changed.
@@ -318,10 +318,7 @@ def rollout(service: str, services: tuple, script: str, settings: dict, interval
         return
     yield FunctionCommand(_guard, (service,), {})
     yield FunctionCommand(_follow, (service, apply_cmd, rollout_py, interval),
-                          {"wanted": status.get("wanted", ""), "handoff": handoff,
-                           # a first install is judged after the proxy exists (the Acceptance step after Health);
-                           # a box that served before is judged here, before the next box moves
-                           "on_awaiting": on_awaiting if status.get("active") else None})
+                          {"wanted": status.get("wanted", ""), "handoff": handoff, "on_awaiting": on_awaiting})
 
 
 @operation()

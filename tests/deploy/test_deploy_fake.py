@@ -62,7 +62,7 @@ def test_dgx_os_box_gets_no_nvidia_packages(dgx):
     assert "cuda-keyring" not in cmds and "nvidia-open-580" not in cmds and "cuda-toolkit" not in cmds
     # the rest of the rollout is there, in order
     order = [o.split(" | ")[0] for o in ops]
-    firsts = [order.index(step) for step in ("vLLM", "Checkpoints", "OOM guard", "vLLM services", "TLS proxy",
+    firsts = [order.index(step) for step in ("vLLM", "Checkpoints", "OOM guard", "TLS proxy", "vLLM services",
                                              "Health")]
     assert firsts == sorted(firsts)
     assert any("install python3-venv libnuma1 curl nginx earlyoom" in c for c in dgx["commands"])
