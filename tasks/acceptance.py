@@ -31,8 +31,9 @@ from pyinfra.api.command import QuoteString
 
 from sparkctl.config import hosts
 from sparkctl.config.catalog import CODER
+from sparkctl.config.schema import GroupData
 from sparkctl.config.settings import Settings
-from sparkctl.errors import SettingError, SparkctlError
+from sparkctl.errors import SparkctlError
 from sparkctl.measure import acceptance, quick
 from sparkctl.render.units import rollout_env
 from tasks.facts import RolloutStatus
@@ -44,18 +45,13 @@ __all__ = ["AWAITING", "acceptance_gate", "acceptance_step", "apply_verdict_args
 REASON_CHARS = 900  # the rollback reason kept in the box's record of the failed candidate, characters
 
 
-def apply_verdict_args(d: dict, service) -> list[str]:
+def apply_verdict_args(cfg: GroupData, service) -> list[str]:
     """HOOK for the lead: what `rollout.py apply` needs to wait for a verdict after its health gate ([] = do not
     wait: acceptance off, or not the coder's head). The default is what the box does alone when the time is up."""
-    if not d["ACCEPTANCE_ENABLED"] or service.role != CODER or service.headless:
+    if not cfg.ACCEPTANCE_ENABLED or service.role != CODER or service.headless:
         return []
-    timeout = d["ACCEPTANCE_VERDICT_TIMEOUT_S"]
-    if isinstance(timeout, bool) or not isinstance(timeout, int) or timeout <= 0:
-        raise SettingError("ACCEPTANCE_VERDICT_TIMEOUT_S", timeout, "whole seconds greater than 0")
-    if d["ACCEPTANCE_MODE"] not in acceptance.MODES:
-        raise SettingError("ACCEPTANCE_MODE", d["ACCEPTANCE_MODE"], list(acceptance.MODES))
-    return ["--verdict-timeout", str(timeout),
-            "--verdict-default", "commit" if d["ACCEPTANCE_MODE"] == "warn" else "rollback"]
+    return ["--verdict-timeout", str(cfg.ACCEPTANCE_VERDICT_TIMEOUT_S),
+            "--verdict-default", "commit" if cfg.ACCEPTANCE_MODE == "warn" else "rollback"]
 
 
 def awaiting_verdict(status: dict) -> str | None:
@@ -69,31 +65,31 @@ def awaiting_verdict(status: dict) -> str | None:
     return str(tx) if tx else None
 
 
-def verdict_command(d: dict, service: str, tx: str, verdict: str, reason: str = "") -> StringCommand:
+def verdict_command(cfg: GroupData, service: str, tx: str, verdict: str, reason: str = "") -> StringCommand:
     """The box-side verdict: `rollout.py verdict SERVICE --tx TX commit|rollback [--reason TEXT]`."""
-    parts = [rollout_env(d), "python3", QuoteString(f"{d['SPARKCTL_HOME']}/bin/rollout.py"), "verdict",
+    parts = [rollout_env(cfg), "python3", QuoteString(f"{cfg.SPARKCTL_HOME}/bin/rollout.py"), "verdict",
              QuoteString(service), "--tx", QuoteString(tx), verdict]
     if reason:  # a rollback's reason is what the box remembers the candidate failed for
         parts += ["--reason", QuoteString(" ".join(reason.split())[:REASON_CHARS])]
     return StringCommand(*parts)
 
 
-def follow_command(d: dict, service: str) -> list:
-    return [rollout_env(d), "python3", QuoteString(f"{d['SPARKCTL_HOME']}/bin/rollout.py"), "follow",
+def follow_command(cfg: GroupData, service: str) -> list:
+    return [rollout_env(cfg), "python3", QuoteString(f"{cfg.SPARKCTL_HOME}/bin/rollout.py"), "follow",
             QuoteString(service)]
 
 
-def _decide(state, host_, d: dict, service: str, unit: str, tx: str, decision: str, reason: str,
+def _decide(state, host_, cfg: GroupData, service: str, unit: str, tx: str, decision: str, reason: str,
             handoff: dict | None, verdict: acceptance.Verdict | None, conn) -> bool:
     """FunctionCommand body: send the verdict, follow the box until its result, then say what it did."""
     kw = _connector_args(host_)
     if decision == "rollback":
         _ready(host_, handoff, False)  # the box drains again for the rollback
-    ok, out = host_.run_shell_command(verdict_command(d, service, tx, decision, reason), **kw)
+    ok, out = host_.run_shell_command(verdict_command(cfg, service, tx, decision, reason), **kw)
     if not ok:  # e.g. the box decided alone a moment ago: what it did is in its result
         host_.log_styled(f"{unit}: the box did not take the verdict {decision}: "
                          f"{' '.join(out.stderr_lines)[-1000:]}", fg="yellow", log_func=logger.warning)
-    result = _wait(host_, kw, service, tx, follow_command(d, service), d["HEALTH_POLL_INTERVAL_S"])
+    result = _wait(host_, kw, service, tx, follow_command(cfg, service), cfg.HEALTH_POLL_INTERVAL_S)
     if result is None:  # lost track: the box finishes alone
         return False
     if result.get("outcome") == AWAITING:
@@ -107,7 +103,7 @@ def _decide(state, host_, d: dict, service: str, unit: str, tx: str, decision: s
     if rc == 0:
         host_.log(f"{unit}: {outcome}: {message}")
         if decision == "commit" and by == "control" and verdict is not None:
-            return _record(state, host_, conn, d, verdict)
+            return _record(state, host_, conn, cfg, verdict)
         if by == "box":
             host_.log_styled(f"{unit}: kept by the box's own decision, not by this acceptance run ({reason})",
                              fg="yellow", log_func=logger.warning)
@@ -118,10 +114,10 @@ def _decide(state, host_, d: dict, service: str, unit: str, tx: str, decision: s
     return False
 
 
-def _record(state, host_, conn, data: dict, verdict: acceptance.Verdict) -> bool:
+def _record(state, host_, conn, cfg: GroupData, verdict: acceptance.Verdict) -> bool:
     """FunctionCommand body, after the box confirmed the commit: the run joins the box's history."""
     try:
-        line = quick.record_accepted(conn, data, verdict)
+        line = quick.record_accepted(conn, cfg, verdict)
     except SparkctlError as exc:  # the rollout stands; only the history missed a line: say so, do not fail
         logger.warning(f"{host_.name}: accepted, but the history was not written: {exc}")
         return True
@@ -137,12 +133,12 @@ def acceptance_gate(settings: Settings, service, handoff: dict | None = None):
     if not host.state.is_executing:
         host.noop("checked after health")
         return
-    d = settings.data
-    if not d["ACCEPTANCE_ENABLED"]:
+    cfg = settings.cfg
+    if not cfg.ACCEPTANCE_ENABLED:
         host.noop("acceptance is off (ACCEPTANCE_ENABLED)")
         return
-    status = host.get_fact(RolloutStatus, script=f"{d['SPARKCTL_HOME']}/bin/rollout.py", services=[service.name],
-                           env_prefix=rollout_env(d)).get(service.name, {})
+    status = host.get_fact(RolloutStatus, script=f"{cfg.SPARKCTL_HOME}/bin/rollout.py", services=[service.name],
+                           env_prefix=rollout_env(cfg)).get(service.name, {})
     tx = awaiting_verdict(status)
     if tx is None:
         host.noop(f"{service.unit}: no rollout waits for an acceptance verdict")
@@ -155,21 +151,22 @@ def judge_waiting(settings: Settings, service, handoff: dict | None):
     (probe_key: the box's drain exemption for this probe, when it keeps clients out meanwhile), send the verdict,
     follow the box to its result. The coder's rollout calls it as soon as its box waits (so a serial
     rollout reaches the next box only after this one's verdict); acceptance_gate, for one found waiting later."""
-    d = settings.data
+    cfg = settings.cfg
 
     def judge(state, host, tx: str, probe_key: str = "") -> bool:  # pyinfra passes state and host by these names
         try:
             conn = hosts.find(host.name)
-            verdict = quick.acceptance_of(conn, d, unit=service.unit, probe_key=probe_key)
+            # TRANSITIONAL: quick.py still reads data.get(...): it gets the validated values as a plain dict
+            verdict = quick.acceptance_of(conn, cfg.model_dump(), unit=service.unit, probe_key=probe_key)
         except SparkctlError as exc:  # could not measure at all: that is the candidate's failure too
-            decision = "commit" if d["ACCEPTANCE_MODE"] == "warn" else "rollback"
+            decision = "commit" if cfg.ACCEPTANCE_MODE == "warn" else "rollback"
             reason = f"acceptance could not measure: {exc}"
             logger.warning(f"{host.name}: {reason} -> {decision}")
-            return _decide(state, host, d, service.name, service.unit, tx, decision, reason, handoff, None, None)
+            return _decide(state, host, cfg, service.name, service.unit, tx, decision, reason, handoff, None, None)
         logger.info(f"{host.name}: acceptance of {service.unit}\n" + "\n".join(c.line() for c in verdict.checks)
                     + ("\n" + "\n".join(verdict.notes) if verdict.notes else ""))
         (logger.info if verdict.passed else logger.warning)(f"{host.name}: {verdict.reason()}")
-        return _decide(state, host, d, service.name, service.unit, tx, verdict.decision, verdict.reason(), handoff,
+        return _decide(state, host, cfg, service.name, service.unit, tx, verdict.decision, verdict.reason(), handoff,
                        verdict, conn)
     return judge
 
@@ -179,7 +176,7 @@ def acceptance_step(settings: Settings) -> None:
     """The coder only: embedders have no speed or retrieval floor of their own."""
     if settings.coder.headless or settings.coder not in settings.services:
         return
-    handoff = ready_target(settings.data, settings.coder.served_name) if settings.role.serves_api else None
+    handoff = ready_target(settings.cfg, settings.coder.served_name) if settings.role.serves_api else None
     # _serial: one box at a time, like the rollout (one quick run must not load the other box's measurement, and
     # the probe's asyncio loop cannot run twice in pyinfra's one gevent thread)
     acceptance_gate(name="Acceptance: a changed coder is as fast and as right as its baseline and floors",

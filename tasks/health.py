@@ -18,15 +18,15 @@ from sparkctl.config.settings import Settings
 from sparkctl.render import health_table
 from tasks.facts import JournalText, ListenerReady, LoadSeconds, UnitProperties
 from tasks.ops import KNOWN_FAILED, fail
-from tasks.proxy import box_address, tls_material
+from tasks.proxy import tls_material
 
 KV_LINES = r"GPU KV cache size|Maximum concurrency for"
 
 
-def _client(d: dict) -> httpx.Client:
-    _cert, _key, ca = tls_material(d)
+def _client(settings: Settings) -> httpx.Client:
+    _cert, _key, ca = tls_material(settings)
     ctx = ssl.create_default_context(cafile=str(ca)) if ca else ssl.create_default_context()
-    return httpx.Client(verify=ctx, timeout=d["HEALTH_REQUEST_TIMEOUT_S"], trust_env=False,
+    return httpx.Client(verify=ctx, timeout=settings.cfg.HEALTH_REQUEST_TIMEOUT_S, trust_env=False,
                         transport=httpx.HTTPTransport(verify=ctx, retries=0))
 
 
@@ -58,11 +58,11 @@ def health_gate(settings: Settings, service_list: list):
     if not host.state.is_executing:
         host.noop("checked after rollout")
         return
-    d = settings.data
+    cfg = settings.cfg
     rows, failures = [], []
-    deadline = time.monotonic() + d["HEALTH_READY_TIMEOUT_S"]
-    base = f"https://{box_address()}:{d['PROXY_PORT']}"
-    with _client(d) as client:
+    deadline = time.monotonic() + cfg.HEALTH_READY_TIMEOUT_S
+    base = f"https://{settings.address}:{cfg.PROXY_PORT}"
+    with _client(settings) as client:
         for svc in service_list:
             if svc.headless:
                 props = host.get_fact(UnitProperties, unit=svc.unit)
@@ -70,19 +70,19 @@ def health_gate(settings: Settings, service_list: list):
                 continue
             while True:
                 ids = host.get_fact(ListenerReady, port=svc.port, served=svc.served_name,
-                                    timeout=d["HEALTH_LISTENER_TIMEOUT_S"])
+                                    timeout=cfg.HEALTH_LISTENER_TIMEOUT_S)
                 if ids and svc.served_name in ids:
                     break
                 if time.monotonic() > deadline:
                     break
-                time.sleep(d["HEALTH_POLL_INTERVAL_S"])
+                time.sleep(cfg.HEALTH_POLL_INTERVAL_S)
             problem = "" if ids and svc.served_name in ids else f"127.0.0.1:{svc.port}/v1/models answered {ids}"
-            problem = problem or probe_through_proxy(client, base, svc, settings.api_token, d["HEALTH_PROBE_MAX_TOKENS"])
+            problem = problem or probe_through_proxy(client, base, svc, settings.api_token, cfg.HEALTH_PROBE_MAX_TOKENS)
             kv_text = host.get_fact(JournalText, unit=svc.unit, lines=4, grep=KV_LINES)
             load_s = host.get_fact(LoadSeconds, unit=svc.unit)
             rows.append(health_table.Row(svc, "healthy" if not problem else f"FAILED: {problem}", kv_text, load_s))
             if problem:
-                journal = host.get_fact(JournalText, unit=svc.unit, lines=d["HEALTH_JOURNAL_LINES"])
+                journal = host.get_fact(JournalText, unit=svc.unit, lines=cfg.HEALTH_JOURNAL_LINES)
                 failures.append(f"{svc.unit} ({svc.model.key}): {problem}\n--- last journal lines ---\n{journal}")
     table, warnings = health_table.render(rows, settings, base)
     logger.info(f"{host.name}: health through {base}\n{table}")

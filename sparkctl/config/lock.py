@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from sparkctl import REPO_ROOT
-from sparkctl.config import catalog, groupdata
+from sparkctl.config import catalog
 from sparkctl.errors import SettingError
 
 SHA_RE = re.compile(r"^[0-9a-f]{40}$")
@@ -59,8 +59,9 @@ class LockedCheckpoint:
         return marker_path(model_store, self.repo, self.sha)
 
 
-def lock_path(data: dict) -> Path:
-    p = Path(data.get("MODEL_LOCK_FILE", "models.lock.json"))
+def lock_path(cfg) -> Path:
+    """MODEL_LOCK_FILE of the typed settings (schema.GroupData), relative to the repository unless absolute."""
+    p = Path(cfg.MODEL_LOCK_FILE)
     return p if p.is_absolute() else REPO_ROOT / p
 
 
@@ -113,10 +114,10 @@ def locked(lock: dict, cp: catalog.Checkpoint, path: Path) -> LockedCheckpoint:
     return LockedCheckpoint(repo=cp.repo, revision=cp.revision, sha=sha, files=entry["files"])
 
 
-def checkpoints_of(data: dict) -> list[catalog.Checkpoint]:
-    """Every checkpoint of every catalog model (with group data overrides): both coders stay on disk."""
+def checkpoints_of(resolved: dict[str, catalog.ModelSpec]) -> list[catalog.Checkpoint]:
+    """Every checkpoint of every model of a resolved catalog (a HostConfig's): both coders stay on disk."""
     seen: dict[str, catalog.Checkpoint] = {}
-    for spec in catalog.resolve(data.get("CATALOG_OVERRIDES")).values():
+    for spec in resolved.values():
         for cp in spec.checkpoints():
             seen.setdefault(cp.repo, cp)
     return list(seen.values())
@@ -142,16 +143,17 @@ def refresh_lock(groups: list[str], endpoint: str | None = None,
     from huggingface_hub import HfApi
 
     from sparkctl.config.secrets import read_hf_token
+    from sparkctl.config.settings import load
 
-    data = groupdata.load(groups)
-    endpoint = endpoint or data["HF_ENDPOINT"]
-    api = HfApi(endpoint=endpoint, token=read_hf_token(data) or False)
+    config = load(groups)
+    endpoint = endpoint or config.cfg.HF_ENDPOINT
+    api = HfApi(endpoint=endpoint, token=read_hf_token(config.cfg) or False)
     out = {"version": LOCK_VERSION, "endpoint": endpoint, "checkpoints": {}}
-    for cp in sorted(checkpoints_of(data) + list(extra or []), key=lambda c: c.repo):
+    for cp in sorted(checkpoints_of(config.catalog) + list(extra or []), key=lambda c: c.repo):
         info = api.model_info(cp.repo, revision=cp.revision, files_metadata=True)
         out["checkpoints"][cp.repo] = {"revision": cp.revision, "sha": info.sha,
                                        "files": _listing(info, cp.allow_patterns)}
-    path = lock_path(data)
+    path = lock_path(config.cfg)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(out, indent=2, sort_keys=True) + "\n")
     return path

@@ -10,6 +10,8 @@ import types
 
 import pytest
 
+from sparkctl.config import groupdata
+from tests.conftest import typed
 from tests.deploy.test_deploy_fake import run_fake
 
 
@@ -70,7 +72,7 @@ def test_pyinfra_hands_the_judge_its_state_and_host(monkeypatch):
     monkeypatch.setattr(acc.hosts, "find", lambda name: object())
     monkeypatch.setattr(acc, "_decide", lambda state, host, d, name, unit, tx, decision, reason, *rest:
                         seen.update(host=host, tx=tx, decision=decision, reason=reason) or True)
-    settings = types.SimpleNamespace(data={"ACCEPTANCE_MODE": "fail"})
+    settings = types.SimpleNamespace(cfg=typed({**groupdata.load(["all", "gx10"]), "ACCEPTANCE_MODE": "fail"}))
     service = types.SimpleNamespace(name="coder", unit="vllm-coder.service")
     host = types.SimpleNamespace(name="spark-1")
     assert FunctionCommand(acc.judge_waiting(settings, service, None), ("tx-1",), {}).execute("state", host, {})
@@ -116,7 +118,7 @@ class StubHost:
 
 
 @pytest.fixture
-def decide(gx10_data, monkeypatch):
+def decide(gx10_cfg, monkeypatch):
     import tasks.acceptance as acc
 
     marks, recorded = [], []
@@ -125,7 +127,7 @@ def decide(gx10_data, monkeypatch):
     monkeypatch.setattr("tasks.ops.gevent.sleep", lambda s: None)
 
     def run(host, decision, reason, verdict=object()):
-        ok = acc._decide(None, host, gx10_data, "coder", "vllm-coder.service", "tx-1", decision, reason,
+        ok = acc._decide(None, host, gx10_cfg, "coder", "vllm-coder.service", "tx-1", decision, reason,
                          {"dir": "x"}, verdict, None)
         return ok, marks, recorded
     return run

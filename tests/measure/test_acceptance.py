@@ -13,6 +13,7 @@ import pytest
 from sparkctl.config import catalog, groupdata
 from sparkctl.errors import SettingError
 from sparkctl.measure import acceptance, history, quick, record
+from tests.conftest import typed
 from tests.measure import test_bench_probe as bp
 from tests.measure.test_bench_probe import EP, LABELS, FakeMetrics, FakeVLLM
 
@@ -258,11 +259,11 @@ def test_the_verdict_command_names_the_transaction_and_quotes_the_reason():
 
     from tasks.acceptance import REASON_CHARS, verdict_command
 
-    commit = verdict_command(ALL, "coder", "tx-42", "commit").get_raw_value()
+    commit = verdict_command(typed(ALL), "coder", "tx-42", "commit").get_raw_value()
     assert commit.endswith("/opt/sparkctl/bin/rollout.py verdict coder --tx tx-42 commit")
     assert commit.startswith("SPARKCTL_ENV_DIR=/etc/sparkctl ")
     reason = "decode tok/s, 1 stream: 9 vs 18.3 (-50.8 %) [baseline abc]; it's \"slow\" $(rm -rf /)\n" * 40
-    raw = verdict_command(ALL, "coder", "tx-42", "rollback", reason).get_raw_value()
+    raw = verdict_command(typed(ALL), "coder", "tx-42", "rollback", reason).get_raw_value()
     argv = shlex.split(raw)
     assert argv[-3:-1] == ["rollback", "--reason"] and len(argv[-1]) == REASON_CHARS
     assert argv[-1].startswith("decode tok/s, 1 stream: 9 vs 18.3") and "\n" not in argv[-1]
@@ -274,12 +275,13 @@ def test_the_box_is_told_how_long_to_wait_and_what_to_do_alone():
     coder = type("Svc", (), {"role": "coder", "headless": False})()
     worker = type("Svc", (), {"role": "coder", "headless": True})()
     embedder = type("Svc", (), {"role": "embedder", "headless": False})()
-    assert apply_verdict_args(ALL, coder) == ["--verdict-timeout", "1800", "--verdict-default", "rollback"]
-    assert apply_verdict_args({**ALL, "ACCEPTANCE_MODE": "warn"}, coder)[-1] == "commit"
-    assert apply_verdict_args(ALL, worker) == apply_verdict_args(ALL, embedder) == []
-    assert apply_verdict_args({**ALL, "ACCEPTANCE_ENABLED": False}, coder) == []
-    with pytest.raises(SettingError, match="ACCEPTANCE_VERDICT_TIMEOUT_S"):
-        apply_verdict_args({**ALL, "ACCEPTANCE_VERDICT_TIMEOUT_S": "30m"}, coder)
+    cfg = typed(ALL)
+    assert apply_verdict_args(cfg, coder) == ["--verdict-timeout", "1800", "--verdict-default", "rollback"]
+    assert apply_verdict_args(typed({**ALL, "ACCEPTANCE_MODE": "warn"}), coder)[-1] == "commit"
+    assert apply_verdict_args(cfg, worker) == apply_verdict_args(cfg, embedder) == []
+    assert apply_verdict_args(typed({**ALL, "ACCEPTANCE_ENABLED": False}), coder) == []
+    with pytest.raises(SettingError, match="ACCEPTANCE_VERDICT_TIMEOUT_S = '30m' is not valid"):  # the schema's
+        typed({**ALL, "ACCEPTANCE_VERDICT_TIMEOUT_S": "30m"})
 
 
 def test_the_deploy_interface_measures_reads_the_baseline_and_judges(fake, tmp_path):

@@ -135,9 +135,12 @@ def test_a_failing_remote_command_is_a_clear_error(box):
 def cli_box(box, monkeypatch, tmp_path):
     from sparkctl.measure import cli
 
+    from sparkctl.config.settings import host_config
+
     host, data = box
     monkeypatch.setattr(cli.hosts, "find", lambda name=None: host)
-    monkeypatch.setattr(cli.groupdata, "load", lambda groups=None: data)
+    config = host_config({**groupdata.load(["all", "gx10"]), "STATE_DIR": data["STATE_DIR"]})
+    monkeypatch.setattr(cli, "load", lambda groups=None, host=None: config)  # the box's settings, validated
     return host, data
 
 

@@ -52,10 +52,11 @@ def box(gx10_data, tmp_path):
                 ENV_DIR=str(tmp_path / "env"), STATE_DIR=str(tmp_path / "state"))
     (tmp_path / "env").mkdir()
     (tmp_path / "state" / "rollout").mkdir(parents=True)
-    for svc in settings_for(data).services:
-        (tmp_path / "env" / svc.env_file).write_text(units.render_env(svc, data))
+    s = settings_for(data)
+    for svc in s.services:
+        (tmp_path / "env" / svc.env_file).write_text(units.render_env(svc, s.cfg))
     (tmp_path / "state" / "rollout" / "r.json").write_text('{"outcome": "applied", "service": "coder"}')
-    yield data
+    yield s.cfg
     srv.shutdown()
 
 
@@ -65,7 +66,7 @@ def test_probe_reads_the_box_in_one_round_trip(box):
     assert time.monotonic() - t0 < 2.0 and "error" not in report, report
     coder = report["services"]["coder"]
     assert (coder["served"], coder["model"], coder["health"], coder["vllm_version"]) == \
-        ("coder", box["CODING_MODEL"], 200, "0.32.0")
+        ("coder", box.CODING_MODEL, 200, "0.32.0")
     assert coder["metrics"] == {"running": 2.0, "waiting": 0.0, "kv_usage": 0.25}
     assert report["services"]["embed-qwen3"]["health"] == 0  # nothing listens on its port here
     assert report["rollout"]["rollout/r.json"]["data"] == {"outcome": "applied", "service": "coder"}
