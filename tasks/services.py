@@ -99,15 +99,8 @@ def tp_worker_result(settings: Settings) -> None:
                  env_prefix=rollout_env(cfg), follow=started is not None, **extra)
 
 
-@deploy("vLLM services")
-def services(settings: Settings, service_list: list | None = None) -> None:
-    cfg = settings.cfg
-    service_list = service_list if service_list is not None else settings.services
-    pair = tp_coders(settings)
-    if pair:  # head and worker are one unit: the same id in both env files
-        unit_id = svcs.tp_unit_id(pair)
-        service_list = [svcs.with_tp_unit(s, unit_id) if s.name == settings.coder.name else s for s in service_list]
-    common = rollout_settings(cfg)
+def stage(cfg: GroupData, service_list: list) -> None:
+    """Each service's unit and env file, staged beside the live ones for the rollout to install."""
     for svc in service_list:
         files.put(name=f"Stage unit {svc.unit} (installed by the rollout)", src=StringIO(svcs.render_unit(svc, cfg)),
                   dest=f"{cfg.ENV_DIR}/{svc.unit}.next", user="root", group="root", mode="0644",
@@ -115,6 +108,31 @@ def services(settings: Settings, service_list: list | None = None) -> None:
         files.put(name=f"Stage env file {svc.env_file} (root-only)", src=StringIO(svcs.render_env(svc, cfg)),
                   dest=f"{cfg.ENV_DIR}/{svc.env_file}.next", user="root", group="root", mode="0600",
                   _temp_dir=cfg.ENV_DIR)
+
+
+def with_tp_unit(settings: Settings, service_list: list) -> list:
+    """Tensor-parallel (native): head and worker are one unit, the same id in both coders' env files."""
+    pair = tp_coders(settings)
+    if not pair:
+        return service_list
+    unit_id = svcs.tp_unit_id(pair)
+    return [svcs.with_tp_unit(s, unit_id) if s.name == settings.coder.name else s for s in service_list]
+
+
+def prune(cfg: GroupData) -> None:
+    keep = cfg.VLLM_VENVS_KEEP
+    prune_venvs(name=f"Prune vLLM venvs (keep {keep} and every one a unit or rollout snapshot names)",
+                root=f"{cfg.SPARKCTL_HOME}/venvs", keep=keep,
+                referenced_by=["/etc/systemd/system/vllm-*.service", f"{cfg.ENV_DIR}/vllm-*.service.next",
+                               f"{cfg.STATE_DIR}/rollout/vllm-*.txn/unit"])
+
+
+@deploy("vLLM services")
+def services(settings: Settings, service_list: list | None = None) -> None:
+    cfg = settings.cfg
+    service_list = with_tp_unit(settings, service_list if service_list is not None else settings.services)
+    common = rollout_settings(cfg)
+    stage(cfg, service_list)
     names = tuple(s.name for s in service_list)
     worker_rollouts = {}
     for svc in service_list:  # tensor-parallel: the worker's transaction starts first and waits for the head's
@@ -137,8 +155,4 @@ def services(settings: Settings, service_list: list | None = None) -> None:
     WORKER_STARTS.update({(host.name, name): op for name, op in worker_rollouts.items()})
     for svc in service_list:  # after the rollout installed the unit
         systemd.service(name=f"Enable {svc.unit} at boot", service=svc.unit, running=None, enabled=True)
-    keep = cfg.VLLM_VENVS_KEEP
-    prune_venvs(name=f"Prune vLLM venvs (keep {keep} and every one a unit or rollout snapshot names)",
-                root=f"{cfg.SPARKCTL_HOME}/venvs", keep=keep,
-                referenced_by=["/etc/systemd/system/vllm-*.service", f"{cfg.ENV_DIR}/vllm-*.service.next",
-                               f"{cfg.STATE_DIR}/rollout/vllm-*.txn/unit"])
+    prune(cfg)
