@@ -54,8 +54,9 @@ class GroupData(BaseModel):
     model_config = ConfigDict(extra="forbid", strict=True, allow_inf_nan=False, frozen=True)
 
     def __getitem__(self, name: str):
-        """TRANSITIONAL: cfg["SETTING"] for the modules other branches still convert (measure/quick.py, history.py,
-        acceptance.py, sparkctl/box readers of the control side); remove once every read is an attribute."""
+        """TRANSITIONAL: cfg["SETTING"] only while other branches are merged (measure/quick.py, history.py and
+        acceptance.py, render/monitoring.py's rollout_command/rollout_limits still read data["SETTING"]); remove
+        once every read is an attribute. An unknown name is a KeyError; there is no .get (no fallbacks)."""
         if name not in type(self).model_fields:
             raise KeyError(name)
         return getattr(self, name)
