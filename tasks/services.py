@@ -15,10 +15,9 @@ from pyinfra import host, inventory
 from pyinfra.api import deploy
 from pyinfra.operations import files, systemd
 
-from sparkctl.check import validate_host
 from sparkctl.config.catalog import CODER
 from sparkctl.config.schema import GroupData
-from sparkctl.config.settings import Settings
+from sparkctl.config.settings import Settings, derive, host_config
 from sparkctl.render import units as svcs
 from sparkctl.render.units import rollout_env
 from tasks.acceptance import apply_verdict_args, judge_waiting
@@ -58,8 +57,8 @@ def oom_guard(settings: Settings) -> None:
 
 
 def tp_coders(settings: Settings) -> list[tuple]:
-    """Tensor-parallel (native): both boxes' coder service and settings, head first, each validated from that
-    host's own data as its deploy validates it (the Ray backend's worker runs no vLLM service: [])."""
+    """Tensor-parallel (native): both boxes' coder service and settings, head first, each derived from that host's
+    own data (its own deploy's preflight runs the whole check; the Ray backend's worker runs no vLLM service: [])."""
     role = settings.role
     if not role.tensor_parallel or settings.cfg.TP_BACKEND != "native":
         return []
@@ -67,7 +66,7 @@ def tp_coders(settings: Settings) -> list[tuple]:
     out = []
     for name in sorted(names, key=lambda n: n != role.head):
         other = settings if name == settings.host_name else \
-            validate_host(inventory.get_host(name).data.dict(), name, read_secrets=False, hosts=names)
+            derive(host_config(inventory.get_host(name).data.dict(), name), names)
         out.append((other.coder, other.cfg))
     return out
 
