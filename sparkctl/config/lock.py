@@ -18,6 +18,7 @@ from pathlib import Path
 
 from sparkctl import REPO_ROOT
 from sparkctl.config import catalog
+from sparkctl.config.schema import GroupData
 from sparkctl.errors import SettingError
 
 SHA_RE = re.compile(r"^[0-9a-f]{40}$")
@@ -59,8 +60,8 @@ class LockedCheckpoint:
         return marker_path(model_store, self.repo, self.sha)
 
 
-def lock_path(cfg) -> Path:
-    """MODEL_LOCK_FILE of the typed settings (schema.GroupData), relative to the repository unless absolute."""
+def lock_path(cfg: GroupData) -> Path:
+    """MODEL_LOCK_FILE, relative to the repository unless absolute."""
     p = Path(cfg.MODEL_LOCK_FILE)
     return p if p.is_absolute() else REPO_ROOT / p
 

@@ -12,8 +12,12 @@ Pure logic (no pyinfra): the deploy passes the inventory's ordered host names.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from sparkctl.errors import SettingError
+
+if TYPE_CHECKING:  # the schema imports TOPOLOGIES from here
+    from sparkctl.config.schema import GroupData
 
 TOPOLOGIES = ("replicas", "split", "tensor-parallel")  # the schema's SPARK_TOPOLOGY values; the planner's what-ifs
 
@@ -38,14 +42,14 @@ class Role:
         return self.name in ("head", "worker")
 
 
-def cx7_address(cfg, host: str, index: int = 0) -> str:
+def cx7_address(cfg: GroupData, host: str, index: int = 0) -> str:
     addrs = cfg.CX7_ADDRESSES.get(host)
     if not addrs:
         raise SettingError(f"CX7_ADDRESSES[{host!r}]", None, "the CX7 link address(es) of every tensor-parallel host")
     return addrs[min(index, len(addrs) - 1)].split("/")[0]
 
 
-def distributed_env(cfg, host: str, head: str) -> dict:
+def distributed_env(cfg: GroupData, host: str, head: str) -> dict:
     """The environment NCCL, Gloo and vLLM need to use the CX7 link (both twins for RDMA)."""
     ifname = cfg.CX7_INTERFACES[0]
     env = {"NCCL_SOCKET_IFNAME": ifname, "GLOO_SOCKET_IFNAME": ifname, "TP_SOCKET_IFNAME": ifname,
@@ -60,7 +64,7 @@ def distributed_env(cfg, host: str, head: str) -> dict:
     return env
 
 
-def role_of(cfg, host: str, hosts: list[str]) -> Role:
+def role_of(cfg: GroupData, host: str, hosts: list[str]) -> Role:
     """This host's part in the configured topology; cfg: the typed settings (schema.GroupData, which already
     allows only the known SPARK_TOPOLOGY and TP_BACKEND values); hosts = the inventory's gx10 hosts in order."""
     topology = cfg.SPARK_TOPOLOGY
@@ -69,7 +73,7 @@ def role_of(cfg, host: str, hosts: list[str]) -> Role:
     return Role(topology, "single" if len(hosts) < 2 else ("split" if topology == "split" else "replica"))
 
 
-def _tensor_parallel(cfg, host: str, hosts: list[str]) -> Role:
+def _tensor_parallel(cfg: GroupData, host: str, hosts: list[str]) -> Role:
     if len(hosts) < 2:
         raise SettingError("SPARK_TOPOLOGY", cfg.SPARK_TOPOLOGY, "replicas or split for a single box",
                            f"tensor-parallel needs two hosts in the inventory, found {hosts}")
