@@ -1,5 +1,11 @@
-"""The deploy's whole validation of a host, offline: what `tasks/preflight.py` runs before the first operation, and
-what `python -m sparkctl check` runs for every inventory host without touching one.
+"""The deploy's whole validation of a host, offline; the check layer every entry point reads settings through.
+
+Settings are typed once:
+* sparkctl.config.settings.host_config / load: loading, the schema and the catalog resolved once -> HostConfig
+  (what `plan`, `bench`, `niah`, `status`, `sim` and `lock` read; no lock, no secrets needed).
+* validate_host (here): the deploy's whole validation of a host, offline -> Settings: what `tasks/preflight.py`
+  runs before the first operation, and what `python -m sparkctl check` runs for every inventory host without
+  touching one.
 
     python -m sparkctl check                      # real-box group data (all, gx10) for the GX10_HOSTS boxes
     python -m sparkctl check --sim                # the simulated Spark's (all, gx10, sim) for its hosts
@@ -14,14 +20,15 @@ SettingError naming the setting, the value and what is valid. Exit status 0 when
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import sys
+from dataclasses import replace
 
 from sparkctl.capacity import planner
-from sparkctl.config import catalog, groupdata, hosts, secrets
-from sparkctl.config.service import GIB
-from sparkctl.config.settings import Settings, validate
+from sparkctl.config import groupdata, hosts, secrets
+from sparkctl.config.groupdata import parse_data
+from sparkctl.config.quantities import GIB
+from sparkctl.config.settings import Settings, derive, host_config
 from sparkctl.errors import SettingError, SparkctlError
 from sparkctl.render.monitoring import scrape_targets
 
@@ -45,48 +52,28 @@ def check_embedders_hold_one_request(settings: Settings) -> None:
 def validate_host(data: dict, host_name: str = "", read_secrets: bool = True, hosts: list[str] | None = None,
                   address: str | None = None) -> Settings:
     """Everything the deploy checks before touching the host; raises SettingError (or PlanError) on the first
-    refusal. address: what clients connect to (the TLS certificate must name it); default data's ssh_hostname."""
-    settings = validate(data, host_name, read_secrets=read_secrets, hosts=hosts)
+    refusal. data: the host's merged data (pyinfra's host.data); hosts: the inventory's gx10 hosts in order;
+    address: what clients connect to (the TLS certificate must name it), default data's ssh_hostname."""
+    settings = derive(host_config(data, host_name, address or ""), hosts)
     if read_secrets:
-        secrets.check_tls_pair(data, address or str(data.get("ssh_hostname") or host_name))
-        if settings.role.serves_api:  # the proxy's scrape paths: their own token, never the API token
-            secrets.read_scrape_token(data, api_token=settings.api_token)
-    scrape_targets(data, settings.services)  # the node's scrape path must not be a served model's
-    planner.check_fits(data, catalog.resolve(data["CATALOG_OVERRIDES"]), data["CODING_MODEL"])
+        settings = with_secrets(settings)
+    scrape_targets(settings.cfg, settings.services)  # the node's scrape path must not be a served model's
+    planner.check_fits(settings.cfg, settings.catalog, settings.cfg.CODING_MODEL)
     check_embedders_hold_one_request(settings)
     return settings
 
 
+def with_secrets(settings: Settings) -> Settings:
+    """The settings with the secrets to upload, each checked (present, non-empty, private), and the TLS pair."""
+    cfg = settings.cfg
+    api_token, hf_token = secrets.read_api_token(cfg), secrets.read_hf_token(cfg)
+    secrets.check_tls_pair(cfg, settings.address)
+    if settings.role.serves_api:  # the proxy's scrape paths: their own token, never the API token
+        secrets.read_scrape_token(cfg, api_token=api_token)
+    return replace(settings, api_token=api_token, hf_token=hf_token)
+
+
 # --- python -m sparkctl check ---------------------------------------------------------------------------------------
-
-
-def parse_data_value(text: str):
-    """A --data value as pyinfra's CLI parses it (pyinfra_cli/util.py parse_cli_arg, pyinfra 3.10): true/false,
-    an int, JSON, else the string. Copied, not imported: importing pyinfra_cli monkey-patches the stdlib (gevent);
-    tests/config/test_check.py checks it against pyinfra's own function."""
-    if text.lower() == "false":
-        return False
-    if text.lower() == "true":
-        return True
-    try:
-        return int(text)
-    except (TypeError, ValueError):
-        pass
-    try:
-        return json.loads(text)
-    except ValueError:
-        pass
-    return text
-
-
-def parse_data(items: list[str] | None) -> dict:
-    out = {}
-    for item in items or []:
-        key, sep, value = item.partition("=")
-        if not sep or not key:
-            raise SettingError("--data", item, "KEY=VALUE")
-        out[key] = value
-    return {k: parse_data_value(v) for k, v in out.items()}
 
 
 def inventory_hosts(sim: bool) -> tuple[list[hosts.HostConn], bool]:
@@ -108,20 +95,23 @@ def run(args: argparse.Namespace) -> int:
     if not configured:
         print(f"no {'simulated Spark is booted' if args.sim else 'GX10_HOSTS set'}: checking one nominal box "
               f"{names[0]!r} ({', '.join(groups)})")
-    failed = 0
-    for h in targets:
-        data = {**base, **h.pyinfra_data(), **overrides}  # pyinfra's order: --data > host data > group data
-        try:
-            s = validate_host(data, h.name, hosts=names)  # the address: ssh_hostname, as the deploy's
-        except SparkctlError as exc:
-            print(f"sparkctl check: {h.name}: {exc}", file=sys.stderr)
-            failed += 1
-            continue
-        for w in s.warnings:
-            print(f"{h.name}: WARNING: {w}")
-        print(f"{h.name}: ok: {s.role.name}, {', '.join(f'{v.name}={v.model.key}' for v in s.services) or 'no vLLM'}, "
-              f"{len(s.checkpoints)} checkpoints locked")
+    failed = [h for h in targets if not check_one(h, {**base, **h.pyinfra_data(), **overrides}, names)]
     return 2 if failed else 0
+
+
+def check_one(h: hosts.HostConn, data: dict, names: list[str]) -> bool:
+    """One inventory host's whole validation, printed; data in pyinfra's order (--data > host data > group data);
+    the address: ssh_hostname, as the deploy's."""
+    try:
+        s = validate_host(data, h.name, hosts=names)
+    except SparkctlError as exc:
+        print(f"sparkctl check: {h.name}: {exc}", file=sys.stderr)
+        return False
+    for w in s.warnings:
+        print(f"{h.name}: WARNING: {w}")
+    print(f"{h.name}: ok: {s.role.name}, {', '.join(f'{v.name}={v.model.key}' for v in s.services) or 'no vLLM'}, "
+          f"{len(s.checkpoints)} checkpoints locked")
+    return True
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:

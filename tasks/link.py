@@ -14,6 +14,7 @@ from pyinfra.operations import files, server, systemd
 
 from sparkctl.config import pki
 from sparkctl.config.secrets import secrets_dir
+from sparkctl.config.schema import GroupData
 from sparkctl.config.settings import Settings
 from sparkctl.render import units as svcs
 from sparkctl.render.units import rollout_env
@@ -26,40 +27,40 @@ PEER_KEY = "/root/.ssh/sparkctl-cx7-peer"  # on the worker: the key its rollout 
 PEER_SERVICE = "coder"  # the one service the two boxes run as one unit (the head may be asked about no other)
 
 
-def sync_key(d: dict) -> tuple[str, str]:
-    path, public = pki.ensure_ssh_keypair(secrets_dir(d) / d["CHECKPOINT_SYNC_KEY"], "sparkctl-cx7-sync")
+def sync_key(cfg: GroupData) -> tuple[str, str]:
+    path, public = pki.ensure_ssh_keypair(secrets_dir(cfg) / cfg.CHECKPOINT_SYNC_KEY, "sparkctl-cx7-sync")
     return str(path), public
 
 
-def peer_key(d: dict) -> tuple[str, str]:
-    path, public = pki.ensure_ssh_keypair(secrets_dir(d) / d["TP_PEER_KEY"], "sparkctl-cx7-peer")
+def peer_key(cfg: GroupData) -> tuple[str, str]:
+    path, public = pki.ensure_ssh_keypair(secrets_dir(cfg) / cfg.TP_PEER_KEY, "sparkctl-cx7-peer")
     return str(path), public
 
 
-def link_ssh(d: dict, key: str) -> list[str]:
+def link_ssh(cfg: GroupData, key: str) -> list[str]:
     """ssh over the link as the worker runs it (checkpoint copy, the head's rollout status)."""
     return ["ssh", "-i", key, "-o", f"UserKnownHostsFile={SYNC_KNOWN_HOSTS}",
-            *[arg for opt in d["CHECKPOINT_SYNC_SSH_OPTIONS"] for arg in ("-o", opt)]]
+            *[arg for opt in cfg.CHECKPOINT_SYNC_SSH_OPTIONS for arg in ("-o", opt)]]
 
 
-def peer_status_command(d: dict, head_address: str) -> str:
+def peer_status_command(cfg: GroupData, head_address: str) -> str:
     """What the worker's rollout runs to read the head's `rollout.py status` (the head forces the command)."""
-    return shlex.join([*link_ssh(d, PEER_KEY), f"{d['CHECKPOINT_SYNC_USER']}@{head_address}", "rollout-status"])
+    return shlex.join([*link_ssh(cfg, PEER_KEY), f"{cfg.CHECKPOINT_SYNC_USER}@{head_address}", "rollout-status"])
 
 
 @deploy("Two-Spark link")
 def link(settings: Settings) -> None:
-    d, role = settings.data, settings.role
+    cfg, role = settings.cfg, settings.role
     if not role.tensor_parallel:
         return
-    if d["CX7_MANAGE_NETPLAN"]:
-        addresses = d["CX7_ADDRESSES"][host.name]
-        plan = files.put(name="CX7 link addresses (netplan)", dest=d["CX7_NETPLAN_FILE"], user="root", group="root",
-                         mode="0600", src=StringIO(svcs.render_template("netplan-cx7.yaml.j2", d=d,
+    if cfg.CX7_MANAGE_NETPLAN:
+        addresses = cfg.CX7_ADDRESSES[host.name]
+        plan = files.put(name="CX7 link addresses (netplan)", dest=cfg.CX7_NETPLAN_FILE, user="root", group="root",
+                         mode="0600", src=StringIO(svcs.render_template("netplan-cx7.yaml.j2", d=cfg,
                                                                         addresses=addresses)))
         server.shell(name="Apply netplan (the CX7 link changed)", commands=["netplan apply"], _if=plan.did_change)
-    key_path, public = sync_key(d)
-    peer_path, peer_public = peer_key(d)
+    key_path, public = sync_key(cfg)
+    peer_path, peer_public = peer_key(cfg)
     files.directory(name="Create /root/.ssh", path="/root/.ssh", user="root", group="root", mode="0700")
     if role.name == "worker":
         files.put(name="Checkpoint copy key (worker, root-only)", src=key_path, dest=SYNC_KEY, user="root",
@@ -68,24 +69,24 @@ def link(settings: Settings) -> None:
                   group="root", mode="0600")
     else:
         # read-only rsync of the model store, only from the worker's CX7 address
-        worker = [a for h, a in d["CX7_ADDRESSES"].items() if h != host.name]
-        source = ",".join(a.split("/")[0] for addrs in worker for a in ([addrs] if isinstance(addrs, str) else addrs))
+        worker = [a for h, a in cfg.CX7_ADDRESSES.items() if h != host.name]
+        source = ",".join(a.split("/")[0] for addrs in worker for a in addrs)
         files.line(name="Let the worker copy checkpoints over the link (read-only rrsync)",
                    path="/root/.ssh/authorized_keys", line="sparkctl-cx7-sync",
-                   replace=f'restrict,from="{source}",command="rrsync -ro {d["MODEL_STORE"]}/hub" {public}')
+                   replace=f'restrict,from="{source}",command="rrsync -ro {cfg.MODEL_STORE}/hub" {public}')
         # the worker's rollout follows the head's: it may read this box's rollout status, nothing else
-        status = f"{rollout_env(d)} python3 {d['SPARKCTL_HOME']}/bin/rollout.py status {PEER_SERVICE}"
+        status = f"{rollout_env(cfg)} python3 {cfg.SPARKCTL_HOME}/bin/rollout.py status {PEER_SERVICE}"
         files.line(name="Let the worker read the head's rollout status over the link (read-only)",
                    path="/root/.ssh/authorized_keys", line="sparkctl-cx7-peer",
                    replace=f'restrict,from="{source}",command="{status}" {peer_public}')
-    if d["TP_BACKEND"] == "ray":
-        venv = svcs.vllm_venv(d)
-        pip_dist(name=f"Install ray {d['RAY_VERSION']} into the venv", venv=venv, dist="ray",
-                 version=d["RAY_VERSION"], requirement=f"ray[default]=={d['RAY_VERSION']}", pip_args=pip_args(d))
+    if cfg.TP_BACKEND == "ray":
+        venv = svcs.vllm_venv(cfg)
+        pip_dist(name=f"Install ray {cfg.RAY_VERSION} into the venv", venv=venv, dist="ray",
+                 version=cfg.RAY_VERSION, requirement=f"ray[default]=={cfg.RAY_VERSION}", pip_args=pip_args(cfg))
         unit_name = "ray-head.service" if role.name == "head" else "ray-worker.service"
         unit = files.put(name=f"Unit {unit_name}", dest=f"/etc/systemd/system/{unit_name}", user="root",
                          group="root", mode="0644",
-                         src=StringIO(svcs.render_template("ray.service.j2", d=d, head=role.name == "head",
+                         src=StringIO(svcs.render_template("ray.service.j2", d=cfg, head=role.name == "head",
                                                            address=role.address, head_address=role.head_address,
                                                            env={k: v for k, v in role.env.items()
                                                                 if not k.startswith("RAY_memory")})))

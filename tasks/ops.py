@@ -17,6 +17,7 @@ from pyinfra.api.command import QuoteString
 from pyinfra.facts.files import File
 
 from sparkctl.box import contract
+from sparkctl.config.quantities import GIB, KIB, MIB, TIB
 from sparkctl.errors import SettingError
 from tasks.facts import DistVersion, GpuInfo, RolloutStatus, RunningOomGuard, VenvsInUse
 from tasks.handoff import mark_ready
@@ -387,7 +388,7 @@ def require_driver(required_gpu: str, min_driver: int):
                f"(sudo reboot: a new kernel module loads at boot) and rerun the deploy")
 
 
-SIZE_SUFFIXES = {"": 1, "K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}  # systemd's sizes are base 1024
+SIZE_SUFFIXES = {"": 1, "K": KIB, "M": MIB, "G": GIB, "T": TIB}  # systemd's sizes are base 1024
 
 
 def systemd_bytes(setting: str, value) -> int:

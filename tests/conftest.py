@@ -1,11 +1,12 @@
-"""Shared fixtures: group data as the deploy sees it, a throw-away bearer token, a resolved test lock."""
+"""Shared fixtures: group data as the deploy sees it (raw, and typed through the real schema), a throw-away bearer
+token, a resolved test lock."""
 
 from __future__ import annotations
 
 import pytest
 
 from sparkctl import REPO_ROOT
-from sparkctl.config import groupdata
+from sparkctl.config import groupdata, schema
 
 FAKE_LOCK = str(REPO_ROOT / "tests" / "fixtures" / "fake.lock.json")
 
@@ -41,6 +42,24 @@ def gx10_data(token_file, tmp_path):
     data["MODEL_LOCK_FILE"] = FAKE_LOCK
     data["SECRETS_DIR"] = str(tmp_path / "secrets")
     return data
+
+
+def typed(data: dict) -> schema.GroupData:
+    """The typed settings of raw group data, through the real validation (what the check layer builds): a test
+    that changes a setting changes the dict and validates it again, so a value the schema refuses never reaches
+    the code under test."""
+    return schema.validate(data)
+
+
+def changed(cfg: schema.GroupData, **settings) -> schema.GroupData:
+    """cfg with some settings changed, validated again (as an operator's --data would be)."""
+    return typed({**cfg.model_dump(), **settings})
+
+
+@pytest.fixture
+def gx10_cfg(gx10_data) -> schema.GroupData:
+    """gx10_data, typed."""
+    return typed(gx10_data)
 
 
 from tests.sim.conftest import hf_env, hub_server  # noqa: E402,F401  (the stand-in hub, for download tests)

@@ -20,7 +20,7 @@ from typing import Annotated, Any, Literal, get_args, get_origin
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 from pydantic.fields import FieldInfo
 
-from sparkctl.config import catalog
+from sparkctl.config import catalog, topology
 from sparkctl.config import schema_types as t
 from sparkctl.errors import SettingError
 
@@ -36,21 +36,30 @@ Route = t.pattern(r"^(/[A-Za-z0-9_.-]+)+$", "a plain path such as '/v1/models' (
 class ProxyRoutes(BaseModel):
     """PROXY_ROUTES: per model role, the only vLLM routes the proxy publishes below /<served name>/."""
 
-    model_config = ConfigDict(extra="forbid", strict=True)
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
     coder: t.list_of(Route, "a non-empty list of plain paths such as '/v1/models'", 1)
     embedder: t.list_of(Route, "a non-empty list of plain paths such as '/v1/models'", 1)
 
 
 class Embedder(BaseModel):
-    model_config = ConfigDict(extra="forbid", strict=True, allow_inf_nan=False)
+    model_config = ConfigDict(extra="forbid", strict=True, allow_inf_nan=False, frozen=True)
     model: Annotated[str, Field(description="an embedder's catalog key")]
     kv_cache_gib: t.GiB
 
 
 class GroupData(BaseModel):
-    """Every setting; the unit is in the description, the meaning in group_data/*.py."""
+    """Every setting, typed as validated (read as attributes: cfg.DRAIN_TIMEOUT_S; templates write d.SETTING); the
+    unit is in the description, the meaning in group_data/*.py. Frozen: what was checked is what is used."""
 
-    model_config = ConfigDict(extra="forbid", strict=True, allow_inf_nan=False)
+    model_config = ConfigDict(extra="forbid", strict=True, allow_inf_nan=False, frozen=True)
+
+    def __getitem__(self, name: str):
+        """TRANSITIONAL: cfg["SETTING"] only while other branches are merged (measure/quick.py, history.py and
+        acceptance.py, render/monitoring.py's rollout_command/rollout_limits still read data["SETTING"]); remove
+        once every read is an attribute. An unknown name is a KeyError; there is no .get (no fallbacks)."""
+        if name not in type(self).model_fields:
+            raise KeyError(name)
+        return getattr(self, name)
 
     # what the box is
     EXPECTED_ARCH: t.list_of(t.Text, "a non-empty list of `uname -m` values", 1)
@@ -146,7 +155,7 @@ class GroupData(BaseModel):
     SSHD_OOM_SCORE_ADJUST: t.OomScore
     VLLM_OOM_SCORE_ADJUST: t.OomScore
     # two Sparks
-    SPARK_TOPOLOGY: Literal["replicas", "split", "tensor-parallel"]
+    SPARK_TOPOLOGY: Literal[topology.TOPOLOGIES]
     TP_HEAD: t.typed(str, "an inventory host name, or empty for the first host")
     TP_BACKEND: Literal["native", "ray"]
     TP_MASTER_PORT: t.Port
@@ -231,9 +240,10 @@ class GroupData(BaseModel):
     ACCEPTANCE_ENABLED: bool
     ACCEPTANCE_MODE: Annotated[Literal["fail", "warn"], Field(description="one of fail, warn")]
     ACCEPTANCE_VERDICT_TIMEOUT_S: t.WholeSeconds
-    ACCEPTANCE_HISTORY_FILE: t.typed(str, "a path relative to STATE_DIR (no '..')",
-                                     t._check(lambda p: not p.startswith("/") and ".." not in p.split("/"),
-                                              "a path relative to STATE_DIR (no '..')"), min_length=1)
+    ACCEPTANCE_HISTORY_FILE: t.typed(str, "a file path relative to STATE_DIR (no '..', not ending in '/')",
+                                     t._check(lambda p: not p.startswith("/") and ".." not in p.split("/")
+                                              and not p.endswith("/"), "a file path relative to STATE_DIR"),
+                                     min_length=1)
     ACCEPTANCE_WINDOW_S: t.Seconds
     ACCEPTANCE_STREAMS: t.list_of(t.Count, "a non-empty list of stream counts greater than 0", 1)
     ACCEPTANCE_SPEC_ENABLED: bool
@@ -308,7 +318,7 @@ def _model_key(setting: str, key, role: str) -> None:
         raise SettingError(setting, key, valid, _close(str(key), valid))
 
 
-def _cross_field_rules(s: GroupData) -> None:
+def _model_keys(s: GroupData) -> None:
     _model_key("CODING_MODEL", s.CODING_MODEL, catalog.CODER)
     for i, e in enumerate(s.EMBEDDERS):
         _model_key(f"EMBEDDERS[{i}].model", e.model, catalog.EMBEDDER)
@@ -321,6 +331,9 @@ def _cross_field_rules(s: GroupData) -> None:
     if s.CODING_MODEL not in s.CODER_KV_CACHE_GIB:
         raise SettingError(f"CODER_KV_CACHE_GIB[{s.CODING_MODEL!r}]", None,
                            f"a KV budget in GiB for CODING_MODEL = {s.CODING_MODEL!r}")
+
+
+def _ports(s: GroupData) -> None:
     if len(s.EMBEDDER_PORTS) != len(s.EMBEDDERS):
         raise SettingError("EMBEDDER_PORTS", s.EMBEDDER_PORTS, f"{len(s.EMBEDDERS)} ports, one per EMBEDDERS entry")
     ports = [("CODER_PORT", s.CODER_PORT), *((f"EMBEDDER_PORTS[{i}]", p) for i, p in enumerate(s.EMBEDDER_PORTS)),
@@ -332,14 +345,23 @@ def _cross_field_rules(s: GroupData) -> None:
             (name, value), (other, _) = _blame(seen[item[1]], item)
             raise SettingError(name, value, f"a port not already used by {other}")
         seen[item[1]] = item
+
+
+def _scrape_timeout(s: GroupData) -> None:
     if s.PROMETHEUS_SCRAPE_TIMEOUT_S > s.PROMETHEUS_SCRAPE_INTERVAL_S:
         raise SettingError("PROMETHEUS_SCRAPE_TIMEOUT_S", s.PROMETHEUS_SCRAPE_TIMEOUT_S,
                            f"at most PROMETHEUS_SCRAPE_INTERVAL_S = {s.PROMETHEUS_SCRAPE_INTERVAL_S} s "
                            "(Prometheus refuses a longer timeout)")
+
+
+def _link_keys(s: GroupData) -> None:
     if s.TP_PEER_KEY == s.CHECKPOINT_SYNC_KEY:
         raise SettingError("TP_PEER_KEY", s.TP_PEER_KEY, "a key name other than CHECKPOINT_SYNC_KEY's",
                            "The head pins each key to one forced command: one key cannot both copy checkpoints and "
                            "read the rollout status")
+
+
+def _exposure(s: GroupData) -> None:
     if s.SERVICE_USER == "root":
         raise SettingError("SERVICE_USER", s.SERVICE_USER, "an unprivileged system user (not root)",
                            "The deploy makes SERVICE_USER a nologin system user: root would lose its shell")
@@ -350,12 +372,23 @@ def _cross_field_rules(s: GroupData) -> None:
     if bool(s.TLS_CERT_FILE) != bool(s.TLS_KEY_FILE):
         raise SettingError("TLS_CERT_FILE/TLS_KEY_FILE", (s.TLS_CERT_FILE, s.TLS_KEY_FILE),
                            "both set, or both empty to generate a local CA")
+
+
+def _distinct_dirs(s: GroupData) -> None:
     paths = {n: getattr(s, n) for n in ("SPARKCTL_HOME", "MODEL_STORE", "ENV_DIR", "STATE_DIR")}
     for name, path in paths.items():
         for other, other_path in paths.items():
             if other != name and path.rstrip("/") == other_path.rstrip("/"):
                 (n, v), (o, _) = _blame((name, path), (other, other_path))
                 raise SettingError(n, v, f"a directory other than {o}'s")
+
+
+CROSS_FIELD_RULES = (_model_keys, _ports, _scrape_timeout, _link_keys, _exposure, _distinct_dirs)
+
+
+def _cross_field_rules(s: GroupData) -> None:
+    for rule in CROSS_FIELD_RULES:
+        rule(s)
 
 
 # --- strings end up in unit, env and nginx files: one line each -----------------------------------------------------
@@ -390,23 +423,27 @@ def _describe(annotation, loc: tuple) -> str | None:
     found = None
     for part in loc:
         annotation, found = _unwrap(annotation, found)
-        if isinstance(annotation, type) and issubclass(annotation, BaseModel):
-            field = annotation.model_fields.get(part) if isinstance(part, str) else None
-            if field is None:
-                return found
-            found = field.description or found
-            annotation = field.annotation if not field.metadata else Annotated[(field.annotation, *field.metadata)]
-            continue
-        args = get_args(annotation)
-        origin = get_origin(annotation)
-        if origin is list and isinstance(part, int) and args:
-            annotation = args[0]
-        elif origin is dict and len(args) == 2:
-            annotation = args[0] if part == "[key]" else args[1]
-        else:
+        annotation, found, known = _step(annotation, part, found)
+        if not known:
             return found
     annotation, found = _unwrap(annotation, found)
     return found
+
+
+def _step(annotation, part, found):
+    """(the type one step down loc's path, the description so far, whether the step led anywhere)."""
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        field = annotation.model_fields.get(part) if isinstance(part, str) else None
+        if field is None:
+            return annotation, found, False
+        inner = field.annotation if not field.metadata else Annotated[(field.annotation, *field.metadata)]
+        return inner, field.description or found, True
+    args, origin = get_args(annotation), get_origin(annotation)
+    if origin is list and isinstance(part, int) and args:
+        return args[0], found, True
+    if origin is dict and len(args) == 2:
+        return (args[0] if part == "[key]" else args[1]), found, True
+    return annotation, found, False
 
 
 def _unwrap(annotation, found):
@@ -495,3 +532,9 @@ def validate(data: dict) -> GroupData:
     except ValidationError as exc:
         errors = sorted(exc.errors(include_url=False), key=_order)
         raise _error(errors[0], data) from None
+
+
+def as_group_data(value) -> GroupData:
+    """TRANSITIONAL: a GroupData as it is, or a raw mapping validated into one, for the callers not yet converted
+    (measure/quick.py and the e2e scenarios pass group data as a dict). Remove with GroupData.__getitem__."""
+    return value if isinstance(value, GroupData) else validate(value)

@@ -8,7 +8,7 @@ import re
 import string
 from typing import Annotated
 
-from pydantic import AfterValidator, Field
+from pydantic import AfterValidator, Field, WrapValidator
 
 
 def _check(predicate, what: str):
@@ -43,9 +43,17 @@ def _is_regex(text: str) -> bool:
         return False
 
 
+def _keep_int(value, handler):
+    """A number setting given as a whole number stays that int once checked: 7200 renders as 7200 in nginx, systemd
+    and rollout.py arguments, never 7200.0 (which nginx refuses)."""
+    checked = handler(value)
+    return value if type(value) is int else checked
+
+
 def typed(base, description: str, *extra, **constraints):
-    """A type with its valid range and the words an error message uses for it."""
-    return Annotated[base, Field(description=description, **constraints), *extra]
+    """A type with its valid range and the words an error message uses for it (a float keeps a given int)."""
+    keep = (WrapValidator(_keep_int),) if base is float else ()
+    return Annotated[base, Field(description=description, **constraints), *extra, *keep]
 
 
 def pattern(regex: str, description: str):

@@ -13,23 +13,26 @@ import secrets as _stdlib_secrets
 from pathlib import Path
 
 from sparkctl import REPO_ROOT
+from sparkctl.config import schema
 from sparkctl.errors import SettingError
 
 API_TOKEN_ENV = "SPARK_API_TOKEN_FILE"
 HF_TOKEN_ENV = "SPARK_HF_TOKEN_FILE"
 
 
-def secrets_dir(data: dict | None = None) -> Path:
-    d = Path((data or {}).get("SECRETS_DIR", "secrets"))
+def secrets_dir(cfg: schema.GroupData) -> Path:
+    """SECRETS_DIR, relative to the repository unless absolute. cfg: the typed settings (TRANSITIONAL: or the raw
+    group data the e2e scenarios and measure/quick.py still pass)."""
+    d = Path(schema.as_group_data(cfg).SECRETS_DIR)
     return d if d.is_absolute() else REPO_ROOT / d
 
 
-def api_token_path(data: dict | None = None) -> Path:
-    return Path(os.environ.get(API_TOKEN_ENV) or secrets_dir(data) / "api_token")
+def api_token_path(cfg: schema.GroupData) -> Path:
+    return Path(os.environ.get(API_TOKEN_ENV) or secrets_dir(cfg) / "api_token")
 
 
-def hf_token_path(data: dict | None = None) -> Path:
-    return Path(os.environ.get(HF_TOKEN_ENV) or secrets_dir(data) / "hf_token")
+def hf_token_path(cfg: schema.GroupData) -> Path:
+    return Path(os.environ.get(HF_TOKEN_ENV) or secrets_dir(cfg) / "hf_token")
 
 
 def check_private(path: Path, setting: str) -> None:
@@ -51,8 +54,8 @@ def _read(path: Path, setting: str) -> str:
         raise SettingError(setting, str(path), "a readable file holding the secret", str(exc)) from None
 
 
-def read_api_token(data: dict | None = None) -> str:
-    path = api_token_path(data)
+def read_api_token(cfg: schema.GroupData) -> str:
+    path = api_token_path(cfg)
     token = _read(path, API_TOKEN_ENV)
     if not token:
         raise SettingError(API_TOKEN_ENV, str(path), "a file with a non-empty bearer token",
@@ -62,10 +65,10 @@ def read_api_token(data: dict | None = None) -> str:
     return token
 
 
-def read_hf_token(data: dict | None = None) -> str:
+def read_hf_token(cfg: schema.GroupData) -> str:
     """The HF token, or "" when no token file exists (public repositories need none); an empty file is refused
     (it would silently mean "no token")."""
-    path = hf_token_path(data)
+    path = hf_token_path(cfg)
     if not path.exists() and not os.environ.get(HF_TOKEN_ENV):
         return ""
     token = _read(path, HF_TOKEN_ENV)
@@ -87,18 +90,23 @@ def _ensure_random_token(path: Path) -> Path:
     return path
 
 
-def ensure_api_token(data: dict | None = None) -> Path:
-    return _ensure_random_token(api_token_path(data))
+def ensure_api_token(cfg: schema.GroupData) -> Path:
+    return _ensure_random_token(api_token_path(cfg))
 
 
 # --- the operator's TLS pair (TLS_CERT_FILE / TLS_KEY_FILE), checked here before nginx -t would fail on the box ---
 
 
-def _tls_path(data: dict, setting: str) -> Path:
-    p = Path(data[setting])
-    path = p if p.is_absolute() else REPO_ROOT / p
+def tls_file(value: str) -> Path:
+    """TLS_CERT_FILE / TLS_KEY_FILE on the control machine: relative to the repository unless absolute."""
+    p = Path(value)
+    return p if p.is_absolute() else REPO_ROOT / p
+
+
+def _tls_path(value: str, setting: str) -> Path:
+    path = tls_file(value)
     if not os.access(path, os.R_OK):
-        raise SettingError(setting, data[setting], "a readable PEM file on the control machine")
+        raise SettingError(setting, value, "a readable PEM file on the control machine")
     return path
 
 
@@ -121,19 +129,19 @@ def _name_matches(pattern: str, address: str) -> bool:
     return pattern == address
 
 
-def check_tls_pair(data: dict, address: str, now=None) -> None:
+def check_tls_pair(cfg: schema.GroupData, address: str, now=None) -> None:
     """With TLS_CERT_FILE/TLS_KEY_FILE set: the key is unencrypted, private and matches the certificate, the chain
     is in order (each certificate signed by the next), every certificate is valid now, and the box's address is in
     the server certificate's subjectAltName. Nothing to check when both are empty (a local CA is generated)."""
-    if not data["TLS_CERT_FILE"] and not data["TLS_KEY_FILE"]:
+    if not cfg.TLS_CERT_FILE and not cfg.TLS_KEY_FILE:
         return
     import datetime as dt
 
     from cryptography import x509
     from cryptography.hazmat.primitives import serialization
 
-    cert_path, key_path = _tls_path(data, "TLS_CERT_FILE"), _tls_path(data, "TLS_KEY_FILE")
-    cert_name, key_name = data["TLS_CERT_FILE"], data["TLS_KEY_FILE"]
+    cert_name, key_name = cfg.TLS_CERT_FILE, cfg.TLS_KEY_FILE
+    cert_path, key_path = _tls_path(cert_name, "TLS_CERT_FILE"), _tls_path(key_name, "TLS_KEY_FILE")
     check_private(key_path, "TLS_KEY_FILE")
     try:
         chain = x509.load_pem_x509_certificates(cert_path.read_bytes())
@@ -177,14 +185,14 @@ def check_tls_pair(data: dict, address: str, now=None) -> None:
 SCRAPE_TOKEN_ENV = "SPARK_SCRAPE_TOKEN_FILE"
 
 
-def scrape_token_path(data: dict | None = None) -> Path:
-    return Path(os.environ.get(SCRAPE_TOKEN_ENV) or secrets_dir(data) / "scrape_token")
+def scrape_token_path(cfg: schema.GroupData) -> Path:
+    return Path(os.environ.get(SCRAPE_TOKEN_ENV) or secrets_dir(cfg) / "scrape_token")
 
 
-def read_scrape_token(data: dict | None = None, api_token: str = "") -> str:
+def read_scrape_token(cfg: schema.GroupData, api_token: str = "") -> str:
     """The scrape token: required, safe inside an nginx map string, and never the API token (each opens only its
     own paths)."""
-    path = scrape_token_path(data)
+    path = scrape_token_path(cfg)
     token = _read(path, SCRAPE_TOKEN_ENV)
     if not token or any(c.isspace() or c in '"\\;' for c in token):
         raise SettingError(SCRAPE_TOKEN_ENV, str(path), "a file with a non-empty token without whitespace, quotes, "
@@ -195,5 +203,5 @@ def read_scrape_token(data: dict | None = None, api_token: str = "") -> str:
     return token
 
 
-def ensure_scrape_token(data: dict | None = None) -> Path:
-    return _ensure_random_token(scrape_token_path(data))
+def ensure_scrape_token(cfg: schema.GroupData) -> Path:
+    return _ensure_random_token(scrape_token_path(cfg))

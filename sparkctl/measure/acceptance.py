@@ -37,20 +37,6 @@ PROVENANCES = ("measured", "derived", "provisional")  # catalog.MemoryFacts.acce
 SPEC_FIGURES = ("tokens_per_step", "acceptance_rate", "per_position")  # its keys
 
 
-def _fraction(data: dict, name: str, upper: float = 1.0) -> float:
-    value = data[name]
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < upper:
-        raise SettingError(name, value, f"a fraction from 0 up to (not including) {upper:g}")
-    return float(value)
-
-
-def _flag(data: dict, name: str) -> bool:
-    value = data[name]
-    if not isinstance(value, bool):
-        raise SettingError(name, value, "True or False")
-    return value
-
-
 @dataclass(frozen=True)
 class Thresholds:
     mode: str = "fail"
@@ -71,17 +57,14 @@ class Thresholds:
     roofline_floor_fraction: float = 0.05  # of the roofline, with nothing measured to compare with; 0: off
 
     @classmethod
-    def from_settings(cls, data: dict) -> "Thresholds":
-        if data["ACCEPTANCE_MODE"] not in MODES:
-            raise SettingError("ACCEPTANCE_MODE", data["ACCEPTANCE_MODE"], list(MODES))
-        flags = {f: _flag(data, f"ACCEPTANCE_{f.upper()}_ENABLED") for f in ("spec", "decode", "prefill", "kv", "niah")}
-        limits = {f: _fraction(data, f"ACCEPTANCE_{f.upper()}") for f in (
+    def from_settings(cls, cfg) -> "Thresholds":
+        """cfg: the typed settings (sparkctl.config.schema.GroupData): every value already checked there."""
+        flags = {f: getattr(cfg, f"ACCEPTANCE_{f.upper()}_ENABLED") for f in ("spec", "decode", "prefill", "kv", "niah")}
+        limits = {f: float(getattr(cfg, f"ACCEPTANCE_{f.upper()}")) for f in (
             "decode_max_regression", "prefill_max_regression", "kv_max_shortfall", "previous_decode_max_regression",
             "previous_prefill_max_regression", "published_decode_max_regression",
-            "published_prefill_max_regression", "roofline_floor_fraction")}
-        return cls(mode=data["ACCEPTANCE_MODE"], **flags, **limits,
-                   spec_floor_fraction=_fraction(data, "ACCEPTANCE_SPEC_FLOOR_FRACTION", upper=1.0001),
-                   fail_on_problems=_flag(data, "ACCEPTANCE_FAIL_ON_PROBLEMS"))
+            "published_prefill_max_regression", "roofline_floor_fraction", "spec_floor_fraction")}
+        return cls(mode=cfg.ACCEPTANCE_MODE, **flags, **limits, fail_on_problems=cfg.ACCEPTANCE_FAIL_ON_PROBLEMS)
 
 
 @dataclass(frozen=True)

@@ -28,10 +28,10 @@ from sparkctl import REPO_ROOT
 from sparkctl.__main__ import main
 from sparkctl.check import validate_host as validate
 from sparkctl.config import groupdata, pki
+from sparkctl.config.quantities import GIB
 from tasks.preflight import check_facts
 from tests.conftest import FAKE_LOCK
 
-GIB = 2**30
 ADDRESS = "gx10.test"  # the box's address (ssh_hostname) in every case: what a TLS certificate must name
 
 
@@ -48,7 +48,7 @@ class Case:
 
 def _cli(value) -> str:
     """A --data value that pyinfra's parse_cli_arg turns back into `value`."""
-    from sparkctl.check import parse_data_value
+    from sparkctl.config.groupdata import parse_data_value
     if isinstance(value, str) and parse_data_value(value) == value:
         return value
     return json.dumps(value)
@@ -388,7 +388,7 @@ def test_deploy_refuses_before_any_command(case, fake_runs):
 
 def test_the_valid_configuration_passes(gx10_data):
     s = validate(gx10_data, "gx10")
-    assert s.coder.model.key == "qwen3.8-27b" and s.warnings == []
+    assert s.coder.model.key == "qwen3.8-27b" and s.warnings == ()
 
 
 def test_short_proxy_timeout_is_a_warning_naming_the_floor(gx10_data):

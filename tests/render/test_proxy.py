@@ -196,16 +196,17 @@ def proxy(tmp_path_factory):
     mp.setenv("SPARK_SCRAPE_TOKEN_FILE", str(scrape_path))
     mp.setenv("GX10_HOSTS", "")
     try:
-        services = [s for s in settings_for(data).services if not s.headless]
+        settings = settings_for(data)
     finally:
         mp.undo()
+    services = [s for s in settings.services if not s.headless]
     upstreams, moved = {}, []
     for svc in services:  # the services' real ports may be taken here: give each echo server a free one
         srv = echo_server()
         upstreams[svc.served_name] = srv
         moved.append(dataclasses.replace(svc, port=srv.server_port))
     cert, key, ca = pki.ensure_server_cert(tmp / "pki", "test-box", ["127.0.0.1"])
-    site = render_proxy_files(data, moved, tmp, cert, key)
+    site = render_proxy_files(settings.cfg, moved, tmp, cert, key)
     with nginx_running(tmp, site) as address:
         yield Proxy(address, ssl.create_default_context(cafile=str(ca)), upstreams, site)
     for srv in upstreams.values():
