@@ -96,10 +96,16 @@ def _decide(state, host_, cfg: GroupData, service: str, unit: str, tx: str, deci
         host_.log_styled(f"{unit}: still waits for its acceptance verdict on the box (until {result.get('deadline')},"
                          f" then it decides alone)", fg="red", log_func=logger.error)
         return False
-    outcome, message = result.get("outcome"), str(result.get("message", ""))[:4000]
-    by = (result.get("verdict") or {}).get("by")
     if contract.serving(result):  # committed, or rolled back and serving its previous configuration
         _ready(host_, handoff, True)
+    return _report(state, host_, cfg, unit, result, decision, reason, verdict, conn)
+
+
+def _report(state, host_, cfg: GroupData, unit: str, result: dict, decision: str, reason: str,
+            verdict: acceptance.Verdict | None, conn) -> bool:
+    """What the box did with the verdict, said; a commit this run decided is recorded in the box's history."""
+    outcome, message = result.get("outcome"), str(result.get("message", ""))[:4000]
+    by = (result.get("verdict") or {}).get("by")
     if contract.succeeded(result):
         host_.log(f"{unit}: {outcome}: {message}")
         if decision == "commit" and by == "control" and verdict is not None:

@@ -343,8 +343,24 @@ def judge(rec: dict, t: Thresholds, *, floor: Floor | None = None, reference: Re
     gate = rec.get("gate") or {}
     if not gate:
         raise BenchError("not an acceptance run: the record has no `gate` part (a full bench is not judged)")
-    ref = reference or (refs.of_baseline(rec, baseline, t) if baseline is not None else NO_REFERENCE)
-    ref = ref if t.decode or t.prefill else SPEED_OFF
+    ref = _reference(rec, t, reference, baseline)
+    checks, notes = _checks(rec, gate, t, floor, ref)
+    failures = [c for c in checks if c.judged and not c.passed]
+    return Verdict(passed=not failures, failures=failures, record=rec, mode=t.mode, checks=checks,
+                   baseline_id=ref.id, notes=notes, reference=ref)
+
+
+def _reference(rec: dict, t: Thresholds, reference: Reference | None, baseline: dict | None) -> Reference:
+    """What decode and prefill are judged against: the one given, a baseline's, none; off when both are off."""
+    if not (t.decode or t.prefill):
+        return SPEED_OFF
+    if reference is not None:
+        return reference
+    return refs.of_baseline(rec, baseline, t) if baseline is not None else NO_REFERENCE
+
+
+def _checks(rec: dict, gate: dict, t: Thresholds, floor: Floor | None, ref: Reference) -> tuple[list, list[str]]:
+    """Every enabled figure's check, and the notes on what was not judged."""
     checks, notes = [], []
     for c, n in (_spec(rec, t, floor), _speed(rec, t, ref), kv_check(gate, t.kv_max_shortfall) if t.kv else ([], []),
                  (niah_check(gate) if t.niah else [], [])):
@@ -352,9 +368,7 @@ def judge(rec: dict, t: Thresholds, *, floor: Floor | None = None, reference: Re
     if t.fail_on_problems:  # prefill problems are the prefill checks' own
         checks += [Check("record", "itself", False, note=p) for p in rec.get("problems", [])
                    if not p.startswith("prefill ")]
-    failures = [c for c in checks if c.judged and not c.passed]
-    return Verdict(passed=not failures, failures=failures, record=rec, mode=t.mode, checks=checks,
-                   baseline_id=ref.id, notes=notes, reference=ref)
+    return checks, notes
 
 
 def verdict_table(v: Verdict, title: str):

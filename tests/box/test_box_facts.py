@@ -25,6 +25,7 @@ from sparkctl.render import monitoring as mon
 from sparkctl.render import units
 from sparkctl.sim.config import STANDINS
 from tests.box.test_rollout_box import box  # noqa: F401  (the fixture)
+from tests.conftest import typed
 from tests.deploy.test_deploy_fake import changes, run_fake
 from tests.render.test_render import (
     needs_systemd_analyze,
@@ -211,7 +212,7 @@ def stage_rendered(b, data: dict, model: str) -> str:
     stand-in unit; returns the served name the proxy's scrape path uses."""
     coder = settings_for(data, model).coder
     b.stage(model)
-    (b.env_dir / "vllm-coder.env.next").write_text(units.render_env(coder, {**data, "CODING_MODEL": model}))
+    (b.env_dir / "vllm-coder.env.next").write_text(units.render_env(coder, typed({**data, "CODING_MODEL": model})))
     return coder.served_name
 
 
@@ -320,7 +321,7 @@ def test_the_facts_unit_runs_box_textfile_with_arguments_it_accepts(gx10_data, t
     for d in ("textfile", "state/rollout", "env"):
         (tmp_path / d).mkdir(parents=True)
     coder = settings_for(data).coder
-    (tmp_path / "env" / coder.env_file).write_text(units.render_env(coder, data))
+    (tmp_path / "env" / coder.env_file).write_text(units.render_env(coder, typed(data)))
     line = next(x for x in mon.facts_service(data, str(tmp_path / "none.pem")).splitlines() if "box_textfile" in x)
     argv = shlex.split(line.split("=", 1)[1])
     argv[:2] = [sys.executable, str(REPO_ROOT / "sparkctl/box" / Path(argv[1]).name)]

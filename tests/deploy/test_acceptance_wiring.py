@@ -82,7 +82,7 @@ def test_pyinfra_hands_the_judge_its_state_and_host(monkeypatch):
     assert FunctionCommand(acc.judge_waiting(settings, service, None), ("tx-1",), {}).execute("state", host, {})
     assert seen == {"host": host, "tx": "tx-1", "decision": "rollback",
                     "reason": "acceptance could not measure: no box here"}
-    assert typed(handed[0]) == settings.cfg  # the quick acceptance measures with exactly the validated settings
+    assert handed[0] is settings  # the quick acceptance measures with exactly the validated settings
 
 
 def test_a_flip_that_waits_is_judged_inside_its_own_rollout_op_before_anything_else_moves(tmp_path):
