@@ -15,12 +15,11 @@ from pyinfra import host, inventory
 from pyinfra.api import deploy
 from pyinfra.operations import files, systemd
 
-from sparkctl.box import contract
 from sparkctl.config.catalog import CODER
 from sparkctl.config.schema import GroupData
 from sparkctl.config.settings import Settings, derive, host_config
 from sparkctl.render import units as svcs
-from sparkctl.render.units import rollout_env
+from sparkctl.render.units import rollout_env, rollout_values
 from tasks.acceptance import apply_verdict_args, judge_waiting
 from tasks.handoff import ready_target
 from tasks.link import peer_status_command
@@ -31,7 +30,7 @@ def rollout_settings(cfg: GroupData) -> dict:
     """What the box's rollout transaction is told: every setting its arguments come from (contract.SETTINGS; the
     settings schema validated each value before this), and where its script is."""
     return dict(script=f"{cfg.SPARKCTL_HOME}/bin/rollout.py",
-                settings={name: getattr(cfg, name) for name in contract.SETTINGS},
+                settings=rollout_values(cfg),
                 interval=cfg.HEALTH_POLL_INTERVAL_S, env_prefix=rollout_env(cfg))
 
 

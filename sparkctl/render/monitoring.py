@@ -14,7 +14,7 @@ from sparkctl.box import contract
 from sparkctl.config.catalog import CODER
 from sparkctl.config.schema import GroupData, as_group_data
 from sparkctl.errors import SettingError
-from sparkctl.render.units import render_template, rollout_env
+from sparkctl.render.units import render_template, rollout_env, rollout_values
 
 BOX_PYTHON = "/usr/bin/python3"  # the box scripts are stdlib-only: the system python, not vLLM's venv
 BOX_SCRIPTS = ("textfile.py", "gpu_textfile.py", "box_textfile.py", "watchdog.py")
@@ -75,7 +75,7 @@ def rollout_command(cfg: GroupData) -> list[str]:
 def rollout_limits(cfg: GroupData) -> list[str]:
     """Every option `rollout.py restart` takes from a setting (the box's contract), with this host's values: the
     same the deploy's own transaction gets."""
-    return contract.setting_argv("restart", cfg)
+    return contract.setting_argv("restart", rollout_values(cfg))
 
 
 def watchdog_config(cfg: GroupData, services) -> str:

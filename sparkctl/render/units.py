@@ -134,6 +134,13 @@ def rollout_env(cfg: GroupData) -> str:
     return f"SPARKCTL_ENV_DIR={cfg.ENV_DIR} SPARKCTL_STATE_DIR={cfg.STATE_DIR} SPARKCTL_DRAIN_DIR={cfg.DRAIN_DIR}"
 
 
+def rollout_values(cfg: GroupData) -> dict:
+    """{setting: value} of every setting the box's rollout.py is told (its contract's option table names them)."""
+    from sparkctl.box import contract
+
+    return {name: getattr(cfg, name) for name in contract.SETTINGS}
+
+
 def tp_unit_id(coders: list[tuple[Service, GroupData]]) -> str:
     """Tensor-parallel: one id for both boxes' coder (head first), a hash of each one's rendered unit and env file.
     Written into both env files (rollout_peer.TP_UNIT), so a change on either box changes both candidates: head and
