@@ -25,12 +25,15 @@ import sys
 from dataclasses import replace
 
 from sparkctl.capacity import planner
-from sparkctl.config import groupdata, hosts, secrets
+from sparkctl.check_render import check_box_files
+from sparkctl.config import files, groupdata, hosts, lock, secrets
 from sparkctl.config.groupdata import parse_data
+from sparkctl.config.owned_flags import check_owned_flags
 from sparkctl.config.quantities import GIB
-from sparkctl.config.settings import Settings, derive, host_config
+from sparkctl.config.settings import HostConfig, Settings, derive, host_config
 from sparkctl.errors import SettingError, SparkctlError
 from sparkctl.render.monitoring import scrape_targets
+from sparkctl.render.units import ENV_FILE_KEYS, TP_UNIT_ENV, service_environment
 
 
 def check_embedders_hold_one_request(settings: Settings) -> None:
@@ -53,24 +56,87 @@ def validate_host(data: dict, host_name: str = "", read_secrets: bool = True, ho
                   address: str | None = None) -> Settings:
     """Everything the deploy checks before touching the host; raises SettingError (or PlanError) on the first
     refusal. data: the host's merged data (pyinfra's host.data); hosts: the inventory's gx10 hosts in order;
-    address: what clients connect to (the TLS certificate must name it), default data's ssh_hostname."""
-    settings = derive(host_config(data, host_name, address or ""), hosts)
+    address: what clients connect to (the TLS certificate must name it), default data's ssh_hostname.
+    With read_secrets (the deploy, `check`), every file the deploy would write is rendered and validated too."""
+    config = host_config(data, host_name, address or "")
+    check_catalog_args(config)
+    check_lock_file(config)
+    settings = derive(config, hosts)
+    check_extra_env(settings)
+    check_request_lengths(settings)
     if read_secrets:
         settings = with_secrets(settings)
     scrape_targets(settings.cfg, settings.services)  # the node's scrape path must not be a served model's
     planner.check_fits(settings.cfg, settings.catalog, settings.cfg.CODING_MODEL)
     check_embedders_hold_one_request(settings)
+    if read_secrets:
+        scrape = secrets.read_scrape_token(settings.cfg, settings.api_token) if settings.role.serves_api else ""
+        settings = replace(settings, notes=check_box_files(settings, scrape))
     return settings
 
 
 def with_secrets(settings: Settings) -> Settings:
-    """The settings with the secrets to upload, each checked (present, non-empty, private), and the TLS pair."""
+    """The settings with the secrets to upload, each checked (present, private, strong enough), and the TLS pair."""
     cfg = settings.cfg
     api_token, hf_token = secrets.read_api_token(cfg), secrets.read_hf_token(cfg)
     secrets.check_tls_pair(cfg, settings.address)
     if settings.role.serves_api:  # the proxy's scrape paths: their own token, never the API token
         secrets.read_scrape_token(cfg, api_token=api_token)
     return replace(settings, api_token=api_token, hf_token=hf_token)
+
+
+# --- what only the resolved catalog and the derived services can tell -------------------------------------------------
+
+
+def check_catalog_args(config: HostConfig) -> None:
+    """No catalog entry's extra_args sets a flag the deploy owns (a CATALOG_OVERRIDES entry is named as such)."""
+    for key, spec in config.catalog.items():
+        overridden = "extra_args" in config.cfg.CATALOG_OVERRIDES.get(key, {})
+        where = f"CATALOG_OVERRIDES[{key!r}]['extra_args']" if overridden else f"the catalog entry {key!r}'s extra_args"
+        check_owned_flags(where, spec.extra_args)
+
+
+def check_lock_file(config: HostConfig) -> None:
+    """The lock file, when it exists, is a regular UTF-8 file (a FIFO would hang the read; lock.load explains
+    a missing one or bad JSON)."""
+    path = lock.lock_path(config.cfg)
+    try:
+        files.read_text(path, "MODEL_LOCK_FILE", "a lock file (JSON text)", "Run `python -m sparkctl lock refresh`")
+    except FileNotFoundError:
+        return
+
+
+def check_extra_env(settings: Settings) -> None:
+    """VLLM_EXTRA_ENV adds to the environment the deploy gives vLLM; it does not replace what the deploy sets."""
+    extra = settings.cfg.VLLM_EXTRA_ENV
+    if not extra:
+        return
+    base = settings.cfg.model_copy(update={"VLLM_EXTRA_ENV": {}})
+    owned = {*ENV_FILE_KEYS, TP_UNIT_ENV}
+    for svc in settings.services:
+        owned |= set(service_environment(svc, base))
+    for key, value in extra.items():
+        if key in owned:
+            raise SettingError(f"VLLM_EXTRA_ENV[{key!r}]", value, "an environment variable the deploy does not set "
+                               "itself", f"The deploy sets {key} from its settings (caches under STATE_DIR, the "
+                                         "offline hub, the listen address, the topology): this would override it")
+
+
+def check_request_lengths(settings: Settings) -> None:
+    """Every request the deploy's own probes send fits the served coder's context (prompt plus answer)."""
+    model = settings.coder.model
+    cfg = settings.cfg
+    requests = [("BENCH_PREFILL_TOKENS", cfg.BENCH_PREFILL_TOKENS + 1), ("BENCH_MAX_TOKENS", cfg.BENCH_MAX_TOKENS),
+                ("ACCEPTANCE_PREFILL_TOKENS", cfg.ACCEPTANCE_PREFILL_TOKENS + 1),
+                ("HEALTH_PROBE_MAX_TOKENS", cfg.HEALTH_PROBE_MAX_TOKENS),
+                ("ROLLOUT_GATE_MAX_TOKENS", cfg.ROLLOUT_GATE_MAX_TOKENS)]
+    if cfg.ACCEPTANCE_NIAH_ENABLED:
+        requests.append(("ACCEPTANCE_NIAH_LENGTH", cfg.ACCEPTANCE_NIAH_LENGTH + cfg.NIAH_MAX_TOKENS))
+    for name, tokens in requests:
+        if tokens > model.max_model_len:
+            raise SettingError(name, getattr(cfg, name), f"a request that fits {model.key}'s context of "
+                               f"{model.max_model_len:,} tokens", f"It needs {tokens:,} tokens (prompt and answer): "
+                                                                  "vLLM would refuse it")
 
 
 # --- python -m sparkctl check ---------------------------------------------------------------------------------------
@@ -111,6 +177,8 @@ def check_one(h: hosts.HostConn, data: dict, names: list[str]) -> bool:
         print(f"{h.name}: WARNING: {w}")
     print(f"{h.name}: ok: {s.role.name}, {', '.join(f'{v.name}={v.model.key}' for v in s.services) or 'no vLLM'}, "
           f"{len(s.checkpoints)} checkpoints locked")
+    for note in s.notes:
+        print(f"{h.name}:   {note}")
     return True
 
 
