@@ -25,8 +25,9 @@ if TYPE_CHECKING:  # the schema imports these rules
 @lru_cache(maxsize=1)
 def _shipped() -> dict:
     """The shipped group data of a real box (group_data/all.py and gx10.py): what an operator changes by --data."""
+    from sparkctl import REPO_ROOT
     from sparkctl.config import groupdata
-    return groupdata.load(["all", "gx10"])
+    return groupdata.load(["all", "gx10"], root=REPO_ROOT)
 
 
 def _plain(value):

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 import secrets as _stdlib_secrets
 import string
 from pathlib import Path
@@ -46,7 +47,9 @@ def hf_token_path(cfg: schema.GroupData) -> Path:
 TOKEN_MIN_BITS = 128  # randomness a bearer or scrape token must carry: its length times log2 of its alphabet
 TOKEN_MIN_DISTINCT = 8  # different characters a random token of that length always has ("aaaa..." is not one)
 TOKEN_HOW = "Make one with: openssl rand -hex 32 > FILE; chmod 600 FILE"
-TOKEN_FORBIDDEN = set(' \t"\\;')  # the proxy's nginx map holds it inside a quoted string
+# what openssl rand -hex/-base64 and secrets.token_urlsafe write: nothing the proxy's nginx map (a quoted string
+# holding the token) could read as syntax
+TOKEN_CHARS = re.compile(r"[A-Za-z0-9._~+/=-]+")
 
 
 def check_private(path: Path, setting: str, st=None) -> None:
@@ -92,8 +95,9 @@ def check_token(setting: str, path: Path, token: str, what: str) -> None:
     if not token:
         raise SettingError(setting, str(path), f"a file with a non-empty {what}",
                            f"An empty token would leave the proxy open. {TOKEN_HOW}")
-    if TOKEN_FORBIDDEN & set(token) or not token.isprintable():
-        raise SettingError(setting, str(path), f"a {what} without whitespace, quotes, backslashes or ';'", TOKEN_HOW)
+    if not TOKEN_CHARS.fullmatch(token):
+        raise SettingError(setting, str(path), f"a {what} of letters, digits and . _ ~ + / = - only (no whitespace, "
+                                               f"quotes, $ or ;)", TOKEN_HOW)
     bits = token_bits(token)
     if bits < TOKEN_MIN_BITS or len(set(token)) < TOKEN_MIN_DISTINCT:
         raise SettingError(setting, str(path), f"a {what} of at least {TOKEN_MIN_BITS} random bits (e.g. 32 hex "

@@ -42,7 +42,7 @@ def changes(out: dict) -> list[str]:
     reads = ("uname", "cat /etc/", "! (test -e", "if command -v", "p= ", "command -v", "for i in `cat",
              "cd /etc/ &&", "[ -x", "[ -f", "curl -fsS --max-time", "journalctl", "systemctl show",
              "s=$(systemctl show", "test -d", "! test", "systemctl is-enabled", "systemctl --no-legend",
-             "systemctl -al", "ls ", "stat ")
+             "systemctl -al", "ls ", "stat ", "getent passwd", "awk '/^MemTotal:/")
     return [c for c in out["commands"] if not c.lstrip().startswith(reads)]
 
 
