@@ -89,11 +89,18 @@ def with_secrets(settings: Settings) -> Settings:
 
 
 def check_catalog_args(config: HostConfig) -> None:
-    """No catalog entry's extra_args sets a flag the deploy owns (a CATALOG_OVERRIDES entry is named as such)."""
+    """No catalog entry's extra_args sets a flag the deploy owns, nor its speculative config the draft model the
+    deploy fills in from the locked draft checkpoint (a CATALOG_OVERRIDES entry is named as such)."""
     for key, spec in config.catalog.items():
-        overridden = "extra_args" in config.cfg.CATALOG_OVERRIDES.get(key, {})
-        where = f"CATALOG_OVERRIDES[{key!r}]['extra_args']" if overridden else f"the catalog entry {key!r}'s extra_args"
-        check_owned_flags(where, spec.extra_args)
+        override = config.cfg.CATALOG_OVERRIDES.get(key, {})
+        where = f"CATALOG_OVERRIDES[{key!r}]" if "extra_args" in override else f"the catalog entry {key!r}"
+        check_owned_flags(f"{where}['extra_args']", spec.extra_args)
+        if spec.speculative and "model" in spec.speculative:
+            where = f"CATALOG_OVERRIDES[{key!r}]" if "speculative" in override else f"the catalog entry {key!r}"
+            raise SettingError(f"{where}['speculative']['model']", spec.speculative["model"],
+                               "no draft model: the deploy fills it in from the entry's draft checkpoint",
+                               "Set the draft checkpoint ('draft': {'repo': ..., 'revision': ...}): the lock pins it "
+                               "and the box verifies it, a path or repository here would be neither")
 
 
 def check_lock_file(config: HostConfig) -> None:

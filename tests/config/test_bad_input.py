@@ -16,6 +16,7 @@ import datetime as dt
 import functools
 import json
 import os
+import re
 import subprocess
 import sys
 from concurrent.futures import ThreadPoolExecutor
@@ -301,6 +302,10 @@ CASES = [
          data={"VLLM_COMMON_ARGS": ["--speculative-config.method", "ngram"]}),
     Case("owned flag: a config file", ["VLLM_COMMON_ARGS[0] = '--config'", "any flag"],
          data={"VLLM_COMMON_ARGS": ["--config", "/tmp/x.yaml"]}),
+    Case("a draft model in a catalog override", ["CATALOG_OVERRIDES['laguna-s-2.1']['speculative']['model']",
+                                                 "draft checkpoint"],
+         data={"CATALOG_OVERRIDES": {"laguna-s-2.1": {"speculative": {"method": "dflash", "model": "/tmp/x",
+                                                                      "num_speculative_tokens": 7}}}}),
     Case("owned flag in a catalog override", ["CATALOG_OVERRIDES['qwen3.8-27b']['extra_args'][2] = '--port'",
                                               "CODER_PORT"],
          data={"CATALOG_OVERRIDES": {"qwen3.8-27b": {"extra_args": ["--reasoning-parser", "qwen3", "--port", "80"]}}},
@@ -540,9 +545,13 @@ def _check_argv(args: list[str], tmp: Path) -> list[str]:
     return argv
 
 
+CODE_FRAGMENT = re.compile(r"\b(t|cfg|d|s|self)\.[A-Z][A-Za-z_]+|lambda|<function|_problem\b")
+
+
 def _assert_refused(status: int, err: str, case: Case) -> None:
     assert status == 2, err
     assert "Traceback" not in err
+    assert not CODE_FRAGMENT.search(err), err  # words for an operator, not code (issue 18: "t.GiB")
     for w in case.words:
         assert w in err, f"{w!r} missing from: {err}"
 
