@@ -80,13 +80,18 @@ def nginx(root: Path, texts: dict[str, str]) -> list[Problem]:
 # --- systemd-analyze verify ------------------------------------------------------------------------------------------
 
 SYSTEM_UNITS = Path("/usr/lib/systemd/system")  # the control machine's own units: what ours depend on
+SYSTEM_UNIT_KINDS = ("*.target", "*.slice")  # what our units order themselves after and install into
 _EXEC = re.compile(r"^Exec(Start|Stop|StartPre|StartPost|Reload)=[-@:+!|]*(?P<exe>/\S+)", re.M)
 
 
 def systemd(root: Path, texts: dict[str, str]) -> list[Problem]:
     """systemd-analyze verify of every unit (and drop-in: "x.service.d/y.conf") in a private root holding this
-    machine's system units and a stub for each program the units run; a warning counts as a problem."""
-    shutil.copytree(SYSTEM_UNITS, root / "usr/lib/systemd/system", symlinks=True)
+    machine's targets and slices and a stub for each program the units run; a warning counts as a problem."""
+    units_dir = root / "usr/lib/systemd/system"
+    units_dir.mkdir(parents=True)
+    for pattern in SYSTEM_UNIT_KINDS:
+        for unit in SYSTEM_UNITS.glob(pattern):
+            shutil.copy2(unit, units_dir / unit.name, follow_symlinks=False)
     files = {name: _write(root, f"etc/systemd/system/{name}", text, 0o644) for name, text in texts.items()}
     for text in texts.values():
         for m in _EXEC.finditer(text):
