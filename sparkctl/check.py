@@ -11,10 +11,13 @@ Settings are typed once:
     python -m sparkctl check --sim                # the simulated Spark's (all, gx10, sim) for its hosts
     python -m sparkctl check --data CODING_MODEL=laguna-s-2.1     # parsed as pyinfra parses --data
 
-In order: the settings schema (sparkctl.config.schema: every key, type, range, cross-field rule), the derived
-services, the lock's coverage of every checkpoint, secrets (present, non-empty, private), the TLS pair, then the
-capacity rule (the memory must add up, and every service's KV budget must hold one request). Each refusal is a
-SettingError naming the setting, the value and what is valid. Exit status 0 when every host passes, 2 otherwise.
+In order: the settings schema (sparkctl.config.schema: every key, type, range, cross-field rule), the flags a
+catalog entry may not set, the lock file (a regular file), the derived services, the environment and request
+lengths they allow, the lock's coverage of every checkpoint, secrets (present, private, strong), the TLS pair, the
+capacity rule (the memory must add up, and every service's KV budget must hold one request), then every file the
+deploy would write to the box, rendered and run through the real validators (sparkctl/check_render.py). Each
+refusal is a SettingError naming the setting, the value and what is valid. Exit status 0 when every host passes, 2
+otherwise.
 """
 
 from __future__ import annotations
@@ -26,7 +29,7 @@ from dataclasses import replace
 
 from sparkctl.capacity import planner
 from sparkctl.check_render import check_box_files
-from sparkctl.config import files, groupdata, hosts, lock, secrets
+from sparkctl.config import files, groupdata, hosts, lock, rules, secrets
 from sparkctl.config.groupdata import parse_data
 from sparkctl.config.owned_flags import check_owned_flags
 from sparkctl.config.quantities import GIB
@@ -59,6 +62,7 @@ def validate_host(data: dict, host_name: str = "", read_secrets: bool = True, ho
     address: what clients connect to (the TLS certificate must name it), default data's ssh_hostname.
     With read_secrets (the deploy, `check`), every file the deploy would write is rendered and validated too."""
     config = host_config(data, host_name, address or "")
+    rules.box_layout(config.cfg)
     check_catalog_args(config)
     check_lock_file(config)
     settings = derive(config, hosts)

@@ -3,8 +3,10 @@
 A box path is a plain absolute path (letters, digits and `. _ - + @`, no `..`), normalised before any rule (`//`,
 `/./` and a trailing `/` removed: `/srv//models` is `/srv/models`, `/./` is `/`), so two spellings of one directory
 are one directory. The deploy creates its own directories with an owner and a mode of its own (ENV_DIR root-only
-0700, STATE_DIR the service user's), so `/` and the system's own directories are refused as one of them, and so is
-anything under a directory that is virtual, wiped at boot or world-writable. Pure: no I/O.
+0700, STATE_DIR the service user's), so `/` and the system's own directories are refused as one of them (the
+schema's types); where they may sit on the box (not under a directory that is virtual, wiped at boot or
+world-writable, nor where vLLM's sandbox hides them) is a rule of the deploy's layout, checked before the box is
+touched (sparkctl/config/rules.py box_layout). Pure: no I/O.
 """
 
 from __future__ import annotations
@@ -65,18 +67,16 @@ def deploy_dir_problem(path: str) -> str:
         return "an absolute path other than / (it resolves to /)"
     if path in SYSTEM_DIRS:
         return f"a directory of the deploy's own, not the system's {path} (the deploy sets its owner and mode)"
-    root = next((r for r in VOLATILE_ROOTS if is_below(path, r)), None)
-    if root:
-        return f"a directory outside {root} (virtual, wiped at boot or writable by every user)"
     return ""
 
 
-def service_dir_problem(path: str) -> str:
-    """Why the normalised `path` cannot hold what the vLLM services read ("" when it can)."""
-    problem = deploy_dir_problem(path)
-    if problem:
-        return problem
-    root = next((r for r in HIDDEN_FROM_SERVICE if is_below(path, r)), None)
+def location_problem(path: str, read_by_service: bool) -> str:
+    """Why the normalised deploy directory `path` is in the wrong place on the box ("" when it is not): below a
+    volatile root, or, for what the vLLM services read, where their sandbox hides it."""
+    root = next((r for r in VOLATILE_ROOTS if is_below(path, r)), None)
+    if root:
+        return f"a directory outside {root} (virtual, wiped at boot or writable by every user)"
+    root = next((r for r in HIDDEN_FROM_SERVICE if is_below(path, r)), None) if read_by_service else None
     if root:
         return f"a directory outside {root}: vLLM's sandbox (ProtectHome=, PrivateTmp=) hides it from the service"
     return ""

@@ -13,6 +13,7 @@ import re
 from functools import lru_cache
 from typing import TYPE_CHECKING, Any
 
+from sparkctl.config import box_paths
 from sparkctl.config.box_paths import is_below, nested
 from sparkctl.config.owned_flags import check_owned_flags
 from sparkctl.config.quantities import GIB, KIB, MIB, TIB
@@ -63,6 +64,19 @@ DEPLOY_DIRS = {  # setting -> what it holds, who owns it
     "DRAIN_DIR": "the drain files nginx includes (root)",
     "TEXTFILE_DIR": "the metrics node exporter publishes (root writes them)",
 }
+SERVICE_READS = ("SPARKCTL_HOME", "MODEL_STORE", "STATE_DIR")  # what the vLLM services read from inside their sandbox
+
+
+def box_layout(s: GroupData) -> None:
+    """Where the deploy's directories sit on the box, checked before it is touched (sparkctl/check.py): each in a
+    place that survives a reboot and that its readers see, and no two of them sharing a tree. (The schema's types
+    already refused `/`, a system directory and anything but a plain path; tools that read these settings off the
+    box, and the tests that stand in for a box in a temporary directory, need no more.)"""
+    for name in DEPLOY_DIRS:
+        problem = box_paths.location_problem(getattr(s, name), name in SERVICE_READS)
+        if problem:
+            raise SettingError(name, getattr(s, name), problem)
+    deploy_dirs(s)
 
 
 def deploy_dirs(s: GroupData) -> None:
@@ -184,4 +198,4 @@ def reserved_ports(s: GroupData, ssh_port: int) -> None:
                                "sshd listens there: a service on it would lock the operator out")
 
 
-CROSS_FIELD_RULES = (deploy_dirs, oom_order, memory, service_user, owned_flags)  # after the schema's own
+CROSS_FIELD_RULES = (oom_order, memory, service_user, owned_flags)  # after the schema's own

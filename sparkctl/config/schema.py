@@ -100,10 +100,10 @@ class GroupData(BaseModel):
     PIP_NO_INDEX: bool
     PIP_VERSION: t.Version
     # paths on the box
-    SPARKCTL_HOME: t.ServiceDir
-    MODEL_STORE: t.ServiceDir
+    SPARKCTL_HOME: t.DeployDir
+    MODEL_STORE: t.DeployDir
     ENV_DIR: t.DeployDir
-    STATE_DIR: t.ServiceDir
+    STATE_DIR: t.DeployDir
     SERVICE_USER: t.UnixUser
     # services
     LISTEN_ADDRESS: t.Ipv4Address

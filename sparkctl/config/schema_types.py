@@ -163,8 +163,6 @@ AbsPath = typed(str, f"an absolute path other than /: {_PLAIN}",
                 _box_path(lambda p: "an absolute path other than /" if p == "/" else ""))
 DeployDir = typed(str, f"a directory of the deploy's own, not / or a system directory: {_PLAIN}",
                   _box_path(box_paths.deploy_dir_problem))
-ServiceDir = typed(str, f"a directory of the deploy's own that vLLM's sandbox lets it read: {_PLAIN}",
-                   _box_path(box_paths.service_dir_problem))
 Url = pattern(r"^https?://[^\s/$.?#][^\s]*$", "an http:// or https:// URL")
 Version = pattern(r"^\d+(\.\d+)+$", "a version such as 13.0")
 # a release as pip spells it (PEP 440 public version, optional local tag): it becomes a directory name on the box

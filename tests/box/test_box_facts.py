@@ -30,6 +30,7 @@ from tests.deploy.test_deploy_fake import changes, run_fake
 from tests.render.test_render import (
     needs_systemd_analyze,
     settings_for,
+    standin_settings,
     systemd_root,
     verify,
 )
@@ -320,7 +321,7 @@ def test_the_facts_unit_runs_box_textfile_with_arguments_it_accepts(gx10_data, t
             "STATE_DIR": str(tmp_path / "state"), "ENV_DIR": str(tmp_path / "env")}
     for d in ("textfile", "state/rollout", "env"):
         (tmp_path / d).mkdir(parents=True)
-    coder = settings_for(data).coder
+    coder = standin_settings(data).coder
     (tmp_path / "env" / coder.env_file).write_text(units.render_env(coder, typed(data)))
     line = next(x for x in mon.facts_service(data, str(tmp_path / "none.pem")).splitlines() if "box_textfile" in x)
     argv = shlex.split(line.split("=", 1)[1])
