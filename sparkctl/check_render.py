@@ -135,7 +135,8 @@ def _earlyoom(s: Settings) -> str:
     if wrong or not preferred & set(EARLYOOM_VLLM):
         raise SettingError("EARLYOOM_PREFER", given["--prefer"], f"a pattern matching vLLM's processes "
                            f"({', '.join(EARLYOOM_VLLM)}) and none of {', '.join(EARLYOOM_NEVER_PREFER)}",
-                           f"It matches {', '.join(wrong) or 'no vLLM process'}: earlyoom would kill it first")
+                           f"It matches {', '.join(wrong)}: earlyoom would kill it first" if wrong else
+                           "It matches no vLLM process: earlyoom would not kill vLLM first")
     missed = sorted(set(EARLYOOM_VITAL) - check_tools.posix_matches(given["--avoid"], names))
     if missed:
         raise SettingError("EARLYOOM_AVOID", given["--avoid"], f"a pattern matching every process the box needs "
@@ -196,7 +197,8 @@ def _with_tool(root: Path, exe: str, tool: str, files: dict[str, BoxFile], cfg: 
     if not check_tools.available(exe):
         return f"{tool}: skipped ({exe} is not installed on this control machine)"
     _validated(tool, root / exe, files, cfg, run)
-    return f"{tool}: {', '.join(Path(f.path).name for f in files.values() if not f.path.startswith(box_files.TLS_DIR))}"
+    shown = [Path(f.path).name for f in files.values() if not f.path.startswith(box_files.TLS_DIR)]
+    return f"{tool}: {', '.join(shown)}"
 
 
 def check_box_files(s: Settings, scrape_token: str) -> tuple[str, ...]:

@@ -226,9 +226,8 @@ class SystemUser(FactBase):
     uid range (/etc/login.defs): {"entry": ..., "uid_min": ..., "uid_max": ...}."""
 
     def command(self, user):
-        return StringCommand("getent passwd", QuoteString(user), "| sed 's/^/P /';",
-                             "awk '/^UID_(MIN|MAX)[[:space:]]/ {print \"D \" $1 \"=\" $2}' /etc/login.defs 2>/dev/null;",
-                             "true")
+        defs = "awk '/^UID_(MIN|MAX)[[:space:]]/ {print \"D \" $1 \"=\" $2}' /etc/login.defs 2>/dev/null;"
+        return StringCommand("getent passwd", QuoteString(user), "| sed 's/^/P /';", defs, "true")
 
     def default(self):
         return {"entry": None, "uid_min": LOGIN_UID_RANGE[0], "uid_max": LOGIN_UID_RANGE[1]}

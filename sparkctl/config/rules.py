@@ -192,9 +192,10 @@ def reserved_ports(s: GroupData, ssh_port: int) -> None:
              *((f"EMBEDDER_PORTS[{i}]", p) for i, p in enumerate(s.EMBEDDER_PORTS)),
              ("NODE_EXPORTER_PORT", s.NODE_EXPORTER_PORT), ("TP_MASTER_PORT", s.TP_MASTER_PORT),
              ("RAY_PORT", s.RAY_PORT)]
+    sshd = " and ".join(map(str, sorted({22, ssh_port})))
     for name, port in ports:
         if port in (22, ssh_port):
-            raise SettingError(name, port, f"a port other than sshd's ({' and '.join(map(str, sorted({22, ssh_port})))})",
+            raise SettingError(name, port, f"a port other than sshd's ({sshd})",
                                "sshd listens there: a service on it would lock the operator out")
 
 

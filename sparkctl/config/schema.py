@@ -94,8 +94,7 @@ class GroupData(BaseModel):
     VLLM_PIP_CONSTRAINTS: t.list_of(t.pattern(r"^[^\s#-].*$", "a pip constraint line, not an option or a comment"),
                                     "a list of pip constraint lines such as torch==2.13.0+cpu")
     VLLM_PIP_REMOVE: t.list_of(t.PipName, "a list of pip distribution names")
-    VLLM_METADATA_ALIAS: t.typed(str, "a release such as 0.32.0+cpu, or empty", t._check(
-        lambda v: v == "" or t.RELEASE_RE.fullmatch(v) is not None, "a release such as 0.32.0+cpu, or empty"))
+    VLLM_METADATA_ALIAS: t.ReleaseOrEmpty
     PIP_FIND_LINKS: t.list_of(t.AbsPath, "a list of absolute directories on the box")
     PIP_NO_INDEX: bool
     PIP_VERSION: t.Version

@@ -108,7 +108,6 @@ def command_template(needs: tuple[str, ...], placeholders: tuple[str, ...] = WAT
 
 
 Seconds = typed(float, f"a number of seconds greater than 0 and at most {MAX_SECONDS}", gt=0, le=MAX_SECONDS)
-SecondsOrZero = typed(float, f"a number of seconds from 0 to {MAX_SECONDS}", ge=0, le=MAX_SECONDS)
 WholeSeconds = typed(int, f"a whole number of seconds from 1 to {MAX_SECONDS}", ge=1, le=MAX_SECONDS)
 Count = typed(int, f"a whole number from 1 to {MAX_COUNT:,}", ge=1, le=MAX_COUNT)
 Streams = typed(int, "a whole number of concurrent streams from 1 to 1024", ge=1, le=1024)
@@ -169,6 +168,7 @@ Version = pattern(r"^\d+(\.\d+)+$", "a version such as 13.0")
 RELEASE_RE = re.compile(r"\d+(\.\d+)+((a|b|rc)\d+)?(\.post\d+)?(\.dev\d+)?(\+[a-z0-9]+(\.[a-z0-9]+)*)?")
 Release = pattern(f"^{RELEASE_RE.pattern}$",
                   "a release such as 0.32.0 or 0.32.0+cpu (digits, dots, an optional pre/post/dev and +local tag)")
+ReleaseOrEmpty = pattern(f"^({RELEASE_RE.pattern})?$", "a release such as 0.32.0+cpu, or empty")
 DebPackage = pattern(r"^[a-z0-9][a-z0-9+.-]+$", "a Debian package name")
 PipName = pattern(r"^[A-Za-z0-9][A-Za-z0-9._-]*$", "a pip distribution name")
 IfName = pattern(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,14}$", "a network interface name (up to 15 characters)")

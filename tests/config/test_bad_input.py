@@ -328,10 +328,12 @@ CASES = [
     Case("drain dir inside the root-only env dir", ["DRAIN_DIR = '/etc/sparkctl/drain'", "ENV_DIR"],
          data={"DRAIN_DIR": "/etc/sparkctl/drain"}),
     Case("env dir /etc", ["ENV_DIR = '/etc'", "not the system's /etc"], data={"ENV_DIR": "/etc"}, fake=True),
-    Case("model store under /tmp", ["MODEL_STORE = '/tmp/models'", "outside /tmp"], data={"MODEL_STORE": "/tmp/models"}),
+    Case("model store under /tmp", ["MODEL_STORE = '/tmp/models'", "outside /tmp"],
+         data={"MODEL_STORE": "/tmp/models"}),
     Case("state dir hidden by vLLM's sandbox", ["STATE_DIR = '/home/vllm'", "ProtectHome"],
          data={"STATE_DIR": "/home/vllm"}),
-    Case("a path with a space", ["MODEL_STORE = '/srv/my models'", "plain path"], data={"MODEL_STORE": "/srv/my models"}),
+    Case("a path with a space", ["MODEL_STORE = '/srv/my models'", "plain path"],
+         data={"MODEL_STORE": "/srv/my models"}),
     Case("a path with a command", ["SPARKCTL_HOME = '/opt/$(reboot)'", "plain path"],
          data={"SPARKCTL_HOME": "/opt/$(reboot)"}, cli=True),
     Case("a version that climbs out of the venvs", ["VLLM_VERSION = '../../../tmp/x'", "a release such as 0.32.0"],
@@ -344,13 +346,14 @@ CASES = [
          data={"ACCEPTANCE_HISTORY_FILE": "rollout/x.json"}),
     Case("nvidia-smi with arguments", ["NVIDIA_SMI = 'nvidia-smi; reboot'", "a program name"],
          data={"NVIDIA_SMI": "nvidia-smi; reboot"}),
-    # --- ports and users that lock you out ---------------------------------------------------------------------------
+    # --- ports and users that lock you out -------------------------------------------------------------------------
     Case("proxy on sshd's port", ["PROXY_PORT = 22", "other than sshd's"], data={"PROXY_PORT": 22}, cli=True),
     Case("proxy on the port the deploy reaches sshd on", ["PROXY_PORT = 2222", "2222"],
          data={"ssh_port": 2222, "PROXY_PORT": 2222}),
     Case("vLLM on a privileged port", ["CODER_PORT = 80", "1024 to 65535", "cannot bind below 1024"],
          data={"CODER_PORT": 80}),
-    Case("node exporter on a privileged port", ["NODE_EXPORTER_PORT = 1023", "1024"], data={"NODE_EXPORTER_PORT": 1023}),
+    Case("node exporter on a privileged port", ["NODE_EXPORTER_PORT = 1023", "1024"],
+         data={"NODE_EXPORTER_PORT": 1023}),
     Case("service user root", ["SERVICE_USER = 'root'", "not root"], data={"SERVICE_USER": "root"}, fake=True),
     Case("service user an operator logs in as", ["SERVICE_USER = 'ubuntu'", "dedicated system user"],
          data={"SERVICE_USER": "ubuntu"}, cli=True),
@@ -360,7 +363,7 @@ CASES = [
          data={"TP_PEER_KEY": "cx7-sync"}),
     Case("vLLM listening beyond loopback", ["LISTEN_ADDRESS = '0.0.0.0'", "loopback",
                                             "LISTEN_ADDRESS_NOT_LOOPBACK_OK"], data={"LISTEN_ADDRESS": "0.0.0.0"}),
-    # --- guards that can be inverted ---------------------------------------------------------------------------------
+    # --- guards that can be inverted -------------------------------------------------------------------------------
     Case("vLLM's OOM score below sshd's", ["VLLM_OOM_SCORE_ADJUST = -950", "from 1 to 1000", "first process"],
          data={"VLLM_OOM_SCORE_ADJUST": -950}, cli=True),
     Case("sshd's OOM score above 0", ["SSHD_OOM_SCORE_ADJUST = 100", "-1000 to -1"],
@@ -381,7 +384,7 @@ CASES = [
          data={"SSHD_MEMORY_MIN": "64G"}),
     Case("a free-memory percentage of 200", ["EARLYOOM_MIN_FREE_PERCENT = 200", "below 100"],
          data={"EARLYOOM_MIN_FREE_PERCENT": 200}),
-    # --- numbers without a bound ---------------------------------------------------------------------------------------
+    # --- numbers without a bound -----------------------------------------------------------------------------------
     Case("a KV budget of 1e300", ["CODER_KV_CACHE_GIB['qwen3.8-27b'] = 1e+300", "at most 1024"],
          data={"CODER_KV_CACHE_GIB": {"qwen3.8-27b": 1e300, "laguna-s-2.1": 12}}, cli=True, fake=True),
     Case("a KV budget of NaN", ["CODER_KV_CACHE_GIB['qwen3.8-27b']", "nan"],
@@ -398,7 +401,7 @@ CASES = [
          data={"BENCH_PREFILL_TOKENS": 300_000}),
     Case("a needle beyond the context", ["ACCEPTANCE_NIAH_LENGTH = 262144", "fits qwen3.8-27b's context"],
          data={"ACCEPTANCE_NIAH_LENGTH": 262_144}),
-    # --- configs the box's own validators reject (nginx -t, systemd-analyze verify on the control machine) ---------------
+    # --- configs the box's own validators reject (nginx -t, systemd-analyze verify on the control machine) ---------
     Case("a fractional nginx timeout in group data", ["PROXY_READ_TIMEOUT_S = 7200.0", "nginx -t",
                                                       "proxy_read_timeout 7200.0s;"],
          gx10_py=_append("PROXY_READ_TIMEOUT_S = 7200.0  # an operator's edit"), fake=True),
@@ -422,7 +425,7 @@ CASES = [
          data={"WATCHDOG_RESTART_COMMAND": "{rollout} restart --wait"}),
     Case("watchdog stop command with a format spec", ["WATCHDOG_STOP_COMMAND", "{unit:>9}", "no placeholders but"],
          data={"WATCHDOG_STOP_COMMAND": "systemctl stop {unit:>9}"}),
-    # --- files that are not what they seem -----------------------------------------------------------------------------
+    # --- files that are not what they seem -------------------------------------------------------------------------
     Case("a syntax error in gx10.py", ["group_data/gx10.py line 6", "Python cannot parse it"],
          gx10_py=lambda t: t.replace('CODING_MODEL = "qwen3.8-27b"', 'CODING_MODEL = "qwen3.8-27b', 1), fake=True),
     Case("gx10.py that is not UTF-8", ["group_data/gx10.py", "not UTF-8"],
@@ -488,7 +491,7 @@ CASES = [
     Case("an RSA-1024 TLS key", ["TLS_KEY_FILE", "weak.key", "at least RSA-2048 or P-256", "RSA-1024"],
          prepare=_tls(_tls_rsa1024), cli=True),
     Case("a leaf without serverAuth", ["TLS_CERT_FILE", "serverAuth", "clientAuth"], prepare=_tls(_tls_client_only)),
-    # --- messages that name the culprit ------------------------------------------------------------------------------
+    # --- messages that name the culprit ----------------------------------------------------------------------------
     Case("a case-only typo", ["coding_model = 'laguna-s-2.1'", "Did you mean CODING_MODEL"],
          data={"coding_model": "laguna-s-2.1"}, cli=True),
     Case("an empty EMBEDDERS is blamed on EMBEDDERS", ["EMBEDDERS = []", "one per EMBEDDER_PORTS port"],

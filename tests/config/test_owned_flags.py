@@ -46,7 +46,8 @@ def test_no_catalog_entry_passes_an_owned_flag():
 
 
 SPELLINGS = [
-    ("--host", "--host"), ("--host=0.0.0.0", "--host"), ("--hos", "--host"), ("--served_model_name", "--served-model-name"),
+    ("--host", "--host"), ("--host=0.0.0.0", "--host"), ("--hos", "--host"),
+    ("--served_model_name", "--served-model-name"),
     ("--max_model_len=5", "--max-model-len"), ("--max-model", "--max-model-len"), ("--max-num-s", "--max-num-seqs"),
     ("--kv-cache-memory", "--kv-cache-memory-bytes"), ("--speculative-config.method", "--speculative-config"),
     ("--speculative_config.num_speculative_tokens=9", "--speculative-config"), ("-sc", "--speculative-config"),
