@@ -99,7 +99,7 @@ class ListenerReady(FactBase):
     """Whether http://127.0.0.1:PORT/v1/models answers and lists `served` (one quick try of `timeout` s, no waiting)."""
 
     def command(self, port, served, timeout):
-        return StringCommand("curl -fsS --max-time", str(int(timeout)),
+        return StringCommand("curl -fsS --max-time", str(float(timeout)),  # curl takes fractions; int(0.5) is 0: none
                              QuoteString(f"http://127.0.0.1:{port}/v1/models"), "2>/dev/null || true")
 
     def default(self):
