@@ -63,6 +63,7 @@ def validate_host(data: dict, host_name: str = "", read_secrets: bool = True, ho
     With read_secrets (the deploy, `check`), every file the deploy would write is rendered and validated too."""
     config = host_config(data, host_name, address or "")
     rules.box_layout(config.cfg)
+    check_served_names(config)
     check_catalog_args(config)
     check_lock_file(config)
     settings = derive(config, hosts)
@@ -90,6 +91,24 @@ def with_secrets(settings: Settings) -> Settings:
 
 
 # --- what only the resolved catalog and the derived services can tell -------------------------------------------------
+
+
+def check_served_names(config: HostConfig) -> None:
+    """The coder's served name is no embedder's and not the node exporter's scrape path (each is a URL prefix on
+    the proxy): CODER_SERVED_NAME is named when the operator changed it, else the other setting."""
+    cfg = config.cfg
+    taken = [("SCRAPE_NODE_PATH", cfg.SCRAPE_NODE_PATH, "the node exporter's scrape path")]
+    taken += [(f"EMBEDDERS[{i}].model", entry.model, f"the served name of {entry.model}")
+              for i, entry in enumerate(cfg.EMBEDDERS) if entry.model in config.catalog]
+    for setting, value, what in taken:
+        served = value if setting == "SCRAPE_NODE_PATH" else config.catalog[value].served_name
+        if served != cfg.CODER_SERVED_NAME:
+            continue
+        if rules.changed("CODER_SERVED_NAME", cfg.CODER_SERVED_NAME):
+            raise SettingError("CODER_SERVED_NAME", cfg.CODER_SERVED_NAME, f"a name other than {what}",
+                               f"Both would be the proxy's path prefix /{served}/")
+        raise SettingError(setting, value, f"a name other than CODER_SERVED_NAME's ({served})",
+                           f"Both would be the proxy's path prefix /{served}/")
 
 
 def check_catalog_args(config: HostConfig) -> None:
