@@ -16,6 +16,7 @@ from sparkctl.config import pki
 from sparkctl.config.secrets import secrets_dir
 from sparkctl.config.schema import GroupData
 from sparkctl.config.settings import Settings
+from sparkctl.render import box_files
 from sparkctl.render import units as svcs
 from sparkctl.render.units import rollout_env
 from tasks.ops import pip_dist
@@ -54,10 +55,8 @@ def link(settings: Settings) -> None:
     if not role.tensor_parallel:
         return
     if cfg.CX7_MANAGE_NETPLAN:
-        addresses = cfg.CX7_ADDRESSES[host.name]
         plan = files.put(name="CX7 link addresses (netplan)", dest=cfg.CX7_NETPLAN_FILE, user="root", group="root",
-                         mode="0600", src=StringIO(svcs.render_template("netplan-cx7.yaml.j2", d=cfg,
-                                                                        addresses=addresses)))
+                         mode="0600", src=StringIO(box_files.netplan(cfg, host.name)))
         server.shell(name="Apply netplan (the CX7 link changed)", commands=["netplan apply"], _if=plan.did_change)
     key_path, public = sync_key(cfg)
     peer_path, peer_public = peer_key(cfg)
@@ -73,9 +72,11 @@ def link(settings: Settings) -> None:
         source = ",".join(a.split("/")[0] for addrs in worker for a in addrs)
         files.line(name="Let the worker copy checkpoints over the link (read-only rrsync)",
                    path="/root/.ssh/authorized_keys", line="sparkctl-cx7-sync",
-                   replace=f'restrict,from="{source}",command="rrsync -ro {cfg.MODEL_STORE}/hub" {public}')
+                   replace=f'restrict,from="{source}",command="rrsync -ro {shlex.quote(cfg.MODEL_STORE + "/hub")}" '
+                           f'{public}')
         # the worker's rollout follows the head's: it may read this box's rollout status, nothing else
-        status = f"{rollout_env(cfg)} python3 {cfg.SPARKCTL_HOME}/bin/rollout.py status {PEER_SERVICE}"
+        script = shlex.quote(f"{cfg.SPARKCTL_HOME}/bin/rollout.py")
+        status = f"{rollout_env(cfg)} python3 {script} status {PEER_SERVICE}"
         files.line(name="Let the worker read the head's rollout status over the link (read-only)",
                    path="/root/.ssh/authorized_keys", line="sparkctl-cx7-peer",
                    replace=f'restrict,from="{source}",command="{status}" {peer_public}')
@@ -83,13 +84,9 @@ def link(settings: Settings) -> None:
         venv = svcs.vllm_venv(cfg)
         pip_dist(name=f"Install ray {cfg.RAY_VERSION} into the venv", venv=venv, dist="ray",
                  version=cfg.RAY_VERSION, requirement=f"ray[default]=={cfg.RAY_VERSION}", pip_args=pip_args(cfg))
-        unit_name = "ray-head.service" if role.name == "head" else "ray-worker.service"
+        unit_name = box_files.ray_unit_name(role)
         unit = files.put(name=f"Unit {unit_name}", dest=f"/etc/systemd/system/{unit_name}", user="root",
-                         group="root", mode="0644",
-                         src=StringIO(svcs.render_template("ray.service.j2", d=cfg, head=role.name == "head",
-                                                           address=role.address, head_address=role.head_address,
-                                                           env={k: v for k, v in role.env.items()
-                                                                if not k.startswith("RAY_memory")})))
+                         group="root", mode="0644", src=StringIO(box_files.ray_unit(cfg, role)))
         systemd.daemon_reload(name="Reload systemd (Ray unit changed)", _if=unit.did_change)
         systemd.service(name=f"{unit_name} enabled and running", service=unit_name, running=True, enabled=True)
         systemd.service(name=f"Restart {unit_name} (its unit changed)", service=unit_name, restarted=True,

@@ -12,7 +12,7 @@ from sparkctl.check import validate_host
 from sparkctl.config.quantities import GIB
 from sparkctl.config.settings import Settings
 from sparkctl.errors import SparkctlError
-from tasks.facts import DiskAvailable, GpuInfo
+from tasks.facts import NOLOGIN_SHELLS, DiskAvailable, GpuInfo, MemTotal, SystemUser
 
 
 class Refused(PyinfraError):
@@ -29,6 +29,8 @@ def settings_for_host() -> Settings:
         raise Refused(f"{host.name}: {exc}") from None
     for w in settings.warnings:
         logger.warning(f"{host.name}: WARNING: {w}")
+    for note in settings.notes:
+        logger.info(f"{host.name}: checked offline: {note}")
     return settings
 
 
@@ -37,8 +39,10 @@ def marker_path(settings: Settings, cp) -> str:
 
 
 def check_facts(settings: Settings, arch: str, os_release: dict, gpu: dict | None, is_dgx: bool,
-                disk_free: int, pending_bytes: int) -> list[str]:
-    """Pure: every fact compared with what the settings expect; returns the refusals."""
+                disk_free: int, pending_bytes: int, mem_total: int | None = None,
+                service_user: dict | None = None) -> list[str]:
+    """Pure: every fact compared with what the settings expect; returns the refusals. mem_total: MemTotal in bytes
+    (None: not read); service_user: the SystemUser fact of SERVICE_USER (None: not read)."""
     cfg = settings.cfg
     os_release = os_release or {}
     problems = []
@@ -47,18 +51,7 @@ def check_facts(settings: Settings, arch: str, os_release: dict, gpu: dict | Non
     os_id = f"{os_release.get('id', '?')} {os_release.get('version_id', '?')}"
     if os_id not in cfg.EXPECTED_OS:
         problems.append(f"OS /etc/os-release = {os_id!r}; EXPECTED_OS accepts {cfg.EXPECTED_OS}")
-    if gpu is not None:
-        if "error" in gpu:
-            problems.append(f"nvidia-smi failed: {gpu['error']!r} (a driver installed without a reboot?)")
-        elif cfg.REQUIRED_GPU.lower() not in gpu["name"].lower():
-            problems.append(f"GPU `nvidia-smi --query-gpu=name` = {gpu['name']!r}; REQUIRED_GPU is "
-                            f"{cfg.REQUIRED_GPU!r}")
-        elif gpu["compute_cap"] != cfg.REQUIRED_COMPUTE_CAP:
-            problems.append(f"GPU compute capability {gpu['compute_cap']}; REQUIRED_COMPUTE_CAP is "
-                            f"{cfg.REQUIRED_COMPUTE_CAP}")
-    elif is_dgx:
-        problems.append(f"{cfg.DGX_RELEASE_FILE} exists but nvidia-smi does not: DGX OS ships the driver, "
-                        f"so this box's NVIDIA stack is broken; the deploy will not install one over DGX OS")
+    problems += _gpu_problems(cfg, gpu, is_dgx)
     need = pending_bytes + int(cfg.DISK_HEADROOM_GIB * GIB)
     if disk_free is None:
         problems.append(f"disk: could not read the free space under MODEL_STORE={cfg.MODEL_STORE} (df)")
@@ -66,7 +59,46 @@ def check_facts(settings: Settings, arch: str, os_release: dict, gpu: dict | Non
         problems.append(f"disk: {disk_free / GIB:.1f} GiB free under MODEL_STORE={cfg.MODEL_STORE}, but the "
                         f"pending downloads need {pending_bytes / GIB:.1f} GiB plus DISK_HEADROOM_GIB="
                         f"{cfg.DISK_HEADROOM_GIB}")
-    return problems
+    return problems + _memory_problems(cfg, mem_total) + _user_problems(cfg, service_user)
+
+
+def _gpu_problems(cfg, gpu: dict | None, is_dgx: bool) -> list[str]:
+    if gpu is None:
+        return [f"{cfg.DGX_RELEASE_FILE} exists but nvidia-smi does not: DGX OS ships the driver, so this box's "
+                f"NVIDIA stack is broken; the deploy will not install one over DGX OS"] if is_dgx else []
+    if "error" in gpu:
+        return [f"nvidia-smi failed: {gpu['error']!r} (a driver installed without a reboot?)"]
+    if cfg.REQUIRED_GPU.lower() not in gpu["name"].lower():
+        return [f"GPU `nvidia-smi --query-gpu=name` = {gpu['name']!r}; REQUIRED_GPU is {cfg.REQUIRED_GPU!r}"]
+    if gpu["compute_cap"] != cfg.REQUIRED_COMPUTE_CAP:
+        return [f"GPU compute capability {gpu['compute_cap']}; REQUIRED_COMPUTE_CAP is {cfg.REQUIRED_COMPUTE_CAP}"]
+    return []
+
+
+def _memory_problems(cfg, mem_total: int | None) -> list[str]:
+    """BOX_USABLE_MEMORY_GIB is what the capacity plan counts with: never more than the box has."""
+    if mem_total is None:
+        return ["memory: could not read MemTotal from /proc/meminfo"]
+    if cfg.BOX_USABLE_MEMORY_GIB * GIB > mem_total:
+        return [f"memory: BOX_USABLE_MEMORY_GIB = {cfg.BOX_USABLE_MEMORY_GIB} GiB is more than this box's MemTotal "
+                f"({mem_total / GIB:.2f} GiB): the capacity plan would count memory the box does not have"]
+    return []
+
+
+def _user_problems(cfg, fact: dict | None) -> list[str]:
+    """SERVICE_USER is the deploy's own system user: an existing account that logs in, or whose uid is in the
+    login range, would lose its shell and home to the deploy."""
+    entry = (fact or {}).get("entry")
+    if not entry:
+        return []
+    user = cfg.SERVICE_USER
+    if entry["shell"] not in NOLOGIN_SHELLS:
+        return [f"SERVICE_USER = {user!r} is an account on this box with the login shell {entry['shell']} (home "
+                f"{entry['home']}): the deploy would make it a nologin user. Choose a user of the deploy's own"]
+    if fact["uid_min"] <= entry["uid"] <= fact["uid_max"]:
+        return [f"SERVICE_USER = {user!r} is an account on this box with uid {entry['uid']}, in the login range "
+                f"{fact['uid_min']}-{fact['uid_max']} (/etc/login.defs): not a system user the deploy made"]
+    return []
 
 
 @deploy("Preflight")
@@ -79,7 +111,9 @@ def preflight(settings: Settings) -> dict:
     pending = [cp for cp in settings.checkpoints if not host.get_fact(File, path=marker_path(settings, cp))]
     pending_bytes = sum(cp.total_bytes for cp in pending)
     disk_free = host.get_fact(DiskAvailable, path=cfg.MODEL_STORE)
-    problems = check_facts(settings, arch, os_release, gpu, is_dgx, disk_free, pending_bytes)
+    user = host.get_fact(SystemUser, user=cfg.SERVICE_USER)
+    problems = check_facts(settings, arch, os_release, gpu, is_dgx, disk_free, pending_bytes,
+                           mem_total=host.get_fact(MemTotal), service_user=user)
     if problems:
         raise Refused(f"{host.name}: preflight refused this box (nothing was changed):\n  - " + "\n  - ".join(problems))
     gpu_text = f"{gpu['name']} (cc {gpu['compute_cap']}, driver {gpu['driver_version']})" if gpu else "no driver yet"

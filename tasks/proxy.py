@@ -15,15 +15,11 @@ from sparkctl.config import pki
 from sparkctl.config.secrets import read_scrape_token, secrets_dir, tls_file
 from sparkctl.config.settings import HostConfig, Settings
 from sparkctl.errors import SparkctlError
-from sparkctl.render import units as svcs
-from sparkctl.render.monitoring import scrape_targets
+from sparkctl.render import box_files
+from sparkctl.render.box_files import NGINX_DIR, SITE, TLS_DIR, TOKEN_FILE
 from tasks.preflight import Refused
 
-NGINX_DIR = "/etc/nginx"  # Debian/Ubuntu layout: sites-available/, sites-enabled/
-TLS_DIR = f"{NGINX_DIR}/sparkctl-tls"
-TOKEN_FILE = f"{NGINX_DIR}/sparkctl-token.conf"
-SITE = f"{NGINX_DIR}/sites-available/sparkctl.conf"
-
+__all__ = ["NGINX_DIR", "SITE", "TLS_DIR", "TOKEN_FILE", "proxy", "render_site", "render_tokens", "tls_material"]
 
 def tls_material(settings: HostConfig) -> tuple[Path, Path, Path | None]:
     """(certificate chain, key, CA to report) on the control machine: the operator's, or a generated local CA that
@@ -36,17 +32,13 @@ def tls_material(settings: HostConfig) -> tuple[Path, Path, Path | None]:
 
 
 def render_site(settings: Settings, service_list) -> str:
-    return svcs.render_template("nginx-sparkctl.conf.j2", d=settings.cfg, services=service_list,
-                                scrape_targets=scrape_targets(settings.cfg, service_list),
-                                token_file=TOKEN_FILE, cert_path=f"{TLS_DIR}/server.pem",
-                                key_path=f"{TLS_DIR}/server.key")
+    return box_files.site(settings.cfg, service_list)
 
 
 def render_tokens(settings: Settings) -> str:
     """The root-only file of both token maps: the API token, and the scrape token (never the API token)."""
-    scrape = read_scrape_token(settings.cfg, api_token=settings.api_token)
-    return svcs.render_template("nginx-token.conf.j2", d=settings.cfg, token=settings.api_token,
-                                scrape_token=scrape)
+    return box_files.tokens(settings.cfg, settings.api_token,
+                            read_scrape_token(settings.cfg, api_token=settings.api_token))
 
 
 @deploy("TLS proxy")

@@ -18,6 +18,7 @@ from pyinfra.operations import files, systemd
 from sparkctl.config.catalog import CODER
 from sparkctl.config.schema import GroupData
 from sparkctl.config.settings import Settings, derive, host_config
+from sparkctl.render import box_files
 from sparkctl.render import units as svcs
 from sparkctl.render.units import rollout_env, rollout_values
 from tasks.acceptance import apply_verdict_args, judge_waiting
@@ -40,14 +41,13 @@ def oom_guard(settings: Settings) -> None:
     on GB10, so earlyoom watches MemAvailable and kills vLLM first; sshd keeps a memory floor."""
     cfg = settings.cfg
     earlyoom = files.put(name="Configure earlyoom (kill vLLM first, never sshd)",
-                         src=StringIO(svcs.render_template("earlyoom.j2", d=cfg)), dest="/etc/default/earlyoom",
+                         src=StringIO(box_files.earlyoom(cfg)), dest=box_files.EARLYOOM_DEFAULTS,
                          user="root", group="root", mode="0644")
     systemd.service(name="earlyoom enabled and running", service="earlyoom.service", running=True, enabled=True)
     systemd.service(name="Restart earlyoom (its config changed)", service="earlyoom.service", restarted=True,
                     _if=earlyoom.did_change)
-    drop = files.put(name="Give sshd a memory floor", src=StringIO(svcs.render_template("sshd-memory.conf.j2", d=cfg)),
-                     dest="/etc/systemd/system/ssh.service.d/sparkctl-memory.conf", user="root", group="root",
-                     mode="0644")
+    drop = files.put(name="Give sshd a memory floor", src=StringIO(box_files.sshd_dropin(cfg)),
+                     dest=box_files.SSHD_DROPIN, user="root", group="root", mode="0644")
     systemd.daemon_reload(name="Reload systemd (sshd drop-in changed)", _if=drop.did_change)
     running_oom_guard(name="Apply the sshd OOM score and memory floor to the running sshd (no restart)",
                       unit="ssh.service", oom_score_adj=cfg.SSHD_OOM_SCORE_ADJUST, memory_min=cfg.SSHD_MEMORY_MIN,

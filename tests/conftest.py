@@ -9,6 +9,10 @@ from sparkctl import REPO_ROOT
 from sparkctl.config import groupdata, schema
 
 FAKE_LOCK = str(REPO_ROOT / "tests" / "fixtures" / "fake.lock.json")
+# test secrets as strong as the check demands (at least 128 random bits): `openssl rand -hex 32`, and a
+# secrets.token_urlsafe(32); never used anywhere but these tests
+API_TOKEN = "0de8d57f275ee4a9635f11b06c4fb31750225c3ecad5c0087589d39bb7feb5f8"
+SCRAPE_TOKEN = "KV_aZzLisdxrpG-5OnuXtVR8UdkGYiI7clxoE9AXbm0"
 
 
 def pytest_collection_modifyitems(items):
@@ -23,11 +27,11 @@ def pytest_collection_modifyitems(items):
 @pytest.fixture
 def token_file(tmp_path, monkeypatch):
     path = tmp_path / "api_token"
-    path.write_text("t0ken-for-tests\n")
+    path.write_text(API_TOKEN + "\n")
     path.chmod(0o600)
     monkeypatch.setenv("SPARK_API_TOKEN_FILE", str(path))
     scrape = tmp_path / "scrape_token"  # the proxy's scrape paths have their own token (never the API token)
-    scrape.write_text("scr4pe-token-for-tests\n")
+    scrape.write_text(SCRAPE_TOKEN + "\n")
     scrape.chmod(0o600)
     monkeypatch.setenv("SPARK_SCRAPE_TOKEN_FILE", str(scrape))
     monkeypatch.delenv("SPARK_HF_TOKEN_FILE", raising=False)

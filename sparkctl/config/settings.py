@@ -50,6 +50,7 @@ class Settings(HostConfig):
     api_token: str = field(repr=False, default="")
     hf_token: str = field(repr=False, default="")
     warnings: tuple[str, ...] = ()
+    notes: tuple[str, ...] = ()  # what the offline validators checked and skipped (sparkctl/check_render.py)
 
     @property
     def services(self) -> list[Service]:

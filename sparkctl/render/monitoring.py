@@ -9,6 +9,7 @@ box tests still pass (schema.as_group_data validates it); remove with GroupData.
 from __future__ import annotations
 
 import json
+import shlex
 
 from sparkctl.box import contract
 from sparkctl.config.catalog import CODER
@@ -69,7 +70,7 @@ def watchdog_service(cfg: GroupData) -> str:
 def rollout_command(cfg: GroupData) -> list[str]:
     """argv prefix of the box's rollout.py with the environment telling it where this deploy keeps things (the
     deploy's own prefix, render.units.rollout_env)."""
-    return ["/usr/bin/env", *rollout_env(cfg).split(), BOX_PYTHON, f"{bin_dir(cfg)}/rollout.py"]
+    return ["/usr/bin/env", *shlex.split(rollout_env(cfg)), BOX_PYTHON, f"{bin_dir(cfg)}/rollout.py"]
 
 
 def rollout_limits(cfg: GroupData) -> list[str]:

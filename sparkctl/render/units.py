@@ -21,6 +21,7 @@ from sparkctl.config.service import Service, snapshot_path
 from sparkctl.errors import SettingError
 
 TP_UNIT_ENV = "SPARKCTL_TP_UNIT"  # read on the box by sparkctl/box/rollout_peer.py (TP_UNIT)
+ENV_FILE_KEYS = ("SPARKCTL_MODEL", "SPARKCTL_REVISION", "SPARKCTL_MODEL_PATH", "VLLM_ARGS")  # templates/vllm.env.j2
 
 
 def vllm_args(svc: Service, cfg: GroupData) -> list[str]:
@@ -130,8 +131,11 @@ def render_unit(svc: Service, cfg: GroupData) -> str:
 
 
 def rollout_env(cfg: GroupData) -> str:
-    """Environment prefix telling rollout.py where this deploy keeps things (settings, not hard-coded paths)."""
-    return f"SPARKCTL_ENV_DIR={cfg.ENV_DIR} SPARKCTL_STATE_DIR={cfg.STATE_DIR} SPARKCTL_DRAIN_DIR={cfg.DRAIN_DIR}"
+    """Environment prefix telling rollout.py where this deploy keeps things (settings, not hard-coded paths); a
+    shell word each (the schema allows only plain paths; quoted anyway: it precedes commands run as root)."""
+    return " ".join(f"{k}={shlex.quote(v)}" for k, v in (("SPARKCTL_ENV_DIR", cfg.ENV_DIR),
+                                                          ("SPARKCTL_STATE_DIR", cfg.STATE_DIR),
+                                                          ("SPARKCTL_DRAIN_DIR", cfg.DRAIN_DIR)))
 
 
 def rollout_values(cfg: GroupData) -> dict:

@@ -16,6 +16,7 @@ import pytest
 from sparkctl.box.check_vllm_args import unescape_env_value
 from sparkctl.check import validate_host as validate
 from sparkctl.config import catalog, groupdata, pki
+from sparkctl.config.settings import derive, host_config
 from sparkctl.config.quantities import GIB
 from sparkctl.errors import SettingError
 from sparkctl.render import units
@@ -28,6 +29,12 @@ def settings_for(data: dict, model: str | None = None):
     if model:
         d["CODING_MODEL"] = model
     return validate(d, "test-box")
+
+
+def standin_settings(data: dict):
+    """Settings for a box stood in by a temporary directory (its paths under /tmp): what the check layer derives,
+    without the deploy's layout rule that refuses a real box's directories there (sparkctl/config/rules.py)."""
+    return derive(host_config(data, "test-box"))
 
 
 def env_values(text: str) -> dict:
@@ -176,13 +183,11 @@ def nginx_check(tmp_path: Path, site: str) -> subprocess.CompletedProcess:
 def render_proxy_files(cfg, services, tmp_path: Path, cert, key) -> str:
     """The site, and its root-only token file (both maps) under tmp_path, as tasks/proxy.py renders them from the
     typed settings (cfg)."""
-    from sparkctl.render.monitoring import scrape_targets
+    from sparkctl.render import box_files
 
     token = tmp_path / "token.conf"
-    token.write_text(units.render_template("nginx-token.conf.j2", d=cfg, token=TOKEN, scrape_token=SCRAPE_TOKEN))
-    return units.render_template("nginx-sparkctl.conf.j2", d=cfg, services=services,
-                                 scrape_targets=scrape_targets(cfg, services), token_file=str(token),
-                                 cert_path=str(cert), key_path=str(key))
+    token.write_text(box_files.tokens(cfg, TOKEN, SCRAPE_TOKEN))
+    return box_files.site(cfg, services, token_file=str(token), cert_path=str(cert), key_path=str(key))
 
 
 def render_proxy_site(data: dict, s, tmp_path: Path) -> str:

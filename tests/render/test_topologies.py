@@ -16,16 +16,16 @@ from sparkctl.box.check_vllm_args import unescape_env_value
 from sparkctl.check import validate_host as validate
 from sparkctl.errors import SettingError
 from sparkctl.render import gateway, units
-from tests.conftest import changed
+from tests.conftest import API_TOKEN, SCRAPE_TOKEN, changed
 
 PAIR = ["spark-1", "spark-2"]
 
 
 def run_pair(tmp_path, topology_name: str, *extra: str, models: str = "") -> dict:
     tf = tmp_path / "api_token"
-    tf.write_text("fake-token")
+    tf.write_text(API_TOKEN)
     tf.chmod(0o600)  # secrets readable by others are refused
-    (tmp_path / "scrape_token").write_text("fake-scrape-token")  # issue 11: the proxy's scrape paths
+    (tmp_path / "scrape_token").write_text(SCRAPE_TOKEN)  # issue 11: the proxy's scrape paths
     (tmp_path / "scrape_token").chmod(0o600)
     env = dict(os.environ, FAKE_KIND="dgx", FAKE_HOSTS="2", FAKE_MODELS=models, PYINFRA_FAKE_DELAY="0",
                PYINFRA_FAKE_DELAY_JITTER="0", SPARKCTL_TEST_SECRETS=str(tmp_path / "secrets"), GX10_HOSTS="",

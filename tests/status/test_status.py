@@ -18,7 +18,7 @@ from sparkctl.status import cli, fleet
 from tests.box.test_rollout_box import box  # noqa: F401  (the fixture: the real rollout on a stand-in box)
 from tests.box.test_rollout_verdict import finish, start, until_waiting, verdict
 from tests.conftest import FAKE_LOCK, typed
-from tests.render.test_render import settings_for
+from tests.render.test_render import standin_settings
 
 REPORT = json.loads(open("tests/fixtures/status/spark-1.json").read())
 
@@ -56,7 +56,7 @@ def rendered_box(gx10_data, tmp_path):
                 ENV_DIR=str(tmp_path / "env"), STATE_DIR=str(tmp_path / "state"))
     (tmp_path / "env").mkdir()
     (tmp_path / "state" / "rollout").mkdir(parents=True)
-    s = settings_for(data)
+    s = standin_settings(data)
     for svc in s.services:
         (tmp_path / "env" / svc.env_file).write_text(units.render_env(svc, s.cfg))
     yield s.cfg
