@@ -69,6 +69,7 @@ from sparkctl.errors import SettingError, SparkctlError
 
 _EPS = 1e-9
 ONE_BOX, TWO_BOXES, NOWHERE = "one box", "two boxes (tensor-parallel) only", "does not fit"
+UNKNOWN = "unknown: its memory facts are missing"
 NO_BUDGET = "no CODER_KV_CACHE_GIB entry: all the box has left"
 
 
@@ -84,7 +85,7 @@ class Placement:
     """Where a coding model fits beside the embedders, each with the arithmetic: one box, only across two boxes in
     tensor-parallel (its weights split, the KV per box), or not at all. One max-context request is the least."""
 
-    verdict: str  # ONE_BOX | TWO_BOXES | NOWHERE
+    verdict: str  # ONE_BOX | TWO_BOXES | NOWHERE | UNKNOWN
     one_box: str  # the arithmetic on one box
     two_boxes: str  # the arithmetic per box, over two in tensor-parallel
 
@@ -286,19 +287,23 @@ def _fit(cfg: GroupData, spec: ModelSpec, box: Box, layout: KvLayout | None, tp:
     free = box.available_gib - res.value
     need = _pool(layout, 0.0, spec, cfg, tp).min_kv_bytes / GIB if layout is not None else 0.0
     ok = free > 0 and free + _EPS >= need
+    needs = (f"one {spec.max_model_len:,}-token request needs {need:.{1 if need >= 1 else 3}f} GiB of KV"
+             f"{' per box' if tp > 1 else ''}"
+             if layout is not None else "the KV one request needs is unknown (no layer facts)")
     weights = facts.weights(spec).value
     split = (f" (weights {weights / tp:.1f} + runtime {res.value - weights / tp:.1f})"
-             if weights and weights <= res.value else "")
+             if weights and weights / tp <= res.value else "")
     link = "; the per-layer all-reduce over the CX7 link is not in the roofline" if tp > 1 else ""
     return ok, (f"{where}: {box.available_gib:.1f} GiB beside the OS reserve and embedders - resident "
-                f"{res.value:.1f}{split} = {free:.1f} GiB for KV; one {spec.max_model_len:,}-token request needs "
-                f"{need:.1f} GiB of KV{' per box' if tp > 1 else ''}: "
+                f"{res.value:.1f}{split} = {free:.1f} GiB for KV; {needs}: "
                 f"{f'fits, {free - need:.1f} GiB headroom' if ok else 'does not fit'}{link}")
 
 
 def placement(cfg: GroupData, spec: ModelSpec, box: Box, layout: KvLayout | None) -> Placement:
     one_ok, one = _fit(cfg, spec, box, layout, 1)
     two_ok, two = _fit(cfg, spec, box, layout, 2)
+    if _resident(spec, cfg, 1).value is None:
+        return Placement(UNKNOWN, one, two)
     return Placement(ONE_BOX if one_ok else TWO_BOXES if two_ok else NOWHERE, one, two)
 
 
@@ -354,7 +359,7 @@ def provenance(plan: ModelPlan, spec: ModelSpec, cfg: GroupData) -> dict[str, st
 
 def _problems(plan: ModelPlan, tolerance: float) -> list[str]:
     """Why the plan is refused, or why its facts disagree with a measurement (tolerance: PLAN_MEASURED_TOLERANCE)."""
-    if plan.kv_setting == NO_BUDGET and plan.placement and plan.placement.verdict != ONE_BOX:
+    if plan.kv_setting == NO_BUDGET and plan.placement and plan.placement.verdict in (TWO_BOXES, NOWHERE):
         return [f"does not fit one box: {plan.placement.one_box}"]
     problems = []
     if plan.headroom_gib < -_EPS:

@@ -48,7 +48,8 @@ JSON (`plan_json`, printed by `python -m sparkctl plan --json`; stable, addition
     "provenance"              {"resident", "weights", "layers", "kv", "roofline"}: where each figure came from:
                               measured (with its source), calibrated, derived from the checkpoint's files (config.json
                               at <sha>, the lock's safetensors, or typed from its Hub page), hand-typed, or estimated
-    "placement"               {"verdict": "one box" | "two boxes (tensor-parallel) only" | "does not fit", "one_box",
+    "placement"               {"verdict": "one box" | "two boxes (tensor-parallel) only" | "does not fit" | "unknown",
+                              "one_box",
                               "two_boxes"}: where one max-context request fits beside the embedders, with the
                               arithmetic of each
   }]
@@ -119,7 +120,7 @@ def model_json(m: ModelPlan) -> dict:
         "draft_layers": m.layout.draft_layers if m.layout else None,
         "engine_concurrent_requests_without_draft_estimate": _r(m.engine_concurrency_without_draft, 2),
         "provenance": dict(m.provenance),
-        "placement": ({"verdict": m.placement.verdict, "one_box": m.placement.one_box,
+        "placement": ({"verdict": m.placement.verdict.partition(":")[0], "one_box": m.placement.one_box,
                        "two_boxes": m.placement.two_boxes} if m.placement else None),
     }
 
@@ -160,6 +161,8 @@ def _topology_advice(plan: ModelPlan) -> list[str]:
     """A model too big for one box: the topology that would fit it, with the arithmetic."""
     where = plan.placement
     if where is None or plan.tp > 1 or where.verdict == "one box":
+        return []
+    if where.verdict.startswith("unknown"):
         return []
     if where.verdict.startswith("two boxes"):
         return [f"{plan.name} does not fit one box beside the embedders ({where.one_box}).",
@@ -286,6 +289,8 @@ def _table(plan: BoxPlan, configured_model: str):
 
 def _where(m: ModelPlan) -> str:
     verdict = m.placement.verdict if m.placement else ""
+    if verdict.startswith("unknown"):
+        return "unknown"
     return {"one box": "1 box", "does not fit": "nowhere"}.get(verdict, "2 boxes TP\nonly" if verdict else "")
 
 
