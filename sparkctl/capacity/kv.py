@@ -131,21 +131,20 @@ LAYER_FACTS = ("full_attention_layers", "kv_heads", "head_dim", "linear_attentio
 def layout_from_facts(facts: dict, spec: ModelSpec, source: str) -> KvLayout | None:
     """The KV layout of layer facts (LAYER_FACTS, as MemoryFacts names them, plus the model dtype's bytes); None
     when the attention facts are missing (embedders, unknown models)."""
-    full, heads, dim = (int(facts.get(k) or 0) for k in ("full_attention_layers", "kv_heads", "head_dim"))
-    if full <= 0 or heads <= 0 or dim <= 0:
+    full, heads, dim, linear, state, window, dtype, draft = (int(facts.get(k) or 0) for k in (
+        "full_attention_layers", "kv_heads", "head_dim", "linear_attention_layers", "linear_state_bytes_per_layer",
+        "sliding_window", "model_dtype_bytes", "draft_attention_layers"))
+    if min(full, heads, dim) <= 0:
         return None
-    linear = int(facts.get("linear_attention_layers") or 0)
-    state, window = int(facts.get("linear_state_bytes_per_layer") or 0), int(facts.get("sliding_window") or 0)
     # linear layers of neither a known state nor a known window are left out: the estimate is then an upper bound
     state_layers = linear if state > 0 else 0
     window_layers = linear if not state_layers and window > 0 else 0
     return KvLayout(
         full_layers=full, kv_heads=heads, head_dim=dim,
-        kv_dtype_bytes=kv_dtype_bytes(spec.kv_cache_dtype, int(facts.get("model_dtype_bytes") or 2)),
+        kv_dtype_bytes=kv_dtype_bytes(spec.kv_cache_dtype, dtype or 2),
         state_layers=state_layers, state_bytes_per_layer=state if state_layers else 0,
         window_layers=window_layers, window_tokens=window if window_layers else 0,
-        draft_layers=int(facts.get("draft_attention_layers") or 0) if spec_method(spec) in DRAFT_IN_POOL else 0,
-        source=source)
+        draft_layers=draft if spec_method(spec) in DRAFT_IN_POOL else 0, source=source)
 
 
 def typed_facts(spec: ModelSpec) -> dict:

@@ -382,17 +382,22 @@ def _problems(plan: ModelPlan, tolerance: float) -> list[str]:
     return problems
 
 
-def _notes(plan: ModelPlan, spec: ModelSpec) -> list[str]:
-    """What the figures leave out, and where they come from."""
-    notes = []
-    m, layout = spec.memory, plan.layout
-    if layout is not None and layout.source == "catalog" and m.linear_attention_layers and \
-            not (layout.state_layers or layout.window_layers):
+def _layer_notes(plan: ModelPlan, spec: ModelSpec) -> list[str]:
+    """What the layer facts leave out of the KV estimate."""
+    notes, m, layout = [], spec.memory, plan.layout
+    if layout is None:
+        return notes
+    if layout.source == "catalog" and m.linear_attention_layers and not (layout.state_layers or layout.window_layers):
         notes.append(f"{m.linear_attention_layers} linear layers have no per-sequence size in the catalog and are left "
                      f"out, so the KV capacity is an upper bound (its config.json refines it)")
-    if layout is not None and layout.draft_layers and plan.engine_concurrency_without_draft is not None and \
-            plan.kv_gib > 0:
+    if layout.draft_layers and plan.engine_concurrency_without_draft is not None and plan.kv_gib > 0:
         notes.append(_draft_note(plan, spec))
+    return notes
+
+
+def _notes(plan: ModelPlan, spec: ModelSpec) -> list[str]:
+    """What the figures leave out, and where they come from."""
+    notes = _layer_notes(plan, spec)
     if plan.measured.source and (plan.measured.capacity_known or plan.measured_decode_tokens_per_s):
         notes.append(f"measured: {plan.measured.source}")
     for fact, why in plan.measured.calibrated.items():
