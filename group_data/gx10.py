@@ -5,7 +5,7 @@ Flip for one run without editing:  pyinfra inventory.py deploy.py --data CODING_
 
 CODING_MODEL = "qwen3.8-27b"  # the coding model served as CODER_SERVED_NAME: qwen3.8-27b | laguna-s-2.1
 
-CODER_KV_CACHE_GIB = {  # KV-cache budget of each coding model (--kv-cache-memory-bytes), GiB
+CODER_KV_CACHE_GIB = {  # KV-cache budget of each coding model the box keeps on disk and may flip to, GiB
     "qwen3.8-27b": 36,  # 3.9 concurrent 262K-token requests, measured
     "laguna-s-2.1": 12,  # 1.2 concurrent 262K-token requests
 }

@@ -16,12 +16,12 @@ vLLM's hybrid allocator keeps one pool of equal pages, and `kv_capacity` follows
 * concurrency = blocks / blocks per request; tokens = int(concurrency x max_context), vLLM's group-aware figure.
 
 Draft layers share the pool as full-attention layers: the MTP head's attention layer (method "mtp": the config's
-mtp_num_hidden_layers, else MemoryFacts draft_attention_layers) and a DFlash draft's layers (method "dflash":
-MemoryFacts draft_attention_layers), counted with the target's KV heads and head dim. Sliding-window layers are
-counted when the window is known (the config's sliding_window, or MemoryFacts sliding_window); linear layers of
-neither a known state nor a known window are left out (the estimate is then an upper bound). Layer facts come from
-the checkpoint's config.json when one is given or found in a local Hugging Face cache (layer_types /
-full_attention_interval / text_config are read), else from the catalog.
+mtp_num_hidden_layers) and a separate draft's layers (methods "dflash", "draft_model": the draft's own
+num_hidden_layers), counted with the target's KV heads and head dim. Sliding-window layers are counted when the
+window is known (the config's sliding_window); linear layers of neither a known state nor a known window are left
+out (the estimate is then an upper bound). Layer facts (LAYER_FACTS, named as MemoryFacts names them) come from a
+config.json (`config_facts`: layer_types / full_attention_interval / text_config are read) or are typed in the
+catalog entry; sparkctl.capacity.facts decides which, and says where each came from.
 
 Pure logic: no pyinfra, no printing.
 """

@@ -6,9 +6,11 @@ Memory model (GiB = 2**30 bytes; one box)
 -----------------------------------------
       usable                     BOX_USABLE_MEMORY_GIB (what CUDA reports on a GX10: 121.6)
     - OS reserve                 OS_RESERVE_GIB
-    - each embedder              catalog resident_gib + its EMBEDDERS[i]["kv_cache_gib"]
+    - each embedder              resident + its EMBEDDERS[i]["kv_cache_gib"]
     = available to the coder
-    - coder resident             catalog MemoryFacts.resident_gib: weights + runtime, *excluding* the KV budget
+    - coder resident             weights + runtime, *excluding* the KV budget: the entry's resident_gib when typed,
+                                 else the checkpoint's weights (the lock's safetensors sizes) + MODEL_RUNTIME_OVERHEAD_GIB
+                                 (sparkctl.capacity.facts; each figure's provenance is in ModelPlan.provenance)
     = free_gib                   "free after the embedders": what the coder's KV budget may take
     - coder KV budget            CODER_KV_CACHE_GIB[model] (--kv-cache-memory-bytes)
     = headroom_gib               must be >= 0, or the configuration is refused
@@ -32,9 +34,14 @@ assumption) and its 36 sliding-window layers (512 tokens) hold ~1K blocks each p
 
 Several Sparks (--sparks N): "replicas" runs N identical boxes (capacity adds up); "split" gives each coding model
 its own box, where its KV budget becomes all the memory the box has left (unless a KV budget is given);
-"tensor-parallel" runs one engine over N boxes: the weights (MemoryFacts.weights_gib) are divided by N on each box,
-the runtime part of the resident figure is not, and the KV budget is per box with each box holding 1/N of every
-token's KV heads, so the pool's tokens add up across boxes.
+"tensor-parallel" runs one engine over N boxes: the weights (typed, or the lock's safetensors) are divided by N on
+each box, the runtime part of the resident figure is not, and the KV budget is per box with each box holding 1/N of
+every token's KV heads, so the pool's tokens add up across boxes.
+
+Where a model fits (`placement`): one max-context request's KV beside the embedders on one box; else per box over
+two in tensor-parallel; else nowhere, each with the arithmetic. A model with no CODER_KV_CACHE_GIB budget (a
+catalog entry not selected) is planned with all the box has left. `check_fits` refuses a model too big for one box
+naming the topology that would fit it.
 
 Decode roofline: BOX_MEMORY_BANDWIDTH_GBPS / weight bytes read per decode step x tokens per step (speculative
 decoding), single stream at short context; `roofline_full_context_tokens_per_s` also reads one max-context

@@ -249,8 +249,9 @@ def with_facts(resolved: dict[str, catalog.ModelSpec], cfg: GroupData) -> dict[s
 
 def refresh_lock(groups: list[str], endpoint: str | None = None,
                  extra: list[catalog.Checkpoint] | None = None) -> Path:
-    """Resolve every checkpoint named by these groups' data (plus `extra` ones, e.g. a candidate checkpoint
-    not yet in the catalog) to a commit and listing; write their lock file."""
+    """Resolve every checkpoint of every catalog entry of these groups' data (plus `extra` ones, e.g. a candidate
+    checkpoint not yet in the catalog) to a commit, its listing and its config.json's planner facts, so a model only
+    planned is planned from its own files too; write their lock file."""
     from huggingface_hub import HfApi
 
     from sparkctl.config.secrets import read_hf_token
