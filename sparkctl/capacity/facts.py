@@ -111,10 +111,11 @@ def weights(spec: ModelSpec) -> Figure:
     return Figure(derived, "derived", f"{where}{missing}")
 
 
-def resident(spec: ModelSpec, overhead_gib: dict) -> Figure:
-    """Weights + runtime resident while serving, excluding the KV budget, GiB, on one box."""
+def resident(spec: ModelSpec, overhead_gib) -> Figure:
+    """Weights + runtime resident while serving, excluding the KV budget, GiB, on one box (overhead_gib: the
+    MODEL_RUNTIME_OVERHEAD_GIB setting, per role)."""
     m, w = spec.memory, weights(spec)
-    overhead = float(overhead_gib[spec.role])
+    overhead = float(getattr(overhead_gib, spec.role))
     derived = w.value + overhead if w.value is not None else None
     if m.resident_gib is not None:
         kind = m.resident_source or "estimate"
@@ -143,7 +144,7 @@ def bytes_read_per_step(spec: ModelSpec) -> Figure:
                                                         f"({files_of(target)})")
 
 
-def override_notes(spec: ModelSpec, overhead_gib: dict) -> tuple[str, ...]:
+def override_notes(spec: ModelSpec, overhead_gib) -> tuple[str, ...]:
     """Every hand-typed fact that overrides a different derived one, said once."""
     _, _, layer_notes = layer_facts(spec)
     notes = [f.note for f in (weights(spec), resident(spec, overhead_gib)) if f.note]

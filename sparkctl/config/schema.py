@@ -47,6 +47,14 @@ class Embedder(BaseModel):
     kv_cache_gib: t.GiB
 
 
+class RuntimeOverhead(BaseModel):
+    """MODEL_RUNTIME_OVERHEAD_GIB: what one vLLM engine holds beside its weights and KV budget, per model role."""
+
+    model_config = ConfigDict(extra="forbid", strict=True, allow_inf_nan=False, frozen=True)
+    coder: t.GiBOrZero
+    embedder: t.GiBOrZero
+
+
 class GroupData(BaseModel):
     """Every setting, typed as validated (read as attributes: cfg.DRAIN_TIMEOUT_S; templates write d.SETTING); the
     unit is in the description, the meaning in group_data/*.py. Frozen: what was checked is what is used."""
@@ -136,7 +144,7 @@ class GroupData(BaseModel):
         description="a mapping of catalog model keys to {field: value} overrides")]
     CATALOG_MODELS: Annotated[dict[str, dict[str, Any]], Field(
         description="a mapping of new catalog model keys to catalog entries (sparkctl/config/catalog.py)")]
-    MODEL_RUNTIME_OVERHEAD_GIB: Annotated[dict[Literal["coder", "embedder"], t.GiBOrZero], Field(
+    MODEL_RUNTIME_OVERHEAD_GIB: Annotated[RuntimeOverhead, Field(
         description='{"coder": GiB, "embedder": GiB}: what a vLLM engine holds beside its weights and KV cache')]
     # TLS proxy
     PROXY_PORT: t.Port

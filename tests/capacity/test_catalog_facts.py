@@ -229,3 +229,22 @@ def test_lock_refresh_records_the_config_json_facts_at_the_locked_commit(hub_ser
     assert entry["config"]["num_hidden_layers"] == 4 and "_comment" not in entry["config"]  # CONFIG_KEYS only
     cp = catalog.Checkpoint(repo="sim/tiny-qwen-4l", revision="main")
     assert lock.locked({"checkpoints": {cp.repo: entry}}, cp, Path("x.lock.json")).config == entry["config"]
+
+
+def test_the_runtime_overhead_is_what_its_comment_says():
+    """MODEL_RUNTIME_OVERHEAD_GIB['coder'] = Qwen's measured 44 GiB resident minus its ~20 GiB of weights; Laguna's
+    86 - 64 agrees within 2 GiB (group_data/gx10.py)."""
+    config = gx10()
+    qwen, laguna = (config.catalog[k].memory for k in (QWEN, LAGUNA))
+    assert qwen.resident_source == "measured"
+    assert config.cfg.MODEL_RUNTIME_OVERHEAD_GIB.coder == qwen.resident_gib - qwen.weights_gib
+    assert abs(config.cfg.MODEL_RUNTIME_OVERHEAD_GIB.coder - (laguna.resident_gib - laguna.weights_gib)) <= 2
+
+
+def test_check_refuses_laguna_main_on_one_box_naming_tensor_parallel():
+    config = gx10(CODER_KV_CACHE_GIB={QWEN: 36, LAGUNA: 12, LAGUNA_MAIN: 12})
+    with pytest.raises(planner.PlanError, match=r"It fits across two boxes in tensor-parallel \(per box over 2"):
+        planner.check_fits(config.cfg, config.catalog, LAGUNA_MAIN)
+    two = gx10(CODER_KV_CACHE_GIB={QWEN: 36, LAGUNA: 12, LAGUNA_MAIN: 12}, SPARK_TOPOLOGY="tensor-parallel")
+    plan = planner.check_fits(two.cfg, two.catalog, LAGUNA_MAIN)
+    assert plan.fits and plan.headroom_gib == pytest.approx(35.6 - 12, abs=0.1)
