@@ -157,3 +157,20 @@ def test_the_shipped_group_data_has_the_write_ups_next_candidates_in_the_catalog
         assert m.hub_facts is not None and m.hub_facts.source and m.hub_facts.config
     assert config.catalog["laguna-s-2.1-main"].memory.hub_facts.weights_bytes == 99_700_000_000
     assert config.catalog["qwen3.5-122b-a10b-nvfp4"].memory.hub_facts.weights_bytes == 83_500_000_000
+
+
+def test_a_group_data_model_goes_through_the_whole_deploy(tmp_path):
+    """The @fake deploy with a model that exists only as --data: its checkpoint is downloaded and verified against
+    the lock beside the others, and the coder is rolled out with it (no code knows its name)."""
+    import json
+
+    from tests.deploy.test_deploy_fake import run_fake
+
+    entry = {"role": "coder", "checkpoint": {"repo": "sim/tiny-qwen-4l", "revision": "main"}, "max_model_len": 4096}
+    out = run_fake("dgx", tmp_path, "--data", "CATALOG_MODELS=" + json.dumps({"acme-coder": entry}),
+                   "--data", "CODING_MODEL=acme-coder",
+                   "--data", "CODER_KV_CACHE_GIB=" + json.dumps({"qwen3.8-27b": 36, "laguna-s-2.1": 12,
+                                                                 "acme-coder": 12}))
+    fetches = [c for c in out["commands"] if "fetch_checkpoint.py" in c and "--listing" in c]
+    assert len(fetches) == 6 and any("sim--tiny-qwen-4l@" in c for c in fetches), out["log"][-3000:]
+    assert any("rollout.py apply coder" in c for c in out["commands"]), out["log"][-3000:]
