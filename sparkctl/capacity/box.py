@@ -6,8 +6,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from sparkctl.capacity import facts
 from sparkctl.config.catalog import EMBEDDER, ModelSpec, lookup
 from sparkctl.config.schema import GroupData
+from sparkctl.errors import SettingError
 
 
 @dataclass(frozen=True)
@@ -41,11 +43,17 @@ class Box:
 
 
 def box_from_data(cfg: GroupData, catalog: dict[str, ModelSpec]) -> Box:
-    """The box of the typed settings (the schema checked every number and embedder entry) and a resolved catalog."""
+    """The box of the typed settings (the schema checked every number and embedder entry) and a resolved catalog;
+    an embedder's resident memory is its entry's, else derived from its checkpoint's files (facts.resident)."""
     embedders = []
     for i, entry in enumerate(cfg.EMBEDDERS):
         spec = lookup(catalog, f"EMBEDDERS[{i}].model", entry.model, EMBEDDER)
-        embedders.append(EmbedderUse(name=spec.key, setting=f"EMBEDDERS[{i}]", resident_gib=spec.memory.resident_gib,
-                                     kv_gib=float(entry.kv_cache_gib), resident_source=spec.memory.resident_source))
+        res = facts.resident(spec, cfg.MODEL_RUNTIME_OVERHEAD_GIB)
+        if res.value is None:
+            raise SettingError(f"EMBEDDERS[{i}].model", entry.model, "an embedder whose resident memory is known",
+                               f"Unknown: {res.source}; or type memory.resident_gib in its catalog entry")
+        embedders.append(EmbedderUse(name=spec.key, setting=f"EMBEDDERS[{i}]", resident_gib=res.value,
+                                     kv_gib=float(entry.kv_cache_gib),
+                                     resident_source=res.kind))
     return Box(usable_gib=float(cfg.BOX_USABLE_MEMORY_GIB), os_reserve_gib=float(cfg.OS_RESERVE_GIB),
                embedders=tuple(embedders), bandwidth_gbps=float(cfg.BOX_MEMORY_BANDWIDTH_GBPS))

@@ -16,12 +16,12 @@ vLLM's hybrid allocator keeps one pool of equal pages, and `kv_capacity` follows
 * concurrency = blocks / blocks per request; tokens = int(concurrency x max_context), vLLM's group-aware figure.
 
 Draft layers share the pool as full-attention layers: the MTP head's attention layer (method "mtp": the config's
-mtp_num_hidden_layers, else MemoryFacts draft_attention_layers) and a DFlash draft's layers (method "dflash":
-MemoryFacts draft_attention_layers), counted with the target's KV heads and head dim. Sliding-window layers are
-counted when the window is known (the config's sliding_window, or MemoryFacts sliding_window); linear layers of
-neither a known state nor a known window are left out (the estimate is then an upper bound). Layer facts come from
-the checkpoint's config.json when one is given or found in a local Hugging Face cache (layer_types /
-full_attention_interval / text_config are read), else from the catalog.
+mtp_num_hidden_layers) and a separate draft's layers (methods "dflash", "draft_model": the draft's own
+num_hidden_layers), counted with the target's KV heads and head dim. Sliding-window layers are counted when the
+window is known (the config's sliding_window); linear layers of neither a known state nor a known window are left
+out (the estimate is then an upper bound). Layer facts (LAYER_FACTS, named as MemoryFacts names them) come from a
+config.json (`config_facts`: layer_types / full_attention_interval / text_config are read) or are typed in the
+catalog entry; sparkctl.capacity.facts decides which, and says where each came from.
 
 Pure logic: no pyinfra, no printing.
 """
@@ -124,43 +124,78 @@ class KvLayout:
         return self.full_layers + self.draft_layers
 
 
-def layout_from_catalog(spec: ModelSpec) -> KvLayout | None:
-    """Layer facts from the catalog's MemoryFacts; None when they are missing (embedders, unknown models)."""
-    m = spec.memory
-    if m.full_attention_layers <= 0 or m.kv_heads <= 0 or m.head_dim <= 0:
+LAYER_FACTS = ("full_attention_layers", "kv_heads", "head_dim", "linear_attention_layers",
+               "linear_state_bytes_per_layer", "sliding_window", "draft_attention_layers")  # MemoryFacts' layer facts
+
+
+def layout_from_facts(facts: dict, spec: ModelSpec, source: str) -> KvLayout | None:
+    """The KV layout of layer facts (LAYER_FACTS, as MemoryFacts names them, plus the model dtype's bytes); None
+    when the attention facts are missing (embedders, unknown models)."""
+    full, heads, dim, linear, state, window, dtype, draft = (int(facts.get(k) or 0) for k in (
+        "full_attention_layers", "kv_heads", "head_dim", "linear_attention_layers", "linear_state_bytes_per_layer",
+        "sliding_window", "model_dtype_bytes", "draft_attention_layers"))
+    if min(full, heads, dim) <= 0:
         return None
     # linear layers of neither a known state nor a known window are left out: the estimate is then an upper bound
-    state_layers = m.linear_attention_layers if m.linear_state_bytes_per_layer > 0 else 0
-    window_layers = m.linear_attention_layers if not state_layers and m.sliding_window > 0 else 0
+    state_layers = linear if state > 0 else 0
+    window_layers = linear if not state_layers and window > 0 else 0
     return KvLayout(
-        full_layers=m.full_attention_layers, kv_heads=m.kv_heads, head_dim=m.head_dim,
-        kv_dtype_bytes=kv_dtype_bytes(spec.kv_cache_dtype),
-        state_layers=state_layers, state_bytes_per_layer=m.linear_state_bytes_per_layer if state_layers else 0,
-        window_layers=window_layers, window_tokens=m.sliding_window if window_layers else 0,
-        draft_layers=m.draft_attention_layers if spec_method(spec) in DRAFT_IN_POOL else 0,
-        source="catalog")
+        full_layers=full, kv_heads=heads, head_dim=dim,
+        kv_dtype_bytes=kv_dtype_bytes(spec.kv_cache_dtype, dtype or 2),
+        state_layers=state_layers, state_bytes_per_layer=state if state_layers else 0,
+        window_layers=window_layers, window_tokens=window if window_layers else 0,
+        draft_layers=draft if spec_method(spec) in DRAFT_IN_POOL else 0, source=source)
 
 
-def layout_from_config(config: dict, spec: ModelSpec, source: str = "config.json") -> KvLayout:
-    """Layer facts from a checkpoint's config.json (a multimodal checkpoint's text_config wins over the top level)."""
+def typed_facts(spec: ModelSpec) -> dict:
+    """The layer facts an entry types itself (None: not typed)."""
+    return {k: v for k in LAYER_FACTS if (v := getattr(spec.memory, k)) is not None}
+
+
+def layout_from_catalog(spec: ModelSpec) -> KvLayout | None:
+    """Layer facts typed in the catalog entry's MemoryFacts; None when they are missing."""
+    return layout_from_facts(typed_facts(spec), spec, "catalog")
+
+
+def config_facts(config: dict, spec: ModelSpec, source: str = "config.json") -> dict:
+    """A checkpoint's config.json as layer facts (LAYER_FACTS and model_dtype_bytes; a multimodal checkpoint's
+    text_config wins over the top level). The MTP head's layers count as draft layers; a separate draft's are the
+    draft's own (sparkctl.capacity.facts)."""
     conf = {**config, **(config.get("text_config") or {})}
     try:
         n_layers = int(conf["num_hidden_layers"])
-        heads = int(conf["num_attention_heads"])
-    except (KeyError, TypeError, ValueError) as exc:
-        raise SettingError(f"{source} of {spec.key}", f"missing {exc}", "a config.json with num_hidden_layers and "
-                           "num_attention_heads (under text_config for a multimodal checkpoint)") from None
+        heads = int(conf.get("num_key_value_heads") or conf["num_attention_heads"])
+        dim = int(conf.get("head_dim") or int(conf["hidden_size"]) // int(conf["num_attention_heads"]))
+    except (KeyError, TypeError, ValueError, ZeroDivisionError) as exc:
+        raise SettingError(f"{source} of {spec.key}", f"missing {exc}", "a config.json with num_hidden_layers, "
+                           "num_attention_heads or num_key_value_heads, and head_dim or hidden_size (under "
+                           "text_config for a multimodal checkpoint)") from None
     n_full, n_linear, n_window = _layer_counts(conf, n_layers)
     model_bytes = dtype_bytes(conf.get("torch_dtype") or conf.get("dtype") or config.get("torch_dtype"), 2)
-    state = _linear_state_bytes(conf, model_bytes, num_speculative_tokens(spec)) if n_linear else 0
-    window = int(conf.get("sliding_window") or 0) if n_window else 0
-    return KvLayout(
-        full_layers=n_full, kv_heads=int(conf.get("num_key_value_heads") or heads),
-        head_dim=int(conf.get("head_dim") or int(conf["hidden_size"]) // heads),
-        kv_dtype_bytes=kv_dtype_bytes(spec.kv_cache_dtype, model_bytes),
-        state_layers=n_linear if state else 0, state_bytes_per_layer=state,
-        window_layers=n_window if window else 0, window_tokens=window,
-        draft_layers=_draft_layers(conf, spec), source=source)
+    facts = {"full_attention_layers": n_full, "kv_heads": heads, "head_dim": dim, "model_dtype_bytes": model_bytes,
+             "linear_attention_layers": n_linear or n_window}
+    if n_linear:
+        facts["linear_state_bytes_per_layer"] = _linear_state_bytes(conf, model_bytes, num_speculative_tokens(spec))
+    if n_window:
+        facts["sliding_window"] = int(conf.get("sliding_window") or 0)
+    if spec_method(spec) == "mtp":
+        facts["draft_attention_layers"] = int(conf.get("mtp_num_hidden_layers") or
+                                              conf.get("num_nextn_predict_layers") or 0)
+    return facts
+
+
+def is_moe(config: dict) -> bool:
+    """A mixture of experts: it reads only its active experts per step, so its weights are not its bytes per step."""
+    conf = {**config, **(config.get("text_config") or {})}
+    return any(conf.get(k) for k in ("num_experts", "num_local_experts", "n_routed_experts"))
+
+
+def layout_from_config(config: dict, spec: ModelSpec, source: str = "config.json") -> KvLayout | None:
+    """Layer facts from a checkpoint's config.json; a separate draft's layers from the catalog entry."""
+    facts = config_facts(config, spec, source)
+    if spec_method(spec) in DRAFT_IN_POOL and spec_method(spec) != "mtp":
+        facts["draft_attention_layers"] = spec.memory.draft_attention_layers or 0
+    return layout_from_facts(facts, spec, source)
 
 
 def _layer_counts(conf: dict, n_layers: int) -> tuple[int, int, int]:
@@ -190,14 +225,6 @@ def _linear_state_bytes(conf: dict, model_bytes: int, num_spec: int) -> int:
     return conv + ssm
 
 
-def _draft_layers(conf: dict, spec: ModelSpec) -> int:
-    if spec_method(spec) == "mtp":
-        return int(conf.get("mtp_num_hidden_layers") or conf.get("num_nextn_predict_layers") or 0)
-    if spec_method(spec) in DRAFT_IN_POOL:  # a separate draft checkpoint: its layers from the catalog
-        return spec.memory.draft_attention_layers
-    return 0
-
-
 def find_local_config(spec: ModelSpec, model_store: str = "") -> Path | None:
     """config.json of the checkpoint in a local Hugging Face cache (MODEL_STORE/hub, HF_HUB_CACHE, HF_HOME/hub,
     ~/.cache/huggingface/hub), newest snapshot first; None when there is none."""
@@ -222,12 +249,6 @@ def load_config(path: str | Path) -> dict:
         return json.loads(Path(path).read_text())
     except (OSError, json.JSONDecodeError) as exc:
         raise SettingError("checkpoint config", str(path), "a readable config.json", str(exc)) from None
-
-
-def model_layout(spec: ModelSpec, config: dict | None = None, config_source: str = "config.json") -> KvLayout | None:
-    if config is not None:
-        return layout_from_config(config, spec, config_source)
-    return layout_from_catalog(spec)
 
 
 # --- the KV pool -----------------------------------------------------------------------------------------------------

@@ -6,9 +6,11 @@ Memory model (GiB = 2**30 bytes; one box)
 -----------------------------------------
       usable                     BOX_USABLE_MEMORY_GIB (what CUDA reports on a GX10: 121.6)
     - OS reserve                 OS_RESERVE_GIB
-    - each embedder              catalog resident_gib + its EMBEDDERS[i]["kv_cache_gib"]
+    - each embedder              resident + its EMBEDDERS[i]["kv_cache_gib"]
     = available to the coder
-    - coder resident             catalog MemoryFacts.resident_gib: weights + runtime, *excluding* the KV budget
+    - coder resident             weights + runtime, *excluding* the KV budget: the entry's resident_gib when typed,
+                                 else the checkpoint's weights (the lock's safetensors sizes) + MODEL_RUNTIME_OVERHEAD_GIB
+                                 (sparkctl.capacity.facts; each figure's provenance is in ModelPlan.provenance)
     = free_gib                   "free after the embedders": what the coder's KV budget may take
     - coder KV budget            CODER_KV_CACHE_GIB[model] (--kv-cache-memory-bytes)
     = headroom_gib               must be >= 0, or the configuration is refused
@@ -32,9 +34,14 @@ assumption) and its 36 sliding-window layers (512 tokens) hold ~1K blocks each p
 
 Several Sparks (--sparks N): "replicas" runs N identical boxes (capacity adds up); "split" gives each coding model
 its own box, where its KV budget becomes all the memory the box has left (unless a KV budget is given);
-"tensor-parallel" runs one engine over N boxes: the weights (MemoryFacts.weights_gib) are divided by N on each box,
-the runtime part of the resident figure is not, and the KV budget is per box with each box holding 1/N of every
-token's KV heads, so the pool's tokens add up across boxes.
+"tensor-parallel" runs one engine over N boxes: the weights (typed, or the lock's safetensors) are divided by N on
+each box, the runtime part of the resident figure is not, and the KV budget is per box with each box holding 1/N of
+every token's KV heads, so the pool's tokens add up across boxes.
+
+Where a model fits (`placement`): one max-context request's KV beside the embedders on one box; else per box over
+two in tensor-parallel; else nowhere, each with the arithmetic. A model with no CODER_KV_CACHE_GIB budget (a
+catalog entry not selected) is planned with all the box has left. `check_fits` refuses a model too big for one box
+naming the topology that would fit it.
 
 Decode roofline: BOX_MEMORY_BANDWIDTH_GBPS / weight bytes read per decode step x tokens per step (speculative
 decoding), single stream at short context; `roofline_full_context_tokens_per_s` also reads one max-context
@@ -46,6 +53,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
+from sparkctl.capacity import facts
 from sparkctl.capacity.box import Box, box_from_data
 from sparkctl.capacity.kv import (
     KvCapacity,
@@ -54,7 +62,6 @@ from sparkctl.capacity.kv import (
     ceil_to,
     floor_to,
     kv_capacity,
-    model_layout,
     num_speculative_tokens,
     serve_options,
     spec_method,
@@ -68,6 +75,9 @@ from sparkctl.config.topology import TOPOLOGIES
 from sparkctl.errors import SettingError, SparkctlError
 
 _EPS = 1e-9
+ONE_BOX, TWO_BOXES, NOWHERE = "one box", "two boxes (tensor-parallel) only", "does not fit"
+UNKNOWN = "unknown: its memory facts are missing"
+NO_BUDGET = "no CODER_KV_CACHE_GIB entry: all the box has left"
 
 
 class PlanError(SparkctlError):
@@ -75,6 +85,16 @@ class PlanError(SparkctlError):
 
 
 # --- one model on the box ---------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Where a coding model fits beside the embedders, each with the arithmetic: one box, only across two boxes in
+    tensor-parallel (its weights split, the KV per box), or not at all. One max-context request is the least."""
+
+    verdict: str  # ONE_BOX | TWO_BOXES | NOWHERE | UNKNOWN
+    one_box: str  # the arithmetic on one box
+    two_boxes: str  # the arithmetic per box, over two in tensor-parallel
 
 
 @dataclass(frozen=True)
@@ -101,6 +121,8 @@ class ModelPlan:
     engine_concurrency_without_draft: float | None = None  # the estimate without the draft layers' KV
     problems: tuple[str, ...] = ()  # why it is refused, or why its facts disagree with a measurement
     notes: tuple[str, ...] = ()  # what the figures leave out
+    provenance: dict = field(default_factory=dict)  # {figure: where it came from} (sparkctl.capacity.plan)
+    placement: Placement | None = None  # one box, only two in tensor-parallel, or nowhere, with the arithmetic
 
     # derived figures ---------------------------------------------------------------------------------------------
     @property
@@ -175,7 +197,8 @@ class ModelPlan:
 
     @property
     def fits(self) -> bool:
-        return self.headroom_gib >= -_EPS and (self.capacity is None or self.capacity.concurrency >= 1.0)
+        return self.headroom_gib >= -_EPS and (self.capacity is None or self.capacity.concurrency >= 1.0) and \
+            self.resident_source != "unknown"
 
 
 @dataclass(frozen=True)
@@ -204,40 +227,43 @@ def configured_kv_gib(cfg: GroupData, coding_model: str) -> float:
 def plan_model(cfg: GroupData, catalog: dict[str, ModelSpec], coding_model: str, *, box: Box | None = None,
                kv_gib: float | None = None, sparks: int = 1, topology: str = "replicas",
                config: dict | None = None, config_source: str = "config.json") -> ModelPlan:
-    """One coding model on the configured box (or boxes); kv_gib None: the settings' budget (split: all free)."""
+    """One coding model on the configured box (or boxes); kv_gib None: the settings' budget (split, or a model
+    without one: all the box has left)."""
     _check_topology(sparks, topology)
     spec = lookup(catalog, "coding model", coding_model, CODER)
     box = box or box_from_data(cfg, catalog)
     tp = sparks if topology == "tensor-parallel" else 1
-    resident, resident_source = _resident(spec, tp)
-    free = box.available_gib - resident
+    resident = _resident(spec, cfg, tp)
+    free = box.available_gib - (resident.value or 0.0)
     kv, kv_setting = _kv_budget(cfg, spec, topology, free, kv_gib)
-    layout = model_layout(spec, config, config_source)
+    layout = facts.model_layout(spec, config, config_source)
     capacity = _pool(layout, kv, spec, cfg, tp) if layout is not None else None
     without_draft = None  # what the pool would hold without the draft's KV: the part of the estimate it explains
     if layout is not None and layout.draft_layers:
         without_draft = _pool(replace(layout, draft_layers=0), kv, spec, cfg, tp).concurrency
     roofline, full_ctx = _roofline(spec, layout, box, tp)
     plan = ModelPlan(
-        name=spec.key, title=spec.title, topology=topology, sparks=sparks,
+        name=spec.key, title=spec.title or spec.key, topology=topology, sparks=sparks,
         engines=sparks if topology == "replicas" else 1,
         boxes={"replicas": sparks, "split": 1, "tensor-parallel": sparks}[topology], tp=tp,
-        box=box, resident_gib=resident, resident_source=resident_source, free_gib=free, kv_gib=kv,
+        box=box, resident_gib=resident.value or 0.0, resident_source=resident.kind, free_gib=free, kv_gib=kv,
         kv_setting=kv_setting, max_context=spec.max_model_len, layout=layout, capacity=capacity,
         measured=measured_for(spec, kv, tp, layout.draft_layers if layout else 0),
         roofline_tokens_per_s=roofline, roofline_full_context_tokens_per_s=full_ctx,
-        engine_concurrency_without_draft=without_draft)
-    return _annotate(plan, spec, cfg.PLAN_MEASURED_TOLERANCE)
+        engine_concurrency_without_draft=without_draft,
+        placement=placement(cfg, spec, box, layout))
+    return _annotate(plan, spec, cfg)
 
 
-def _resident(spec: ModelSpec, tp: int) -> tuple[float, str]:
+def _resident(spec: ModelSpec, cfg: GroupData, tp: int) -> facts.Figure:
     """GiB per box, excluding KV: tensor-parallel divides the weights, not the runtime."""
-    m = spec.memory
-    resident = float(m.resident_gib)
-    if tp <= 1:
-        return resident, m.resident_source
-    weights = m.weights_gib if 0 < m.weights_gib <= resident else resident
-    return resident - weights + weights / tp, "estimate"
+    whole = facts.resident(spec, cfg.MODEL_RUNTIME_OVERHEAD_GIB)
+    if tp <= 1 or whole.value is None:
+        return whole
+    known = facts.weights(spec).value
+    weights = known if known and 0 < known <= whole.value else whole.value
+    return facts.Figure(whole.value - weights + weights / tp, "derived" if whole.kind == "derived" else "estimate",
+                        f"{whole.source}; its weights {weights:.1f} GiB split over {tp} boxes")
 
 
 def _kv_budget(cfg: GroupData, spec: ModelSpec, topology: str, free: float, kv_gib: float | None
@@ -247,11 +273,45 @@ def _kv_budget(cfg: GroupData, spec: ModelSpec, topology: str, free: float, kv_g
         kv, setting = float(kv_gib), "--kv"
     elif topology == "split":
         kv, setting = max(0.0, floor_to(free)), "split: all the box has left"
+    elif spec.key not in cfg.CODER_KV_CACHE_GIB:
+        kv, setting = max(0.0, floor_to(free)), NO_BUDGET
     else:
         kv, setting = configured_kv_gib(cfg, spec.key), f"CODER_KV_CACHE_GIB[{spec.key!r}]"
     if kv < 0:
         raise SettingError("KV budget", kv, "a number of GiB >= 0")
     return kv, setting
+
+
+# --- where a model fits: one box beside the embedders, only across two in tensor-parallel, or not at all -----------
+
+
+def _fit(cfg: GroupData, spec: ModelSpec, box: Box, layout: KvLayout | None, tp: int) -> tuple[bool, str]:
+    """Whether one max-context request fits beside the embedders on each of tp boxes, with the arithmetic."""
+    where = "one box" if tp == 1 else f"per box over {tp} (tensor-parallel; the head also runs the embedders)"
+    res = _resident(spec, cfg, tp)
+    if res.value is None:
+        return False, f"{where}: resident memory unknown ({res.source})"
+    free = box.available_gib - res.value
+    need = _pool(layout, 0.0, spec, cfg, tp).min_kv_bytes / GIB if layout is not None else 0.0
+    ok = free > 0 and free + _EPS >= need
+    needs = (f"one {spec.max_model_len:,}-token request needs {need:.{1 if need >= 1 else 3}f} GiB of KV"
+             f"{' per box' if tp > 1 else ''}"
+             if layout is not None else "the KV one request needs is unknown (no layer facts)")
+    weights = facts.weights(spec).value
+    split = (f" (weights {weights / tp:.1f} + runtime {res.value - weights / tp:.1f})"
+             if weights and weights / tp <= res.value else "")
+    link = "; the per-layer all-reduce over the CX7 link is not in the roofline" if tp > 1 else ""
+    return ok, (f"{where}: {box.available_gib:.1f} GiB beside the OS reserve and embedders - resident "
+                f"{res.value:.1f}{split} = {free:.1f} GiB for KV; {needs}: "
+                f"{f'fits, {free - need:.1f} GiB headroom' if ok else 'does not fit'}{link}")
+
+
+def placement(cfg: GroupData, spec: ModelSpec, box: Box, layout: KvLayout | None) -> Placement:
+    one_ok, one = _fit(cfg, spec, box, layout, 1)
+    two_ok, two = _fit(cfg, spec, box, layout, 2)
+    if _resident(spec, cfg, 1).value is None:
+        return Placement(UNKNOWN, one, two)
+    return Placement(ONE_BOX if one_ok else TWO_BOXES if two_ok else NOWHERE, one, two)
 
 
 def _pool(layout: KvLayout, kv_gib: float, spec: ModelSpec, cfg: GroupData, tp: int) -> KvCapacity:
@@ -265,11 +325,12 @@ def _pool(layout: KvLayout, kv_gib: float, spec: ModelSpec, cfg: GroupData, tp: 
 
 def _roofline(spec: ModelSpec, layout: KvLayout | None, box: Box, tp: int) -> tuple[float | None, float | None]:
     """Single-stream decode upper bounds, tokens/s: at short context, and reading one max-context sequence's KV."""
-    m = spec.memory
-    if m.bytes_read_per_step_gb <= 0:
+    read = facts.bytes_read_per_step(spec).value
+    if not read:
         return None, None
+    m = spec.memory
     bw = box.bandwidth_gbps * GB
-    step = m.bytes_read_per_step_gb * GB / tp
+    step = read * GB / tp
     if layout is None:
         return bw / step * m.tokens_per_step, None
     per_token = layout.bytes_per_token_per_layer(tp)
@@ -279,12 +340,34 @@ def _roofline(spec: ModelSpec, layout: KvLayout | None, box: Box, tp: int) -> tu
     return bw / step * m.tokens_per_step, bw / (step + kv_read) * m.tokens_per_step
 
 
-def _annotate(plan: ModelPlan, spec: ModelSpec, tolerance: float) -> ModelPlan:
-    return replace(plan, problems=tuple(_problems(plan, tolerance)), notes=tuple(_notes(plan, spec)))
+def _annotate(plan: ModelPlan, spec: ModelSpec, cfg: GroupData) -> ModelPlan:
+    return replace(plan, problems=tuple(_problems(plan, cfg.PLAN_MEASURED_TOLERANCE)),
+                   notes=tuple(_notes(plan, spec)) + facts.override_notes(spec, cfg.MODEL_RUNTIME_OVERHEAD_GIB),
+                   provenance=provenance(plan, spec, cfg))
+
+
+def provenance(plan: ModelPlan, spec: ModelSpec, cfg: GroupData) -> dict[str, str]:
+    """Where each figure of the plan came from: measured (with its source), calibrated, derived from the
+    checkpoint's files (config.json at <sha>, the lock's safetensors), hand-typed, or estimated."""
+    res, w = _resident(spec, cfg, plan.tp), facts.weights(spec)
+    kv = ("measured: " + (plan.measured.source or "") if plan.measured.capacity_known else
+          f"estimate from the layers ({plan.layout.source})" if plan.layout else "unknown: no layer facts")
+    if plan.estimate_agreement == "calibrated":
+        kv += "; the estimate is calibrated to it"
+    read = facts.bytes_read_per_step(spec)
+    out = {"resident": f"{res.kind}: {res.source}", "weights": f"{w.kind}: {w.source}",
+           "layers": plan.layout.source if plan.layout else "unknown", "kv": kv,
+           "roofline": f"{read.kind}: {read.source}; tokens per step "
+                       f"{spec.memory.tokens_per_step:g}{' (measured)' if plan.measured.source else ''}"}
+    if spec.target_facts is None and spec.memory.hub_facts is not None:
+        out["Hub page"] = f"{spec.memory.hub_facts.source} (unmeasured; `lock refresh` records the checkpoint's own)"
+    return out
 
 
 def _problems(plan: ModelPlan, tolerance: float) -> list[str]:
     """Why the plan is refused, or why its facts disagree with a measurement (tolerance: PLAN_MEASURED_TOLERANCE)."""
+    if plan.kv_setting == NO_BUDGET and plan.placement and plan.placement.verdict in (TWO_BOXES, NOWHERE):
+        return [f"does not fit one box: {plan.placement.one_box}"]
     problems = []
     if plan.headroom_gib < -_EPS:
         problems.append(f"resident {plan.resident_gib:.1f} GiB + KV {plan.kv_gib:.1f} GiB = {plan.footprint_gib:.1f}"
@@ -298,21 +381,30 @@ def _problems(plan: ModelPlan, tolerance: float) -> list[str]:
                         f"holds one is {ceil_to(cap.min_kv_bytes / GIB):.1f} GiB")
     if plan.layout is None:
         problems.append("no layer facts (catalog MemoryFacts or config.json): KV capacity unknown")
+    if plan.resident_source == "unknown":
+        problems.append(f"resident memory unknown: {plan.placement.one_box if plan.placement else ''}; run "
+                        f"`python -m sparkctl lock refresh` or type memory.weights_gib / resident_gib in its entry")
     if cap is not None and (why := disagreement(cap, plan.measured, tolerance)):
         problems.append(why)
     return problems
 
 
-def _notes(plan: ModelPlan, spec: ModelSpec) -> list[str]:
-    """What the figures leave out, and where they come from."""
-    notes = []
-    m, layout = spec.memory, plan.layout
-    if layout is not None and layout.source == "catalog" and m.linear_attention_layers and \
-            not (layout.state_layers or layout.window_layers):
+def _layer_notes(plan: ModelPlan, spec: ModelSpec) -> list[str]:
+    """What the layer facts leave out of the KV estimate."""
+    notes, m, layout = [], spec.memory, plan.layout
+    if layout is None:
+        return notes
+    if layout.source == "catalog" and m.linear_attention_layers and not (layout.state_layers or layout.window_layers):
         notes.append(f"{m.linear_attention_layers} linear layers have no per-sequence size in the catalog and are left "
                      f"out, so the KV capacity is an upper bound (its config.json refines it)")
-    if layout is not None and layout.draft_layers and plan.engine_concurrency_without_draft is not None:
+    if layout.draft_layers and plan.engine_concurrency_without_draft is not None and plan.kv_gib > 0:
         notes.append(_draft_note(plan, spec))
+    return notes
+
+
+def _notes(plan: ModelPlan, spec: ModelSpec) -> list[str]:
+    """What the figures leave out, and where they come from."""
+    notes = _layer_notes(plan, spec)
     if plan.measured.source and (plan.measured.capacity_known or plan.measured_decode_tokens_per_s):
         notes.append(f"measured: {plan.measured.source}")
     for fact, why in plan.measured.calibrated.items():
@@ -334,8 +426,7 @@ def _draft_note(plan: ModelPlan, spec: ModelSpec) -> str:
     what = "the MTP head's attention layer holds" if method == "mtp" else (
         f"the {'DFlash draft' if method == 'dflash' else 'draft model'}'s {n} "
         f"layer{'s' if n > 1 else ''} hold{'' if n > 1 else 's'}")
-    assumed = "" if method == "mtp" else (
-        ", counted with the target's KV heads and head dim: an assumption, the draft's config.json is not at hand")
+    assumed = "" if method == "mtp" else ", counted with the target's KV heads and head dim: an assumption"
     return (f"{what} a full-context KV in the pool (+{extra} KiB/token on the model's "
             f"{layout.kv_bytes_per_token // 1024} KiB{assumed}); without {'them' if n > 1 else 'it'} the "
             f"estimate would be {plan.engine_concurrency_without_draft * plan.engines:.2f} requests")

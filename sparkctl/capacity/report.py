@@ -13,7 +13,8 @@ JSON (`plan_json`, printed by `python -m sparkctl plan --json`; stable, addition
     "title"
     "topology", "sparks"      as planned; "engines": vLLM engines serving this model (replicas: sparks, else 1)
     "boxes"                   boxes this model occupies
-    "resident_gib"            per box, excluding KV; "resident_source": "measured" | "estimate" | "calibrated"
+    "resident_gib"            per box, excluding KV; "resident_source": "measured" | "estimate" | "calibrated" |
+                              "derived" (weights + MODEL_RUNTIME_OVERHEAD_GIB) | "unknown"
     "free_gib"                per box, after OS reserve and embedders, before KV
     "kv_gib"                  KV budget per box (--kv-cache-memory-bytes); "kv_setting": where it came from
     "headroom_gib"            free_gib - kv_gib; "footprint_gib": resident_gib + kv_gib
@@ -44,6 +45,13 @@ JSON (`plan_json`, printed by `python -m sparkctl plan --json`; stable, addition
     "layout_source"           "catalog" or "config.json:<path>"
     "roofline_tokens_per_s", "roofline_full_context_tokens_per_s"  estimates (tokens/s, one stream)
     "measured_decode_tokens_per_s"     bench probe, single stream (null when not measured)
+    "provenance"              {"resident", "weights", "layers", "kv", "roofline"}: where each figure came from:
+                              measured (with its source), calibrated, derived from the checkpoint's files (config.json
+                              at <sha>, the lock's safetensors, or typed from its Hub page), hand-typed, or estimated
+    "placement"               {"verdict": "one box" | "two boxes (tensor-parallel) only" | "does not fit" | "unknown",
+                              "one_box",
+                              "two_boxes"}: where one max-context request fits beside the embedders, with the
+                              arithmetic of each
   }]
 }
 """
@@ -111,6 +119,9 @@ def model_json(m: ModelPlan) -> dict:
         "estimate_agreement": m.estimate_agreement, "calibrated": dict(m.measured.calibrated),
         "draft_layers": m.layout.draft_layers if m.layout else None,
         "engine_concurrent_requests_without_draft_estimate": _r(m.engine_concurrency_without_draft, 2),
+        "provenance": dict(m.provenance),
+        "placement": ({"verdict": m.placement.verdict.partition(":")[0], "one_box": m.placement.one_box,
+                       "two_boxes": m.placement.two_boxes} if m.placement else None),
     }
 
 
@@ -143,7 +154,21 @@ def refusal_message(plan: ModelPlan) -> str:
     lines.append(f"Change CODER_KV_CACHE_GIB[{key!r}] in group_data/gx10.py (group_data/sim.py on the simulated "
                  f"Spark), or free memory: EMBEDDERS (fewer, or a smaller kv_cache_gib) or OS_RESERVE_GIB in "
                  f"group_data/all.py.")
-    return "\n".join(lines)
+    return "\n".join(lines + _topology_advice(plan))
+
+
+def _topology_advice(plan: ModelPlan) -> list[str]:
+    """A model too big for one box: the topology that would fit it, with the arithmetic."""
+    where = plan.placement
+    if where is None or plan.tp > 1 or where.verdict == "one box":
+        return []
+    if where.verdict.startswith("unknown"):
+        return []
+    if where.verdict.startswith("two boxes"):
+        return [f"{plan.name} does not fit one box beside the embedders ({where.one_box}).",
+                f"It fits across two boxes in tensor-parallel ({where.two_boxes}): put two boxes in the inventory "
+                f"and set SPARK_TOPOLOGY = \"tensor-parallel\" (README \"A second Spark\")."]
+    return [f"{plan.name} fits neither one box ({where.one_box}) nor two in tensor-parallel ({where.two_boxes})."]
 
 
 # --- the table --------------------------------------------------------------------------------------------------------
@@ -191,17 +216,19 @@ def _decode(m: ModelPlan) -> str:
 def _kv_label(setting: str) -> str:
     if setting.startswith("CODER_KV_CACHE_GIB"):
         return "group data"
+    if setting.startswith("no CODER_KV_CACHE_GIB"):
+        return "all free (no budget)"
     return "all free (split)" if setting.startswith("split") else setting
 
 
 def print_table(plan: BoxPlan, configured_model: str) -> None:
-    """The plan as a table on the terminal (170 columns when not one), its problems and notes under it;
+    """The plan as a table on the terminal (190 columns when not one), its problems and notes under it;
     configured_model: CODING_MODEL, marked in the table."""
     from rich.console import Console
 
     console = Console()
     if not console.is_terminal:
-        console = Console(width=170)
+        console = Console(width=190)
     console.print(_box_line(plan))
     console.print(_table(plan, configured_model))
     for m in plan.models:
@@ -209,6 +236,12 @@ def print_table(plan: BoxPlan, configured_model: str) -> None:
             console.print(f"[red]{m.name}:[/red] {p}", highlight=False)
         for n in m.notes:
             console.print(f"[dim]{m.name}: {n}[/dim]", highlight=False)
+        if m.placement and m.placement.verdict != "one box":
+            for line in (m.placement.one_box, m.placement.two_boxes):
+                if not any(line in p for p in m.problems):
+                    console.print(f"[dim]{m.name}: {line}[/dim]", highlight=False)
+        for line in provenance_lines(m):
+            console.print(f"[dim]{m.name}: provenance: {line}[/dim]", highlight=False)
     console.print("[dim]est = estimate from the layer facts (vLLM's hybrid KV allocator); measured = what production "
                   "reported (source in the notes); calibrated = a fact set so that a production figure comes out, so "
                   "its agreement is not independent evidence. Roofline = bandwidth / weight bytes per step x tokens "
@@ -233,12 +266,13 @@ def _table(plan: BoxPlan, configured_model: str):
     for col, justify in (("model", "left"), ("resident GiB", "right"), ("free after\nembedders", "right"),
                          ("KV budget", "right"), ("headroom", "right"), ("KV tokens\n(total)", "right"),
                          ("max ctx", "right"), ("concurrent\nmax-ctx reqs\n(total)", "right"),
-                         ("decode tok/s\n(1 stream)", "right"), ("fits", "center")):
+                         ("decode tok/s\n(1 stream)", "right"), ("fits\n(where)", "center"),
+                         ("provenance", "left")):
         table.add_column(col, justify=justify)
     for m in plan.models:
         configured = " [dim](configured)[/dim]" if m.name == configured_model else ""
         table.add_row(
-            f"{m.name}{configured}\n[dim]{m.layout.source if m.layout else 'no layer facts'}[/dim]",
+            f"{m.name}{configured}",
             f"{_gib(m.resident_gib)}\n[dim]{m.resident_source}[/dim]",
             _gib(m.free_gib),
             f"{_gib(m.kv_gib)}\n[dim]{_kv_label(m.kv_setting)}[/dim]",
@@ -247,6 +281,38 @@ def _table(plan: BoxPlan, configured_model: str):
             f"{m.max_context:,}",
             _concurrency(m),
             _decode(m),
-            "[green]yes[/green]" if m.fits else "[red]NO[/red]",
+            ("[green]yes[/green]" if m.fits else "[red]NO[/red]") + f"\n[dim]{_where(m)}[/dim]",
+            _provenance_cell(m),
         )
     return table
+
+
+def _where(m: ModelPlan) -> str:
+    verdict = m.placement.verdict if m.placement else ""
+    if verdict.startswith("unknown"):
+        return "unknown"
+    return {"one box": "1 box", "does not fit": "nowhere"}.get(verdict, "2 boxes TP\nonly" if verdict else "")
+
+
+def _short(text: str) -> str:
+    """A provenance in a few words: its kind, and the commit it was read at."""
+    kind, _, rest = text.partition(": ")
+    at = rest.split("the lock at ", 1)[1][:12] if "the lock at " in rest else ""
+    typed = "Hub page" if "typed from the Hub page" in rest else ""
+    return f"{kind} ({'@' + at if at else typed})" if (at or typed) else kind
+
+
+def _provenance_cell(m: ModelPlan) -> str:
+    """resident, layers and KV: where each came from (the whole text is a note under the table)."""
+    p = m.provenance
+    layers = p.get("layers", "")
+    layers = ("hand-typed" if layers == "catalog" else
+              "config.json @" + layers.split("the lock at ", 1)[1][:12] if "the lock at " in layers else
+              "config.json (Hub page)" if "Hub page" in layers else layers)
+    return "\n".join((f"resident: {_short(p.get('resident', ''))}", f"layers: {layers}",
+                      f"KV: {p.get('kv', '').partition(':')[0].partition(' from')[0]}"))
+
+
+def provenance_lines(m: ModelPlan) -> list[str]:
+    """Every figure's provenance in full, for the notes under the table."""
+    return [f"{figure}: {text}" for figure, text in m.provenance.items()]

@@ -1,319 +1,272 @@
 """The model catalog: every model a GX10 can serve, with its checkpoint, vLLM arguments and memory facts.
 
-Pure data plus a resolver; no pyinfra. Group data may override fields per model through
-`CATALOG_OVERRIDES` (the simulated Spark uses that to swap in tiny stand-in checkpoints under the same keys,
-so the flip it tests is the flip a real box makes).
+One pydantic model (ModelSpec) validates every entry alike: the built-in ones (sparkctl/config/catalog_entries.py),
+the ones group data adds (CATALOG_MODELS) and the fields group data changes (CATALOG_OVERRIDES: the simulated Spark
+swaps in tiny stand-in checkpoints under the same keys, so the flip it tests is the flip a real box makes). A
+mistake is refused naming the entry and field it is in (CATALOG_MODELS['key']['memory']['resident_gib']), with the
+closest field names for a typo. Pure data plus a resolver; no pyinfra.
+
+Memory facts left out (None) are derived from the checkpoint's own files, which `lock refresh` records
+(sparkctl.config.lock: its config.json at the locked commit, its safetensors sizes; sparkctl.capacity.facts); a
+fact typed in an entry overrides the derived one, and the plan says so.
 """
 
 from __future__ import annotations
 
 import copy
-import dataclasses
 import difflib
-import functools
-import typing
-from dataclasses import dataclass, field
-from typing import Any
+import re
+from typing import Annotated, Any, Literal
 
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from sparkctl.config import catalog_entries
+from sparkctl.config.owned_flags import check_owned_flags
 from sparkctl.errors import SettingError
 
 CODER = "coder"
 EMBEDDER = "embedder"
+KEY_PATTERN = r"^[a-z0-9][a-z0-9._-]{0,62}$"  # a catalog key is also a unit, file and Kubernetes name part
+NESTED = ("checkpoint", "draft", "memory")  # fields an override merges into (a mapping), rather than replaces
+
+_ENTRY = ConfigDict(extra="forbid", strict=True, frozen=True, allow_inf_nan=False)
+Lax = Field(strict=False)  # a list given for a tuple (group data and --data JSON write lists)
+GiB = Annotated[float | None, Field(ge=0, description="a number of GiB >= 0, or None to derive it from the "
+                                                      "checkpoint's files")]
+Layers = Annotated[int | None, Field(ge=0, description="a whole number >= 0, or None to derive it from the "
+                                                       "checkpoint's config.json")]
 
 
-@dataclass(frozen=True)
-class Checkpoint:
+class Checkpoint(BaseModel):
     """One Hugging Face repository the box downloads, at a revision the lock file pins to a commit."""
 
-    repo: str  # "org/name" on the Hub (or on HF_ENDPOINT)
-    revision: str  # branch or tag asked for; models.lock.json records the commit it resolved to
-    allow_patterns: tuple[str, ...] = ("*.json", "*.safetensors", "*.jinja", "*.txt", "*.model")
+    model_config = _ENTRY
+    repo: Annotated[str, Field(pattern=r"^[A-Za-z0-9][\w.-]*/[\w.-]+$",
+                               description="a Hub repository 'org/name'")]
+    revision: Annotated[str, Field(pattern=r"^[^\s]+$", description="a branch, tag or commit sha")]
+    allow_patterns: Annotated[tuple[str, ...], Lax] = ("*.json", "*.safetensors", "*.jinja", "*.txt", "*.model")
 
 
-@dataclass(frozen=True)
-class MemoryFacts:
-    """What the capacity planner needs. GiB are 2**30 bytes; 'measured' figures come from the production box.
+class CheckpointFacts(BaseModel):
+    """What a checkpoint's own files say: recorded by `lock refresh` at the locked commit, or typed into an entry
+    from the Hub's pages (MemoryFacts.hub_facts) until the lock records them."""
 
-    'calibrated' facts were set so that a production figure comes out: their agreement with it is by construction,
-    not independent evidence, and the plan says so.
-    """
+    model_config = _ENTRY
+    weights_bytes: Annotated[int, Field(ge=0, description="bytes of safetensors weights >= 0")]
+    config: dict[str, Any] | None = None  # the planner's facts of its config.json (sparkctl.config.lock.CONFIG_KEYS)
+    sha: str = ""  # the locked commit ("" when typed in)
+    source: Annotated[str, Field(min_length=1, description="where the facts were read (a URL and revision)")]
 
-    resident_gib: float  # weights + runtime resident while serving, excluding the KV budget
-    resident_source: str  # "measured", "estimate" or "calibrated"
-    bytes_read_per_step_gb: float  # weight bytes read per decode step (active parameters), GB (1e9)
-    tokens_per_step: float = 1.0  # mean tokens emitted per decode step (speculative decoding), measured
-    full_attention_layers: int = 0  # layers whose KV grows with context
-    kv_heads: int = 0  # key/value heads per full-attention layer
-    head_dim: int = 0  # width of one head
-    linear_attention_layers: int = 0  # layers whose KV does not grow with context: Gated DeltaNet or sliding window
-    linear_state_bytes_per_layer: int = 0  # Gated DeltaNet: fixed state per sequence per linear layer, bytes
-    sliding_window: int = 0  # > 0: the linear layers are sliding-window attention over this many tokens
-    measured_kv_tokens: dict = field(default_factory=dict)  # {kv_budget_gib: tokens vLLM reported}
-    measured_concurrency: dict = field(default_factory=dict)  # {kv_budget_gib: concurrent max_model_len requests
-    # measured, at the source's precision}, where the source gives no token count
+
+class MemoryFacts(BaseModel):
+    """What the capacity planner needs. A fact left None is derived from the checkpoint's files (the lock);
+    'measured' figures come from the production box; 'calibrated' facts were set so that a production figure comes
+    out: their agreement with it is by construction, not independent evidence, and the plan says so."""
+
+    model_config = _ENTRY
+    resident_gib: GiB = None  # weights + runtime resident while serving, excluding the KV budget
+    resident_source: Literal["measured", "estimate", "calibrated"] | None = None  # what resident_gib is
+    weights_gib: GiB = None  # checkpoint weights alone (tensor-parallel splits these)
+    bytes_read_per_step_gb: Annotated[float | None, Field(ge=0, description="GB (1e9) >= 0; 0: no roofline")] = None
+    # weight bytes read per decode step (active parameters), GB; None: a dense checkpoint's weights
+    tokens_per_step: Annotated[float, Field(ge=1, description="tokens per decode step >= 1")] = 1.0
+    full_attention_layers: Layers = None  # layers whose KV grows with context
+    kv_heads: Annotated[int | None, Field(ge=1, description="a whole number >= 1, or None")] = None
+    head_dim: Annotated[int | None, Field(ge=1, description="a whole number >= 1, or None")] = None
+    linear_attention_layers: Layers = None  # layers whose KV does not grow: Gated DeltaNet or sliding window
+    linear_state_bytes_per_layer: Layers = None  # Gated DeltaNet: fixed state per sequence per linear layer, bytes
+    sliding_window: Layers = None  # > 0: the linear layers are sliding-window attention over this many tokens
+    draft_attention_layers: Layers = None  # speculative layers whose KV shares the target's pool
+    measured_kv_tokens: dict[float, Annotated[int, Field(gt=0)]] = {}  # {kv_budget_gib: tokens vLLM reported}
+    measured_concurrency: dict[float, Annotated[float, Field(gt=0)]] = {}  # {kv_budget_gib: concurrent requests}
     measured_source: str = ""  # where the measured_* figures were published
-    draft_attention_layers: int = 0  # speculative layers (the MTP head; a DFlash draft's layers) whose KV shares the
-    # target's pool and grows with context, counted with the target's KV heads and head dim
-    calibrated: dict = field(default_factory=dict)  # {fact: why}: layer facts calibrated to a production figure
-    weights_gib: float = 0.0  # checkpoint weights alone (tensor-parallel splits these); 0: unknown, split all resident
-    measured_decode_tokens_per_s: float = 0.0  # bench probe, single stream, production; 0: not measured
-    measured_on: str = ""  # checkpoint repo the measured_* figures were taken on: another checkpoint under the same
-    # key (the simulated Spark's stand-ins) does not inherit them; "": whatever checkpoint the entry names
-    # --- acceptance floors (issue 12): speculative decoding on this box, the bench probe's code workload, 1 stream;
-    # the acceptance gate fails a rollout whose figures fall below ACCEPTANCE_SPEC_FLOOR_FRACTION of these
-    measured_acceptance_rate: float = 0.0  # Δaccepted / Δdraft tokens (0-1); 0: no floor recorded
-    measured_acceptance_per_position: tuple[float, ...] = ()  # Δaccepted at draft position i / Δdrafts; (): none
-    measured_acceptance_source: str = ""  # where the acceptance figures were published
+    calibrated: dict[str, str] = {}  # {fact: why}: layer facts calibrated to a production figure
+    measured_decode_tokens_per_s: Annotated[float, Field(ge=0)] = 0.0  # bench probe, single stream; 0: none
+    measured_on: str = ""  # checkpoint repo the measured_* figures belong to ("": the entry's own)
+    # acceptance floors (issue 12): speculative decoding on this box, the bench probe's code workload, 1 stream
+    measured_acceptance_rate: Annotated[float, Field(ge=0, le=1)] = 0.0  # 0: no floor recorded
+    measured_acceptance_per_position: Annotated[tuple[Annotated[float, Field(ge=0, le=1)], ...], Lax] = ()
+    measured_acceptance_source: str = ""
     measured_acceptance_on: str = ""  # checkpoint repo the acceptance figures belong to; "": measured_on's
-    # which of the acceptance figures (tokens_per_step, acceptance_rate, per_position) the source states as a
-    # measurement: "measured" (judged), "derived" (read from the source's words or arithmetic: printed, never
-    # judged) or "provisional" (a stand-in's placeholder until its own runs measure it: judged, and said so);
-    # a figure not named here is measured
-    acceptance_provenance: dict = field(default_factory=dict)
-    # --- published bench-probe figures (issue 20): the reference of a model's first flip on a box, the write-up's
-    # probe on the production box (one GX10); they belong to measured_on's checkpoint like the measured_* figures
-    published_decode_tokens_per_s: dict = field(default_factory=dict)  # {streams: aggregate decode tok/s}; {}: none
-    published_prefill_tokens_per_s: dict = field(default_factory=dict)  # {prompt tokens: fresh-prefill tok/s}
-    published_workload: dict = field(default_factory=dict)  # what is known of the workload they were measured with,
-    # as history.workload_key fields (e.g. {"workload": "codegen-v1", "ignore_eos": False})
-    published_source: str = ""  # where the published figures come from
+    acceptance_provenance: dict[str, str] = {}  # {figure: measured | derived | provisional}
+    # published bench-probe figures (issue 20): the reference of a model's first flip on a box
+    published_decode_tokens_per_s: dict[int, float] = {}  # {streams: aggregate decode tok/s}
+    published_prefill_tokens_per_s: dict[int, float] = {}  # {prompt tokens: fresh-prefill tok/s}
+    published_workload: dict[str, Any] = {}  # as history.workload_key fields
+    published_source: str = ""
+    # the checkpoint's config.json facts and weight size as its Hub page shows them, typed in (with their URL and
+    # revision) until `lock refresh` records the checkpoint's own: the lock's, once there, are used instead
+    hub_facts: CheckpointFacts | None = None
 
 
-@dataclass(frozen=True)
-class ModelSpec:
-    key: str  # the name CODING_MODEL / EMBEDDERS use
-    role: str  # CODER or EMBEDDER
-    title: str  # human name
+class ModelSpec(BaseModel):
+    model_config = _ENTRY
+    key: Annotated[str, Field(pattern=KEY_PATTERN)]  # the name CODING_MODEL / EMBEDDERS use
+    role: Literal["coder", "embedder"]
+    title: str = ""  # human name ("" : the key)
     checkpoint: Checkpoint
-    memory: MemoryFacts
-    max_model_len: int  # tokens per request
+    memory: MemoryFacts = MemoryFacts()
+    max_model_len: Annotated[int, Field(gt=0, description="tokens per request, > 0")]
     served_name: str = ""  # embedders: the OpenAI model id; the coder uses CODER_SERVED_NAME instead
-    kv_cache_dtype: str = "auto"  # --kv-cache-dtype
-    speculative: dict | None = None  # --speculative-config; a draft checkpoint's local path is filled in as "model"
-    draft: Checkpoint | None = None  # separate draft checkpoint (DFlash), downloaded beside the target
-    extra_args: tuple[str, ...] = ()  # model-specific `vllm serve` flags (parsers, multimodal limits, runner)
+    kv_cache_dtype: Annotated[str, Field(pattern=r"^[a-z0-9_]+$", description="a --kv-cache-dtype value")] = "auto"
+    speculative: dict[str, Any] | None = None  # --speculative-config; a draft checkpoint's path is filled in
+    draft: Checkpoint | None = None  # separate draft checkpoint (DFlash, draft_model), downloaded beside the target
+    extra_args: Annotated[tuple[str, ...], Lax] = ()  # model-specific `vllm serve` flags (parsers, limits, runner)
+    target_facts: CheckpointFacts | None = None  # set by the check layer from the lock
+    draft_facts: CheckpointFacts | None = None
 
     def checkpoints(self) -> list[Checkpoint]:
         return [self.checkpoint] + ([self.draft] if self.draft else [])
 
 
-# the write-up's probe (README "Measuring": the probe this repository's bench reproduces): code-generation requests
-# through the proxy, run to their natural end, 40 s decode windows, one fresh 12K (12,288-token) prefill
-PROBE_WORKLOAD = {"workload": "codegen-v1", "ignore_eos": False}
-PROBE_SOURCE = ("production write-up (model-decision-writeup.md, Finding 2): \"Laguna leads at every count: 46.5, 52, "
-                "96 and 176 tokens/s aggregate against Qwen's 18.3, 40, 73 and 122 ... Prefill is Laguna's at every "
-                "length: 3,550 tokens/s against 2,088 on a 12K prompt\"; the bench probe on one GX10, 40 s windows")
+ENTRY_FIELDS = tuple(f for f in ModelSpec.model_fields if f not in ("key", "target_facts", "draft_facts"))
+OVERRIDE_FIELDS = tuple(f for f in ENTRY_FIELDS if f != "role")
+_SUB_FIELDS = {"checkpoint": tuple(Checkpoint.model_fields), "draft": tuple(Checkpoint.model_fields),
+               "memory": tuple(MemoryFacts.model_fields), "hub_facts": tuple(CheckpointFacts.model_fields)}
 
-QWEN = ModelSpec(
-    key="qwen3.8-27b",
-    role=CODER,
-    title="Qwen3.8-27B (unsloth community NVFP4, MTP depth 3)",
-    checkpoint=Checkpoint(repo="unsloth/Qwen3.8-27B-NVFP4", revision="main"),
-    max_model_len=262144,
-    kv_cache_dtype="fp8",
-    speculative={"method": "mtp", "num_speculative_tokens": 3},
-    extra_args=(
-        "--limit-mm-per-prompt", '{"image":4,"video":0}',  # images on
-        "--reasoning-parser", "qwen3",
-        "--tool-call-parser", "qwen3_xml",
-        "--enable-auto-tool-choice",
-    ),
-    memory=MemoryFacts(
-        resident_gib=44.0,
-        resident_source="measured",
-        bytes_read_per_step_gb=16.0,
-        tokens_per_step=2.5,
-        full_attention_layers=16,
-        kv_heads=4,
-        head_dim=256,
-        linear_attention_layers=48,
-        linear_state_bytes_per_layer=3_145_728 + 122_880,
-        measured_kv_tokens={36: 1_014_892},
-        measured_decode_tokens_per_s=18.3,
-        measured_on="unsloth/Qwen3.8-27B-NVFP4",
-        measured_source="production write-up (model-decision-writeup.md, Finding 3): \"At the 36 GiB of KV we "
-                        "deployed, Qwen holds nearly four concurrent 262K-token requests (3.9: 1,014,892 cached "
-                        "tokens, measured)\"; decode: the bench probe, single stream",
-        draft_attention_layers=1,  # the MTP head's attention layer (the config's mtp_num_hidden_layers)
-        calibrated={"draft_attention_layers": "the MTP layer is counted in the KV pool because 16 + 1 pool layers "
-                                              "reproduce the measured 1,014,892 tokens (whether it shares the pool "
-                                              "is not documented)"},
-        weights_gib=20.0,  # estimate: NVFP4 MLPs, FP8 attention, BF16 embeddings/MTP/vision tower
-        # 2.5 tokens per step at depth 3 = 1.5 accepted of 3 drafted: about half at each position
-        measured_acceptance_rate=0.5,
-        measured_acceptance_per_position=(0.5, 0.5, 0.5),
-        measured_acceptance_source="production write-up (model-decision-writeup.md): \"Qwen's single MTP layer, re-run "
-                                   "three times, accepts about half at each position on either workload: 2.5 tokens "
-                                   "per step\"",
-        # the write-up states 2.5 tokens per step; the rate is that arithmetic (1.5 of 3) and the positions a reading
-        # of "about half at each position": chained acceptance falls with depth, so those are never judged
-        acceptance_provenance={"tokens_per_step": "measured", "acceptance_rate": "derived", "per_position": "derived"},
-        published_decode_tokens_per_s={1: 18.3, 2: 40.0, 4: 73.0, 8: 122.0},
-        published_prefill_tokens_per_s={12288: 2088.0},
-        published_workload=PROBE_WORKLOAD,
-        published_source=PROBE_SOURCE,
-    ),
-)
-
-LAGUNA = ModelSpec(
-    key="laguna-s-2.1",
-    role=CODER,
-    title="Poolside Laguna S 2.1 (NVFP4 117B MoE, DFlash draft of 7)",
-    checkpoint=Checkpoint(repo="poolside/Laguna-S-2.1-NVFP4", revision="main"),
-    draft=Checkpoint(repo="poolside/Laguna-S-2.1-DFlash-NVFP4", revision="main"),
-    max_model_len=262144,
-    kv_cache_dtype="fp8",
-    speculative={"method": "dflash", "num_speculative_tokens": 7},
-    extra_args=(
-        "--reasoning-parser", "poolside_v1",
-        "--tool-call-parser", "poolside_v1",
-        "--enable-auto-tool-choice",
-    ),
-    memory=MemoryFacts(
-        resident_gib=86.0,  # the write-up's ~98 GiB was measured with its 12 GiB KV allocated: 98 - 12
-        resident_source="estimate",
-        bytes_read_per_step_gb=4.3,
-        tokens_per_step=5.1,
-        full_attention_layers=12,
-        kv_heads=8,
-        head_dim=128,
-        linear_attention_layers=36,  # sliding-window attention (layer_types: 3 sliding, then 1 full, 12 times)
-        linear_state_bytes_per_layer=0,
-        sliding_window=512,  # the checkpoint's config.json (an earlier NVFP4 revision, as mirrored publicly)
-        measured_kv_tokens={},
-        measured_concurrency={12: 1.2},
-        measured_decode_tokens_per_s=46.5,
-        measured_on="poolside/Laguna-S-2.1-NVFP4",
-        measured_source="production write-up (model-decision-writeup.md, Finding 3): \"Its 12 GiB KV budget holds "
-                        "1.2 full-context requests\"; decode: the bench probe, single stream",
-        # the DFlash draft's 6 layers (HF card: a 6-layer sliding-attention drafter); vLLM's laguna_dflash.py keeps
-        # their full KV allocation ("DFlash inserts verifier-context K/V at absolute cache slots"). Their KV heads and
-        # head dim are assumed to be the target's (8 x 128): the draft's own config.json is not at hand
-        draft_attention_layers=6,
-        weights_gib=64.0,  # estimate: 117.6B at NVFP4 plus the ~1B BF16 DFlash draft
-        measured_acceptance_rate=0.58,  # per position not published: only the overall rate has a floor
-        measured_acceptance_source="production write-up (model-decision-writeup.md): \"Laguna's DFlash draft proposes "
-                                   "7 tokens per step. On our code-generation probe it lands 58% of them - 5.1 tokens "
-                                   "per step\"",
-        acceptance_provenance={"tokens_per_step": "measured", "acceptance_rate": "measured"},
-        published_decode_tokens_per_s={1: 46.5, 2: 52.0, 4: 96.0, 8: 176.0},
-        published_prefill_tokens_per_s={12288: 3550.0},
-        published_workload=PROBE_WORKLOAD,
-        published_source=PROBE_SOURCE,
-    ),
-)
-
-QWEN_EMBED = ModelSpec(
-    key="qwen3-embedding-0.6b",
-    role=EMBEDDER,
-    title="Qwen3-Embedding-0.6B",
-    checkpoint=Checkpoint(repo="Qwen/Qwen3-Embedding-0.6B", revision="main"),
-    served_name="embed-qwen3",
-    max_model_len=32768,
-    extra_args=("--runner", "pooling"),
-    memory=MemoryFacts(resident_gib=2.8,  # calibrated: set so both embedders (+2 GiB KV each) and OS_RESERVE_GIB
-                       # add up to the 15.6 GiB the production figures imply (121.6 usable - 44 resident - 62 free)
-                       resident_source="calibrated", bytes_read_per_step_gb=1.2),
-)
-
-BGE_M3 = ModelSpec(
-    key="bge-m3",
-    role=EMBEDDER,
-    title="BAAI bge-m3",
-    checkpoint=Checkpoint(repo="BAAI/bge-m3", revision="main"),
-    served_name="embed-bge-m3",
-    max_model_len=8192,
-    extra_args=("--runner", "pooling"),
-    memory=MemoryFacts(resident_gib=2.8,  # calibrated like the other embedder's
-                       resident_source="calibrated", bytes_read_per_step_gb=1.1),
-)
-
-CATALOG: dict[str, ModelSpec] = {m.key: m for m in (QWEN, LAGUNA, QWEN_EMBED, BGE_M3)}
-
-_NESTED = {"checkpoint": Checkpoint, "draft": Checkpoint, "memory": MemoryFacts}
+# --- errors: a pydantic error, named the way the operator wrote it ---------------------------------------------------
 
 
-def _typed(cls, name: str, value: Any, setting: str) -> Any:
-    """value checked against the dataclass field's type (pydantic, strict: no "4096" for an int), lists of a tuple
-    field made tuples; a SettingError naming the override otherwise."""
-    from pydantic import ValidationError
+def _annotation(loc: tuple) -> tuple[Any, str]:
+    """(the annotation, its description) of the field a pydantic error location points at."""
+    model, annotation, description = ModelSpec, None, ""
+    for part in loc:
+        field = model.model_fields.get(part) if isinstance(part, str) and model is not None else None
+        if field is None:
+            break
+        annotation, description = field.annotation, field.description or description
+        inner = [a for a in (*getattr(annotation, "__args__", ()), annotation) if isinstance(a, type)
+                 and issubclass(a, BaseModel)]
+        model = inner[0] if inner else None
+    return annotation, description
 
-    hint = typing.get_type_hints(cls)[name]
-    nested = [t for t in typing.get_args(hint) or (hint,) if dataclasses.is_dataclass(t)]
-    if nested:  # Checkpoint / MemoryFacts (a dict was merged by the caller); None where the field allows it
-        if value is None and type(None) in typing.get_args(hint) or isinstance(value, nested[0]):
-            return value
-        raise SettingError(setting, value, f"a mapping of {nested[0].__name__} fields to values" +
-                           (", or None" if type(None) in typing.get_args(hint) else ""))
-    if isinstance(value, list) and typing.get_origin(hint) is tuple:
-        value = tuple(value)
+
+def _type_name(annotation) -> str:
+    if annotation is None:
+        return "value"
+    return annotation.__name__ if isinstance(annotation, type) else str(annotation).replace("typing.", "")
+
+
+def _entry_error(err: dict, where: str) -> SettingError:
+    loc = tuple(p for p in err["loc"] if p not in ("[key]",))
+    if err["type"] == "extra_forbidden":
+        path = where + "".join(f"[{p!r}]" for p in loc[:-1])
+        choices = _SUB_FIELDS.get(loc[-2], ENTRY_FIELDS) if len(loc) > 1 else ENTRY_FIELDS
+        close = difflib.get_close_matches(str(loc[-1]), choices, n=1, cutoff=0.6)
+        return SettingError(path, loc[-1], sorted(choices), f"Did you mean {close[0]!r}?" if close else "")
+    if err["type"] == "missing":
+        return SettingError(where + "".join(f"[{p!r}]" for p in loc), "<not set>", "a value: every entry needs role, checkpoint (repo, revision) and "
+                                               "max_model_len")
+    annotation, description = _annotation(loc)
+    path = where + "".join(f"[{p!r}]" for p in loc)
+    valid = f"a value of type {_type_name(annotation)}" + (f": {description}" if description else "")
+    return SettingError(path, err.get("input"), valid, err["msg"])
+
+
+def _validated(key: str, raw: Any, where: str, blame=None) -> ModelSpec:
+    """One entry validated; blame(loc) names the setting a field came from (an override's or the entry's)."""
+    if not isinstance(raw, dict):
+        raise SettingError(where, raw, "a mapping of catalog field names to values", f"fields: {list(ENTRY_FIELDS)}")
     try:
-        _adapter(hint).validate_python(value)
+        spec = ModelSpec.model_validate({**raw, "key": key})
     except ValidationError as exc:
-        err = exc.errors(include_url=False)[0]
-        raise SettingError(setting, value, f"a value of type {_type_name(hint)}", err["msg"]) from None
-    return value
+        errors = sorted(exc.errors(include_url=False), key=lambda e: e["type"] != "extra_forbidden")
+        raise _entry_error(errors[0], blame(errors[0]["loc"]) if blame else where) from None
+    return _checked(spec, blame or (lambda loc: where))
 
 
-@functools.lru_cache(maxsize=None)
-def _adapter(hint):
-    from pydantic import ConfigDict, TypeAdapter
-
-    return TypeAdapter(hint, config=ConfigDict(strict=True))
-
-
-def _type_name(hint) -> str:
-    return getattr(hint, "__name__", None) if not getattr(hint, "__args__", None) else str(hint).replace("typing.", "")
-
-
-def _nested(spec: ModelSpec, name: str, value: dict, where: str):
-    """A Checkpoint / MemoryFacts field overridden by a mapping: merged over the entry's own, each sub-field typed."""
-    cls = _NESTED[name]
-    base = getattr(spec, name)
-    sub_valid = {f.name for f in dataclasses.fields(cls)}
-    merged = dataclasses.asdict(base) if base is not None else {}
-    for sub in value:
-        if sub not in sub_valid:
-            raise SettingError(f"{where}[{name!r}]", sub, sorted(sub_valid))
-        merged[sub] = _typed(cls, sub, value[sub], f"{where}[{name!r}][{sub!r}]")
-    if "allow_patterns" in merged:
-        merged["allow_patterns"] = tuple(merged["allow_patterns"])
-    missing = [f.name for f in dataclasses.fields(cls) if f.name not in merged
-               and f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING]
-    if missing:
-        raise SettingError(f"{where}[{name!r}]", value, f"a {cls.__name__} with {', '.join(missing)}")
-    return cls(**merged)
+def _checked(spec: ModelSpec, blame) -> ModelSpec:
+    """The rules between fields, which one field's type cannot say; blame(loc) names where a field was written."""
+    if spec.role == EMBEDDER and not spec.served_name:
+        raise SettingError(f"{blame(('served_name',))}['served_name']", spec.served_name,
+                           "the embedder's OpenAI model id")
+    if spec.speculative is not None and "model" in spec.speculative:
+        raise SettingError(f"{blame(('speculative', 'model'))}['speculative']['model']", spec.speculative["model"],
+                           "no draft model: the deploy fills it in from the entry's draft checkpoint",
+                           "Set the draft checkpoint ('draft': {'repo': ..., 'revision': ...}): the lock pins it "
+                           "and the box verifies it, a path or repository here would be neither")
+    tokens = (spec.speculative or {}).get("num_speculative_tokens")
+    if spec.speculative is not None and (type(tokens) is not int or tokens < 1):
+        raise SettingError(f"{blame(('speculative', 'num_speculative_tokens'))}['speculative']"
+                           "['num_speculative_tokens']", tokens, "a whole number >= 1")
+    check_owned_flags(f"{blame(('extra_args',))}['extra_args']", spec.extra_args)
+    return spec
 
 
-def _apply(spec: ModelSpec, key: str, fields: Any) -> ModelSpec:
-    valid = {f.name for f in dataclasses.fields(ModelSpec)} - {"key", "role"}
+# --- the catalog: built-in entries, CATALOG_MODELS, CATALOG_OVERRIDES ------------------------------------------------
+
+
+def _builtin_where(key: str) -> str:
+    return f"the built-in catalog entry {key!r} (sparkctl/config/catalog_entries.py)"
+
+
+def _group_models(models: Any) -> dict[str, dict]:
+    """CATALOG_MODELS checked: keys that name a new model, each entry validated (raw entries returned)."""
+    if models is None:
+        return {}
+    if not isinstance(models, dict):
+        raise SettingError("CATALOG_MODELS", models, "a mapping of new catalog model keys to catalog entries")
+    for key, raw in models.items():
+        if key in catalog_entries.BUILTIN:
+            raise SettingError(f"CATALOG_MODELS key {key!r}", key, "a key not already a built-in model",
+                               "Change a built-in model with CATALOG_OVERRIDES, or add it under another key")
+        if not isinstance(key, str) or not re.match(KEY_PATTERN, key):
+            raise SettingError(f"CATALOG_MODELS key {key!r}", key, "a lowercase name of letters, digits, '.', '_' "
+                                                                   "and '-' (it names units and files)")
+        _validated(key, raw, f"CATALOG_MODELS[{key!r}]")
+    return dict(models)
+
+
+def key_roles(models: Any = None) -> dict[str, str]:
+    """{key: role} of the built-in entries and CATALOG_MODELS' (each entry validated first)."""
+    raws = {**catalog_entries.BUILTIN, **_group_models(models)}
+    return {key: raw["role"] for key, raw in raws.items()}
+
+
+def _merged(base: dict, fields: dict) -> dict:
+    out = copy.deepcopy(base)
+    for name, value in fields.items():
+        if name in NESTED and isinstance(value, dict) and isinstance(out.get(name), dict):
+            out[name] = {**out[name], **value}
+        else:
+            out[name] = value
+    return out
+
+
+def _apply(key: str, base: dict, base_where: str, fields: Any) -> ModelSpec:
+    """An entry with CATALOG_OVERRIDES[key] merged in; a mistake is blamed on the override when it wrote the field."""
     where = f"CATALOG_OVERRIDES[{key!r}]"
     if not isinstance(fields, dict):
-        raise SettingError(where, fields, "a mapping of catalog field names to values", f"fields: {sorted(valid)}")
-    changes: dict[str, Any] = {}
-    for name, value in fields.items():
-        if name not in valid:
-            close = difflib.get_close_matches(str(name), list(valid), n=1, cutoff=0.6)
-            raise SettingError(where, name, sorted(valid), f"Did you mean {close[0]!r}?" if close else "")
-        if name in _NESTED and isinstance(value, dict):
-            changes[name] = _nested(spec, name, value, where)
-        else:
-            changes[name] = _typed(ModelSpec, name, value, f"{where}[{name!r}]")
-    return dataclasses.replace(spec, **changes)
+        raise SettingError(where, fields, "a mapping of catalog field names to values", f"fields: {OVERRIDE_FIELDS}")
+    for name in fields:
+        if name not in OVERRIDE_FIELDS:
+            close = difflib.get_close_matches(str(name), OVERRIDE_FIELDS, n=1, cutoff=0.6)
+            raise SettingError(where, name, sorted(OVERRIDE_FIELDS), f"Did you mean {close[0]!r}?" if close else "")
+
+    def blame(loc: tuple) -> str:
+        head = loc[0] if loc else None
+        sub = fields.get(head) if head in fields else None
+        written = head in fields and (len(loc) == 1 or not isinstance(sub, dict) or loc[1] in sub)
+        return where if written else base_where
+    return _validated(key, _merged(base, fields), where, blame)
 
 
-def resolve(overrides: dict[str, dict] | None = None) -> dict[str, ModelSpec]:
-    """The catalog with group data's CATALOG_OVERRIDES applied (unknown model or field names, and values of the
-    wrong type, are refused with a SettingError). A host's is resolved once, into its HostConfig
-    (sparkctl.config.settings); None: the catalog as shipped."""
-    out = dict(CATALOG)
+def resolve(overrides: Any = None, models: Any = None) -> dict[str, ModelSpec]:
+    """The catalog: the built-in entries, group data's CATALOG_MODELS added, CATALOG_OVERRIDES applied (every
+    mistake a SettingError naming the entry and field). A host's is resolved once, into its HostConfig
+    (sparkctl.config.settings); no arguments: the catalog as shipped."""
+    raws = {key: (raw, _builtin_where(key)) for key, raw in catalog_entries.BUILTIN.items()}
+    raws.update({key: (raw, f"CATALOG_MODELS[{key!r}]") for key, raw in _group_models(models).items()})
     if overrides is not None and not isinstance(overrides, dict):
         raise SettingError("CATALOG_OVERRIDES", overrides, "a mapping of catalog model keys to {field: value}")
-    for key, fields in (overrides or {}).items():
-        if key not in out:
-            close = difflib.get_close_matches(str(key).lower(), list(out), n=2, cutoff=0.6)
-            raise SettingError("CATALOG_OVERRIDES", key, sorted(out), f"Did you mean {close[0]!r}?" if close else "")
-        out[key] = _apply(out[key], key, copy.deepcopy(fields))
+    for key in overrides or {}:
+        if key not in raws:
+            close = difflib.get_close_matches(str(key).lower(), list(raws), n=2, cutoff=0.6)
+            raise SettingError("CATALOG_OVERRIDES", key, sorted(raws), f"Did you mean {close[0]!r}?" if close else "")
+    out = {}
+    for key, (raw, where) in raws.items():
+        out[key] = (_apply(key, raw, where, (overrides or {})[key]) if key in (overrides or {})
+                    else _validated(key, raw, where))
     return out
 
 
@@ -323,3 +276,6 @@ def lookup(catalog: dict[str, ModelSpec], setting: str, key: str, role: str) -> 
     if key not in valid:
         raise SettingError(setting, key, valid)
     return catalog[key]
+
+
+CATALOG: dict[str, ModelSpec] = resolve()  # the built-in entries, as shipped

@@ -13,7 +13,8 @@ def _cmd_refresh(args) -> int:
     path = refresh_lock(args.groups.split(","), args.endpoint)
     lock = load(path)
     for repo, entry in lock["checkpoints"].items():
-        print(f"{repo:45} {entry['revision']:10} {entry['sha']}  {len(entry['files'])} files")
+        facts = "config.json facts recorded" if entry.get("config") else "no config.json"
+        print(f"{repo:45} {entry['revision']:10} {entry['sha']}  {len(entry['files'])} files, {facts}")
     print(f"wrote {path}")
     return 0
 
@@ -31,7 +32,8 @@ def _cmd_show(args) -> int:
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("lock", help="resolve checkpoint revisions to commits (models.lock.json)")
     lsub = p.add_subparsers(dest="lock_command", required=True)
-    r = lsub.add_parser("refresh", help="ask the Hub what each catalog revision points at; rewrite the lock")
+    r = lsub.add_parser("refresh", help="ask the Hub what each catalog revision points at (every catalog entry's "
+                                        "checkpoints, with their config.json's planner facts); rewrite the lock")
     r.add_argument("--groups", default="all,gx10", help="group data to read (default: all,gx10 = a real box)")
     r.add_argument("--endpoint", help="Hub endpoint (default: the HF_ENDPOINT setting)")
     r.set_defaults(func=_cmd_refresh)

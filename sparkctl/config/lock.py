@@ -6,9 +6,15 @@ LFS sha256, git blob ids). Deploys read only the lock; refreshing it is an expli
 Every file is verified by content on the box, so every entry must carry a digest the box can check: an LFS
 file's sha256, or a git blob id (sha1); an entry with neither is refused by the lock and by the box.
 
+Beside the listing, `lock refresh` records the facts the capacity planner needs from the checkpoint's config.json
+at the locked commit (CONFIG_KEYS: layer layout, KV heads, head dim, dtype, MTP layers, experts; a multimodal
+checkpoint's text_config with them), so `plan` and `check` work offline from the checkpoint's own files; the
+check layer attaches them, and the safetensors sizes, to each catalog entry (`with_facts`).
+
 Format (MODEL_LOCK_FILE, JSON):
     {"version": 1, "endpoint": "...", "checkpoints": {"<org/name>": {"revision": "main", "sha": "<40 hex>",
-        "files": {"<path>": {"size": <bytes>, "blob_id": "<git oid>", "sha256": "<lfs sha256 or null>"}}}}}
+        "files": {"<path>": {"size": <bytes>, "blob_id": "<git oid>", "sha256": "<lfs sha256 or null>"}},
+        "config": {<CONFIG_KEYS of config.json>, "text_config": {...}}}}}
 """
 
 from __future__ import annotations
@@ -19,11 +25,19 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from sparkctl import REPO_ROOT
-from sparkctl.config import catalog
+from sparkctl.config import catalog, files
 from sparkctl.config.schema import GroupData
 from sparkctl.errors import SettingError, SparkctlError
 
 SHA_RE = re.compile(r"^[0-9a-f]{40}$")
+CONFIG_FILE = "config.json"
+# what the planner reads of a config.json (sparkctl/capacity/kv.py), at the top level and under text_config
+CONFIG_KEYS = ("architectures", "model_type", "torch_dtype", "dtype", "num_hidden_layers", "num_attention_heads",
+               "num_key_value_heads", "head_dim", "hidden_size", "layer_types", "full_attention_interval",
+               "sliding_window", "linear_num_key_heads", "linear_num_value_heads", "linear_key_head_dim",
+               "linear_value_head_dim", "linear_conv_kernel_dim", "mamba_ssm_dtype", "mtp_num_hidden_layers",
+               "num_nextn_predict_layers", "num_experts", "num_local_experts", "n_routed_experts",
+               "num_experts_per_tok", "max_position_embeddings")
 SHA256_RE = re.compile(r"^[0-9a-f]{64}$")
 LOCK_VERSION = 1
 DIGEST_RULE = 'a file entry with a content digest the box checks: "sha256" (64 hex) or "blob_id" (40-hex git blob id)'
@@ -50,6 +64,7 @@ class LockedCheckpoint:
     revision: str
     sha: str
     files: dict  # path -> {"size", "blob_id", "sha256"}
+    config: dict | None = None  # CONFIG_KEYS of its config.json at sha (None: not recorded)
 
     @property
     def total_bytes(self) -> int:
@@ -79,8 +94,11 @@ def shown(path: Path) -> str:
 
 
 def load(path: Path) -> dict:
+    """The lock's JSON, read defensively (a FIFO or a device in its place is refused, never read: it would hang)."""
     try:
-        lock = json.loads(path.read_text())
+        text, _ = files.read_text(path, "MODEL_LOCK_FILE", "a lock file (JSON text)",
+                                  "Run `python -m sparkctl lock refresh`")
+        lock = json.loads(text)
     except FileNotFoundError:
         raise SettingError("MODEL_LOCK_FILE", shown(path), "an existing lock file",
                            "Run `python -m sparkctl lock refresh` to create it (the simulated Spark's: "
@@ -121,7 +139,8 @@ def locked(lock: dict, cp: catalog.Checkpoint, path: Path) -> LockedCheckpoint:
         raise SettingError(f"{name}[{cp.repo!r}].files[{undigested[0]!r}]", files[undigested[0]], DIGEST_RULE,
                            f"{len(undigested)} file(s) of {cp.repo} without one: {', '.join(undigested[:5])}; "
                            f"the box could not tell a corrupt copy from a good one. {refresh}")
-    return LockedCheckpoint(repo=cp.repo, revision=cp.revision, sha=sha, files=entry["files"])
+    config = entry.get("config") if isinstance(entry.get("config"), dict) else None
+    return LockedCheckpoint(repo=cp.repo, revision=cp.revision, sha=sha, files=entry["files"], config=config)
 
 
 def has_digest(meta: dict) -> bool:
@@ -136,10 +155,10 @@ def files_without_digest(files: dict) -> list[str]:
     return sorted(path for path, meta in files.items() if not has_digest(meta))
 
 
-def checkpoints_of(resolved: dict[str, catalog.ModelSpec]) -> list[catalog.Checkpoint]:
-    """Every checkpoint of every model of a resolved catalog (a HostConfig's): both coders stay on disk."""
+def checkpoints_of(resolved: dict[str, catalog.ModelSpec] | list[catalog.ModelSpec]) -> list[catalog.Checkpoint]:
+    """Every checkpoint of these models (a resolved catalog, or the models a box keeps), each repository once."""
     seen: dict[str, catalog.Checkpoint] = {}
-    for spec in resolved.values():
+    for spec in (resolved.values() if isinstance(resolved, dict) else resolved):
         for cp in spec.checkpoints():
             seen.setdefault(cp.repo, cp)
     return list(seen.values())
@@ -158,9 +177,31 @@ def _listing(info, allow_patterns) -> dict:
     return dict(sorted(files.items()))
 
 
+def planner_config(config: dict) -> dict:
+    """The CONFIG_KEYS of a config.json (and of its text_config): what the planner reads, nothing else."""
+    out = {k: config[k] for k in CONFIG_KEYS if k in config}
+    if isinstance(config.get("text_config"), dict):
+        out["text_config"] = {k: config["text_config"][k] for k in CONFIG_KEYS if k in config["text_config"]}
+    return out
+
+
+def _config_at(api, repo: str, sha: str) -> dict:
+    """config.json of repo at the locked commit (downloaded into a throw-away cache), reduced to CONFIG_KEYS."""
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as cache:
+        path = api.hf_hub_download(repo, CONFIG_FILE, revision=sha, cache_dir=cache)
+        try:
+            return planner_config(json.loads(Path(path).read_text()))
+        except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+            raise SparkctlError(f"lock refresh: {repo}@{sha} has a {CONFIG_FILE} that is not JSON ({exc}); "
+                                f"nothing was written") from None
+
+
 def resolve(api, cp: catalog.Checkpoint, endpoint: str) -> dict:
-    """The lock entry of one checkpoint as the endpoint answers now; refused (nothing written) when the endpoint
-    lists a file without a digest, since a deploy would refuse that lock."""
+    """The lock entry of one checkpoint as the endpoint answers now, with its config.json's planner facts;
+    refused (nothing written) when the endpoint lists a file without a digest, since a deploy would refuse that
+    lock."""
     info = api.model_info(cp.repo, revision=cp.revision, files_metadata=True)
     files = _listing(info, cp.allow_patterns)
     undigested = files_without_digest(files)
@@ -168,13 +209,52 @@ def resolve(api, cp: catalog.Checkpoint, endpoint: str) -> dict:
         raise SparkctlError(f"lock refresh: {endpoint} lists {len(undigested)} file(s) of {cp.repo}@{info.sha} "
                             f"without a sha256 or git blob id ({', '.join(undigested[:5])}); nothing was written: "
                             f"every file must be verifiable by content on the box")
-    return {"revision": cp.revision, "sha": info.sha, "files": files}
+    entry = {"revision": cp.revision, "sha": info.sha, "files": files}
+    if CONFIG_FILE in files:
+        entry["config"] = _config_at(api, cp.repo, info.sha)
+    return entry
+
+
+# --- the checkpoints' own facts, attached to the catalog for the planner ---------------------------------------------
+
+
+def weights_bytes(files: dict) -> int:
+    """The safetensors weights of a listing, bytes."""
+    return sum(int(meta.get("size") or 0) for path, meta in files.items() if path.endswith(".safetensors"))
+
+
+def _facts(entries: dict, cp: catalog.Checkpoint | None, where: str) -> catalog.CheckpointFacts | None:
+    entry = entries.get(cp.repo) if cp is not None else None
+    if not isinstance(entry, dict) or entry.get("revision") != cp.revision or \
+            not SHA_RE.match(str(entry.get("sha"))) or not isinstance(entry.get("files"), dict):
+        return None
+    config = entry.get("config") if isinstance(entry.get("config"), dict) else None
+    return catalog.CheckpointFacts(weights_bytes=weights_bytes(entry["files"]), config=config, sha=entry["sha"],
+                                   source=where)
+
+
+def with_facts(resolved: dict[str, catalog.ModelSpec], cfg: GroupData) -> dict[str, catalog.ModelSpec]:
+    """The catalog with what the lock recorded of each entry's checkpoints (target and draft) at their locked
+    commits. Tools read it without a lock (the plan then has only the entries' own facts): a missing, unresolved
+    or unreadable lock attaches nothing; the deploy's own check (settings.derive) refuses such a lock."""
+    path = lock_path(cfg)
+    try:
+        entries = load(path).get("checkpoints")
+    except SettingError:
+        return resolved
+    if not isinstance(entries, dict):
+        return resolved
+    where = f"MODEL_LOCK_FILE {shown(path)}"
+    return {key: spec.model_copy(update={"target_facts": _facts(entries, spec.checkpoint, where),
+                                         "draft_facts": _facts(entries, spec.draft, where)})
+            for key, spec in resolved.items()}
 
 
 def refresh_lock(groups: list[str], endpoint: str | None = None,
                  extra: list[catalog.Checkpoint] | None = None) -> Path:
-    """Resolve every checkpoint named by these groups' data (plus `extra` ones, e.g. a candidate checkpoint
-    not yet in the catalog) to a commit and listing; write their lock file."""
+    """Resolve every checkpoint of every catalog entry of these groups' data (plus `extra` ones, e.g. a candidate
+    checkpoint not yet in the catalog) to a commit, its listing and its config.json's planner facts, so a model only
+    planned is planned from its own files too; write their lock file."""
     from huggingface_hub import HfApi
 
     from sparkctl.config.secrets import read_hf_token

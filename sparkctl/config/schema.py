@@ -47,6 +47,14 @@ class Embedder(BaseModel):
     kv_cache_gib: t.GiB
 
 
+class RuntimeOverhead(BaseModel):
+    """MODEL_RUNTIME_OVERHEAD_GIB: what one vLLM engine holds beside its weights and KV budget, per model role."""
+
+    model_config = ConfigDict(extra="forbid", strict=True, allow_inf_nan=False, frozen=True)
+    coder: t.GiBOrZero
+    embedder: t.GiBOrZero
+
+
 class GroupData(BaseModel):
     """Every setting, typed as validated (read as attributes: cfg.DRAIN_TIMEOUT_S; templates write d.SETTING); the
     unit is in the description, the meaning in group_data/*.py. Frozen: what was checked is what is used."""
@@ -139,6 +147,10 @@ class GroupData(BaseModel):
     DISK_HEADROOM_GIB: t.DiskGiB
     CATALOG_OVERRIDES: Annotated[dict[str, dict[str, Any]], Field(
         description="a mapping of catalog model keys to {field: value} overrides")]
+    CATALOG_MODELS: Annotated[dict[str, dict[str, Any]], Field(
+        description="a mapping of new catalog model keys to catalog entries (sparkctl/config/catalog.py)")]
+    MODEL_RUNTIME_OVERHEAD_GIB: Annotated[RuntimeOverhead, Field(
+        description='{"coder": GiB, "embedder": GiB}: what a vLLM engine holds beside its weights and KV cache')]
     # TLS proxy
     PROXY_PORT: t.Port
     PROXY_SERVER_NAME: t.ServerNames
@@ -280,6 +292,8 @@ class GroupData(BaseModel):
                                                            '<GiB>}')]
     # the simulated Spark (group_data/sim.py): memory facts shared by its tiny models' CATALOG_OVERRIDES
     SIM_TINY_MEMORY: Annotated[dict[str, Any] | None, Field(description="a mapping of MemoryFacts fields")] = None
+    SIM_CHECKPOINTS: Annotated[dict[str, dict[str, Any]] | None, Field(
+        description="a mapping of stand-in repositories to their descriptions (sparkctl/sim/models.py)")] = None
 
     @model_validator(mode="after")
     def _cross_field(self):
@@ -296,22 +310,23 @@ def _close(name: str, choices) -> str:
     return f"Did you mean {', '.join(repr(by_lower[f]) for f in found)}?" if found else ""
 
 
-def _model_key(setting: str, key, role: str) -> None:
-    valid = sorted(k for k, m in catalog.CATALOG.items() if m.role == role)
+def _model_key(setting: str, key, role: str, roles: dict[str, str]) -> None:
+    valid = sorted(k for k, r in roles.items() if r == role)
     if key not in valid:
         raise SettingError(setting, key, valid, _close(str(key), valid))
 
 
 def _model_keys(s: GroupData) -> None:
-    _model_key("CODING_MODEL", s.CODING_MODEL, catalog.CODER)
+    roles = catalog.key_roles(s.CATALOG_MODELS)  # the built-in entries and group data's, each entry checked
+    _model_key("CODING_MODEL", s.CODING_MODEL, catalog.CODER, roles)
     for i, e in enumerate(s.EMBEDDERS):
-        _model_key(f"EMBEDDERS[{i}].model", e.model, catalog.EMBEDDER)
+        _model_key(f"EMBEDDERS[{i}].model", e.model, catalog.EMBEDDER, roles)
         for j in range(i):
             if s.EMBEDDERS[j].model == e.model:
                 raise SettingError(f"EMBEDDERS[{i}].model", e.model,
                                    f"an embedder not already listed as EMBEDDERS[{j}] (two services, one unit name)")
     for key in s.CODER_KV_CACHE_GIB:
-        _model_key(f"CODER_KV_CACHE_GIB key {key!r}", key, catalog.CODER)
+        _model_key(f"CODER_KV_CACHE_GIB key {key!r}", key, catalog.CODER, roles)
     if s.CODING_MODEL not in s.CODER_KV_CACHE_GIB:
         raise SettingError(f"CODER_KV_CACHE_GIB[{s.CODING_MODEL!r}]", None,
                            f"a KV budget in GiB for CODING_MODEL = {s.CODING_MODEL!r}")

@@ -4,8 +4,9 @@ Two layers, both built through the check layer (sparkctl/check.py; `load` and `h
 half, which config/ itself also uses):
 
 HostConfig  what every tool reads: the typed settings (`cfg`, a frozen schema.GroupData), the catalog resolved once
-            with CATALOG_OVERRIDES, the host's name and the address clients and ssh connect to. It needs no lock
-            and no secrets, so `python -m sparkctl plan` works for a real GX10's data anywhere.
+            with CATALOG_MODELS and CATALOG_OVERRIDES (and what the lock recorded of each checkpoint's own files,
+            when it has them), the host's name and the address clients and ssh connect to. It needs no lock and no
+            secrets, so `python -m sparkctl plan` works for a real GX10's data anywhere.
 Settings    what the deploy derives on top (`derive`): the services, every checkpoint at its locked commit, the
             host's part in the topology, the secrets to upload, and warnings (a proxy timeout below the 7200 s
             floor) that are collected, not raised.
@@ -45,7 +46,7 @@ class HostConfig:
 class Settings(HostConfig):
     coder: Service
     embedders: list[Service]
-    checkpoints: list[lock.LockedCheckpoint]  # every checkpoint the box keeps on disk (both coders)
+    checkpoints: list[lock.LockedCheckpoint]  # every checkpoint the box keeps on disk (settings.kept_models)
     role: topology.Role = field(default_factory=lambda: topology.Role("replicas", "single"))
     api_token: str = field(repr=False, default="")
     hf_token: str = field(repr=False, default="")
@@ -86,7 +87,10 @@ def as_config(value) -> HostConfig:
 
 
 def _with_catalog(cfg: schema.GroupData, host_name: str, address: str) -> HostConfig:
-    return HostConfig(cfg=cfg, catalog=catalog.resolve(cfg.CATALOG_OVERRIDES), host_name=host_name, address=address)
+    """The catalog (built-in entries, CATALOG_MODELS, CATALOG_OVERRIDES), with what the lock recorded of each
+    checkpoint's own files when the lock has them."""
+    resolved = lock.with_facts(catalog.resolve(cfg.CATALOG_OVERRIDES, cfg.CATALOG_MODELS), cfg)
+    return HostConfig(cfg=cfg, catalog=resolved, host_name=host_name, address=address)
 
 
 # --- what the deploy derives -----------------------------------------------------------------------------------------
@@ -101,11 +105,20 @@ def timeout_warnings(cfg: schema.GroupData) -> tuple[str, ...]:
                  if (value := getattr(cfg, name)) < floor)
 
 
+def kept_models(config: HostConfig) -> list[ModelSpec]:
+    """The models a box keeps on disk: every coding model with a KV budget in CODER_KV_CACHE_GIB (the ones a flip
+    may select, so flipping back downloads nothing; CODING_MODEL always has one) and the EMBEDDERS. A catalog
+    entry without a budget is planned, never downloaded."""
+    cfg = config.cfg
+    coders = [config.catalog[k] for k in cfg.CODER_KV_CACHE_GIB]
+    return coders + [config.catalog[e.model] for e in cfg.EMBEDDERS]
+
+
 def locked_checkpoints(config: HostConfig) -> dict[str, lock.LockedCheckpoint]:
-    """Every catalog checkpoint at its locked commit (a SettingError names a missing or stale lock entry)."""
+    """Every checkpoint the box keeps at its locked commit (a SettingError names a missing or stale lock entry)."""
     path = lock.lock_path(config.cfg)
     lockdata = lock.load(path)
-    return {cp.repo: lock.locked(lockdata, cp, path) for cp in lock.checkpoints_of(config.catalog)}
+    return {cp.repo: lock.locked(lockdata, cp, path) for cp in lock.checkpoints_of(kept_models(config))}
 
 
 def derive(config: HostConfig, hosts: list[str] | None = None) -> Settings:

@@ -362,7 +362,8 @@ def test_json_schema(gx10):
 def test_plan_command_json(capsys):
     assert main(["plan", "--groups", "all,gx10", "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
-    assert [m["name"] for m in out["models"]] == [QWEN, LAGUNA]
+    # the built-in two, then the write-up's next candidates (group_data/gx10.py CATALOG_MODELS, in the catalog only)
+    assert [m["name"] for m in out["models"]] == [QWEN, LAGUNA, "laguna-s-2.1-main", "qwen3.5-122b-a10b-nvfp4"]
     assert out["models"][0]["concurrent_requests"] == 3.87
 
 

@@ -13,7 +13,7 @@ from pydantic import ValidationError
 from sparkctl import REPO_ROOT
 from sparkctl.__main__ import main
 from sparkctl.check import validate_host
-from sparkctl.config import catalog, groupdata, hosts, settings
+from sparkctl.config import catalog, groupdata, hosts, lock, settings
 from sparkctl.config.schema import GroupData
 from sparkctl.errors import SettingError
 from tests.conftest import FAKE_LOCK, changed, typed
@@ -42,7 +42,8 @@ def test_the_transitional_item_access_names_only_settings(gx10_cfg):
 def test_the_check_layer_resolves_the_catalog_once_per_host(gx10_data, monkeypatch):
     calls = []
     resolve = catalog.resolve
-    monkeypatch.setattr(catalog, "resolve", lambda overrides=None: calls.append(overrides) or resolve(overrides))
+    monkeypatch.setattr(catalog, "resolve", lambda overrides=None, models=None: calls.append(overrides)
+                        or resolve(overrides, models))
     s = validate_host({**gx10_data, "ssh_hostname": "10.0.0.5"}, "gx10")
     assert len(calls) == 1
     assert isinstance(s.cfg, GroupData) and s.coding_model is s.catalog["qwen3.8-27b"] is s.coder.model
@@ -85,7 +86,8 @@ def test_a_tool_merges_the_inventory_hosts_own_data(monkeypatch):
 def test_the_transitional_adapters_validate_a_raw_mapping(gx10_data, gx10_cfg):
     assert settings.as_config(gx10_cfg).cfg is gx10_cfg
     config = settings.as_config(gx10_data)
-    assert config.cfg == gx10_cfg and config.catalog == catalog.resolve(gx10_data["CATALOG_OVERRIDES"])
+    assert config.cfg == gx10_cfg and config.catalog == lock.with_facts(
+        catalog.resolve(gx10_data["CATALOG_OVERRIDES"], gx10_data["CATALOG_MODELS"]), gx10_cfg)
     with pytest.raises(SettingError, match="PROXY_PORT"):
         settings.as_config({**gx10_data, "PROXY_PORT": "443"})
 

@@ -116,3 +116,49 @@ def test_the_unrelated_draft_predicts_another_token_than_the_target(built):
     for x in (5, 123, cfg["vocab_size"] - 2):
         assert int(np.argmax(emb @ emb[x])) == x  # a tied model: the input token again
         assert int(np.argmax(lm_head @ emb[x])) == x + 1  # the unrelated draft: never the same
+
+
+def test_a_stand_in_is_a_description_in_group_data(built):
+    """Adding a stand-in is data only (SIM_CHECKPOINTS in group_data/sim.py): the two added that way are built as
+    described, and the planner reads their layout from their own config.json."""
+    described = models.descriptions()
+    assert set(built) == set(described)
+    cfg = json.loads(built["sim/tiny-qwen-4l"]["config.json"])
+    assert (cfg["architectures"], cfg["num_hidden_layers"], cfg["num_key_value_heads"]) == (["Qwen3ForCausalLM"], 4, 4)
+    h = header(built["sim/tiny-qwen-4l"]["model.safetensors"])
+    assert h["model.layers.3.self_attn.k_proj.weight"]["shape"] == [4 * 32, 128]
+    # another seed, other weights, same shapes: a checkpoint of its own (its own commit on the hub)
+    assert built["sim/tiny-too-big"]["config.json"] == built["sim/tiny-qwen"]["config.json"]
+    assert built["sim/tiny-too-big"]["model.safetensors"] != built["sim/tiny-qwen"]["model.safetensors"]
+    extra = models.descriptions({"sim/tiny-llama-3l": {"architecture": "llama", "layers": 3, "hidden": 64,
+                                                       "heads": 2, "kv_heads": 1}})
+    files = models.build(extra["sim/tiny-llama-3l"], built["sim/tiny-qwen"]["tokenizer.json"])
+    cfg = json.loads(files["config.json"])
+    assert (cfg["num_hidden_layers"], cfg["hidden_size"], cfg["num_key_value_heads"]) == (3, 64, 1)
+
+
+@pytest.mark.parametrize("raw,words", [
+    ({"sim/x": {"architecture": "mamba"}}, ["SIM_CHECKPOINTS['sim/x']['architecture']", "'mamba'"]),
+    ({"sim/x": {"architecture": "llama", "layer": 2}}, ["SIM_CHECKPOINTS['sim/x']['layer']", "layers"]),
+    ({"sim/x": {"architecture": "llama", "layers": 0}}, ["SIM_CHECKPOINTS['sim/x']['layers']", "0"]),
+    ({"acme/x": {"architecture": "llama"}}, ["SIM_CHECKPOINTS key 'acme/x'", "sim/<name>"]),
+])
+def test_a_bad_description_is_refused_naming_the_field(raw, words):
+    from sparkctl.errors import SettingError
+
+    with pytest.raises(SettingError) as err:
+        models.descriptions(raw)
+    for w in words:
+        assert w in str(err.value), (w, str(err.value))
+
+
+def test_a_changed_description_is_published_again_and_the_others_keep_their_commit(built, tmp_path):
+    first = models.publish(tmp_path)
+    described = models.descriptions()
+    changed = {**described, "sim/tiny-qwen-4l": described["sim/tiny-qwen-4l"].model_copy(update={"layers": 3})}
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(models, "descriptions", lambda raw=None: changed)
+        again = models.publish(tmp_path)
+    assert again["sim/tiny-qwen-4l"] != first["sim/tiny-qwen-4l"]
+    assert {r: s for r, s in again.items() if r != "sim/tiny-qwen-4l"} == \
+        {r: s for r, s in first.items() if r != "sim/tiny-qwen-4l"}
