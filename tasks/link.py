@@ -1,11 +1,11 @@
-"""Two Sparks in tensor-parallel: the CX7 link (netplan), Ray units when TP_BACKEND is "ray", and the two ssh keys
-the worker uses over the link: one copies checkpoints from the head (forced read-only rrsync), one lets the worker's
-rollout read the head's rollout status (forced `rollout.py status coder`). Nothing happens here for replicas or
-split."""
+"""Two Sparks in tensor-parallel: the CX7 link (netplan), Ray units when TP_BACKEND is "ray", and the ssh keys the
+boxes use over the link (sparkctl/render/link.py): the worker copies checkpoints from the head (forced read-only
+rrsync), and each box reads the other's rollout status (forced `rollout.py status coder`, only from the other box's
+link address): the worker's transaction follows the head's, the head's watchdog judges the pair as one unit.
+Nothing happens here for replicas or split."""
 
 from __future__ import annotations
 
-import shlex
 from io import StringIO
 
 from pyinfra import host
@@ -16,14 +16,10 @@ from sparkctl.config import pki
 from sparkctl.config.secrets import secrets_dir
 from sparkctl.config.settings import Settings
 from sparkctl.render import units as svcs
-from sparkctl.render.units import rollout_env
+from sparkctl.render.link import (PEER_KEY, PEER_SERVICE, SYNC_KEY, SYNC_KNOWN_HOSTS, link_ssh,  # noqa: F401
+                                  peer_status_command, peer_status_forced_command)
 from tasks.ops import pip_dist
 from tasks.vllm import pip_args
-
-SYNC_KEY = "/root/.ssh/sparkctl-cx7-sync"  # on the worker: the key it copies checkpoints with
-SYNC_KNOWN_HOSTS = "/root/.ssh/sparkctl-cx7-known_hosts"
-PEER_KEY = "/root/.ssh/sparkctl-cx7-peer"  # on the worker: the key its rollout reads the head's rollout status with
-PEER_SERVICE = "coder"  # the one service the two boxes run as one unit (the head may be asked about no other)
 
 
 def sync_key(d: dict) -> tuple[str, str]:
@@ -36,15 +32,10 @@ def peer_key(d: dict) -> tuple[str, str]:
     return str(path), public
 
 
-def link_ssh(d: dict, key: str) -> list[str]:
-    """ssh over the link as the worker runs it (checkpoint copy, the head's rollout status)."""
-    return ["ssh", "-i", key, "-o", f"UserKnownHostsFile={SYNC_KNOWN_HOSTS}",
-            *[arg for opt in d["CHECKPOINT_SYNC_SSH_OPTIONS"] for arg in ("-o", opt)]]
-
-
-def peer_status_command(d: dict, head_address: str) -> str:
-    """What the worker's rollout runs to read the head's `rollout.py status` (the head forces the command)."""
-    return shlex.join([*link_ssh(d, PEER_KEY), f"{d['CHECKPOINT_SYNC_USER']}@{head_address}", "rollout-status"])
+def link_sources(d: dict, hosts: list[str]) -> str:
+    """from= of an authorized_keys line: every link address of the given hosts."""
+    return ",".join(a.split("/")[0] for h in hosts for addrs in [d["CX7_ADDRESSES"][h]]
+                    for a in ([addrs] if isinstance(addrs, str) else addrs))
 
 
 @deploy("Two-Spark link")
@@ -61,23 +52,23 @@ def link(settings: Settings) -> None:
     key_path, public = sync_key(d)
     peer_path, peer_public = peer_key(d)
     files.directory(name="Create /root/.ssh", path="/root/.ssh", user="root", group="root", mode="0700")
+    other = "head" if role.name == "worker" else "worker"
+    files.put(name=f"Key to read the {other}'s rollout status (root-only)", src=peer_path, dest=PEER_KEY,
+              user="root", group="root", mode="0600")
+    # each box may read the other's rollout status, nothing else, only from the other box's link address: the
+    # worker's rollout follows the head's, the head's watchdog judges the pair as one unit
+    source = link_sources(d, [role.head] if role.name == "worker" else
+                          [h for h in d["CX7_ADDRESSES"] if h != host.name])
+    files.line(name=f"Let the {other} read this box's rollout status over the link (read-only)",
+               path="/root/.ssh/authorized_keys", line="sparkctl-cx7-peer",
+               replace=f'restrict,from="{source}",command="{peer_status_forced_command(d)}" {peer_public}')
     if role.name == "worker":
         files.put(name="Checkpoint copy key (worker, root-only)", src=key_path, dest=SYNC_KEY, user="root",
                   group="root", mode="0600")
-        files.put(name="Head rollout status key (worker, root-only)", src=peer_path, dest=PEER_KEY, user="root",
-                  group="root", mode="0600")
-    else:
-        # read-only rsync of the model store, only from the worker's CX7 address
-        worker = [a for h, a in d["CX7_ADDRESSES"].items() if h != host.name]
-        source = ",".join(a.split("/")[0] for addrs in worker for a in ([addrs] if isinstance(addrs, str) else addrs))
+    else:  # read-only rsync of the model store, only from the worker's CX7 address
         files.line(name="Let the worker copy checkpoints over the link (read-only rrsync)",
                    path="/root/.ssh/authorized_keys", line="sparkctl-cx7-sync",
                    replace=f'restrict,from="{source}",command="rrsync -ro {d["MODEL_STORE"]}/hub" {public}')
-        # the worker's rollout follows the head's: it may read this box's rollout status, nothing else
-        status = f"{rollout_env(d)} python3 {d['SPARKCTL_HOME']}/bin/rollout.py status {PEER_SERVICE}"
-        files.line(name="Let the worker read the head's rollout status over the link (read-only)",
-                   path="/root/.ssh/authorized_keys", line="sparkctl-cx7-peer",
-                   replace=f'restrict,from="{source}",command="{status}" {peer_public}')
     if d["TP_BACKEND"] == "ray":
         venv = svcs.vllm_venv(d)
         pip_dist(name=f"Install ray {d['RAY_VERSION']} into the venv", venv=venv, dist="ray",

@@ -1,5 +1,6 @@
 """What the monitoring deploy (tasks/monitoring.py) writes to a box: node exporter's arguments, the box-facts
-timer, the watchdog's unit and configuration, and the proxy's scrape paths with their token.
+timer, the watchdog's unit and configuration (a tensor-parallel pair's part too: box/watchdog_pair.py), and the
+proxy's scrape paths with their token.
 
 Pure functions of the validated settings; rendering uses templates/ exactly as the tests do.
 """
@@ -12,10 +13,11 @@ from sparkctl.box import contract
 from sparkctl.config import schema_types
 from sparkctl.config.catalog import CODER
 from sparkctl.errors import SettingError
+from sparkctl.render.link import peer_status_command
 from sparkctl.render.units import render_template, rollout_env
 
 BOX_PYTHON = "/usr/bin/python3"  # the box scripts are stdlib-only: the system python, not vLLM's venv
-BOX_SCRIPTS = ("textfile.py", "gpu_textfile.py", "box_textfile.py", "watchdog.py")
+BOX_SCRIPTS = ("textfile.py", "gpu_textfile.py", "box_textfile.py", "watchdog.py", "watchdog_pair.py")
 FACTS_UNIT, FACTS_TIMER = "sparkctl-box-facts.service", "sparkctl-box-facts.timer"
 WATCHDOG_UNIT = "sparkctl-watchdog.service"
 WATCHDOG_PLACEHOLDERS = schema_types.WATCHDOG_PLACEHOLDERS  # what box/watchdog.py fills (its PLACEHOLDERS)
@@ -80,8 +82,9 @@ COMMAND_SETTINGS = {"restart_command": ("WATCHDOG_RESTART_COMMAND", ("service", 
                     "rollout_active_command": ("WATCHDOG_ROLLOUT_ACTIVE_COMMAND", ("service", "unit"))}
 
 
-def watchdog_config(d: dict, services) -> str:
-    """The watchdog's whole configuration (settings, not defaults in the script)."""
+def watchdog_config(d: dict, services, role=None, peer_address: str = "") -> str:
+    """The watchdog's whole configuration (settings, not defaults in the script). role, peer_address: this box's
+    part in the topology and the other box's link address (tensor-parallel: the pair is watched as one unit)."""
     cfg = {
         "interval_s": d["WATCHDOG_INTERVAL_S"], "stall_s": d["WATCHDOG_STALL_S"],
         "probe_idle_s": d["WATCHDOG_PROBE_IDLE_S"], "probe_timeout_s": d["WATCHDOG_PROBE_TIMEOUT_S"],
@@ -102,7 +105,38 @@ def watchdog_config(d: dict, services) -> str:
         raise SettingError("WATCHDOG_MAX_RESTARTS", cfg["max_restarts"], "a whole number >= 0")
     for key, (setting, needs) in COMMAND_SETTINGS.items():
         check_command_template(setting, cfg[key], needs)
+    if role is not None and role.tensor_parallel and d["TP_BACKEND"] == "native":
+        watch_pair(d, cfg, services, role.name, peer_address)
     return json.dumps(cfg, indent=2, sort_keys=True) + "\n"
+
+
+def pair_restart_wait(d) -> float:
+    """The longest one box of a pair restart waits for the other (--peer-timeout): the head's stop, then its gate."""
+    return d["SERVICE_STOP_TIMEOUT_S"] + d["HEALTH_READY_TIMEOUT_S"]
+
+
+def watch_pair(d, cfg: dict, services, role: str, peer_address: str) -> None:
+    """Tensor-parallel, native backend (with Ray the worker runs no vLLM service: the head's restart recreates its
+    actors): the head's coder is judged with its worker and restarted with it ({peer}); the worker's watchdog
+    follows the head's pair restarts."""
+    status = peer_status_command(d, peer_address)
+    call = d["TP_PEER_CALL_TIMEOUT_S"]
+    if role == "head":
+        if "{peer}" not in cfg["restart_command"]:
+            raise SettingError("WATCHDOG_RESTART_COMMAND", cfg["restart_command"], "a command containing {peer} in "
+                               "tensor-parallel (the pair restarts as one unit, never the head alone)")
+        coder = next(s for s in services if s.role == CODER and not s.headless)
+        entry = next(e for e in cfg["services"] if e["name"] == coder.name)
+        entry["pair"] = {"peer_status_command": status, "call_timeout_s": call,
+                         "env_file": f"{d['ENV_DIR']}/{coder.env_file}"}
+        entry["peer_args"] = contract.options("restart", peer_status_cmd=status, peer_timeout=pair_restart_wait(d))
+        return
+    coder = next(s for s in services if s.role == CODER)
+    restart = contract.argv("restart", d, service=coder.name, port=coder.port, served=coder.served_name, kind="none",
+                            peer_status_cmd=status, peer_timeout=pair_restart_wait(d), reason="pair-restart",
+                            wait=True)
+    cfg["follow"] = {"service": coder.name, "unit": coder.unit, "peer_status_command": status,
+                     "call_timeout_s": call, "restart_command": rollout_command(d) + restart}
 
 
 def check_command_template(setting: str, template, needs: tuple[str, ...]) -> None:
