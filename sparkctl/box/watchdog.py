@@ -92,6 +92,11 @@ def parse_metrics(text: str) -> tuple[tuple[float, ...], float] | None:
     return tuple(sums.get(k, 0.0) for k in PROGRESS_COUNTERS), sum(sums[g] for g in PENDING_GAUGES)
 
 
+def topic(why: str) -> str:
+    """What a verdict's why is about, without its changing figures: a new topic is logged, a new figure is not."""
+    return why.split(" (")[0].split(":")[0]
+
+
 def counters_text(counters: tuple[float, ...] | None) -> str:
     return "none read yet" if counters is None else ", ".join(f"{n} {v:g}" for n, v in zip(COUNTER_NAMES, counters))
 
@@ -116,7 +121,7 @@ class Watchdog:
         # in memory per service: last readable counters, since when work is pending with them frozen (stall_since),
         # the last probe, and (tensor-parallel head) the worker engine the pair last served with
         self.obs: dict[str, dict] = {}
-        self.last: dict[str, str] = {}  # last verdict per service: the journal hears about changes only
+        self.last: dict[str, tuple] = {}  # last (verdict, topic) per service: the journal hears about changes only
         self.state = self._load()
 
     # --- persisted restart history ------------------------------------------------------------------------
@@ -295,10 +300,10 @@ class Watchdog:
         verdicts = {}
         for svc in self.cfg["services"]:
             verdict, why, proven = self.check(svc, now)
-            previous = self.last.get(svc["name"])
-            if verdict != previous and (verdict in NOTEWORTHY or previous in NOTEWORTHY):
+            seen, previous = (verdict, topic(why)), self.last.get(svc["name"], ("", ""))
+            if seen != previous and (verdict in NOTEWORTHY or previous[0] in NOTEWORTHY):
                 log(INFO, f"{svc['unit']}: {verdict}: {why}")
-            self.last[svc["name"]] = verdict
+            self.last[svc["name"]] = seen
             self.act(svc, verdict, why, proven, now)
             verdicts[svc["name"]] = verdict
         if self.cfg.get("follow"):  # a tensor-parallel worker: its part of the head's pair restart
