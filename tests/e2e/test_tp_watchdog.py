@@ -23,7 +23,7 @@ def watchdog_record(host: str, data: dict) -> dict:
 
 
 def journal_cursor(host: str) -> str:
-    out = sim_exec(host, "journalctl -u sparkctl-watchdog.service -n 0 --show-cursor --no-pager")
+    out = sim_exec(host, "journalctl -u sparkctl-watchdog.service -n 1 --show-cursor --no-pager")
     return next(line.split("cursor: ", 1)[1] for line in out.splitlines() if "cursor: " in line)
 
 
