@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import shlex
 
+from sparkctl.config.schema import GroupData
 from sparkctl.render.units import rollout_env
 
 SYNC_KEY = "/root/.ssh/sparkctl-cx7-sync"  # on the worker: the key it copies checkpoints with
@@ -15,17 +16,18 @@ PEER_KEY = "/root/.ssh/sparkctl-cx7-peer"  # on both boxes: the key each reads t
 PEER_SERVICE = "coder"  # the one service the two boxes run as one unit (a box may be asked about no other)
 
 
-def link_ssh(d, key: str) -> list[str]:
+def link_ssh(cfg: GroupData, key: str) -> list[str]:
     """ssh over the link as the boxes run it (checkpoint copy, the other box's rollout status)."""
     return ["ssh", "-i", key, "-o", f"UserKnownHostsFile={SYNC_KNOWN_HOSTS}",
-            *[arg for opt in d["CHECKPOINT_SYNC_SSH_OPTIONS"] for arg in ("-o", opt)]]
+            *[arg for opt in cfg.CHECKPOINT_SYNC_SSH_OPTIONS for arg in ("-o", opt)]]
 
 
-def peer_status_command(d, address: str) -> str:
+def peer_status_command(cfg: GroupData, address: str) -> str:
     """What a box runs to read the other's `rollout.py status` (the other box forces the command)."""
-    return shlex.join([*link_ssh(d, PEER_KEY), f"{d['CHECKPOINT_SYNC_USER']}@{address}", "rollout-status"])
+    return shlex.join([*link_ssh(cfg, PEER_KEY), f"{cfg.CHECKPOINT_SYNC_USER}@{address}", "rollout-status"])
 
 
-def peer_status_forced_command(d) -> str:
+def peer_status_forced_command(cfg: GroupData) -> str:
     """The forced command of the peer key in a box's authorized_keys: its own read-only status of PEER_SERVICE."""
-    return f"{rollout_env(d)} python3 {d['SPARKCTL_HOME']}/bin/rollout.py status {PEER_SERVICE}"
+    script = shlex.quote(f"{cfg.SPARKCTL_HOME}/bin/rollout.py")
+    return f"{rollout_env(cfg)} python3 {script} status {PEER_SERVICE}"
