@@ -554,7 +554,7 @@ def tp_configs(gx10_data, backend: str = "native", **overrides) -> dict[str, dic
     from tests.render.test_topologies import PAIR, settings_pair
     s = settings_pair({**gx10_data, **overrides}, "tensor-parallel", backend)
     head_addr = s["spark-2"].role.head_address
-    return {h: json.loads(mon.watchdog_config(s[h].data, s[h].services, s[h].role,
+    return {h: json.loads(mon.watchdog_config(s[h].cfg, s[h].services, s[h].role,
                                               "192.168.100.11" if h == "spark-1" else head_addr)) for h in PAIR}
 
 
