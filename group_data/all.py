@@ -165,9 +165,11 @@ CHECKPOINT_SYNC_USER = "root"  # tensor-parallel: head account the worker copies
 CHECKPOINT_SYNC_SSH_OPTIONS = ["BatchMode=yes", "StrictHostKeyChecking=accept-new"]  # ssh -o options of that copy
 
 # --- tensor-parallel as one unit (issue 14): the worker's rollout follows the head's over the link ---
-TP_PEER_KEY = "cx7-peer"  # ssh key (in SECRETS_DIR) the worker reads the head's rollout status with; on the head it
-#                           may run only the read-only `rollout.py status coder` (forced command), only from the worker
-TP_PEER_CALL_TIMEOUT_S = 20  # one read of the head's rollout status over the link (ssh, CHECKPOINT_SYNC_SSH_OPTIONS), s
+TP_PEER_KEY = "cx7-peer"  # ssh key (in SECRETS_DIR) each box of the pair reads the other's rollout status with (the
+#                           worker's transaction its head's, the head's watchdog and restart the worker's); on either
+#                           box it may run only the read-only `rollout.py status coder` (forced command), only from
+#                           the other box's link address
+TP_PEER_CALL_TIMEOUT_S = 20  # one read of the other box's rollout status over the link (ssh), s
 
 # --- bench probe and acceptance checks --------------------------------------------------------------------------
 BENCH_STREAMS = [1, 2, 4, 8]  # concurrent streams swept by `sparkctl bench`
@@ -219,9 +221,11 @@ WATCHDOG_WINDOW_S = 21600  # the restart-counting window (6 h, as the Spark comm
 # the proxy, restarted on its committed configuration, gated, recorded; a non-zero exit is a failed restart.
 # Placeholders, filled per service by the watchdog: {service} (coder, ...), {unit} (vllm-<svc>.service), {port},
 # {served}, {kind} (chat|embed), {rollout} (env prefix + python + SPARKCTL_HOME/bin/rollout.py), {limits} (the
-# rollout's HEALTH_*/DRAIN_*/ROLLOUT_GATE_* values as options); e.g. "systemctl restart {unit}" skips the rollout
+# rollout's HEALTH_*/DRAIN_*/ROLLOUT_GATE_* values as options), {peer} (a tensor-parallel head's coder: how its
+# restart reads the worker and how long it waits for it, so the pair restarts as one unit; empty elsewhere, and
+# required in tensor-parallel); e.g. "systemctl restart {unit}" skips the rollout (refused in tensor-parallel)
 WATCHDOG_RESTART_COMMAND = ("{rollout} restart {service} --port {port} --served {served} --kind {kind} {limits} "
-                            "--reason watchdog --wait")
+                            "{peer} --reason watchdog --wait")
 WATCHDOG_STOP_COMMAND = "systemctl stop {unit}"  # how a service is left down after the watchdog gave up
 # exits 0 while a rollout transaction owns the service ({service} = coder, ...): the watchdog then leaves it alone
 WATCHDOG_ROLLOUT_ACTIVE_COMMAND = "systemctl is-active --quiet sparkctl-rollout-{service}.service"

@@ -17,8 +17,8 @@ from sparkctl.config.lock import marker_dir
 from sparkctl.config.quantities import GIB
 from sparkctl.config.service import snapshot_path
 from sparkctl.config.settings import Settings
+from sparkctl.render.link import SYNC_KEY, SYNC_KNOWN_HOSTS
 from sparkctl.render.units import vllm_venv
-from tasks.link import SYNC_KEY, SYNC_KNOWN_HOSTS
 from tasks.ops import fetch_checkpoint, sync_checkpoint
 
 

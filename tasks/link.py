@@ -1,7 +1,8 @@
-"""Two Sparks in tensor-parallel: the CX7 link (netplan), Ray units when TP_BACKEND is "ray", and the two ssh keys
-the worker uses over the link: one copies checkpoints from the head (forced read-only rrsync), one lets the worker's
-rollout read the head's rollout status (forced `rollout.py status coder`). Nothing happens here for replicas or
-split."""
+"""Two Sparks in tensor-parallel: the CX7 link (netplan), Ray units when TP_BACKEND is "ray", and the ssh keys the
+boxes use over the link (sparkctl/render/link.py): the worker copies checkpoints from the head (forced read-only
+rrsync), and each box reads the other's rollout status (forced `rollout.py status coder`, only from the other box's
+link address): the worker's transaction follows the head's, the head's watchdog judges the pair as one unit.
+Nothing happens here for replicas or split."""
 
 from __future__ import annotations
 
@@ -18,14 +19,9 @@ from sparkctl.config.schema import GroupData
 from sparkctl.config.settings import Settings
 from sparkctl.render import box_files
 from sparkctl.render import units as svcs
-from sparkctl.render.units import rollout_env
+from sparkctl.render.link import PEER_KEY, SYNC_KEY, peer_status_forced_command
 from tasks.ops import pip_dist
 from tasks.vllm import pip_args
-
-SYNC_KEY = "/root/.ssh/sparkctl-cx7-sync"  # on the worker: the key it copies checkpoints with
-SYNC_KNOWN_HOSTS = "/root/.ssh/sparkctl-cx7-known_hosts"
-PEER_KEY = "/root/.ssh/sparkctl-cx7-peer"  # on the worker: the key its rollout reads the head's rollout status with
-PEER_SERVICE = "coder"  # the one service the two boxes run as one unit (the head may be asked about no other)
 
 
 def sync_key(cfg: GroupData) -> tuple[str, str]:
@@ -38,15 +34,23 @@ def peer_key(cfg: GroupData) -> tuple[str, str]:
     return str(path), public
 
 
-def link_ssh(cfg: GroupData, key: str) -> list[str]:
-    """ssh over the link as the worker runs it (checkpoint copy, the head's rollout status)."""
-    return ["ssh", "-i", key, "-o", f"UserKnownHostsFile={SYNC_KNOWN_HOSTS}",
-            *[arg for opt in cfg.CHECKPOINT_SYNC_SSH_OPTIONS for arg in ("-o", opt)]]
+def link_sources(cfg: GroupData, hosts: list[str]) -> str:
+    """from= of an authorized_keys line: every link address of the given hosts."""
+    return ",".join(a.split("/")[0] for h in hosts for a in cfg.CX7_ADDRESSES[h])
 
 
-def peer_status_command(cfg: GroupData, head_address: str) -> str:
-    """What the worker's rollout runs to read the head's `rollout.py status` (the head forces the command)."""
-    return shlex.join([*link_ssh(cfg, PEER_KEY), f"{cfg.CHECKPOINT_SYNC_USER}@{head_address}", "rollout-status"])
+def peer_status_key(cfg: GroupData, role, peer_path: str, peer_public: str) -> str:
+    """Each box may read the other's rollout status, nothing else, only from the other box's link address: the
+    worker's rollout follows the head's, the head's watchdog judges the pair as one unit. Returns the from= sources."""
+    other = "head" if role.name == "worker" else "worker"
+    files.put(name=f"Key to read the {other}'s rollout status (root-only)", src=peer_path, dest=PEER_KEY,
+              user="root", group="root", mode="0600")
+    source = link_sources(cfg, [role.head] if role.name == "worker" else
+                          [h for h in cfg.CX7_ADDRESSES if h != host.name])
+    files.line(name=f"Let the {other} read this box's rollout status over the link (read-only)",
+               path="/root/.ssh/authorized_keys", line="sparkctl-cx7-peer",
+               replace=f'restrict,from="{source}",command="{peer_status_forced_command(cfg)}" {peer_public}')
+    return source
 
 
 @deploy("Two-Spark link")
@@ -61,25 +65,15 @@ def link(settings: Settings) -> None:
     key_path, public = sync_key(cfg)
     peer_path, peer_public = peer_key(cfg)
     files.directory(name="Create /root/.ssh", path="/root/.ssh", user="root", group="root", mode="0700")
+    source = peer_status_key(cfg, role, peer_path, peer_public)
     if role.name == "worker":
         files.put(name="Checkpoint copy key (worker, root-only)", src=key_path, dest=SYNC_KEY, user="root",
                   group="root", mode="0600")
-        files.put(name="Head rollout status key (worker, root-only)", src=peer_path, dest=PEER_KEY, user="root",
-                  group="root", mode="0600")
-    else:
-        # read-only rsync of the model store, only from the worker's CX7 address
-        worker = [a for h, a in cfg.CX7_ADDRESSES.items() if h != host.name]
-        source = ",".join(a.split("/")[0] for addrs in worker for a in addrs)
+    else:  # read-only rsync of the model store, only from the worker's CX7 address
         files.line(name="Let the worker copy checkpoints over the link (read-only rrsync)",
                    path="/root/.ssh/authorized_keys", line="sparkctl-cx7-sync",
                    replace=f'restrict,from="{source}",command="rrsync -ro {shlex.quote(cfg.MODEL_STORE + "/hub")}" '
                            f'{public}')
-        # the worker's rollout follows the head's: it may read this box's rollout status, nothing else
-        script = shlex.quote(f"{cfg.SPARKCTL_HOME}/bin/rollout.py")
-        status = f"{rollout_env(cfg)} python3 {script} status {PEER_SERVICE}"
-        files.line(name="Let the worker read the head's rollout status over the link (read-only)",
-                   path="/root/.ssh/authorized_keys", line="sparkctl-cx7-peer",
-                   replace=f'restrict,from="{source}",command="{status}" {peer_public}')
     if cfg.TP_BACKEND == "ray":
         venv = svcs.vllm_venv(cfg)
         pip_dist(name=f"Install ray {cfg.RAY_VERSION} into the venv", venv=venv, dist="ray",

@@ -6,18 +6,31 @@ from __future__ import annotations
 
 from io import StringIO
 
+from pyinfra import inventory
 from pyinfra.api import deploy
 from pyinfra.operations import apt, files, systemd
 from pyinfra.operations.util import any_changed
 
 from sparkctl import REPO_ROOT
 from sparkctl.config.settings import Settings
+from sparkctl.config.topology import cx7_address
 from sparkctl.errors import SparkctlError
 from sparkctl.render import monitoring as mon
 from tasks.preflight import Refused
 from tasks.proxy import TLS_DIR
 
 NODE_EXPORTER_UNIT = "prometheus-node-exporter.service"  # the distribution's unit (Debian/Ubuntu package)
+
+
+def peer_address(settings: Settings) -> str:
+    """Tensor-parallel: the other box's link address (the watchdog reads its rollout status there), else ""."""
+    role = settings.role
+    if not role.tensor_parallel:
+        return ""
+    if role.name == "worker":
+        return role.head_address
+    worker = next(h.name for h in inventory.get_group("gx10") if h.name != settings.host_name)
+    return cx7_address(settings.cfg, worker)
 
 
 def _put(name: str, text: str, dest: str, mode: str = "0644", **kw):
@@ -31,7 +44,7 @@ def monitoring(settings: Settings, shared_scripts: list) -> None:
     cfg = settings.cfg
     services = settings.services
     try:  # everything this step needs is checked while pyinfra prepares: before any command reaches the box
-        watchdog_json = mon.watchdog_config(cfg, services)
+        watchdog_json = mon.watchdog_config(cfg, services, settings.role, peer_address(settings))
     except SparkctlError as exc:
         raise Refused(f"{settings.host_name}: {exc}") from None
     # the package's unit reads this file: written first, so node exporter never listens beyond loopback

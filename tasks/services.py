@@ -20,10 +20,10 @@ from sparkctl.config.schema import GroupData
 from sparkctl.config.settings import Settings, derive, host_config
 from sparkctl.render import box_files
 from sparkctl.render import units as svcs
+from sparkctl.render.link import peer_status_command
 from sparkctl.render.units import rollout_env, rollout_values
 from tasks.acceptance import apply_verdict_args, judge_waiting
 from tasks.handoff import ready_target
-from tasks.link import peer_status_command
 from tasks.ops import prune_venvs, rollout, rollout_join, running_oom_guard
 
 

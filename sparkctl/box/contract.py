@@ -7,8 +7,10 @@ it with the other rollout scripts), the control side as `sparkctl.box.contract`.
   only phase writer (rollout_txn.Txn.set_phase) refuses any other.
 - OUTCOMES: how every rollout.py command can end, by name, with its exit code (each failure its own code) and
   whether the service serves a known-good configuration afterwards. The control side compares names, never codes.
-- The JSON documents: STATUS_FIELDS (`rollout.py status`, per service), FAILED_FIELDS, LAST_FIELDS, RESULT_FIELDS
-  (vllm-<service>.result.json) and FOLLOW_FIELDS (`rollout.py follow`'s "@@" line).
+- The JSON documents: STATUS_FIELDS (`rollout.py status`, per service; read_status() reads it back, as a peer does
+  over the link), FAILED_FIELDS, LAST_FIELDS, RESULT_FIELDS (vllm-<service>.result.json) and FOLLOW_FIELDS
+  (`rollout.py follow`'s "@@" line).
+- TP_UNIT: the env-file line that makes the two boxes of a tensor-parallel pair one unit (tp_unit_of() reads it).
 - ARGS: every argument of every rollout.py command: its flag, where its value comes from (a group-data setting, a
   fact of the service, of its role, or of the call), its type, and the commands that take it. rollout.py's parser
   (parser()), the argv the deploy sends (argv()), the watchdog's {limits} (setting_argv()) and the transient
@@ -24,6 +26,7 @@ limits while a deploy runs, nor a resumed transaction limits that no deploy sent
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -94,6 +97,7 @@ REJECTED, RESTART_FAILED, KNOWN_FAILED, NO_RESULT = "rejected", "restart-failed"
 REFUSED, OWNED, HEAD_FAILED, NO_PREVIOUS = "refused", "owned", "head-failed", "failed-no-previous"
 NOTHING_INSTALLED, HEAD_ABSENT, VERDICT_REFUSED, USAGE = "nothing-installed", "head-absent", "verdict-refused", \
     "usage"
+PEER_ABSENT = "peer-absent"
 
 OUTCOMES = (
     Outcome(READY, 0, True, True, "the candidate passed its gate (and its acceptance verdict) and is committed"),
@@ -112,16 +116,18 @@ OUTCOMES = (
     Outcome(KNOWN_FAILED, 7, True, True, "this candidate failed before; not retried without --retry-failed"),
     Outcome(NO_RESULT, 8, False, False, "follow --wait: the transient unit ended without recording a result"),
     Outcome(REFUSED, 9, False, True, "restart-only: refused, a transaction of the deploy is open (it owns the "
-            "service)"),
+            "service; tensor-parallel: on either box of the pair), or the pair's boxes run different units"),
     Outcome(OWNED, 10, True, False, "restart: refused, the transient unit is already active (a rollout owns it)"),
     Outcome(HEAD_FAILED, 11, True, True, "tensor-parallel worker: the head's candidate failed; the worker changed "
             "nothing"),
     Outcome(NO_PREVIOUS, 12, False, True, "a first install failed: removed again, nothing to roll back to"),
     Outcome(NOTHING_INSTALLED, 13, False, True, "restart-only: no committed configuration is installed"),
-    Outcome(HEAD_ABSENT, 14, True, True, "tensor-parallel worker: the head did not decide in time; the worker changed "
-            "nothing"),
+    Outcome(HEAD_ABSENT, 14, True, True, "tensor-parallel worker: the head did not decide in time (or runs no pair "
+            "restart to follow); the worker changed nothing"),
     Outcome(VERDICT_REFUSED, 15, True, False, "verdict: not the transaction that waits (or it has another verdict); "
             "nothing written"),
+    Outcome(PEER_ABSENT, 16, False, True, "tensor-parallel head's restart: the worker's status could not be read, "
+            "or its part of the pair restart did not start in time; nothing was restarted"),
     Outcome(USAGE, 64, True, False, "the command line was refused (a missing or bad argument): nothing was touched"),
 )
 BY_NAME = {o.name: o for o in OUTCOMES}
@@ -146,7 +152,10 @@ def serving(result: Mapping) -> bool:
 
 # --- JSON documents ------------------------------------------------------------------------------------------------
 STATUS_FIELDS = ("active", "applied", "wanted", "running", "current", "phase", "tp_unit", "tp_unit_live", "tx",
-                 "verdict_deadline", "verdict_default", "probe_key", "failed", "last")  # `status`, per service
+                 "verdict_deadline", "verdict_default", "probe_key", "failed", "last",  # `status`, per service
+                 "invocation",  # the vLLM unit's systemd InvocationID: a new one each time its engine (re)starts
+                 "restarting")  # the pair restart a running restart-only transaction takes part in (the head's
+#                                 transaction id, on both boxes), "" when none
 FAILED_FIELDS = ("at", "why", "model")  # status["failed"]: the staged candidate's failure record, or null
 LAST_FIELDS = ("txn", "outcome", "finished", "message", "candidate", "by")  # status["last"]: the last result
 RESULT_REQUIRED = ("txn", "service", "unit", "started", "rc", "outcome", "message", "finished", "total_s")
@@ -156,10 +165,32 @@ RESULT_FIELDS = RESULT_REQUIRED + RESULT_OPTIONAL  # vllm-<service>.result.json
 FOLLOW_FIELDS = ("offset", "running", "done", "result", "awaiting")  # the "@@ {...}" line of `follow`
 FOLLOW_AWAITING_FIELDS = ("candidate", "verdict_deadline", "probe_key")  # added while it awaits a verdict
 
+
+def read_status(stdout: str, service: str) -> dict | None:
+    """One service's entry from `rollout.py status` output (its last JSON line), None when there is none."""
+    lines = [x for x in (stdout or "").splitlines() if x.startswith("{")]
+    try:
+        doc = json.loads(lines[-1]) if lines else None
+    except ValueError:
+        return None
+    entry = doc.get(service) if isinstance(doc, dict) else None
+    return entry if isinstance(entry, dict) else None
+
+
+TP_UNIT = "SPARKCTL_TP_UNIT"  # the deploy writes the same id into both env files of a tensor-parallel pair
+
+
+def tp_unit_of(env: bytes) -> str:
+    """The SPARKCTL_TP_UNIT of an env file ('' when it has none: not tensor-parallel)."""
+    for line in env.decode("utf-8", "replace").splitlines():
+        if line.startswith(f"{TP_UNIT}="):
+            return line.split("=", 1)[1].strip().strip('"')
+    return ""
+
+
 # --- arguments of rollout.py ---------------------------------------------------------------------------------------
 SERVICE, ROLE, CALL = "service", "role", "call"  # where a value comes from when it is not a setting
 KINDS = ("chat", "embed", "none")  # what the gate sends; none: a headless tensor-parallel worker (no API)
-API_KINDS = ("chat", "embed")
 DECISIONS = ("commit", "rollback")  # the acceptance verdict
 COMMANDS = ("status", "apply", "run", "restart", "follow", "verdict")
 TXN = ("apply", "run")  # the transaction: `apply` starts it as `run` in the transient unit
@@ -199,8 +230,8 @@ ARGS = (
         positional=True),
     Arg("port", int, GATED, SERVICE, "its loopback port (the gate's and the drain's requests)"),
     Arg("served", str, GATED, SERVICE, "its served model name (the gate's model, the proxy's drain file)"),
-    Arg("kind", str, TXN, SERVICE, "what the gate sends (none: a headless tensor-parallel worker)", choices=KINDS),
-    Arg("kind", str, ("restart",), SERVICE, "what the gate sends", choices=API_KINDS),
+    Arg("kind", str, GATED, SERVICE, "what the gate sends (none: a headless tensor-parallel worker; its restart "
+        "only follows its head's pair restart, with --peer-status-cmd)", choices=KINDS),
     Arg("timeout", float, GATED, "HEALTH_READY_TIMEOUT_S", "how long the gate waits for ready, s"),
     Arg("interval", float, GATED, "HEALTH_POLL_INTERVAL_S", "between polls, s"),
     Arg("journal", int, GATED, "HEALTH_JOURNAL_LINES", "journal lines shown with a failure"),
@@ -210,11 +241,12 @@ ARGS = (
     Arg("gate_request_timeout", float, GATED, "ROLLOUT_GATE_REQUEST_TIMEOUT_S", "the gate's request timeout, s"),
     Arg("retry_failed", bool, TXN, "ROLLOUT_RETRY_FAILED", "try a candidate that failed before"),
     Arg("keep_failed", int, TXN, "ROLLOUT_FAILED_KEEP", "failed candidates remembered"),
-    Arg("worker_settle", float, TXN, "ROLLOUT_WORKER_SETTLE_S", "a headless worker must stay up this long, s"),
-    Arg("peer_call_timeout", float, TXN, "TP_PEER_CALL_TIMEOUT_S", "one read of the head's status, s"),
-    Arg("peer_status_cmd", str, TXN, ROLE, "tensor-parallel worker: how to read the head's status (shell-quoted)",
-        optional=True, needs="peer_timeout"),
-    Arg("peer_timeout", float, TXN, ROLE, "tensor-parallel worker: how long it waits for the head at each step, s",
+    Arg("worker_settle", float, GATED, "ROLLOUT_WORKER_SETTLE_S", "a headless worker must stay up this long, s"),
+    Arg("peer_call_timeout", float, GATED, "TP_PEER_CALL_TIMEOUT_S", "one read of the other box's status, s"),
+    Arg("peer_status_cmd", str, GATED, ROLE, "tensor-parallel: how to read the other box's status (shell-quoted): "
+        "the worker's transaction reads its head's, a restart of either box its pair's", optional=True,
+        needs="peer_timeout"),
+    Arg("peer_timeout", float, GATED, ROLE, "tensor-parallel: how long one box waits for the other at each step, s",
         optional=True, needs="peer_status_cmd"),
     Arg("verdict_timeout", float, TXN, ROLE, "after the gate, wait this long for the acceptance verdict, s",
         optional=True, needs="verdict_default"),
@@ -252,6 +284,9 @@ def problems(command: str, values: Mapping[str, Any]) -> list[str]:
            for a in required_of(command, bool(values.get("restart_only"))) if a.dest not in given]
     out += [f"{a.flag} needs --{a.needs.replace('_', '-')}" for a in args_of(command)
             if a.needs and a.dest in given and a.needs not in given]
+    restart = command == "restart" or bool(values.get("restart_only"))
+    if restart and values.get("kind") == "none" and "peer_status_cmd" not in given:
+        out.append("--kind none needs --peer-status-cmd (a headless worker restarts only with its head)")
     return out
 
 
@@ -295,6 +330,18 @@ def argv(command: str, settings: Mapping[str, Any], **facts: Any) -> list[str]:
     (setting name -> validated value: a dict, or anything that answers settings["NAME"]), the facts by dest."""
     values = {a.dest: settings[a.setting] for a in args_of(command) if a.setting}
     return render(command, {**values, **facts})
+
+
+def options(command: str, **facts: Any) -> list[str]:
+    """Only the given facts of `command`, as flags (the watchdog's {peer}: a tensor-parallel head's pair options)."""
+    out = []
+    for a in args_of(command):
+        if facts.get(a.dest) is not None and not a.positional:
+            out += [a.flag] if a.type is bool else [a.flag, _text(command, a, facts[a.dest])]
+    unknown = set(facts) - {a.dest for a in args_of(command)}
+    if unknown:
+        raise ValueError(f"rollout.py {command}: {', '.join(sorted(unknown))} is not an argument of {command}")
+    return out
 
 
 def setting_argv(command: str, settings: Mapping[str, Any]) -> list[str]:

@@ -91,16 +91,19 @@ def service_status(p: tx.Paths, states: dict) -> dict:
     wanted = tx.candidate(p) if os.path.exists(p.env_next) and os.path.exists(p.unit_next) else ""
     known = tx.failed_record(p, wanted) if wanted else {}
     last = read_json(p.result)
-    active = states[p.unit_name].get("ActiveState") == "active"
+    unit = states[p.unit_name]
+    active = unit.get("ActiveState") == "active"
     state = read_json(p.state)
     phase = state.get("phase") or c.IDLE
+    running, current = states[rollout_unit(p.service)].get("ActiveState") in RUNNING, read(p.current).decode().strip()
     return {"active": active, "applied": tx.applied(p, wanted, active, phase != c.IDLE), "wanted": wanted,
-            "running": states[rollout_unit(p.service)].get("ActiveState") in RUNNING,
-            "current": read(p.current).decode().strip(), "phase": phase,
+            "running": running, "current": current, "phase": phase,
             "tp_unit": peer.tp_unit_of(read(p.env_next)), "tp_unit_live": peer.tp_unit_of(read(p.env)),
             **verdict.status_fields(state),
             "failed": {k: known.get(k) for k in c.FAILED_FIELDS} if known else None,
-            "last": {k: last.get(k) for k in c.LAST_FIELDS} if last else None}
+            "last": {k: last.get(k) for k in c.LAST_FIELDS} if last else None,
+            "invocation": unit.get("InvocationID", "") if active else "",
+            "restarting": peer.restarting(p.dir, p.service, running, current)}
 
 
 def status(a) -> int:

@@ -28,7 +28,7 @@ def systemctl(*args: str) -> subprocess.CompletedProcess:
 
 def show(*units: str) -> dict[str, dict]:
     """`systemctl show` of several units in ONE call: {unit: {property: value}}."""
-    props = ("Id", "ActiveState", "SubState", "Result", "NRestarts", "MainPID")
+    props = ("Id", "ActiveState", "SubState", "Result", "NRestarts", "MainPID", "InvocationID")
     out = systemctl("show", *[a for p in props for a in ("-p", p)], *units).stdout
     states, current = {}, {}
     for block in out.split("\n\n"):

@@ -10,6 +10,10 @@ deploy's next run resumes that one). While it restarts, the served model is drai
 503 + Retry-After) when it was serving; running requests are not waited for (a wedged engine never finishes
 them). The drain is always lifted at the end. The result goes to the deploy's result file (outcome "restarted" or
 "restart-failed", "by" = --reason), so `rollout.py status`, the box facts and `sparkctl status` show it.
+
+Tensor-parallel (the live env file carries SPARKCTL_TP_UNIT): the pair restarts as one unit, never the head alone
+(rollout_peer.py: the head announces it and waits for the worker's part; the worker's part, --kind none, follows the
+head's). A head asked without --peer-status-cmd refuses: it has no way to bring its worker along.
 """
 
 from __future__ import annotations
@@ -20,40 +24,94 @@ import time
 import contract as c
 import rollout_drain as drain
 import rollout_gate as sd
+import rollout_peer as peer
 import rollout_txn as tx
 from boxio import read, write_json
 
 
+class Restart:
+    """One restart-only run: its arguments, the service's files, and the result it records."""
+
+    def __init__(self, a, say):
+        self.a, self.say, self.p = a, say, tx.Paths(a.service)
+        self.t0, self.by = time.monotonic(), a.reason or "manual"
+        self.model, self.tp = "", ""
+        self.result = {"txn": a.txn, "service": a.service, "unit": self.p.unit_name, "started": tx.now(),
+                       "by": self.by, "restart_only": True}
+
+    def finish(self, outcome: str, message: str, **extra) -> int:
+        peer.unmark(self.p.dir, self.a.service)
+        self.result.update(rc=c.code(outcome), outcome=outcome, message=message, finished=tx.now(),
+                           total_s=round(time.monotonic() - self.t0, 1), **extra)
+        write_json(self.p.result, self.result, 0o644)
+        self.say(message)
+        return self.result["rc"]
+
+    def not_restarting(self, outcome: str, why: str) -> int:
+        return self.finish(outcome, f"rollout: not restarting {self.p.unit_name} (asked by {self.by}): {why}; "
+                           f"nothing was touched", why=why)
+
+    def refusal(self) -> int | None:
+        """Refused before anything is read from the service: a deploy's transaction, or nothing installed."""
+        p, txn = self.p, tx.Txn(self.p, self.say)
+        if txn.open:
+            return self.not_restarting(c.REFUSED, f"transaction {txn.state.get('id')} of the deploy is open (phase "
+                                       f"{txn.state.get('phase')}); its live files may be an un-gated candidate, "
+                                       f"and the deploy's next run resumes it")
+        if not (os.path.exists(p.unit) and os.path.exists(p.env)):
+            return self.not_restarting(c.NOTHING_INSTALLED, f"no committed configuration is installed ({p.unit} or "
+                                       f"{p.env} does not exist)")
+        env = read(p.env)
+        self.model, self.tp = tx.model_of(env), c.tp_unit_of(env)
+        self.result.update(model=self.model, stamp=read(p.stamp).decode().strip())
+        if self.tp and self.a.kind != "none" and not self.a.peer_status_cmd:
+            return self.not_restarting(c.REFUSED, "a tensor-parallel head restarts only together with its worker, "
+                                       "and no --peer-status-cmd says how to reach it")
+        return None
+
+
 def restart_committed(a, say) -> int:
-    """Restart a.service on what is installed, gate it, record the result; return the exit code."""
-    p = tx.Paths(a.service)
-    os.makedirs(p.dir, mode=0o755, exist_ok=True)
-    t0 = time.monotonic()
-    by = a.reason or "manual"
-    result = {"txn": a.txn, "service": a.service, "unit": p.unit_name, "started": tx.now(), "by": by,
-              "restart_only": True}
+    """Restart a.service on what is installed, gate it, record the result; return the exit code. Tensor-parallel:
+    the head leads a pair restart, the worker (--kind none) follows the head's."""
+    os.makedirs(tx.Paths(a.service).dir, mode=0o755, exist_ok=True)
+    r = Restart(a, say)
+    refused = r.refusal()
+    if refused is not None:
+        return refused
+    if a.kind == "none":
+        return follow_pair_restart(r)
+    if r.tp:
+        refused = lead_pair_restart(r)
+        if refused is not None:
+            return refused
+    return restart_and_record(r)
 
-    def finish(outcome: str, message: str, **extra) -> int:
-        result.update(rc=c.code(outcome), outcome=outcome, message=message, finished=tx.now(),
-                      total_s=round(time.monotonic() - t0, 1), **extra)
-        write_json(p.result, result, 0o644)
-        say(message)
-        return result["rc"]
 
-    txn = tx.Txn(p, say)
-    if txn.open:
-        why = (f"transaction {txn.state.get('id')} of the deploy is open (phase {txn.state.get('phase')}); its "
-               f"live files may be an un-gated candidate, and the deploy's next run resumes it")
-        return finish(c.REFUSED, f"rollout: not restarting {p.unit_name} (asked by {by}): {why}; "
-                      f"nothing was touched", why=why)
-    if not (os.path.exists(p.unit) and os.path.exists(p.env)):
-        why = f"{p.unit} or {p.env} does not exist"
-        return finish(c.NOTHING_INSTALLED, f"rollout: not restarting {p.unit_name} (asked by {by}): no committed "
-                      f"configuration is installed ({why})", why=why)
-    model = tx.model_of(read(p.env))
-    result.update(model=model, stamp=read(p.stamp).decode().strip())
+def lead_pair_restart(r: Restart) -> int | None:
+    """The head: refuse unless the worker can be read and owns nothing; announce the pair restart and wait until
+    the worker's part follows it (None: go on and restart the head)."""
+    a, say = r.a, r.say
+    worker, err = peer.peer_status(a.peer_status_cmd, a.service, a.peer_call_timeout)
+    if worker is None:
+        return r.not_restarting(c.PEER_ABSENT, f"a tensor-parallel head restarts only with its worker, and {err}")
+    problem = peer.pair_problem(worker, r.tp)
+    if problem:
+        return r.not_restarting(c.REFUSED, problem)
+    peer.mark(r.p.dir, a.service, a.txn, a.txn)
+    say(f"tensor-parallel: pair restart {a.txn} of unit {r.tp[:12]}: waiting for the worker's part to start")
+    verdict, why = peer.poll(a, lambda w: peer.worker_follows(w, a.txn), (peer.GO,), a.peer_timeout, say,
+                             who="the worker")
+    if verdict != peer.GO:
+        return r.not_restarting(c.PEER_ABSENT, f"the worker's part of the pair restart did not start ({why}), and a "
+                                f"tensor-parallel head never restarts alone")
+    say(f"tensor-parallel: {why}; restarting the head")
+    return None
+
+
+def restart_and_record(r: Restart) -> int:
+    a, p, say = r.a, r.p, r.say
     active = sd.unit_state(p.unit_name).get("ActiveState") == "active"
-    say(f"restart of {p.unit_name} ({model}) on its committed configuration, asked by {by}")
+    say(f"restart of {p.unit_name} ({r.model}) on its committed configuration, asked by {r.by}")
     ok, why, took, restart_s = False, "", 0.0, 0.0
     try:
         if a.kind != "none" and active and a.drain_timeout > 0:
@@ -66,9 +124,32 @@ def restart_committed(a, say) -> int:
     finally:
         drain.drain_off(tx.DRAIN_DIR, a.served)
     if ok:
-        return finish(c.RESTARTED, f"rollout: {p.unit_name} restarted on its committed configuration ({model}, "
-                      f"asked by {by}); ready {took:.0f} s after the restart", restart_s=round(restart_s, 1),
-                      load_s=round(took, 1))
-    return finish(c.RESTART_FAILED, f"rollout: {p.unit_name} does not come up again on its committed configuration "
-                  f"({model}, restart asked by {by}): {why}; nothing else was changed.\n"
-                  f"{sd.journal(p.unit_name, a.journal)}", why=why)
+        return r.finish(c.RESTARTED, f"rollout: {p.unit_name} restarted on its committed configuration ({r.model}, "
+                        f"asked by {r.by}); ready {took:.0f} s after the restart", restart_s=round(restart_s, 1),
+                        load_s=round(took, 1))
+    return r.finish(c.RESTART_FAILED, f"rollout: {p.unit_name} does not come up again on its committed configuration "
+                    f"({r.model}, restart asked by {r.by}): {why}; nothing else was changed.\n"
+                    f"{sd.journal(p.unit_name, a.journal)}", why=why)
+
+
+def follow_pair_restart(r: Restart) -> int:
+    """The worker's part: only while the head runs a pair restart of the same unit. Restart the worker's engine at
+    once, then end with the head's result (its gate is a real request through both ranks)."""
+    a, p, say = r.a, r.p, r.say
+    head, err = peer.peer_status(a.peer_status_cmd, a.service, a.peer_call_timeout)
+    pair, why = peer.head_restart(head, r.tp) if head is not None else ("", err)
+    if not pair:
+        return r.not_restarting(c.HEAD_ABSENT, f"a tensor-parallel worker restarts only with its head, and {why}")
+    peer.mark(p.dir, a.service, a.txn, pair)
+    say(f"tensor-parallel: {why}; restarting the worker")
+    ok, why, took, restart_s = sd.restart_and_gate(p.unit_name, f"{p.unit_name} (worker)", a, say)
+    if ok:
+        verdict, why = peer.poll(a, lambda h: peer.restart_result(h, pair), (peer.COMMITTED,), a.peer_timeout, say,
+                                 alive=peer.worker_alive(p.unit_name))
+        ok = verdict == peer.COMMITTED
+        say(f"tensor-parallel: {why}")
+    if ok:
+        return r.finish(c.RESTARTED, f"rollout: {p.unit_name} (worker) restarted with its head's pair restart {pair} "
+                        f"({r.model}, asked by {r.by}); the pair serves again", restart_s=round(restart_s, 1))
+    return r.finish(c.RESTART_FAILED, f"rollout: the pair restart {pair} failed for {p.unit_name} (worker, "
+                    f"{r.model}): {why}", why=why, restart_s=round(restart_s, 1))

@@ -7,24 +7,36 @@
                                                     not counted in the restart history)
 
 A known GB10 failure: the engine stops producing tokens while the API server still answers /health with 200.
-Every `interval_s`, per service:
+A restart kills every running stream, so it needs POSITIVE evidence. Every `interval_s`, per service:
 - /health not 200: down or starting; systemd's Restart= and the rollout own that. Nothing to judge.
-- busy: the engine's step counter moves (vllm:iteration_tokens_total_count, generation and prompt tokens). A busy
-  engine is never restarted, however loaded.
-- wedged: requests are running or waiting and no counter moved for `stall_s`; or, when idle, a 1-token request
-  on loopback (embedders: a one-word embedding) got no answer within `probe_timeout_s` (sent every `probe_idle_s`).
-A wedged service is restarted with `restart_command` (only that service; by default `rollout.py restart S --wait`,
-the deploy's own transaction unit: drained at the proxy, restarted on its committed configuration, gated, the
-result recorded), at most `max_restarts` times in `window_s`. A restart command that exits non-zero is a failed
-restart: logged, counted (sparkctl_watchdog_restart_failures_total) and still one of the allowed restarts. Once
-they are spent the service is stopped with `stop_command` and left down: a CRIT journal entry and
-sparkctl_watchdog_gave_up{service} = 1 in the textfile directory, so the alert fires and a human looks.
-The restart history survives the watchdog's own restarts (`state_file`).
+- unknown: /metrics does not answer, or lacks vLLM's request gauges or step counters. Pending work is then
+  unknown, never taken for 0: nothing is judged and no probe is sent (under a full batch the probe would queue and
+  time out, and the restart would kill every stream). Logged with the last readable counters and their age.
+- busy: the engine's step counters move (vllm:iteration_tokens_total_count, generation and prompt tokens), or work
+  is pending and they have been still for less than `stall_s`. A busy engine is never restarted, however loaded.
+- wedged, from a readable /metrics only: requests running or waiting, and the counters unchanged between two
+  readable samples `stall_s` apart that both show work pending; or, idle (a readable /metrics said 0 pending), a
+  1-token request on loopback (embedders: a one-word embedding, sent every `probe_idle_s`) got no answer within
+  `probe_timeout_s` and the counters did not move across it (work that arrived meanwhile moves them: busy).
+Every verdict carries its evidence (counter values, pending requests, how long); changes to and from down, unknown,
+wedged and rollout are logged with it, and so is every restart.
+- tensor-parallel: the head judges the pair as one unit (watchdog_pair.py): nothing while either box's transaction
+  runs, a worker engine gone or replaced is evidence, and a restart restarts the pair through the head's
+  transaction; the worker's watchdog starts the worker's part of it.
+A wedged service is restarted with `restart_command` (only that service, or that pair; by default `rollout.py
+restart S --wait`, the deploy's own transaction unit: drained at the proxy, restarted on its committed
+configuration, gated, the result recorded), at most `max_restarts` times in `window_s` (restart loops leak GB10's
+unified memory). A restart command that exits non-zero is a failed restart: logged, counted
+(sparkctl_watchdog_restart_failures_total) and still one of the allowed restarts. Once they are spent the service
+is stopped with `stop_command` and left down: a CRIT journal entry and sparkctl_watchdog_gave_up{service} = 1 in the
+textfile directory, so the alert fires and a human looks. The restart history survives the watchdog's own restarts
+(`state_file`).
 
 The commands are templates; PLACEHOLDERS are filled per service, each value shell-quoted: {unit}, {service},
-{port}, {served}, {kind} from `services`, {rollout} (`rollout_command`: the env prefix, python and rollout.py)
-and {limits} (`rollout_limits`: every option `rollout.py restart` takes from a setting), both rendered from the
-settings.
+{port}, {served}, {kind} from `services`, {rollout} (`rollout_command`: the env prefix, python and rollout.py),
+{limits} (`rollout_limits`: every option `rollout.py restart` takes from a setting), both rendered from the
+settings, and {peer} (a tensor-parallel head's pair options: how its restart reads the worker, how long it waits;
+empty elsewhere).
 """
 
 from __future__ import annotations
@@ -41,27 +53,32 @@ import urllib.error
 import urllib.request
 
 try:
+    from sparkctl.box import watchdog_pair as pair
     from sparkctl.box.boxio import write_atomic, write_json
     from sparkctl.box.textfile import TEXTFILE_MODE, Exposition
 except ImportError:  # on the box: the scripts sit side by side
+    import watchdog_pair as pair
     from boxio import write_atomic, write_json
     from textfile import TEXTFILE_MODE, Exposition
 
 PROGRESS_COUNTERS = ("vllm:iteration_tokens_total_count", "vllm:generation_tokens_total", "vllm:prompt_tokens_total")
+COUNTER_NAMES = ("steps", "generated", "prompt")  # how the journal names them
 PENDING_GAUGES = ("vllm:num_requests_running", "vllm:num_requests_waiting")
 SAMPLE_RE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{[^}]*\})?\s+(\S+)")
 CRIT, WARNING, NOTICE, INFO = 2, 4, 5, 6  # syslog priorities: journald reads "<N>" line prefixes
 # what the command templates may name (sparkctl/config/schema.py refuses any other before the box is touched)
-PLACEHOLDERS = ("unit", "service", "port", "served", "kind", "rollout", "limits")
+PLACEHOLDERS = ("unit", "service", "port", "served", "kind", "rollout", "limits", "peer")
 STATE_MODE = 0o644  # the restart history (no secret): `sparkctl status` reads it through the status probe
+NOTEWORTHY = ("down", "wedged", "unknown", "rollout")  # a change to or from these is logged
 
 
 def log(priority: int, message: str) -> None:
     print(f"<{priority}>{message}", flush=True)
 
 
-def parse_metrics(text: str) -> tuple[tuple[float, ...], float]:
-    """(progress counters, requests running + waiting) from a vLLM /metrics page, summed over engines."""
+def parse_metrics(text: str) -> tuple[tuple[float, ...], float] | None:
+    """(progress counters, requests running + waiting) from a vLLM /metrics page, summed over engines; None when
+    the page lacks vLLM's request gauges or all its step counters (unreadable: pending work unknown, never 0)."""
     sums: dict[str, float] = {}
     for line in text.splitlines():
         m = SAMPLE_RE.match(line)
@@ -70,7 +87,18 @@ def parse_metrics(text: str) -> tuple[tuple[float, ...], float]:
                 sums[m.group(1)] = sums.get(m.group(1), 0.0) + float(m.group(2))
             except ValueError:
                 continue
-    return tuple(sums.get(c, 0.0) for c in PROGRESS_COUNTERS), sum(sums.get(g, 0.0) for g in PENDING_GAUGES)
+    if not all(g in sums for g in PENDING_GAUGES) or not any(k in sums for k in PROGRESS_COUNTERS):
+        return None
+    return tuple(sums.get(k, 0.0) for k in PROGRESS_COUNTERS), sum(sums[g] for g in PENDING_GAUGES)
+
+
+def topic(why: str) -> str:
+    """What a verdict's why is about, without its changing figures: a new topic is logged, a new figure is not."""
+    return why.split(" (")[0].split(":")[0]
+
+
+def counters_text(counters: tuple[float, ...] | None) -> str:
+    return "none read yet" if counters is None else ", ".join(f"{n} {v:g}" for n, v in zip(COUNTER_NAMES, counters))
 
 
 def http(url: str, timeout: float, body: dict | None = None) -> tuple[int, str]:
@@ -86,10 +114,14 @@ def http(url: str, timeout: float, body: dict | None = None) -> tuple[int, str]:
 
 
 class Watchdog:
+    WARNING, NOTICE = WARNING, NOTICE  # for watchdog_pair's log lines
+
     def __init__(self, cfg: dict):
         self.cfg = cfg
-        self.obs: dict[str, dict] = {}  # in memory: last counters, when progress was last seen, last probe
-        self.last: dict[str, str] = {}  # last verdict per service: the journal hears about changes only
+        # in memory per service: last readable counters, since when work is pending with them frozen (stall_since),
+        # the last probe, and (tensor-parallel head) the worker engine the pair last served with
+        self.obs: dict[str, dict] = {}
+        self.last: dict[str, tuple] = {}  # last (verdict, topic) per service: the journal hears about changes only
         self.state = self._load()
 
     # --- persisted restart history ------------------------------------------------------------------------
@@ -101,7 +133,7 @@ class Watchdog:
         except (OSError, ValueError):
             return {}
 
-    def _save(self) -> None:
+    def save(self) -> None:
         path = self.cfg["state_file"]
         os.makedirs(os.path.dirname(path), exist_ok=True)
         write_json(path, self.state, STATE_MODE)
@@ -121,41 +153,79 @@ class Watchdog:
                            {"model": svc["served"], "prompt": "ping", "max_tokens": 1})
         return code == 200
 
-    def verdict(self, svc: dict, now: float) -> tuple[str, str, bool]:
-        """("down" | "busy" | "idle" | "wedged", why, whether this check saw the engine produce tokens)."""
-        obs = self.obs.setdefault(svc["name"], {"counters": None, "progress_at": now, "probe_at": now})
-        timeout = self.cfg["http_timeout_s"]
-        if http(f"{svc['url']}/health", timeout)[0] != 200:
-            obs.update(counters=None, progress_at=now, probe_at=now)
+    def sample(self, svc: dict) -> tuple[tuple | None, str]:
+        """(counters, pending) from a readable /metrics, or None and why it is not readable."""
+        code, text = http(f"{svc['url']}/metrics", self.cfg["http_timeout_s"])
+        if code != 200:
+            return None, f"/metrics answered {code}" if code else "/metrics did not answer within " \
+                f"{self.cfg['http_timeout_s']} s"
+        parsed = parse_metrics(text)
+        return (parsed, "") if parsed else (None, "/metrics lacks vLLM's request gauges or step counters")
+
+    def verdict(self, svc: dict, now: float, worker: dict | None = None) -> tuple[str, str, bool]:
+        """("down" | "unknown" | "busy" | "idle" | "wedged", why with the evidence, whether this check saw the
+        engine produce tokens). worker: a tensor-parallel head's worker status (watchdog_pair.py)."""
+        obs = self.obs.setdefault(svc["name"], {"counters": None, "stall_since": None, "probe_at": now,
+                                                "read_at": None, "served_with": None})
+        if http(f"{svc['url']}/health", self.cfg["http_timeout_s"])[0] != 200:
+            self.obs.pop(svc["name"], None)  # judged afresh once it answers (the pair too: both may have restarted)
             return "down", "/health does not answer 200", False
-        code, text = http(f"{svc['url']}/metrics", timeout)
-        counters, pending = parse_metrics(text) if code == 200 else (None, 0.0)
-        moved = counters is not None and obs["counters"] is not None and counters != obs["counters"]
-        if counters is not None:
-            obs["counters"] = counters
-        if moved:  # tokens flowed: proof of life, so the idle probe waits a full probe_idle_s from here
-            obs["progress_at"] = obs["probe_at"] = now
-            return "busy", "engine steps are moving", True
-        if pending > 0:
-            stalled = now - obs["progress_at"]
-            if stalled >= self.cfg["stall_s"]:
-                return "wedged", f"{pending:g} requests running/waiting and no engine step for {stalled:.0f} s", False
-            return "busy", f"{pending:g} requests pending, no step for {stalled:.0f} s yet", False
-        obs["progress_at"] = now  # idle is not stalled: the clock runs only while work is pending
+        lost = pair.worker_lost(worker, obs["served_with"]) if worker is not None else ""
+        if lost:
+            return "wedged", lost, False
+        sample, err = self.sample(svc)
+        if sample is None:  # never "idle": an idle probe would queue behind a full batch and time out
+            seen = f"{now - obs['read_at']:.0f} s ago" if obs["read_at"] is not None else "never"
+            return "unknown", f"{err}: pending work unknown, nothing judged (last readable {seen}: " \
+                f"{counters_text(obs['counters'])})", False
+        verdict = self.judge(svc, obs, sample, now)
+        if verdict[2] and worker is not None:
+            obs["served_with"] = worker.get("invocation") or None
+        return verdict
+
+    def judge(self, svc: dict, obs: dict, sample: tuple, now: float) -> tuple[str, str, bool]:
+        """The verdict from a readable /metrics sample: positive evidence only."""
+        (counters, pending), before = sample, obs["counters"]
+        obs["counters"], obs["read_at"] = counters, now
+        if before is not None and counters != before:  # tokens flowed: proof of life; the idle probe waits
+            obs["probe_at"], obs["stall_since"] = now, (now if pending > 0 else None)
+            return "busy", f"engine steps moved ({counters_text(before)} -> {counters_text(counters)}), " \
+                f"{pending:g} pending", True
+        if pending > 0:  # the stall clock runs only between readable samples that both show work pending
+            obs["stall_since"] = now if obs["stall_since"] is None else obs["stall_since"]
+            stalled = now - obs["stall_since"]
+            evidence = f"{pending:g} requests running/waiting and no engine step for {stalled:.0f} s (counters " \
+                f"{counters_text(counters)}, stall limit {self.cfg['stall_s']} s)"
+            return ("wedged" if stalled >= self.cfg["stall_s"] else "busy"), evidence, False
+        obs["stall_since"] = None
         if now - obs["probe_at"] >= self.cfg["probe_idle_s"]:
             obs["probe_at"] = now
-            if not self.probe(svc):
-                return "wedged", f"idle, and a 1-token probe got no answer within {self.cfg['probe_timeout_s']} s", \
-                    False
-            return "idle", "the 1-token probe answered", True
-        return "idle", "no work pending", False
+            return self.probe_verdict(svc, obs, counters)
+        return "idle", "no work pending (0 running/waiting)", False
+
+    def probe_verdict(self, svc: dict, obs: dict, counters: tuple) -> tuple[str, str, bool]:
+        """Idle (a readable /metrics said 0 pending): a 1-token probe. Wedged only when it gets no answer AND the
+        counters did not move across it (a burst that arrived meanwhile moves them: busy, not wedged)."""
+        timeout = self.cfg["probe_timeout_s"]
+        if self.probe(svc):
+            return "idle", "0 pending and the 1-token probe answered", True
+        after, err = self.sample(svc)
+        if after is None:
+            return "unknown", f"idle (0 pending), a 1-token probe got no answer within {timeout} s, then {err}: " \
+                "nothing judged", False
+        obs["counters"] = after[0]
+        if after[0] != counters:
+            return "busy", f"a 1-token probe got no answer within {timeout} s, but the engine stepped meanwhile " \
+                f"({counters_text(counters)} -> {counters_text(after[0])}, {after[1]:g} pending)", True
+        return "wedged", f"idle (0 requests running/waiting), a 1-token probe got no answer within {timeout} s, and " \
+            f"no engine step across it (counters {counters_text(counters)})", False
 
     def act(self, svc: dict, verdict: str, why: str, proven: bool, now: float) -> None:
         rec = self.record(svc["name"])
         if rec["gave_up"] and proven:  # someone started it again and it serves: watch it again
             rec["gave_up"] = False
             log(NOTICE, f"{svc['unit']}: serving again after the watchdog gave up; watching it again")
-            self._save()
+            self.save()
         if verdict != "wedged" or rec["gave_up"]:
             return
         rec["restarts"] = [t for t in rec["restarts"] if now - t < self.cfg["window_s"]]
@@ -170,7 +240,7 @@ class Watchdog:
             rec["restarts_total"] += 1
             log(WARNING, f"{svc['unit']}: WEDGED ({why}): restarting it (restart {len(rec['restarts'])} of "
                          f"{self.cfg['max_restarts']} allowed in {self.cfg['window_s']} s)")
-            self._save()  # counted before it runs: a watchdog killed mid-restart does not get a free one
+            self.save()  # counted before it runs: a watchdog killed mid-restart does not get a free one
             if self.run(self.cfg["restart_command"], svc):
                 log(NOTICE, f"{svc['unit']}: restarted")
             else:
@@ -179,7 +249,7 @@ class Watchdog:
                     f"{svc['unit']}: the restart FAILED (restart {len(rec['restarts'])} of "
                     f"{self.cfg['max_restarts']}); it counts as one of the allowed restarts")
         self.obs.pop(svc["name"], None)  # judge the restarted engine afresh
-        self._save()
+        self.save()
 
     def command(self, template: str, svc: dict) -> list[str]:
         """The argv of a command template for one service (PLACEHOLDERS, each value shell-quoted)."""
@@ -187,12 +257,15 @@ class Watchdog:
                   "served": svc.get("served", ""), "kind": svc.get("kind", "")}
         quoted = {k: shlex.quote(str(v)) for k, v in values.items()}
         quoted.update(rollout=shlex.join(self.cfg.get("rollout_command", [])),
-                      limits=shlex.join(str(x) for x in self.cfg.get("rollout_limits", [])))
+                      limits=shlex.join(str(x) for x in self.cfg.get("rollout_limits", [])),
+                      peer=shlex.join(str(x) for x in svc.get("peer_args", [])))
         return shlex.split(template.format(**quoted))
 
     def run(self, template: str, svc: dict) -> bool:
         """Run a command template for one service; False (and its output in the journal) when it fails."""
-        argv = self.command(template, svc)
+        return self.run_argv(self.command(template, svc))
+
+    def run_argv(self, argv: list[str]) -> bool:
         try:
             r = subprocess.run(argv, capture_output=True, text=True, stdin=subprocess.DEVNULL)
         except OSError as exc:
@@ -208,21 +281,33 @@ class Watchdog:
         return subprocess.run(self.command(self.cfg["rollout_active_command"], svc), capture_output=True,
                               stdin=subprocess.DEVNULL).returncode == 0
 
+    def check(self, svc: dict, now: float) -> tuple[str, str, bool]:
+        """One service's verdict; a tensor-parallel head's ("pair") only when the pair may be judged."""
+        if self.rollout_running(svc):
+            self.obs.pop(svc["name"], None)  # judge it afresh once the transaction is done
+            return "rollout", "a rollout transaction owns it", False
+        if "pair" not in svc:
+            return self.verdict(svc, now)
+        worker, err = pair.read_peer(svc["pair"]["peer_status_command"], svc["name"], svc["pair"]["call_timeout_s"])
+        held = pair.before_judging(worker, err, pair.head_unit(svc["pair"]))
+        if held:
+            self.obs.pop(svc["name"], None)  # judged afresh (what the pair served with too) once it may be again
+            return (*held, False)
+        return self.verdict(svc, now, worker)
+
     def check_once(self, now: float | None = None) -> dict[str, str]:
         now = time.time() if now is None else now
         verdicts = {}
         for svc in self.cfg["services"]:
-            if self.rollout_running(svc):
-                self.obs.pop(svc["name"], None)  # judge it afresh once the transaction is done
-                verdict, why, proven = "rollout", "a rollout transaction owns it", False
-            else:
-                verdict, why, proven = self.verdict(svc, now)
-            if verdict != self.last.get(svc["name"]) and (verdict in ("down", "wedged")
-                                                          or self.last.get(svc["name"]) in ("down", "wedged")):
+            verdict, why, proven = self.check(svc, now)
+            seen, previous = (verdict, topic(why)), self.last.get(svc["name"], ("", ""))
+            if seen != previous and (verdict in NOTEWORTHY or previous[0] in NOTEWORTHY):
                 log(INFO, f"{svc['unit']}: {verdict}: {why}")
-            self.last[svc["name"]] = verdict
+            self.last[svc["name"]] = seen
             self.act(svc, verdict, why, proven, now)
             verdicts[svc["name"]] = verdict
+        if self.cfg.get("follow"):  # a tensor-parallel worker: its part of the head's pair restart
+            verdicts[self.cfg["follow"]["service"]] = pair.follow_head(self, self.cfg["follow"], log)
         self.write_metrics(verdicts, now)
         return verdicts
 
@@ -242,6 +327,14 @@ class Watchdog:
                     int(rec["gave_up"]), labels)
             exp.add("sparkctl_watchdog_wedged", "gauge", "1 when the last check found the service wedged",
                     int(verdicts.get(svc["name"]) == "wedged"), labels)
+            exp.add("sparkctl_watchdog_unknown", "gauge", "1 when the last check could not judge the service (its "
+                    "/metrics unreadable, or a tensor-parallel worker out of reach)",
+                    int(verdicts.get(svc["name"]) == "unknown"), labels)
+        follow = self.cfg.get("follow")
+        if follow:
+            exp.add("sparkctl_watchdog_pair_restarts_followed_total", "counter", "tensor-parallel worker: pair "
+                    "restarts of its head it took part in", self.record(follow["service"]).get("followed_total", 0),
+                    {"unit": follow["unit"]})
         exp.add("sparkctl_watchdog_last_check_timestamp_seconds", "gauge", "when the watchdog last checked, unix time",
                 round(now, 3))
         try:
@@ -263,7 +356,9 @@ def main(argv: list[str] | None = None) -> int:
         if svc is None:
             p.error(f"--restart {args.restart}: not one of {', '.join(s['name'] for s in dog.cfg['services'])}")
         return subprocess.run(dog.command(dog.cfg["restart_command"], svc), stdin=subprocess.DEVNULL).returncode
-    log(INFO, f"watching {', '.join(s['unit'] for s in dog.cfg['services'])}: stall {dog.cfg['stall_s']} s, "
+    follow = dog.cfg.get("follow")
+    log(INFO, f"watching {', '.join(s['unit'] for s in dog.cfg['services']) or 'no API service'}"
+              f"{'; following the head for ' + follow['unit'] if follow else ''}: stall {dog.cfg['stall_s']} s, "
               f"at most {dog.cfg['max_restarts']} restarts in {dog.cfg['window_s']} s")
     while True:
         dog.check_once()

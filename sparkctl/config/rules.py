@@ -199,4 +199,18 @@ def reserved_ports(s: GroupData, ssh_port: int) -> None:
                                "sshd listens there: a service on it would lock the operator out")
 
 
-CROSS_FIELD_RULES = (oom_order, memory, service_user, owned_flags)  # after the schema's own
+# --- the watchdog: a tensor-parallel pair restarts as one unit ------------------------------------------------------
+
+
+def pair_restart(s: GroupData) -> None:
+    """Tensor-parallel with the native backend (with Ray the worker runs no vLLM service): the watchdog's restart
+    carries {peer}, the options that make the head's restart a pair restart; without them the head restarts alone
+    and its engine waits for a worker that never rejoins (sparkctl/box/watchdog_pair.py)."""
+    if s.SPARK_TOPOLOGY == "tensor-parallel" and s.TP_BACKEND == "native" and \
+            "{peer}" not in s.WATCHDOG_RESTART_COMMAND:
+        raise SettingError("WATCHDOG_RESTART_COMMAND", s.WATCHDOG_RESTART_COMMAND,
+                           "a command containing {peer} in tensor-parallel (the pair restarts as one unit, never the "
+                           "head alone)")
+
+
+CROSS_FIELD_RULES = (oom_order, memory, service_user, owned_flags, pair_restart)  # after the schema's own

@@ -79,7 +79,7 @@ def pattern(regex: str, description: str):
 
 
 # the placeholders the box's watchdog fills in its command settings (sparkctl/box/watchdog.py PLACEHOLDERS)
-WATCHDOG_PLACEHOLDERS = ("unit", "service", "port", "served", "kind", "rollout", "limits")
+WATCHDOG_PLACEHOLDERS = ("unit", "service", "port", "served", "kind", "rollout", "limits", "peer")
 
 
 def template_problem(text: str, placeholders: tuple[str, ...], needs: tuple[str, ...]) -> str:

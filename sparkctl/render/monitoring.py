@@ -1,5 +1,6 @@
 """What the monitoring deploy (tasks/monitoring.py) writes to a box: node exporter's arguments, the box-facts
-timer, the watchdog's unit and configuration, and the proxy's scrape paths with their token.
+timer, the watchdog's unit and configuration (a tensor-parallel pair's part too: box/watchdog_pair.py), and the
+proxy's scrape paths with their token.
 
 Pure functions of the typed settings (`cfg`, sparkctl.config.schema.GroupData: every value already checked);
 rendering uses templates/ exactly as the tests do. TRANSITIONAL: the public ones also take the raw group data the
@@ -15,10 +16,11 @@ from sparkctl.box import contract
 from sparkctl.config.catalog import CODER
 from sparkctl.config.schema import GroupData, as_group_data
 from sparkctl.errors import SettingError
+from sparkctl.render.link import peer_status_command
 from sparkctl.render.units import render_template, rollout_env, rollout_values
 
 BOX_PYTHON = "/usr/bin/python3"  # the box scripts are stdlib-only: the system python, not vLLM's venv
-BOX_SCRIPTS = ("textfile.py", "gpu_textfile.py", "box_textfile.py", "watchdog.py")
+BOX_SCRIPTS = ("textfile.py", "gpu_textfile.py", "box_textfile.py", "watchdog.py", "watchdog_pair.py")
 FACTS_UNIT, FACTS_TIMER = "sparkctl-box-facts.service", "sparkctl-box-facts.timer"
 WATCHDOG_UNIT = "sparkctl-watchdog.service"
 
@@ -79,9 +81,11 @@ def rollout_limits(cfg: GroupData) -> list[str]:
     return contract.setting_argv("restart", rollout_values(cfg))
 
 
-def watchdog_config(cfg: GroupData, services) -> str:
+def watchdog_config(cfg: GroupData, services, role=None, peer_address: str = "") -> str:
     """The watchdog's whole configuration (settings, not defaults in the script); the schema checked every value,
-    the command templates' placeholders included."""
+    the command templates' placeholders included ({peer} in a tensor-parallel pair's restart: config/rules.py).
+    role, peer_address: this box's part in the topology and the other box's link address (tensor-parallel: the pair
+    is watched as one unit)."""
     cfg = as_group_data(cfg)
     doc = {
         "interval_s": cfg.WATCHDOG_INTERVAL_S, "stall_s": cfg.WATCHDOG_STALL_S,
@@ -96,4 +100,32 @@ def watchdog_config(cfg: GroupData, services) -> str:
                       "port": s.port, "served": s.served_name, "kind": "chat" if s.role == CODER else "embed"}
                      for s in api_services(services)],
     }
+    if role is not None and role.tensor_parallel and cfg.TP_BACKEND == "native":
+        watch_pair(cfg, doc, services, role.name, peer_address)
     return json.dumps(doc, indent=2, sort_keys=True) + "\n"
+
+
+def pair_restart_wait(cfg: GroupData) -> float:
+    """The longest one box of a pair restart waits for the other (--peer-timeout): the head's stop, then its gate."""
+    return cfg.SERVICE_STOP_TIMEOUT_S + cfg.HEALTH_READY_TIMEOUT_S
+
+
+def watch_pair(cfg: GroupData, doc: dict, services, role: str, peer_address: str) -> None:
+    """Tensor-parallel, native backend (with Ray the worker runs no vLLM service: the head's restart recreates its
+    actors): the head's coder is judged with its worker and restarted with it ({peer}); the worker's watchdog
+    follows the head's pair restarts."""
+    status = peer_status_command(cfg, peer_address)
+    call = cfg.TP_PEER_CALL_TIMEOUT_S
+    if role == "head":
+        coder = next(s for s in services if s.role == CODER and not s.headless)
+        entry = next(e for e in doc["services"] if e["name"] == coder.name)
+        entry["pair"] = {"peer_status_command": status, "call_timeout_s": call,
+                         "env_file": f"{cfg.ENV_DIR}/{coder.env_file}"}
+        entry["peer_args"] = contract.options("restart", peer_status_cmd=status, peer_timeout=pair_restart_wait(cfg))
+        return
+    coder = next(s for s in services if s.role == CODER)
+    restart = contract.argv("restart", rollout_values(cfg), service=coder.name, port=coder.port,
+                            served=coder.served_name, kind="none", peer_status_cmd=status,
+                            peer_timeout=pair_restart_wait(cfg), reason="pair-restart", wait=True)
+    doc["follow"] = {"service": coder.name, "unit": coder.unit, "peer_status_command": status,
+                     "call_timeout_s": call, "restart_command": rollout_command(cfg) + restart}

@@ -139,7 +139,9 @@ def test_argv_refuses_a_call_the_box_would_refuse():
         contract.argv("apply", settings, **facts, verdict_timeout=30)
     with pytest.raises(ValueError, match="--port"):
         contract.argv("apply", settings, **{**facts, "port": None})
-    with pytest.raises(ValueError, match="not one of chat, embed"):
+    with pytest.raises(ValueError, match="not one of chat, embed, none"):
+        contract.argv("restart", settings, **{**facts, "kind": "headless"})
+    with pytest.raises(ValueError, match="--kind none needs --peer-status-cmd"):  # a worker never restarts alone
         contract.argv("restart", settings, **{**facts, "kind": "none"})
     with pytest.raises(KeyError):
         contract.argv("apply", {k: v for k, v in settings.items() if k != "DRAIN_TIMEOUT_S"}, **facts)

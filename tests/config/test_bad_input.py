@@ -423,6 +423,9 @@ CASES = [
     Case("watchdog restart command naming no service",
          ["WATCHDOG_RESTART_COMMAND", "a command containing {service} or {unit}"],
          data={"WATCHDOG_RESTART_COMMAND": "{rollout} restart --wait"}),
+    Case("tensor-parallel watchdog restart of the head alone",
+         ["WATCHDOG_RESTART_COMMAND", "systemctl restart {unit}", "containing {peer} in tensor-parallel"],
+         data={"SPARK_TOPOLOGY": "tensor-parallel", "WATCHDOG_RESTART_COMMAND": "systemctl restart {unit}"}),
     Case("watchdog stop command with a format spec", ["WATCHDOG_STOP_COMMAND", "{unit:>9}", "no placeholders but"],
          data={"WATCHDOG_STOP_COMMAND": "systemctl stop {unit:>9}"}),
     # --- files that are not what they seem -------------------------------------------------------------------------

@@ -89,14 +89,15 @@ def test_tensor_parallel_native_head_and_headless_worker(tmp_path):
     worker_join = order.index("Tensor-parallel unit | Tensor-parallel: the worker's vllm-coder ends with the head's "
                               "result")
     assert worker_start < head_rollout < worker_join  # one unit: the worker waits for the head's verdict
-    # the worker reads the head's status over the link with its own key; the head forces that read-only command
+    # the worker reads the head's status over the link with the pair's key; the head forces that read-only command,
+    # and the worker the same for the head (its watchdog judges the pair as one unit), each from the other only
     peer = shlex.split(worker[0])
     status_cmd = shlex.split(peer[peer.index("--peer-status-cmd") + 1])
     assert status_cmd[:3] == ["ssh", "-i", "/root/.ssh/sparkctl-cx7-peer"] and "root@192.168.100.10" in status_cmd
     assert "--peer-status-cmd" not in head[0]
-    keys = [c for c in cmds(out, "spark-1") if "sparkctl-cx7-peer' >> /root/.ssh/authorized_keys" in c]
-    assert len(keys) == 1 and "restrict,from=" in keys[0] and "rollout.py status coder" in keys[0], keys
-    assert not any("sparkctl-cx7-peer' >> /root/.ssh/authorized_keys" in c for c in cmds(out, "spark-2"))
+    for box, other in (("spark-1", "192.168.100.11,192.168.101.11"), ("spark-2", "192.168.100.10,192.168.101.10")):
+        keys = [c for c in cmds(out, box) if "sparkctl-cx7-peer' >> /root/.ssh/authorized_keys" in c]
+        assert len(keys) == 1 and f'restrict,from="{other}"' in keys[0] and "rollout.py status coder" in keys[0], keys
     first_fetch = min(i for i, o in enumerate(order) if o.startswith("Checkpoints | Download and verify"))
     first_copy = min(i for i, o in enumerate(order) if o.startswith("Checkpoints | Copy"))
     assert first_fetch < first_copy

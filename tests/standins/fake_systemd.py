@@ -14,6 +14,7 @@ import re
 import signal
 import subprocess
 import sys
+import uuid
 
 SD = os.environ["FAKE_SD"]
 
@@ -70,6 +71,7 @@ def start(unit):
     broken = open(f"{SD}/broken").read().split() if os.path.exists(f"{SD}/broken") else []
     unready = open(f"{SD}/unready").read().split() if os.path.exists(f"{SD}/unready") else []
     st = load(unit)
+    st["InvocationID"] = uuid.uuid4().hex  # a new one at every start, as systemd's
     if model in unready:  # starts and stays active, but never answers a request (a gate that times out)
         st.update(ActiveState="active", SubState="running", MainPID=os.getpid())
         serving(False)
@@ -87,7 +89,7 @@ def systemctl(args):
     verb = args[0]
     if verb == "show":
         units = [a for a in args[1:] if not a.startswith("-") and a not in
-                 ("Id", "ActiveState", "SubState", "Result", "NRestarts", "MainPID")]
+                 ("Id", "ActiveState", "SubState", "Result", "NRestarts", "MainPID", "InvocationID")]
         blocks = []
         for u in units:
             st = load(u)
@@ -95,7 +97,8 @@ def systemctl(args):
                 up = alive(st.get("pid", 0))
                 st = {"ActiveState": "active" if up else "inactive", "SubState": "running" if up else "dead"}
             blocks.append("\n".join([f"Id={u}"] + [f"{k}={st.get(k, '')}" for k in
-                                                   ("ActiveState", "SubState", "Result", "NRestarts", "MainPID")]))
+                                                   ("ActiveState", "SubState", "Result", "NRestarts", "MainPID",
+                                                    "InvocationID")]))
         print("\n\n".join(blocks))
         return 0
     note(" ".join(args))
