@@ -1,7 +1,7 @@
 """Two Sparks in tensor-parallel: the CX7 link (netplan), Ray units when TP_BACKEND is "ray", and the two ssh keys
 the worker uses over the link: one copies checkpoints from the head (forced read-only rrsync), one lets the worker's
 rollout read the head's rollout status (forced `rollout.py status coder`). Nothing happens here for replicas or
-split."""
+split, except ray_retire (after the services): Ray units a configuration no longer runs are stopped and removed."""
 
 from __future__ import annotations
 
@@ -10,11 +10,14 @@ from io import StringIO
 
 from pyinfra import host
 from pyinfra.api import deploy
+from pyinfra.facts.files import File
 from pyinfra.operations import files, server, systemd
+from pyinfra.operations.util import any_changed
 
 from sparkctl.config import pki
 from sparkctl.config.secrets import secrets_dir
 from sparkctl.config.settings import Settings
+from sparkctl.render import ray
 from sparkctl.render import units as svcs
 from sparkctl.render.units import rollout_env
 from tasks.ops import pip_dist
@@ -78,18 +81,58 @@ def link(settings: Settings) -> None:
         files.line(name="Let the worker read the head's rollout status over the link (read-only)",
                    path="/root/.ssh/authorized_keys", line="sparkctl-cx7-peer",
                    replace=f'restrict,from="{source}",command="{status}" {peer_public}')
-    if d["TP_BACKEND"] == "ray":
-        venv = svcs.vllm_venv(d)
-        pip_dist(name=f"Install ray {d['RAY_VERSION']} into the venv", venv=venv, dist="ray",
-                 version=d["RAY_VERSION"], requirement=f"ray[default]=={d['RAY_VERSION']}", pip_args=pip_args(d))
-        unit_name = "ray-head.service" if role.name == "head" else "ray-worker.service"
-        unit = files.put(name=f"Unit {unit_name}", dest=f"/etc/systemd/system/{unit_name}", user="root",
-                         group="root", mode="0644",
-                         src=StringIO(svcs.render_template("ray.service.j2", d=d, head=role.name == "head",
-                                                           address=role.address, head_address=role.head_address,
-                                                           env={k: v for k, v in role.env.items()
-                                                                if not k.startswith("RAY_memory")})))
-        systemd.daemon_reload(name="Reload systemd (Ray unit changed)", _if=unit.did_change)
-        systemd.service(name=f"{unit_name} enabled and running", service=unit_name, running=True, enabled=True)
-        systemd.service(name=f"Restart {unit_name} (its unit changed)", service=unit_name, restarted=True,
-                        _if=unit.did_change)
+    ray_cluster(settings)
+
+
+def ray_cluster(settings: Settings) -> None:
+    """TP_BACKEND = "ray": Ray into the coder's new venv, the box's Ray unit (the head's first: the worker joins
+    it), and on the head the drop-in that restarts its coder with Ray (sparkctl/render/ray.py says why)."""
+    d, role = settings.data, settings.role
+    if not ray.runs_ray(role, d):
+        return
+    venv = svcs.vllm_venv(d)
+    pip_dist(name=f"Install ray {d['RAY_VERSION']} into {venv}", venv=venv, dist="ray", version=d["RAY_VERSION"],
+             requirement=svcs.ray_requirement(d), pip_args=pip_args(d))
+    if role.name == "head":
+        ray_unit(settings, dropin=ray.coder_dropin_path(settings.coder))
+    else:
+        ray_unit(settings, dropin=None)
+
+
+def ray_unit(settings: Settings, dropin: str | None) -> None:
+    """Install the Ray unit and (head) the coder's drop-in; restart Ray only when its unit changed (systemd then
+    restarts the head's coder with it: stopped before Ray, started after it)."""
+    d, role = settings.data, settings.role
+    name = ray.unit_name(role)
+    changed = [files.put(name=f"Unit {name}", dest=f"/etc/systemd/system/{name}", user="root", group="root",
+                         mode="0644", src=StringIO(ray.render_unit(role, settings.coder, d)))]
+    if dropin:
+        changed.append(files.put(name=f"{settings.coder.unit} starts after {name}, restarts with it (drop-in)",
+                                 dest=dropin, user="root", group="root", mode="0644",
+                                 src=StringIO(ray.render_coder_dropin())))
+    systemd.daemon_reload(name=f"Reload systemd ({name} changed)", _if=any_changed(*changed))
+    systemd.service(name=f"Restart {name} (its unit changed)", service=name, running=True, restarted=True,
+                    enabled=True, _if=changed[0].did_change)
+    systemd.service(name=f"{name} enabled and running", service=name, running=True, enabled=True)
+
+
+@deploy("Ray cluster retired")
+def ray_retire(settings: Settings) -> None:
+    """After the services: a box whose configuration no longer runs Ray stops and removes its Ray units (its coder,
+    already rolled out without Ray, first loses the drop-in binding it to the Ray head)."""
+    if ray.runs_ray(settings.role, settings.data):
+        return
+    dropin = ray.coder_dropin_path(settings.coder)
+    units = [f"/etc/systemd/system/{name}" for name in (ray.HEAD_UNIT, ray.WORKER_UNIT)]
+    present = [p for p in [dropin, *units] if host.get_fact(File, path=p)]
+    if not present:
+        return
+    if dropin in present:
+        files.file(name=f"Unbind {settings.coder.unit} from the Ray head", path=dropin, present=False)
+        systemd.daemon_reload(name="Reload systemd (coder drop-in removed)")
+    for path in units:
+        if path in present:
+            name = path.rsplit("/", 1)[1]
+            systemd.service(name=f"Stop and disable {name}", service=name, running=False, enabled=False)
+            files.file(name=f"Remove {name}", path=path, present=False)
+    systemd.daemon_reload(name="Reload systemd (Ray units removed)")

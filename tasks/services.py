@@ -18,6 +18,7 @@ from pyinfra.operations import files, systemd
 from sparkctl.box import contract
 from sparkctl.config.catalog import CODER
 from sparkctl.config.settings import Settings, validate
+from sparkctl.render import ray
 from sparkctl.render import units as svcs
 from sparkctl.render.units import rollout_env
 from tasks.acceptance import apply_verdict_args, judge_waiting
@@ -135,6 +136,11 @@ def services(settings: Settings, service_list: list | None = None) -> None:
         systemd.service(name=f"Enable {svc.unit} at boot", service=svc.unit, running=None, enabled=True)
     keep = d["VLLM_VENVS_KEEP"]
     prune_venvs(name=f"Prune vLLM venvs (keep {keep} and every one a unit or rollout snapshot names)",
-                root=f"{d['SPARKCTL_HOME']}/venvs", keep=keep,
-                referenced_by=["/etc/systemd/system/vllm-*.service", f"{d['ENV_DIR']}/vllm-*.service.next",
-                               f"{d['STATE_DIR']}/rollout/vllm-*.txn/unit"])
+                root=f"{d['SPARKCTL_HOME']}/venvs", keep=keep, referenced_by=venv_users(d))
+
+
+def venv_users(d) -> list[str]:
+    """Every unit file that may run a venv: the vLLM units (live, staged, in a rollout snapshot) and the Ray units
+    (their actors run vLLM from the coder's venv; a Ray worker runs no vLLM unit at all)."""
+    return ["/etc/systemd/system/vllm-*.service", f"{d['ENV_DIR']}/vllm-*.service.next",
+            f"{d['STATE_DIR']}/rollout/vllm-*.txn/unit", f"/etc/systemd/system/{ray.UNIT_GLOB}"]

@@ -112,12 +112,24 @@ def pip_args(d: dict) -> list[str]:
     return args
 
 
+def ray_requirement(d: dict) -> str | None:
+    """What tensor-parallel over Ray adds to the vLLM venv (its actors import vLLM from the Ray units' python);
+    None for every other configuration."""
+    if d["SPARK_TOPOLOGY"] != "tensor-parallel" or d["TP_BACKEND"] != "ray":
+        return None
+    return f"ray[default]=={d['RAY_VERSION']}"
+
+
 def vllm_venv(d: dict) -> str:
     """The versioned venv this configuration's vLLM lives in: <SPARKCTL_HOME>/venvs/<version>-<hash of what is
     installed>. A changed requirement, pip option or constraint is a new venv beside the running one, and a new
-    unit file (ExecStart names it), so it is rolled out, and rolled back, like any other change."""
-    what = json.dumps([d["VLLM_PIP_REQUIREMENT"], pip_args(d), d["VLLM_PIP_CONSTRAINTS"], d["VLLM_PIP_REMOVE"],
-                       d["VLLM_METADATA_ALIAS"], d["PIP_VERSION"]], sort_keys=True)
+    unit file (ExecStart names it), so it is rolled out, and rolled back, like any other change. Ray, when the
+    configuration runs it, is one of those requirements: it is installed into a new venv, never into a running one."""
+    what = [d["VLLM_PIP_REQUIREMENT"], pip_args(d), d["VLLM_PIP_CONSTRAINTS"], d["VLLM_PIP_REMOVE"],
+            d["VLLM_METADATA_ALIAS"], d["PIP_VERSION"]]
+    if ray_requirement(d):  # appended only then: every venv without Ray keeps the name it had
+        what.append(ray_requirement(d))
+    what = json.dumps(what, sort_keys=True)
     return f"{d['SPARKCTL_HOME']}/venvs/{d['VLLM_VERSION']}-{hashlib.sha256(what.encode()).hexdigest()[:12]}"
 
 
