@@ -85,18 +85,15 @@ def link(settings: Settings) -> None:
 
 
 def ray_cluster(settings: Settings) -> None:
-    """TP_BACKEND = "ray": Ray into the coder's new venv, the box's Ray unit (the head's first: the worker joins
-    it), and on the head the drop-in that restarts its coder with Ray (sparkctl/render/ray.py says why)."""
+    """TP_BACKEND = "ray": Ray into the coder's new venv, the box's Ray unit (the worker's `ray start` waits for the
+    head's to answer), and on the head the drop-in that restarts its coder with Ray (sparkctl/render/ray.py: why)."""
     d, role = settings.data, settings.role
     if not ray.runs_ray(role, d):
         return
     venv = svcs.vllm_venv(d)
     pip_dist(name=f"Install ray {d['RAY_VERSION']} into {venv}", venv=venv, dist="ray", version=d["RAY_VERSION"],
              requirement=svcs.ray_requirement(d), pip_args=pip_args(d))
-    if role.name == "head":
-        ray_unit(settings, dropin=ray.coder_dropin_path(settings.coder))
-    else:
-        ray_unit(settings, dropin=None)
+    ray_unit(settings, dropin=ray.coder_dropin_path(settings.coder) if role.name == "head" else None)
 
 
 def ray_unit(settings: Settings, dropin: str | None) -> None:

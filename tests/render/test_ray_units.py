@@ -139,3 +139,18 @@ def test_a_venv_a_ray_unit_runs_is_never_pruned(tmp_path):
     out = subprocess.run(["sh", "-c", cmd.get_raw_value()], capture_output=True, text=True).stdout.splitlines()
     used = VenvsInUse().process(out)["used"]
     assert used == [ray.ray_bin(s.data)]
+
+
+def test_the_deploy_runs_one_ray_unit_per_box_and_installs_ray_into_the_new_venv(tmp_path):
+    from tests.render.test_topologies import cmds, ops, run_pair
+
+    out = run_pair(tmp_path, "tensor-parallel", "--data", "TP_BACKEND=ray")
+    head, worker = " ".join(cmds(out, "spark-1")), " ".join(cmds(out, "spark-2"))
+    assert "systemctl start ray-head.service" in head and "ray-worker" not in head
+    assert "systemctl start ray-worker.service" in worker and "ray-head" not in worker
+    assert f"vllm-coder.service.d/{ray.COORDINATION_DROPIN}" in head  # only the head's coder is bound to Ray
+    assert ray.COORDINATION_DROPIN not in worker
+    for h in ("spark-1", "spark-2"):
+        build = next(o for o in ops(out, h) if o.startswith("vLLM | Build"))
+        venv = build.rsplit(" in ", 1)[1]
+        assert any(f"{venv}/bin/python -m pip install" in c and "'ray[default]==2.55.1'" in c for c in cmds(out, h))
