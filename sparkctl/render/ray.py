@@ -56,7 +56,7 @@ def start_args(role: Role, d: dict) -> list[str]:
     args = ["start", "--block", f"--node-ip-address={role.address}", f"--temp-dir={temp_dir(d)}",
             "--disable-usage-stats"]
     if role.name == "head":
-        return [*args, "--head", f"--port={d['RAY_PORT']}"]
+        return [*args, "--head", f"--port={d['RAY_PORT']}", f"--include-dashboard={str(d['RAY_DASHBOARD']).lower()}"]
     return [*args, f"--address={role.head_address}:{d['RAY_PORT']}"]
 
 

@@ -54,6 +54,7 @@ def test_ray_cluster_of_two_sparks_through_the_real_units(converged_spark):
         assert "--distributed-executor-backend ray" in sim_exec(HEAD, "cat /etc/sparkctl/vllm-coder.env.next")
         journal = sim_exec(HEAD, "journalctl -u vllm-coder.service --no-pager -o cat | tail -n 600")
         assert CPU_HAS_NO_RAY in journal, journal[-3000:]
+        assert "Connected to Ray cluster." in journal  # the head's vLLM joined the cluster; vLLM then refused it
         print("vLLM CPU over Ray:", next(line for line in journal.splitlines() if CPU_HAS_NO_RAY in line).strip())
         assert run.rc != 0 and "ROLLED BACK vllm-coder.service" in run.output, run.failure()
         assert json.loads(sim_exec(HEAD, f"cat {RESULT}"))["outcome"] == "rolled-back"

@@ -53,6 +53,10 @@ def test_ray_runs_from_the_coders_versioned_venv_and_a_venv_change_is_a_unit_cha
     worker_unit = ray.render_unit(worker.role, worker.coder, worker.data)
     assert exec_start(head_unit)[:3] == [f"{venv}/bin/ray", "start", "--block"]
     assert "--head" in exec_start(head_unit) and "--port=6379" in exec_start(head_unit)
+    assert "--include-dashboard=true" in exec_start(head_unit)  # RAY_DASHBOARD; the simulated Spark's is off
+    sim = ray_pair(["all", "gx10", "sim"], tmp_path)["spark-1"]
+    assert "--include-dashboard=false" in exec_start(ray.render_unit(sim.role, sim.coder, sim.data))
+    assert not any("dashboard" in a for a in exec_start(worker_unit))
     assert exec_start(worker_unit)[0] == f"{venv}/bin/ray"
     assert "--address=192.168.100.10:6379" in exec_start(worker_unit)  # the head's CX7 address
     assert "--node-ip-address=192.168.100.11" in exec_start(worker_unit)
