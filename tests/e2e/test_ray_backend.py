@@ -46,19 +46,8 @@ def test_ray_cluster_of_two_sparks_through_the_real_units(converged_spark):
     try:
         run = pyinfra("-y", *RAY, "inventory.py", "deploy.py", timeout=1800)
         record("tensor-parallel over Ray: new venv with Ray, both Ray units, the head's coder refused", run.seconds)
-        for host, unit in ((HEAD, ray.HEAD_UNIT), (WORKER, ray.WORKER_UNIT)):
-            assert sim_exec(host, f"systemctl is-active {unit}").strip() == "active", run.failure()
-            assert f"ExecStart={ray.ray_bin(data)} start" in sim_exec(host, f"systemctl cat {unit}")
-        nodes = wait_for(lambda: len(ray_nodes(data)) == 2 and ray_nodes(data), 120, "two nodes in `ray status`")
-        print(f"ray status on {HEAD}: {len(nodes)} active nodes {nodes}")
-        assert "--distributed-executor-backend ray" in sim_exec(HEAD, "cat /etc/sparkctl/vllm-coder.env.next")
-        journal = sim_exec(HEAD, "journalctl -u vllm-coder.service --no-pager -o cat | tail -n 600")
-        assert CPU_HAS_NO_RAY in journal, journal[-3000:]
-        assert "Connected to Ray cluster." in journal  # the head's vLLM joined the cluster; vLLM then refused it
-        print("vLLM CPU over Ray:", next(line for line in journal.splitlines() if CPU_HAS_NO_RAY in line).strip())
-        assert run.rc != 0 and "ROLLED BACK vllm-coder.service" in run.output, run.failure()
-        assert json.loads(sim_exec(HEAD, f"cat {RESULT}"))["outcome"] == "rolled-back"
-        assert wait_for(lambda: chat_ok(converged_spark), 120, "the head's previous coder through the proxy")
+        assert_two_node_cluster(data, run)
+        assert_cpu_build_refused_and_previous_coder_serves(converged_spark, run)
         coordinated_restart(data)
         assert wait_for(lambda: chat_ok(converged_spark), 300, "the coder serving again after the Ray restart")
     finally:
@@ -66,13 +55,38 @@ def test_ray_cluster_of_two_sparks_through_the_real_units(converged_spark):
         back = pyinfra("-y", "inventory.py", "deploy.py", timeout=1800)  # replicas (native) again
         record("back to replicas after Ray: the Ray units retired", back.seconds)
     assert back.rc == 0, back.failure()
+    assert_ray_retired(converged_spark.data, coder)
+    record("tensor-parallel over Ray scenario (whole)", time.monotonic() - t0)
+
+
+def assert_two_node_cluster(data: dict, run) -> None:
+    for host, unit in ((HEAD, ray.HEAD_UNIT), (WORKER, ray.WORKER_UNIT)):
+        assert sim_exec(host, f"systemctl is-active {unit}").strip() == "active", run.failure()
+        assert f"ExecStart={ray.ray_bin(data)} start" in sim_exec(host, f"systemctl cat {unit}")
+    nodes = wait_for(lambda: len(ray_nodes(data)) == 2 and ray_nodes(data), 120, "two nodes in `ray status`")
+    print(f"ray status on {HEAD}: {len(nodes)} active nodes {nodes}")
+
+
+def assert_cpu_build_refused_and_previous_coder_serves(spark, run) -> None:
+    """The head's vLLM joined the cluster, then vLLM's CPU build refused Ray; the rollout put the previous coder
+    back, and it serves through the proxy."""
+    assert "--distributed-executor-backend ray" in sim_exec(HEAD, "cat /etc/sparkctl/vllm-coder.env.next")
+    journal = sim_exec(HEAD, "journalctl -u vllm-coder.service --no-pager -o cat | tail -n 600")
+    assert CPU_HAS_NO_RAY in journal, journal[-3000:]
+    assert "Connected to Ray cluster." in journal
+    print("vLLM CPU over Ray:", next(line for line in journal.splitlines() if CPU_HAS_NO_RAY in line).strip())
+    assert run.rc != 0 and "ROLLED BACK vllm-coder.service" in run.output, run.failure()
+    assert json.loads(sim_exec(HEAD, f"cat {RESULT}"))["outcome"] == "rolled-back"
+    assert wait_for(lambda: chat_ok(spark), 120, "the head's previous coder through the proxy")
+
+
+def assert_ray_retired(data: dict, coder_pid: str) -> None:
     for host in (HEAD, WORKER):
         assert sim_exec(host, "systemctl list-unit-files 'ray-*' --no-legend | wc -l").strip() == "0"
         assert sim_exec(host, "pgrep -c -f '[r]aylet|[g]cs_server' || true").strip() == "0"  # [r]: not this shell
         assert sim_exec(host, f"ls {DROPIN} 2>/dev/null || true") == ""
-    assert units.vllm_venv(converged_spark.data) in sim_exec(HEAD, "systemctl cat vllm-coder.service")
-    assert main_pid(HEAD, "vllm-coder.service") == coder  # unbound from Ray first: retiring Ray restarted nothing
-    record("tensor-parallel over Ray scenario (whole)", time.monotonic() - t0)
+    assert units.vllm_venv(data) in sim_exec(HEAD, "systemctl cat vllm-coder.service")
+    assert main_pid(HEAD, "vllm-coder.service") == coder_pid  # unbound from Ray first: retiring Ray restarted nothing
 
 
 def coordinated_restart(data: dict) -> None:
