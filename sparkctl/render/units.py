@@ -125,11 +125,9 @@ def vllm_venv(d: dict) -> str:
     installed>. A changed requirement, pip option or constraint is a new venv beside the running one, and a new
     unit file (ExecStart names it), so it is rolled out, and rolled back, like any other change. Ray, when the
     configuration runs it, is one of those requirements: it is installed into a new venv, never into a running one."""
-    what = [d["VLLM_PIP_REQUIREMENT"], pip_args(d), d["VLLM_PIP_CONSTRAINTS"], d["VLLM_PIP_REMOVE"],
-            d["VLLM_METADATA_ALIAS"], d["PIP_VERSION"]]
-    if ray_requirement(d):  # appended only then: every venv without Ray keeps the name it had
-        what.append(ray_requirement(d))
-    what = json.dumps(what, sort_keys=True)
+    ray = ray_requirement(d)  # appended only then: every venv without Ray keeps the name it had
+    what = json.dumps([d["VLLM_PIP_REQUIREMENT"], pip_args(d), d["VLLM_PIP_CONSTRAINTS"], d["VLLM_PIP_REMOVE"],
+                       d["VLLM_METADATA_ALIAS"], d["PIP_VERSION"], *([ray] if ray else [])], sort_keys=True)
     return f"{d['SPARKCTL_HOME']}/venvs/{d['VLLM_VERSION']}-{hashlib.sha256(what.encode()).hexdigest()[:12]}"
 
 
