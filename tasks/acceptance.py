@@ -33,8 +33,9 @@ from pyinfra.api import FunctionCommand, StringCommand, deploy, operation
 from sparkctl.box import contract
 from sparkctl.config import hosts
 from sparkctl.config.catalog import CODER
+from sparkctl.config.schema import GroupData
 from sparkctl.config.settings import Settings
-from sparkctl.errors import SettingError, SparkctlError
+from sparkctl.errors import SparkctlError
 from sparkctl.measure import acceptance, quick
 from sparkctl.render.units import rollout_env
 from tasks.facts import RolloutStatus
@@ -45,18 +46,14 @@ __all__ = ["acceptance_gate", "acceptance_step", "apply_verdict_args", "awaiting
 REASON_CHARS = 900  # the rollback reason kept in the box's record of the failed candidate, characters
 
 
-def apply_verdict_args(d, service) -> dict:
-    """HOOK for the lead: the facts `rollout.py apply` needs to wait for a verdict after its health gate
-    (contract dests verdict_timeout, verdict_default; {} = do not wait: acceptance off, or not the coder's head).
-    The default is what the box does alone when the time is up."""
-    if not d["ACCEPTANCE_ENABLED"] or service.role != CODER or service.headless:
+def apply_verdict_args(cfg: GroupData, service) -> dict:
+    """The facts `rollout.py apply` needs to wait for a verdict after its health gate (contract dests
+    verdict_timeout, verdict_default; {} = do not wait: acceptance off, or not the coder's head). The default is what
+    the box does alone when the time is up."""
+    if not cfg.ACCEPTANCE_ENABLED or service.role != CODER or service.headless:
         return {}
-    timeout = d["ACCEPTANCE_VERDICT_TIMEOUT_S"]
-    if isinstance(timeout, bool) or not isinstance(timeout, int) or timeout <= 0:
-        raise SettingError("ACCEPTANCE_VERDICT_TIMEOUT_S", timeout, "whole seconds greater than 0")
-    if d["ACCEPTANCE_MODE"] not in acceptance.MODES:
-        raise SettingError("ACCEPTANCE_MODE", d["ACCEPTANCE_MODE"], list(acceptance.MODES))
-    return {"verdict_timeout": timeout, "verdict_default": "commit" if d["ACCEPTANCE_MODE"] == "warn" else "rollback"}
+    return {"verdict_timeout": cfg.ACCEPTANCE_VERDICT_TIMEOUT_S,
+            "verdict_default": "commit" if cfg.ACCEPTANCE_MODE == "warn" else "rollback"}
 
 
 def awaiting_verdict(status: dict) -> str | None:
@@ -70,43 +67,49 @@ def awaiting_verdict(status: dict) -> str | None:
     return str(tx) if tx else None
 
 
-def rollout_py(d):
+def rollout_py(cfg: GroupData):
     """rollout_py(args) -> the box command running rollout.py with those arguments (contract.argv(...))."""
-    return partial(box_command, rollout_env(d), f"{d['SPARKCTL_HOME']}/bin/rollout.py")
+    return partial(box_command, rollout_env(cfg), f"{cfg.SPARKCTL_HOME}/bin/rollout.py")
 
 
-def verdict_command(d, service: str, tx: str, verdict: str, reason: str = "") -> StringCommand:
+def verdict_command(cfg: GroupData, service: str, tx: str, verdict: str, reason: str = "") -> StringCommand:
     """The box-side verdict: `rollout.py verdict SERVICE --tx TX commit|rollback [--reason TEXT]`; a rollback's
     reason is what the box remembers the candidate failed for."""
-    return rollout_py(d)(contract.argv("verdict", {}, service=service, tx=tx, decision=verdict,
-                                       reason=" ".join(reason.split())[:REASON_CHARS] or None))
+    return rollout_py(cfg)(contract.argv("verdict", {}, service=service, tx=tx, decision=verdict,
+                                         reason=" ".join(reason.split())[:REASON_CHARS] or None))
 
 
-def _decide(state, host_, d: dict, service: str, unit: str, tx: str, decision: str, reason: str,
+def _decide(state, host_, cfg: GroupData, service: str, unit: str, tx: str, decision: str, reason: str,
             handoff: dict | None, verdict: acceptance.Verdict | None, conn) -> bool:
     """FunctionCommand body: send the verdict, follow the box until its result, then say what it did."""
     kw = _connector_args(host_)
     if decision == "rollback":
         _ready(host_, handoff, False)  # the box drains again for the rollback
-    ok, out = host_.run_shell_command(verdict_command(d, service, tx, decision, reason), **kw)
+    ok, out = host_.run_shell_command(verdict_command(cfg, service, tx, decision, reason), **kw)
     if not ok:  # e.g. the box decided alone a moment ago: what it did is in its result
         host_.log_styled(f"{unit}: the box did not take the verdict {decision}: "
                          f"{' '.join(out.stderr_lines)[-1000:]}", fg="yellow", log_func=logger.warning)
-    result = _wait(host_, kw, service, tx, rollout_py(d), d["HEALTH_POLL_INTERVAL_S"])
+    result = _wait(host_, kw, service, tx, rollout_py(cfg), cfg.HEALTH_POLL_INTERVAL_S)
     if result is None:  # lost track: the box finishes alone
         return False
     if result.get("outcome") == contract.AWAITING:
         host_.log_styled(f"{unit}: still waits for its acceptance verdict on the box (until {result.get('deadline')},"
                          f" then it decides alone)", fg="red", log_func=logger.error)
         return False
-    outcome, message = result.get("outcome"), str(result.get("message", ""))[:4000]
-    by = (result.get("verdict") or {}).get("by")
     if contract.serving(result):  # committed, or rolled back and serving its previous configuration
         _ready(host_, handoff, True)
+    return _report(state, host_, cfg, unit, result, decision, reason, verdict, conn)
+
+
+def _report(state, host_, cfg: GroupData, unit: str, result: dict, decision: str, reason: str,
+            verdict: acceptance.Verdict | None, conn) -> bool:
+    """What the box did with the verdict, said; a commit this run decided is recorded in the box's history."""
+    outcome, message = result.get("outcome"), str(result.get("message", ""))[:4000]
+    by = (result.get("verdict") or {}).get("by")
     if contract.succeeded(result):
         host_.log(f"{unit}: {outcome}: {message}")
         if decision == "commit" and by == "control" and verdict is not None:
-            return _record(state, host_, conn, d, verdict)
+            return _record(state, host_, conn, cfg, verdict)
         if by == "box":
             host_.log_styled(f"{unit}: kept by the box's own decision, not by this acceptance run ({reason})",
                              fg="yellow", log_func=logger.warning)
@@ -117,10 +120,10 @@ def _decide(state, host_, d: dict, service: str, unit: str, tx: str, decision: s
     return False
 
 
-def _record(state, host_, conn, data: dict, verdict: acceptance.Verdict) -> bool:
+def _record(state, host_, conn, cfg: GroupData, verdict: acceptance.Verdict) -> bool:
     """FunctionCommand body, after the box confirmed the commit: the run joins the box's history."""
     try:
-        line = quick.record_accepted(conn, data, verdict)
+        line = quick.record_accepted(conn, cfg, verdict)
     except SparkctlError as exc:  # the rollout stands; only the history missed a line: say so, do not fail
         logger.warning(f"{host_.name}: accepted, but the history was not written: {exc}")
         return True
@@ -136,12 +139,12 @@ def acceptance_gate(settings: Settings, service, handoff: dict | None = None):
     if not host.state.is_executing:
         host.noop("checked after health")
         return
-    d = settings.data
-    if not d["ACCEPTANCE_ENABLED"]:
+    cfg = settings.cfg
+    if not cfg.ACCEPTANCE_ENABLED:
         host.noop("acceptance is off (ACCEPTANCE_ENABLED)")
         return
-    status = host.get_fact(RolloutStatus, script=f"{d['SPARKCTL_HOME']}/bin/rollout.py", services=[service.name],
-                           env_prefix=rollout_env(d)).get(service.name, {})
+    status = host.get_fact(RolloutStatus, script=f"{cfg.SPARKCTL_HOME}/bin/rollout.py", services=[service.name],
+                           env_prefix=rollout_env(cfg)).get(service.name, {})
     tx = awaiting_verdict(status)
     if tx is None:
         host.noop(f"{service.unit}: no rollout waits for an acceptance verdict")
@@ -154,21 +157,21 @@ def judge_waiting(settings: Settings, service, handoff: dict | None):
     (probe_key: the box's drain exemption for this probe, when it keeps clients out meanwhile), send the verdict,
     follow the box to its result. The coder's rollout calls it as soon as its box waits (so a serial
     rollout reaches the next box only after this one's verdict); acceptance_gate, for one found waiting later."""
-    d = settings.data
+    cfg = settings.cfg
 
     def judge(state, host, tx: str, probe_key: str = "") -> bool:  # pyinfra passes state and host by these names
         try:
             conn = hosts.find(host.name)
-            verdict = quick.acceptance_of(conn, d, unit=service.unit, probe_key=probe_key)
+            verdict = quick.acceptance_of(conn, settings, unit=service.unit, probe_key=probe_key)
         except SparkctlError as exc:  # could not measure at all: that is the candidate's failure too
-            decision = "commit" if d["ACCEPTANCE_MODE"] == "warn" else "rollback"
+            decision = "commit" if cfg.ACCEPTANCE_MODE == "warn" else "rollback"
             reason = f"acceptance could not measure: {exc}"
             logger.warning(f"{host.name}: {reason} -> {decision}")
-            return _decide(state, host, d, service.name, service.unit, tx, decision, reason, handoff, None, None)
+            return _decide(state, host, cfg, service.name, service.unit, tx, decision, reason, handoff, None, None)
         logger.info(f"{host.name}: acceptance of {service.unit}\n" + "\n".join(c.line() for c in verdict.checks)
                     + ("\n" + "\n".join(verdict.notes) if verdict.notes else ""))
         (logger.info if verdict.passed else logger.warning)(f"{host.name}: {verdict.reason()}")
-        return _decide(state, host, d, service.name, service.unit, tx, verdict.decision, verdict.reason(), handoff,
+        return _decide(state, host, cfg, service.name, service.unit, tx, verdict.decision, verdict.reason(), handoff,
                        verdict, conn)
     return judge
 
@@ -178,7 +181,7 @@ def acceptance_step(settings: Settings) -> None:
     """The coder only: embedders have no speed or retrieval floor of their own."""
     if settings.coder.headless or settings.coder not in settings.services:
         return
-    handoff = ready_target(settings.data, settings.coder.served_name) if settings.role.serves_api else None
+    handoff = ready_target(settings.cfg, settings.coder.served_name) if settings.role.serves_api else None
     # _serial: one box at a time, like the rollout (one quick run must not load the other box's measurement, and
     # the probe's asyncio loop cannot run twice in pyinfra's one gevent thread)
     acceptance_gate(name="Acceptance: a changed coder is as fast and as right as its baseline and floors",

@@ -13,6 +13,7 @@ from pyinfra.api import deploy
 from pyinfra.operations import files
 
 from sparkctl.config.lock import marker_dir
+from sparkctl.config.quantities import GIB
 from sparkctl.config.service import snapshot_path
 from sparkctl.config.settings import Settings
 from sparkctl.render.units import vllm_venv
@@ -27,18 +28,18 @@ def listing_json(cp) -> str:
 
 @deploy("Checkpoints")
 def checkpoints(settings: Settings) -> None:
-    d = settings.data
-    store, home = d["MODEL_STORE"], d["SPARKCTL_HOME"]
+    cfg = settings.cfg
+    store, home = cfg.MODEL_STORE, cfg.SPARKCTL_HOME
     files.directory(name=f"Create {store}", path=store, user="root", group="root", mode="0755")
     files.directory(name=f"Create {store}/hub", path=f"{store}/hub", user="root", group="root", mode="0755")
     files.directory(name=f"Create {marker_dir(store)}", path=marker_dir(store), user="root", group="root",
                     mode="0755")
     files.directory(name=f"Create {home}/locks", path=f"{home}/locks", user="root", group="root", mode="0755")
-    env = {"HF_ENDPOINT": d["HF_ENDPOINT"], "HF_HUB_DISABLE_PROGRESS_BARS": "1", "HF_HUB_DISABLE_TELEMETRY": "1"}
-    token_file = f"{d['ENV_DIR']}/hf_token"
+    env = {"HF_ENDPOINT": cfg.HF_ENDPOINT, "HF_HUB_DISABLE_PROGRESS_BARS": "1", "HF_HUB_DISABLE_TELEMETRY": "1"}
+    token_file = f"{cfg.ENV_DIR}/hf_token"
     if settings.hf_token:
         files.put(name="Install the Hugging Face token (root-only)", src=StringIO(settings.hf_token + "\n"),
-                  dest=token_file, user="root", group="root", mode="0600", _temp_dir=d["ENV_DIR"])
+                  dest=token_file, user="root", group="root", mode="0600", _temp_dir=cfg.ENV_DIR)
         env["HF_TOKEN_PATH"] = token_file
     else:
         files.file(name="No Hugging Face token configured: remove any old one", path=token_file, present=False)
@@ -48,20 +49,20 @@ def checkpoints(settings: Settings) -> None:
         files.put(name=f"Lock listing {cp.repo}@{cp.sha[:12]}", src=StringIO(listing_json(cp)),
                   dest=listings[cp.repo], user="root", group="root", mode="0644")
     worker = settings.role.name == "worker"
-    common = dict(cache_dir=f"{store}/hub", python=f"{vllm_venv(d)}/bin/python", script=f"{home}/bin/fetch_checkpoint.py",
-                  workers=d["HF_DOWNLOAD_WORKERS"])
+    common = dict(cache_dir=f"{store}/hub", python=f"{vllm_venv(cfg)}/bin/python", script=f"{home}/bin/fetch_checkpoint.py",
+                  workers=cfg.HF_DOWNLOAD_WORKERS)
     for cp in settings.checkpoints:  # from the Hub (every box but a tensor-parallel worker)
         if worker:
             continue
-        fetch_checkpoint(name=f"Download and verify {cp.repo}@{cp.sha[:12]} ({cp.total_bytes / 2**30:.2f} GiB)",
+        fetch_checkpoint(name=f"Download and verify {cp.repo}@{cp.sha[:12]} ({cp.total_bytes / GIB:.2f} GiB)",
                          repo=cp.repo, sha=cp.sha, listing=listings[cp.repo], marker=cp.marker_path(store), _env=env,
                          **common)
     ssh = ["ssh", "-i", SYNC_KEY, "-o", f"UserKnownHostsFile={SYNC_KNOWN_HOSTS}",
-           *[arg for opt in d["CHECKPOINT_SYNC_SSH_OPTIONS"] for arg in ("-o", opt)]]
+           *[arg for opt in cfg.CHECKPOINT_SYNC_SSH_OPTIONS for arg in ("-o", opt)]]
     for cp in settings.checkpoints:  # tensor-parallel worker: after the head's downloads, over the CX7 link
         if not worker:
             continue
         sync_checkpoint(name=f"Copy {cp.repo}@{cp.sha[:12]} from the head over the CX7 link", repo=cp.repo,
                         sha=cp.sha, listing=listings[cp.repo], folder=cp.cache_dirname(),
                         snapshot=snapshot_path(store, cp), marker=cp.marker_path(store),
-                        source=f"{d['CHECKPOINT_SYNC_USER']}@{settings.role.head_address}", ssh_argv=ssh, **common)
+                        source=f"{cfg.CHECKPOINT_SYNC_USER}@{settings.role.head_address}", ssh_argv=ssh, **common)

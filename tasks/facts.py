@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import posixpath
+import shlex
 
 from pyinfra.api import FactBase
 from pyinfra.api.command import QuoteString, StringCommand
@@ -80,8 +82,10 @@ class VenvsInUse(FactBase):
     """{"venvs": names under root, newest first, "used": ExecStart binaries of the unit files matching the globs}."""
 
     def command(self, root, unit_globs):
+        # each glob's directory quoted, its file pattern left for the shell to expand
+        globs = [f"{shlex.quote(posixpath.dirname(g))}/{posixpath.basename(g)}" for g in unit_globs]
         return StringCommand("ls -1t", QuoteString(root), "2>/dev/null | sed 's/^/V /';",
-                             "grep -ho '^ExecStart=[^ ]*'", *unit_globs, "2>/dev/null | sed 's/^ExecStart=/U /'; true")
+                             "grep -ho '^ExecStart=[^ ]*'", *globs, "2>/dev/null | sed 's/^ExecStart=/U /'; true")
 
     def default(self):
         return {"venvs": [], "used": []}
@@ -95,7 +99,7 @@ class ListenerReady(FactBase):
     """Whether http://127.0.0.1:PORT/v1/models answers and lists `served` (one quick try of `timeout` s, no waiting)."""
 
     def command(self, port, served, timeout):
-        return StringCommand("curl -fsS --max-time", str(int(timeout)),
+        return StringCommand("curl -fsS --max-time", str(float(timeout)),  # curl takes fractions; int(0.5) is 0: none
                              QuoteString(f"http://127.0.0.1:{port}/v1/models"), "2>/dev/null || true")
 
     def default(self):
@@ -193,4 +197,50 @@ class RunningOomGuard(FactBase):
                     out["memory_min"] = None if value == "max" else int(value)
             except ValueError:
                 continue
+        return out
+
+
+class MemTotal(FactBase):
+    """Bytes of memory the kernel manages (/proc/meminfo MemTotal; on GB10's unified memory, what CUDA sees too);
+    None when it cannot be read."""
+
+    def command(self):
+        return "awk '/^MemTotal:/ {print $2}' /proc/meminfo"
+
+    def default(self):
+        return None
+
+    def process(self, output):
+        try:
+            return int(output[-1].strip()) * 1024  # kB
+        except (ValueError, IndexError):
+            return None
+
+
+NOLOGIN_SHELLS = ("/usr/sbin/nologin", "/sbin/nologin", "/bin/false", "/usr/bin/false")
+LOGIN_UID_RANGE = (1000, 60000)  # /etc/login.defs UID_MIN, UID_MAX on Debian/Ubuntu when the file says nothing
+
+
+class SystemUser(FactBase):
+    """A user's passwd entry on the box ({"uid", "shell", "home"}, None when there is none) and the box's login
+    uid range (/etc/login.defs): {"entry": ..., "uid_min": ..., "uid_max": ...}."""
+
+    def command(self, user):
+        defs = "awk '/^UID_(MIN|MAX)[[:space:]]/ {print \"D \" $1 \"=\" $2}' /etc/login.defs 2>/dev/null;"
+        return StringCommand("getent passwd", QuoteString(user), "| sed 's/^/P /';", defs, "true")
+
+    def default(self):
+        return {"entry": None, "uid_min": LOGIN_UID_RANGE[0], "uid_max": LOGIN_UID_RANGE[1]}
+
+    def process(self, output):
+        out = self.default()
+        for line in output:
+            kind, _, rest = line.strip().partition(" ")
+            if kind == "P" and len(rest.split(":")) >= 7:
+                fields = rest.split(":")
+                out["entry"] = {"uid": int(fields[2]) if fields[2].isdigit() else -1, "home": fields[5],
+                                "shell": fields[6]}
+            elif kind == "D" and rest.partition("=")[2].isdigit():
+                key, _, value = rest.partition("=")
+                out["uid_min" if key == "UID_MIN" else "uid_max"] = int(value)
         return out

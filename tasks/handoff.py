@@ -10,19 +10,20 @@ from pyinfra import host, inventory, logger
 from pyinfra.api import deploy, operation
 
 from sparkctl import REPO_ROOT
+from sparkctl.config.schema import GroupData
 from sparkctl.config.settings import Settings
 from sparkctl.render import gateway, prometheus_rules
-from tasks.proxy import box_address, tls_material
+from tasks.proxy import tls_material
 
 
-def handoff_dir(d: dict) -> Path:
-    return Path(d["GATEWAY_HANDOFF_DIR"]) if Path(d["GATEWAY_HANDOFF_DIR"]).is_absolute() \
-        else REPO_ROOT / d["GATEWAY_HANDOFF_DIR"]
+def handoff_dir(cfg: GroupData) -> Path:
+    return Path(cfg.GATEWAY_HANDOFF_DIR) if Path(cfg.GATEWAY_HANDOFF_DIR).is_absolute() \
+        else REPO_ROOT / cfg.GATEWAY_HANDOFF_DIR
 
 
-def ready_target(d: dict, served: str) -> dict:
+def ready_target(cfg: GroupData, served: str) -> dict:
     """What a rollout needs to mark its box's endpoint for `served` (not) ready in the hand-off."""
-    return {"dir": str(handoff_dir(d)), "namespace": d["GATEWAY_NAMESPACE"], "k8s": d["GATEWAY_K8S_VERSION"],
+    return {"dir": str(handoff_dir(cfg)), "namespace": cfg.GATEWAY_NAMESPACE, "k8s": cfg.GATEWAY_K8S_VERSION,
             "served": served}
 
 
@@ -43,20 +44,20 @@ def write_handoff(settings: Settings):
     if not host.state.is_executing:
         host.noop("written after rollout")
         return
-    d = settings.data
-    out = handoff_dir(d)
+    cfg = settings.cfg
+    out = handoff_dir(cfg)
     existing = json.loads((out / "endpoints.json").read_text()) if (out / "endpoints.json").exists() else {}
-    entries = [gateway.entry(host.name, box_address(), d["PROXY_PORT"], s)
+    entries = [gateway.entry(host.name, settings.address, cfg.PROXY_PORT, s)
                for s in settings.services if not s.headless] if settings.role.serves_api else []
-    _cert, _key, ca = tls_material(d) if settings.role.serves_api else (None, None, None)
+    _cert, _key, ca = tls_material(settings) if settings.role.serves_api else (None, None, None)
     boxes = [h.name for h in inventory.get_group("gx10")]
     merged = gateway.merge(existing, host.name, entries, boxes, settings.role.topology, str(ca) if ca else None)
-    docs = gateway.manifests(merged, d["GATEWAY_NAMESPACE"])
-    gateway.validate_manifests(docs, d["GATEWAY_K8S_VERSION"])
+    docs = gateway.manifests(merged, cfg.GATEWAY_NAMESPACE)
+    gateway.validate_manifests(docs, cfg.GATEWAY_K8S_VERSION)
     ep, k8s = gateway.write(out, merged, docs)
-    prometheus_rules.write_handoff(out, merged, d)  # issue 11: scrape job, alert rules, Grafana dashboard
+    prometheus_rules.write_handoff(out, merged, settings)  # issue 11: scrape job, alert rules, Grafana dashboard
     logger.info(f"{host.name}: gateway hand-off: {ep} and {k8s} (validated against Kubernetes "
-                f"{d['GATEWAY_K8S_VERSION']} schemas; not applied)")
+                f"{cfg.GATEWAY_K8S_VERSION} schemas; not applied)")
     host.noop("hand-off written")
     yield from ()  # an operation is a generator; this one never changes the box
 

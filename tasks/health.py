@@ -18,15 +18,15 @@ from sparkctl.config.settings import Settings
 from sparkctl.render import health_table
 from tasks.facts import JournalText, ListenerReady, LoadSeconds, UnitProperties
 from tasks.ops import KNOWN_FAILED, fail
-from tasks.proxy import box_address, tls_material
+from tasks.proxy import tls_material
 
 KV_LINES = r"GPU KV cache size|Maximum concurrency for"
 
 
-def _client(d: dict) -> httpx.Client:
-    _cert, _key, ca = tls_material(d)
+def _client(settings: Settings) -> httpx.Client:
+    _cert, _key, ca = tls_material(settings)
     ctx = ssl.create_default_context(cafile=str(ca)) if ca else ssl.create_default_context()
-    return httpx.Client(verify=ctx, timeout=d["HEALTH_REQUEST_TIMEOUT_S"], trust_env=False,
+    return httpx.Client(verify=ctx, timeout=settings.cfg.HEALTH_REQUEST_TIMEOUT_S, trust_env=False,
                         transport=httpx.HTTPTransport(verify=ctx, retries=0))
 
 
@@ -52,38 +52,47 @@ def probe_through_proxy(client: httpx.Client, base: str, svc, token: str, max_to
         return f"{type(exc).__name__}: {exc}"
 
 
+def wait_listening(cfg, svc, deadline: float) -> list | None:
+    """The model ids the service's own listener answers with, polled until it lists its served name or the
+    deadline passes."""
+    while True:
+        ids = host.get_fact(ListenerReady, port=svc.port, served=svc.served_name,
+                            timeout=cfg.HEALTH_LISTENER_TIMEOUT_S)
+        if (ids and svc.served_name in ids) or time.monotonic() > deadline:
+            return ids
+        time.sleep(cfg.HEALTH_POLL_INTERVAL_S)
+
+
+def check_service(settings: Settings, client: httpx.Client, base: str, svc, deadline: float
+                  ) -> tuple[health_table.Row, str]:
+    """(the service's table row, its failure with the journal, or "")."""
+    cfg = settings.cfg
+    if svc.headless:
+        props = host.get_fact(UnitProperties, unit=svc.unit)
+        return health_table.Row(svc, props.get("ActiveState", "?"), None, None), ""
+    ids = wait_listening(cfg, svc, deadline)
+    problem = "" if ids and svc.served_name in ids else f"127.0.0.1:{svc.port}/v1/models answered {ids}"
+    problem = problem or probe_through_proxy(client, base, svc, settings.api_token, cfg.HEALTH_PROBE_MAX_TOKENS)
+    kv_text = host.get_fact(JournalText, unit=svc.unit, lines=4, grep=KV_LINES)
+    load_s = host.get_fact(LoadSeconds, unit=svc.unit)
+    row = health_table.Row(svc, "healthy" if not problem else f"FAILED: {problem}", kv_text, load_s)
+    if not problem:
+        return row, ""
+    journal = host.get_fact(JournalText, unit=svc.unit, lines=cfg.HEALTH_JOURNAL_LINES)
+    return row, f"{svc.unit} ({svc.model.key}): {problem}\n--- last journal lines ---\n{journal}"
+
+
 @operation()
 def health_gate(settings: Settings, service_list: list):
     """Wait for each service, probe it through the proxy, print the table; fail with the journal otherwise."""
     if not host.state.is_executing:
         host.noop("checked after rollout")
         return
-    d = settings.data
-    rows, failures = [], []
-    deadline = time.monotonic() + d["HEALTH_READY_TIMEOUT_S"]
-    base = f"https://{box_address()}:{d['PROXY_PORT']}"
-    with _client(d) as client:
-        for svc in service_list:
-            if svc.headless:
-                props = host.get_fact(UnitProperties, unit=svc.unit)
-                rows.append(health_table.Row(svc, props.get("ActiveState", "?"), None, None))
-                continue
-            while True:
-                ids = host.get_fact(ListenerReady, port=svc.port, served=svc.served_name,
-                                    timeout=d["HEALTH_LISTENER_TIMEOUT_S"])
-                if ids and svc.served_name in ids:
-                    break
-                if time.monotonic() > deadline:
-                    break
-                time.sleep(d["HEALTH_POLL_INTERVAL_S"])
-            problem = "" if ids and svc.served_name in ids else f"127.0.0.1:{svc.port}/v1/models answered {ids}"
-            problem = problem or probe_through_proxy(client, base, svc, settings.api_token, d["HEALTH_PROBE_MAX_TOKENS"])
-            kv_text = host.get_fact(JournalText, unit=svc.unit, lines=4, grep=KV_LINES)
-            load_s = host.get_fact(LoadSeconds, unit=svc.unit)
-            rows.append(health_table.Row(svc, "healthy" if not problem else f"FAILED: {problem}", kv_text, load_s))
-            if problem:
-                journal = host.get_fact(JournalText, unit=svc.unit, lines=d["HEALTH_JOURNAL_LINES"])
-                failures.append(f"{svc.unit} ({svc.model.key}): {problem}\n--- last journal lines ---\n{journal}")
+    deadline = time.monotonic() + settings.cfg.HEALTH_READY_TIMEOUT_S
+    base = f"https://{settings.address}:{settings.cfg.PROXY_PORT}"
+    with _client(settings) as client:
+        checked = [check_service(settings, client, base, svc, deadline) for svc in service_list]
+    rows, failures = [row for row, _ in checked], [problem for _, problem in checked if problem]
     table, warnings = health_table.render(rows, settings, base)
     logger.info(f"{host.name}: health through {base}\n{table}")
     for w in warnings:

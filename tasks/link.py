@@ -16,8 +16,9 @@ from pyinfra.operations.util import any_changed
 
 from sparkctl.config import pki
 from sparkctl.config.secrets import secrets_dir
+from sparkctl.config.schema import GroupData
 from sparkctl.config.settings import Settings
-from sparkctl.render import ray
+from sparkctl.render import box_files, ray
 from sparkctl.render import units as svcs
 from sparkctl.render.units import rollout_env
 from tasks.ops import pip_dist
@@ -29,40 +30,38 @@ PEER_KEY = "/root/.ssh/sparkctl-cx7-peer"  # on the worker: the key its rollout 
 PEER_SERVICE = "coder"  # the one service the two boxes run as one unit (the head may be asked about no other)
 
 
-def sync_key(d: dict) -> tuple[str, str]:
-    path, public = pki.ensure_ssh_keypair(secrets_dir(d) / d["CHECKPOINT_SYNC_KEY"], "sparkctl-cx7-sync")
+def sync_key(cfg: GroupData) -> tuple[str, str]:
+    path, public = pki.ensure_ssh_keypair(secrets_dir(cfg) / cfg.CHECKPOINT_SYNC_KEY, "sparkctl-cx7-sync")
     return str(path), public
 
 
-def peer_key(d: dict) -> tuple[str, str]:
-    path, public = pki.ensure_ssh_keypair(secrets_dir(d) / d["TP_PEER_KEY"], "sparkctl-cx7-peer")
+def peer_key(cfg: GroupData) -> tuple[str, str]:
+    path, public = pki.ensure_ssh_keypair(secrets_dir(cfg) / cfg.TP_PEER_KEY, "sparkctl-cx7-peer")
     return str(path), public
 
 
-def link_ssh(d: dict, key: str) -> list[str]:
+def link_ssh(cfg: GroupData, key: str) -> list[str]:
     """ssh over the link as the worker runs it (checkpoint copy, the head's rollout status)."""
     return ["ssh", "-i", key, "-o", f"UserKnownHostsFile={SYNC_KNOWN_HOSTS}",
-            *[arg for opt in d["CHECKPOINT_SYNC_SSH_OPTIONS"] for arg in ("-o", opt)]]
+            *[arg for opt in cfg.CHECKPOINT_SYNC_SSH_OPTIONS for arg in ("-o", opt)]]
 
 
-def peer_status_command(d: dict, head_address: str) -> str:
+def peer_status_command(cfg: GroupData, head_address: str) -> str:
     """What the worker's rollout runs to read the head's `rollout.py status` (the head forces the command)."""
-    return shlex.join([*link_ssh(d, PEER_KEY), f"{d['CHECKPOINT_SYNC_USER']}@{head_address}", "rollout-status"])
+    return shlex.join([*link_ssh(cfg, PEER_KEY), f"{cfg.CHECKPOINT_SYNC_USER}@{head_address}", "rollout-status"])
 
 
 @deploy("Two-Spark link")
 def link(settings: Settings) -> None:
-    d, role = settings.data, settings.role
+    cfg, role = settings.cfg, settings.role
     if not role.tensor_parallel:
         return
-    if d["CX7_MANAGE_NETPLAN"]:
-        addresses = d["CX7_ADDRESSES"][host.name]
-        plan = files.put(name="CX7 link addresses (netplan)", dest=d["CX7_NETPLAN_FILE"], user="root", group="root",
-                         mode="0600", src=StringIO(svcs.render_template("netplan-cx7.yaml.j2", d=d,
-                                                                        addresses=addresses)))
+    if cfg.CX7_MANAGE_NETPLAN:
+        plan = files.put(name="CX7 link addresses (netplan)", dest=cfg.CX7_NETPLAN_FILE, user="root", group="root",
+                         mode="0600", src=StringIO(box_files.netplan(cfg, host.name)))
         server.shell(name="Apply netplan (the CX7 link changed)", commands=["netplan apply"], _if=plan.did_change)
-    key_path, public = sync_key(d)
-    peer_path, peer_public = peer_key(d)
+    key_path, public = sync_key(cfg)
+    peer_path, peer_public = peer_key(cfg)
     files.directory(name="Create /root/.ssh", path="/root/.ssh", user="root", group="root", mode="0700")
     if role.name == "worker":
         files.put(name="Checkpoint copy key (worker, root-only)", src=key_path, dest=SYNC_KEY, user="root",
@@ -71,13 +70,15 @@ def link(settings: Settings) -> None:
                   group="root", mode="0600")
     else:
         # read-only rsync of the model store, only from the worker's CX7 address
-        worker = [a for h, a in d["CX7_ADDRESSES"].items() if h != host.name]
-        source = ",".join(a.split("/")[0] for addrs in worker for a in ([addrs] if isinstance(addrs, str) else addrs))
+        worker = [a for h, a in cfg.CX7_ADDRESSES.items() if h != host.name]
+        source = ",".join(a.split("/")[0] for addrs in worker for a in addrs)
         files.line(name="Let the worker copy checkpoints over the link (read-only rrsync)",
                    path="/root/.ssh/authorized_keys", line="sparkctl-cx7-sync",
-                   replace=f'restrict,from="{source}",command="rrsync -ro {d["MODEL_STORE"]}/hub" {public}')
+                   replace=f'restrict,from="{source}",command="rrsync -ro {shlex.quote(cfg.MODEL_STORE + "/hub")}" '
+                           f'{public}')
         # the worker's rollout follows the head's: it may read this box's rollout status, nothing else
-        status = f"{rollout_env(d)} python3 {d['SPARKCTL_HOME']}/bin/rollout.py status {PEER_SERVICE}"
+        script = shlex.quote(f"{cfg.SPARKCTL_HOME}/bin/rollout.py")
+        status = f"{rollout_env(cfg)} python3 {script} status {PEER_SERVICE}"
         files.line(name="Let the worker read the head's rollout status over the link (read-only)",
                    path="/root/.ssh/authorized_keys", line="sparkctl-cx7-peer",
                    replace=f'restrict,from="{source}",command="{status}" {peer_public}')
@@ -87,22 +88,22 @@ def link(settings: Settings) -> None:
 def ray_cluster(settings: Settings) -> None:
     """TP_BACKEND = "ray": Ray into the coder's new venv, the box's Ray unit (the worker's `ray start` waits for the
     head's to answer), and on the head the drop-in that restarts its coder with Ray (sparkctl/render/ray.py: why)."""
-    d, role = settings.data, settings.role
-    if not ray.runs_ray(role, d):
+    cfg, role = settings.cfg, settings.role
+    if not ray.runs_ray(role, cfg):
         return
-    venv = svcs.vllm_venv(d)
-    pip_dist(name=f"Install ray {d['RAY_VERSION']} into {venv}", venv=venv, dist="ray", version=d["RAY_VERSION"],
-             requirement=svcs.ray_requirement(d), pip_args=pip_args(d))
+    venv = svcs.vllm_venv(cfg)
+    pip_dist(name=f"Install ray {cfg.RAY_VERSION} into {venv}", venv=venv, dist="ray", version=cfg.RAY_VERSION,
+             requirement=svcs.ray_requirement(cfg), pip_args=pip_args(cfg))
     ray_unit(settings, dropin=ray.coder_dropin_path(settings.coder) if role.name == "head" else None)
 
 
 def ray_unit(settings: Settings, dropin: str | None) -> None:
     """Install the Ray unit and (head) the coder's drop-in; restart Ray only when its unit changed (systemd then
     restarts the head's coder with it: stopped before Ray, started after it)."""
-    d, role = settings.data, settings.role
+    role = settings.role
     name = ray.unit_name(role)
     changed = [files.put(name=f"Unit {name}", dest=f"/etc/systemd/system/{name}", user="root", group="root",
-                         mode="0644", src=StringIO(ray.render_unit(role, settings.coder, d)))]
+                         mode="0644", src=StringIO(ray.render_unit(role, settings.coder, settings.cfg)))]
     if dropin:
         changed.append(files.put(name=f"{settings.coder.unit} starts after {name}, restarts with it (drop-in)",
                                  dest=dropin, user="root", group="root", mode="0644",
@@ -117,7 +118,7 @@ def ray_unit(settings: Settings, dropin: str | None) -> None:
 def ray_retire(settings: Settings) -> None:
     """After the services: a box whose configuration no longer runs Ray stops and removes its Ray units (its coder,
     already rolled out without Ray, first loses the drop-in binding it to the Ray head)."""
-    if ray.runs_ray(settings.role, settings.data):
+    if ray.runs_ray(settings.role, settings.cfg):
         return
     dropin = ray.coder_dropin_path(settings.coder)
     units = [f"/etc/systemd/system/{name}" for name in (ray.HEAD_UNIT, ray.WORKER_UNIT)]

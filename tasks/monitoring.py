@@ -28,17 +28,17 @@ def _put(name: str, text: str, dest: str, mode: str = "0644", **kw):
 def monitoring(settings: Settings, shared_scripts: list) -> None:
     """shared_scripts: the vLLM step's uploads of the box modules these scripts import too (tasks/vllm.py
     SHARED_SCRIPTS): the watchdog restarts when they change."""
-    d = settings.data
+    cfg = settings.cfg
     services = settings.services
     try:  # everything this step needs is checked while pyinfra prepares: before any command reaches the box
-        watchdog_json = mon.watchdog_config(d, services)
+        watchdog_json = mon.watchdog_config(cfg, services)
     except SparkctlError as exc:
         raise Refused(f"{settings.host_name}: {exc}") from None
     # the package's unit reads this file: written first, so node exporter never listens beyond loopback
-    args = _put("node exporter: loopback, meminfo + pressure + textfile collectors", mon.node_exporter_defaults(d),
-                d["NODE_EXPORTER_DEFAULTS_FILE"])
-    apt.packages(name=f"Install {', '.join(d['MONITORING_PACKAGES'])}", packages=d["MONITORING_PACKAGES"],
-                 update=True, cache_time=d["APT_CACHE_TIME_S"],
+    args = _put("node exporter: loopback, meminfo + pressure + textfile collectors", mon.node_exporter_defaults(cfg),
+                cfg.NODE_EXPORTER_DEFAULTS_FILE)
+    apt.packages(name=f"Install {', '.join(cfg.MONITORING_PACKAGES)}", packages=cfg.MONITORING_PACKAGES,
+                 update=True, cache_time=cfg.APT_CACHE_TIME_S,
                  no_recommends=True)  # not prometheus-node-exporter-collectors: its timers add unrelated metrics
     systemd.service(name="node exporter enabled and running", service=NODE_EXPORTER_UNIT, running=True,
                     enabled=True)
@@ -46,18 +46,18 @@ def monitoring(settings: Settings, shared_scripts: list) -> None:
                     restarted=True, _if=args.did_change)
 
     scripts = [files.put(name=f"Upload {script}", src=str(REPO_ROOT / "sparkctl" / "box" / script),
-                         dest=f"{mon.bin_dir(d)}/{script}", user="root", group="root", mode="0755")
+                         dest=f"{mon.bin_dir(cfg)}/{script}", user="root", group="root", mode="0755")
                for script in mon.BOX_SCRIPTS]
-    files.directory(name=f"Create {d['STATE_DIR']}/watchdog (root)", path=f"{d['STATE_DIR']}/watchdog",
+    files.directory(name=f"Create {cfg.STATE_DIR}/watchdog (root)", path=f"{cfg.STATE_DIR}/watchdog",
                     user="root", group="root", mode="0755")
     units = [
-        _put(f"Unit {mon.FACTS_UNIT}", mon.facts_service(d, f"{TLS_DIR}/server.pem"),
+        _put(f"Unit {mon.FACTS_UNIT}", mon.facts_service(cfg, f"{TLS_DIR}/server.pem"),
              f"/etc/systemd/system/{mon.FACTS_UNIT}"),
-        _put(f"Unit {mon.FACTS_TIMER}", mon.facts_timer(d), f"/etc/systemd/system/{mon.FACTS_TIMER}"),
-        _put(f"Unit {mon.WATCHDOG_UNIT}", mon.watchdog_service(d), f"/etc/systemd/system/{mon.WATCHDOG_UNIT}"),
+        _put(f"Unit {mon.FACTS_TIMER}", mon.facts_timer(cfg), f"/etc/systemd/system/{mon.FACTS_TIMER}"),
+        _put(f"Unit {mon.WATCHDOG_UNIT}", mon.watchdog_service(cfg), f"/etc/systemd/system/{mon.WATCHDOG_UNIT}"),
     ]
     watchdog_cfg = _put("Watchdog configuration (root-only)", watchdog_json,
-                        mon.watchdog_config_path(d), mode="0600", _temp_dir=d["ENV_DIR"])
+                        mon.watchdog_config_path(cfg), mode="0600", _temp_dir=cfg.ENV_DIR)
     systemd.daemon_reload(name="Reload systemd (a monitoring unit changed)", _if=any_changed(*units))
     systemd.service(name=f"{mon.FACTS_TIMER} enabled and running", service=mon.FACTS_TIMER, running=True,
                     enabled=True)

@@ -21,27 +21,27 @@ def driver_major(gpu: dict | None) -> int:
 
 @deploy("NVIDIA driver and CUDA")
 def nvidia(settings: Settings, is_dgx: bool, gpu: dict | None) -> None:
-    d = settings.data
-    nvcc = f"{d['CUDA_HOME']}/bin/nvcc"
+    cfg = settings.cfg
+    nvcc = f"{cfg.CUDA_HOME}/bin/nvcc"
     has_cuda = bool(host.get_fact(File, path=nvcc))
-    driver_ok = driver_major(gpu) >= d["NVIDIA_DRIVER_BRANCH"]
+    driver_ok = driver_major(gpu) >= cfg.NVIDIA_DRIVER_BRANCH
     if is_dgx:
         if not (driver_ok and has_cuda):
-            raise Refused(f"{host.name}: DGX OS box without driver >= {d['NVIDIA_DRIVER_BRANCH']} "
+            raise Refused(f"{host.name}: DGX OS box without driver >= {cfg.NVIDIA_DRIVER_BRANCH} "
                           f"(have {gpu and gpu.get('driver_version')}) or CUDA at {nvcc}; update DGX OS "
                           f"(its stack updates as one unit) instead of installing NVIDIA packages over it")
         else:
-            host.noop(f"DGX OS: driver {gpu['driver_version']} and CUDA {d['CUDA_VERSION']} come with the OS")
+            host.noop(f"DGX OS: driver {gpu['driver_version']} and CUDA {cfg.CUDA_VERSION} come with the OS")
         return
     if driver_ok and has_cuda:
-        host.noop(f"driver {gpu['driver_version']} and CUDA at {d['CUDA_HOME']} already installed")
+        host.noop(f"driver {gpu['driver_version']} and CUDA at {cfg.CUDA_HOME} already installed")
         return
     apt.packages(name="Install what fetching NVIDIA's keyring needs (curl, CA certificates)",
-                 packages=d["NVIDIA_PREREQ_PACKAGES"], update=True, cache_time=d["APT_CACHE_TIME_S"])
-    keyring = apt.deb(name="Install NVIDIA's CUDA repository keyring (cuda-keyring)", src=d["NVIDIA_KEYRING_DEB_URL"])
+                 packages=cfg.NVIDIA_PREREQ_PACKAGES, update=True, cache_time=cfg.APT_CACHE_TIME_S)
+    keyring = apt.deb(name="Install NVIDIA's CUDA repository keyring (cuda-keyring)", src=cfg.NVIDIA_KEYRING_DEB_URL)
     apt.update(name="Refresh apt lists after adding NVIDIA's repository", _if=keyring.did_change)
-    apt.packages(name=f"Install NVIDIA driver {d['NVIDIA_DRIVER_BRANCH']} and CUDA {d['CUDA_VERSION']}",
-                 packages=d["NVIDIA_DRIVER_PACKAGES"] + d["CUDA_PACKAGES"])
+    apt.packages(name=f"Install NVIDIA driver {cfg.NVIDIA_DRIVER_BRANCH} and CUDA {cfg.CUDA_VERSION}",
+                 packages=cfg.NVIDIA_DRIVER_PACKAGES + cfg.CUDA_PACKAGES)
     # a new kernel driver is only usable after a reboot: the deploy stops and says so instead of rebooting
-    require_driver(name="Check the NVIDIA driver answers", required_gpu=d["REQUIRED_GPU"],
-                   min_driver=d["NVIDIA_DRIVER_BRANCH"])
+    require_driver(name="Check the NVIDIA driver answers", required_gpu=cfg.REQUIRED_GPU,
+                   min_driver=cfg.NVIDIA_DRIVER_BRANCH)

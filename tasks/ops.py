@@ -6,6 +6,7 @@ That makes steps that are shell commands underneath idempotent: a converged box 
 from __future__ import annotations
 
 import json
+import re
 import time
 from functools import partial
 
@@ -17,6 +18,7 @@ from pyinfra.api.command import QuoteString
 from pyinfra.facts.files import File
 
 from sparkctl.box import contract
+from sparkctl.config import rules
 from sparkctl.errors import SettingError
 from tasks.facts import DistVersion, GpuInfo, RolloutStatus, RunningOomGuard, VenvsInUse
 from tasks.handoff import mark_ready
@@ -387,16 +389,12 @@ def require_driver(required_gpu: str, min_driver: int):
                f"(sudo reboot: a new kernel module loads at boot) and rerun the deploy")
 
 
-SIZE_SUFFIXES = {"": 1, "K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}  # systemd's sizes are base 1024
-
-
 def systemd_bytes(setting: str, value) -> int:
     """A systemd size (MemoryMin=64M) in bytes, as systemd parses it; refuse the forms we cannot compare."""
-    text = str(value).strip().upper()
-    number, suffix = (text[:-1], text[-1:]) if text[-1:] in SIZE_SUFFIXES else (text, "")
-    if not number.isdigit():
+    text = str(value)
+    if not re.fullmatch(r"[1-9][0-9]*[KMGT]?", text):
         raise SettingError(setting, value, "a size in bytes with an optional K, M, G or T suffix, e.g. '64M'")
-    return int(number) * SIZE_SUFFIXES[suffix]
+    return rules.systemd_bytes(text)
 
 
 @operation()

@@ -9,11 +9,10 @@ from pyinfra.facts.files import File
 from pyinfra.facts.server import Arch, OsRelease
 
 from sparkctl.check import validate_host
+from sparkctl.config.quantities import GIB
 from sparkctl.config.settings import Settings
 from sparkctl.errors import SparkctlError
-from tasks.facts import DiskAvailable, GpuInfo
-
-GIB = 2**30
+from tasks.facts import NOLOGIN_SHELLS, DiskAvailable, GpuInfo, MemTotal, SystemUser
 
 
 class Refused(PyinfraError):
@@ -25,63 +24,96 @@ def settings_for_host() -> Settings:
     data; bad input stops the deploy here, before any command runs."""
     try:
         hosts = [h.name for h in inventory.get_group("gx10")]
-        settings = validate_host(host.data.dict(), host.name, hosts=hosts,
-                                 address=str(host.data.get("ssh_hostname") or host.name))
+        settings = validate_host(host.data.dict(), host.name, hosts=hosts)  # address: ssh_hostname, else the name
     except SparkctlError as exc:
         raise Refused(f"{host.name}: {exc}") from None
     for w in settings.warnings:
         logger.warning(f"{host.name}: WARNING: {w}")
+    for note in settings.notes:
+        logger.info(f"{host.name}: checked offline: {note}")
     return settings
 
 
 def marker_path(settings: Settings, cp) -> str:
-    return cp.marker_path(settings.data["MODEL_STORE"])
+    return cp.marker_path(settings.cfg.MODEL_STORE)
 
 
 def check_facts(settings: Settings, arch: str, os_release: dict, gpu: dict | None, is_dgx: bool,
-                disk_free: int, pending_bytes: int) -> list[str]:
-    """Pure: every fact compared with what the settings expect; returns the refusals."""
-    d = settings.data
+                disk_free: int, pending_bytes: int, mem_total: int | None = None,
+                service_user: dict | None = None) -> list[str]:
+    """Pure: every fact compared with what the settings expect; returns the refusals. mem_total: MemTotal in bytes
+    (None: not read); service_user: the SystemUser fact of SERVICE_USER (None: not read)."""
+    cfg = settings.cfg
     os_release = os_release or {}
     problems = []
-    if arch not in d["EXPECTED_ARCH"]:
-        problems.append(f"architecture `uname -m` = {arch!r}; EXPECTED_ARCH accepts {d['EXPECTED_ARCH']}")
+    if arch not in cfg.EXPECTED_ARCH:
+        problems.append(f"architecture `uname -m` = {arch!r}; EXPECTED_ARCH accepts {cfg.EXPECTED_ARCH}")
     os_id = f"{os_release.get('id', '?')} {os_release.get('version_id', '?')}"
-    if os_id not in d["EXPECTED_OS"]:
-        problems.append(f"OS /etc/os-release = {os_id!r}; EXPECTED_OS accepts {d['EXPECTED_OS']}")
-    if gpu is not None:
-        if "error" in gpu:
-            problems.append(f"nvidia-smi failed: {gpu['error']!r} (a driver installed without a reboot?)")
-        elif d["REQUIRED_GPU"].lower() not in gpu["name"].lower():
-            problems.append(f"GPU `nvidia-smi --query-gpu=name` = {gpu['name']!r}; REQUIRED_GPU is "
-                            f"{d['REQUIRED_GPU']!r}")
-        elif gpu["compute_cap"] != d["REQUIRED_COMPUTE_CAP"]:
-            problems.append(f"GPU compute capability {gpu['compute_cap']}; REQUIRED_COMPUTE_CAP is "
-                            f"{d['REQUIRED_COMPUTE_CAP']}")
-    elif is_dgx:
-        problems.append(f"{d['DGX_RELEASE_FILE']} exists but nvidia-smi does not: DGX OS ships the driver, "
-                        f"so this box's NVIDIA stack is broken; the deploy will not install one over DGX OS")
-    need = pending_bytes + int(d["DISK_HEADROOM_GIB"] * GIB)
+    if os_id not in cfg.EXPECTED_OS:
+        problems.append(f"OS /etc/os-release = {os_id!r}; EXPECTED_OS accepts {cfg.EXPECTED_OS}")
+    problems += _gpu_problems(cfg, gpu, is_dgx)
+    need = pending_bytes + int(cfg.DISK_HEADROOM_GIB * GIB)
     if disk_free is None:
-        problems.append(f"disk: could not read the free space under MODEL_STORE={d['MODEL_STORE']} (df)")
+        problems.append(f"disk: could not read the free space under MODEL_STORE={cfg.MODEL_STORE} (df)")
     elif disk_free < need:
-        problems.append(f"disk: {disk_free / GIB:.1f} GiB free under MODEL_STORE={d['MODEL_STORE']}, but the "
+        problems.append(f"disk: {disk_free / GIB:.1f} GiB free under MODEL_STORE={cfg.MODEL_STORE}, but the "
                         f"pending downloads need {pending_bytes / GIB:.1f} GiB plus DISK_HEADROOM_GIB="
-                        f"{d['DISK_HEADROOM_GIB']}")
-    return problems
+                        f"{cfg.DISK_HEADROOM_GIB}")
+    return problems + _memory_problems(cfg, mem_total) + _user_problems(cfg, service_user)
+
+
+def _gpu_problems(cfg, gpu: dict | None, is_dgx: bool) -> list[str]:
+    if gpu is None:
+        return [f"{cfg.DGX_RELEASE_FILE} exists but nvidia-smi does not: DGX OS ships the driver, so this box's "
+                f"NVIDIA stack is broken; the deploy will not install one over DGX OS"] if is_dgx else []
+    if "error" in gpu:
+        return [f"nvidia-smi failed: {gpu['error']!r} (a driver installed without a reboot?)"]
+    if cfg.REQUIRED_GPU.lower() not in gpu["name"].lower():
+        return [f"GPU `nvidia-smi --query-gpu=name` = {gpu['name']!r}; REQUIRED_GPU is {cfg.REQUIRED_GPU!r}"]
+    if gpu["compute_cap"] != cfg.REQUIRED_COMPUTE_CAP:
+        return [f"GPU compute capability {gpu['compute_cap']}; REQUIRED_COMPUTE_CAP is {cfg.REQUIRED_COMPUTE_CAP}"]
+    return []
+
+
+def _memory_problems(cfg, mem_total: int | None) -> list[str]:
+    """BOX_USABLE_MEMORY_GIB is what the capacity plan counts with: never more than the box has."""
+    if mem_total is None:
+        return ["memory: could not read MemTotal from /proc/meminfo"]
+    if cfg.BOX_USABLE_MEMORY_GIB * GIB > mem_total:
+        return [f"memory: BOX_USABLE_MEMORY_GIB = {cfg.BOX_USABLE_MEMORY_GIB} GiB is more than this box's MemTotal "
+                f"({mem_total / GIB:.2f} GiB): the capacity plan would count memory the box does not have"]
+    return []
+
+
+def _user_problems(cfg, fact: dict | None) -> list[str]:
+    """SERVICE_USER is the deploy's own system user: an existing account that logs in, or whose uid is in the
+    login range, would lose its shell and home to the deploy."""
+    entry = (fact or {}).get("entry")
+    if not entry:
+        return []
+    user = cfg.SERVICE_USER
+    if entry["shell"] not in NOLOGIN_SHELLS:
+        return [f"SERVICE_USER = {user!r} is an account on this box with the login shell {entry['shell']} (home "
+                f"{entry['home']}): the deploy would make it a nologin user. Choose a user of the deploy's own"]
+    if fact["uid_min"] <= entry["uid"] <= fact["uid_max"]:
+        return [f"SERVICE_USER = {user!r} is an account on this box with uid {entry['uid']}, in the login range "
+                f"{fact['uid_min']}-{fact['uid_max']} (/etc/login.defs): not a system user the deploy made"]
+    return []
 
 
 @deploy("Preflight")
 def preflight(settings: Settings) -> dict:
-    d = settings.data
+    cfg = settings.cfg
     arch = host.get_fact(Arch)
     os_release = host.get_fact(OsRelease)
     gpu = host.get_fact(GpuInfo)
-    is_dgx = bool(host.get_fact(File, path=d["DGX_RELEASE_FILE"]))
+    is_dgx = bool(host.get_fact(File, path=cfg.DGX_RELEASE_FILE))
     pending = [cp for cp in settings.checkpoints if not host.get_fact(File, path=marker_path(settings, cp))]
     pending_bytes = sum(cp.total_bytes for cp in pending)
-    disk_free = host.get_fact(DiskAvailable, path=d["MODEL_STORE"])
-    problems = check_facts(settings, arch, os_release, gpu, is_dgx, disk_free, pending_bytes)
+    disk_free = host.get_fact(DiskAvailable, path=cfg.MODEL_STORE)
+    user = host.get_fact(SystemUser, user=cfg.SERVICE_USER)
+    problems = check_facts(settings, arch, os_release, gpu, is_dgx, disk_free, pending_bytes,
+                           mem_total=host.get_fact(MemTotal), service_user=user)
     if problems:
         raise Refused(f"{host.name}: preflight refused this box (nothing was changed):\n  - " + "\n  - ".join(problems))
     gpu_text = f"{gpu['name']} (cc {gpu['compute_cap']}, driver {gpu['driver_version']})" if gpu else "no driver yet"

@@ -11,51 +11,39 @@ from pyinfra.api import deploy
 from pyinfra.operations import files, server, systemd
 from pyinfra.operations.util import any_changed
 
-from sparkctl import REPO_ROOT
 from sparkctl.config import pki
-from sparkctl.config.secrets import read_scrape_token, secrets_dir
-from sparkctl.config.settings import Settings
+from sparkctl.config.secrets import read_scrape_token, secrets_dir, tls_file
+from sparkctl.config.settings import HostConfig, Settings
 from sparkctl.errors import SparkctlError
-from sparkctl.render import units as svcs
-from sparkctl.render.monitoring import scrape_targets
+from sparkctl.render import box_files
+from sparkctl.render.box_files import NGINX_DIR, SITE, TLS_DIR, TOKEN_FILE
 from tasks.preflight import Refused
 
-NGINX_DIR = "/etc/nginx"  # Debian/Ubuntu layout: sites-available/, sites-enabled/
-TLS_DIR = f"{NGINX_DIR}/sparkctl-tls"
-TOKEN_FILE = f"{NGINX_DIR}/sparkctl-token.conf"
-SITE = f"{NGINX_DIR}/sites-available/sparkctl.conf"
+__all__ = ["NGINX_DIR", "SITE", "TLS_DIR", "TOKEN_FILE", "proxy", "render_site", "render_tokens", "tls_material"]
 
-
-def box_address() -> str:
-    return str(host.data.get("ssh_hostname") or host.name)
-
-
-def tls_material(d: dict) -> tuple[Path, Path, Path | None]:
-    """(certificate chain, key, CA to report) on the control machine: the operator's, or a generated local CA."""
-    if d["TLS_CERT_FILE"]:
-        resolve = lambda p: Path(p) if Path(p).is_absolute() else REPO_ROOT / p  # noqa: E731
-        return resolve(d["TLS_CERT_FILE"]), resolve(d["TLS_KEY_FILE"]), None
-    names = [box_address(), host.name, *d["TLS_SERVER_NAMES"]]
-    return pki.ensure_server_cert(secrets_dir(d) / "pki", host.name, names)
+def tls_material(settings: HostConfig) -> tuple[Path, Path, Path | None]:
+    """(certificate chain, key, CA to report) on the control machine: the operator's, or a generated local CA that
+    names the box's address."""
+    cfg = settings.cfg
+    if cfg.TLS_CERT_FILE:
+        return tls_file(cfg.TLS_CERT_FILE), tls_file(cfg.TLS_KEY_FILE), None
+    names = [settings.address, settings.host_name, *cfg.TLS_SERVER_NAMES]
+    return pki.ensure_server_cert(secrets_dir(cfg) / "pki", settings.host_name, names)
 
 
 def render_site(settings: Settings, service_list) -> str:
-    return svcs.render_template("nginx-sparkctl.conf.j2", d=settings.data, services=service_list,
-                                scrape_targets=scrape_targets(settings.data, service_list),
-                                token_file=TOKEN_FILE, cert_path=f"{TLS_DIR}/server.pem",
-                                key_path=f"{TLS_DIR}/server.key")
+    return box_files.site(settings.cfg, service_list)
 
 
 def render_tokens(settings: Settings) -> str:
     """The root-only file of both token maps: the API token, and the scrape token (never the API token)."""
-    scrape = read_scrape_token(settings.data, api_token=settings.api_token)
-    return svcs.render_template("nginx-token.conf.j2", d=settings.data, token=settings.api_token,
-                                scrape_token=scrape)
+    return box_files.tokens(settings.cfg, settings.api_token,
+                            read_scrape_token(settings.cfg, api_token=settings.api_token))
 
 
 @deploy("TLS proxy")
 def proxy(settings: Settings, service_list: list | None = None) -> None:
-    d = settings.data
+    cfg = settings.cfg
     if not settings.role.serves_api:
         return  # a tensor-parallel worker has no API: only the head is behind the proxy
     service_list = [s for s in (service_list if service_list is not None else settings.services) if not s.headless]
@@ -64,9 +52,9 @@ def proxy(settings: Settings, service_list: list | None = None) -> None:
         site = render_site(settings, service_list)
     except SparkctlError as exc:
         raise Refused(f"{settings.host_name}: {exc}") from None
-    cert, key, ca = tls_material(d)
+    cert, key, ca = tls_material(settings)
     files.directory(name=f"Create {TLS_DIR}", path=TLS_DIR, user="root", group="root", mode="0700")
-    files.directory(name=f"Create {d['DRAIN_DIR']} (drain files of the rollouts)", path=d["DRAIN_DIR"], user="root",
+    files.directory(name=f"Create {cfg.DRAIN_DIR} (drain files of the rollouts)", path=cfg.DRAIN_DIR, user="root",
                     group="root", mode="0755")
     changes = [
         files.put(name="TLS certificate chain", src=str(cert), dest=f"{TLS_DIR}/server.pem", user="root",

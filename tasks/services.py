@@ -15,57 +15,57 @@ from pyinfra import host, inventory
 from pyinfra.api import deploy
 from pyinfra.operations import files, systemd
 
-from sparkctl.box import contract
 from sparkctl.config.catalog import CODER
-from sparkctl.config.settings import Settings, validate
-from sparkctl.render import ray
+from sparkctl.config.schema import GroupData
+from sparkctl.config.settings import Settings, derive, host_config
+from sparkctl.render import box_files, ray
 from sparkctl.render import units as svcs
-from sparkctl.render.units import rollout_env
+from sparkctl.render.units import rollout_env, rollout_values
 from tasks.acceptance import apply_verdict_args, judge_waiting
 from tasks.handoff import ready_target
 from tasks.link import peer_status_command
 from tasks.ops import prune_venvs, rollout, rollout_join, running_oom_guard
 
 
-def rollout_settings(d) -> dict:
+def rollout_settings(cfg: GroupData) -> dict:
     """What the box's rollout transaction is told: every setting its arguments come from (contract.SETTINGS; the
     settings schema validated each value before this), and where its script is."""
-    return dict(script=f"{d['SPARKCTL_HOME']}/bin/rollout.py", settings={name: d[name] for name in contract.SETTINGS},
-                interval=d["HEALTH_POLL_INTERVAL_S"], env_prefix=rollout_env(d))
+    return dict(script=f"{cfg.SPARKCTL_HOME}/bin/rollout.py",
+                settings=rollout_values(cfg),
+                interval=cfg.HEALTH_POLL_INTERVAL_S, env_prefix=rollout_env(cfg))
 
 
 @deploy("OOM guard")
 def oom_guard(settings: Settings) -> None:
     """Unified memory: a runaway model must not wedge the box. cgroup MemoryMax does not bound CUDA allocations
     on GB10, so earlyoom watches MemAvailable and kills vLLM first; sshd keeps a memory floor."""
-    d = settings.data
-    cfg = files.put(name="Configure earlyoom (kill vLLM first, never sshd)",
-                    src=StringIO(svcs.render_template("earlyoom.j2", d=d)), dest="/etc/default/earlyoom",
-                    user="root", group="root", mode="0644")
+    cfg = settings.cfg
+    earlyoom = files.put(name="Configure earlyoom (kill vLLM first, never sshd)",
+                         src=StringIO(box_files.earlyoom(cfg)), dest=box_files.EARLYOOM_DEFAULTS,
+                         user="root", group="root", mode="0644")
     systemd.service(name="earlyoom enabled and running", service="earlyoom.service", running=True, enabled=True)
     systemd.service(name="Restart earlyoom (its config changed)", service="earlyoom.service", restarted=True,
-                    _if=cfg.did_change)
-    drop = files.put(name="Give sshd a memory floor", src=StringIO(svcs.render_template("sshd-memory.conf.j2", d=d)),
-                     dest="/etc/systemd/system/ssh.service.d/sparkctl-memory.conf", user="root", group="root",
-                     mode="0644")
+                    _if=earlyoom.did_change)
+    drop = files.put(name="Give sshd a memory floor", src=StringIO(box_files.sshd_dropin(cfg)),
+                     dest=box_files.SSHD_DROPIN, user="root", group="root", mode="0644")
     systemd.daemon_reload(name="Reload systemd (sshd drop-in changed)", _if=drop.did_change)
     running_oom_guard(name="Apply the sshd OOM score and memory floor to the running sshd (no restart)",
-                      unit="ssh.service", oom_score_adj=d["SSHD_OOM_SCORE_ADJUST"], memory_min=d["SSHD_MEMORY_MIN"],
+                      unit="ssh.service", oom_score_adj=cfg.SSHD_OOM_SCORE_ADJUST, memory_min=cfg.SSHD_MEMORY_MIN,
                       memory_min_setting="SSHD_MEMORY_MIN")
 
 
 def tp_coders(settings: Settings) -> list[tuple]:
-    """Tensor-parallel (native): both boxes' coder service and data, head first, each validated from that host's
-    own data as its deploy validates it (the Ray backend's worker runs no vLLM service: [])."""
+    """Tensor-parallel (native): both boxes' coder service and settings, head first, each derived from that host's
+    own data (its own deploy's preflight runs the whole check; the Ray backend's worker runs no vLLM service: [])."""
     role = settings.role
-    if not role.tensor_parallel or settings.data["TP_BACKEND"] != "native":
+    if not role.tensor_parallel or settings.cfg.TP_BACKEND != "native":
         return []
     names = [h.name for h in inventory.get_group("gx10")]
     out = []
     for name in sorted(names, key=lambda n: n != role.head):
         other = settings if name == settings.host_name else \
-            validate(inventory.get_host(name).data.dict(), name, read_secrets=False, hosts=names)
-        out.append((other.coder, other.data))
+            derive(host_config(inventory.get_host(name).data.dict(), name), names)
+        out.append((other.coder, other.cfg))
     return out
 
 
@@ -73,10 +73,10 @@ def peer_args(settings: Settings) -> dict:
     """A tensor-parallel worker's rollout follows its head's: how it reads the head's status, how long it waits
     (rollout.py's --peer-* facts, by contract dest). The wait covers the head's drain and its gate, its rollback's
     gate, and its acceptance verdict."""
-    d = settings.data
-    wait = d["DRAIN_TIMEOUT_S"] + 2 * d["HEALTH_READY_TIMEOUT_S"] + \
-        (d["ACCEPTANCE_VERDICT_TIMEOUT_S"] if d["ACCEPTANCE_ENABLED"] else 0)
-    return {"peer_status_cmd": peer_status_command(d, settings.role.head_address), "peer_timeout": wait}
+    cfg = settings.cfg
+    wait = cfg.DRAIN_TIMEOUT_S + 2 * cfg.HEALTH_READY_TIMEOUT_S + \
+        (cfg.ACCEPTANCE_VERDICT_TIMEOUT_S if cfg.ACCEPTANCE_ENABLED else 0)
+    return {"peer_status_cmd": peer_status_command(cfg, settings.role.head_address), "peer_timeout": wait}
 
 
 WORKER_STARTS: dict[tuple[str, str], object] = {}  # (box, service) -> the op that started its worker transaction
@@ -86,32 +86,55 @@ WORKER_STARTS: dict[tuple[str, str], object] = {}  # (box, service) -> the op th
 def tp_worker_result(settings: Settings) -> None:
     """One op on both boxes, after the head's rollout and its verdict: the worker's transaction has by then kept
     or undone its candidate with the head's; the worker waits for that result (the head's op is a no-op)."""
-    if not settings.role.tensor_parallel or settings.data["TP_BACKEND"] != "native":
+    if not settings.role.tensor_parallel or settings.cfg.TP_BACKEND != "native":
         return
-    d, name = settings.data, settings.coder.name
+    cfg, name = settings.cfg, settings.coder.name
     started = WORKER_STARTS.get((host.name, name))
     extra = {"_if": started.did_change} if started is not None else {}
     rollout_join(name=f"Tensor-parallel: the worker's vllm-{name} ends with the head's result", service=name,
-                 script=f"{d['SPARKCTL_HOME']}/bin/rollout.py", interval=d["HEALTH_POLL_INTERVAL_S"],
-                 env_prefix=rollout_env(d), follow=started is not None, **extra)
+                 script=f"{cfg.SPARKCTL_HOME}/bin/rollout.py", interval=cfg.HEALTH_POLL_INTERVAL_S,
+                 env_prefix=rollout_env(cfg), follow=started is not None, **extra)
+
+
+def stage(cfg: GroupData, service_list: list) -> None:
+    """Each service's unit and env file, staged beside the live ones for the rollout to install."""
+    for svc in service_list:
+        files.put(name=f"Stage unit {svc.unit} (installed by the rollout)", src=StringIO(svcs.render_unit(svc, cfg)),
+                  dest=f"{cfg.ENV_DIR}/{svc.unit}.next", user="root", group="root", mode="0644",
+                  _temp_dir=cfg.ENV_DIR)
+        files.put(name=f"Stage env file {svc.env_file} (root-only)", src=StringIO(svcs.render_env(svc, cfg)),
+                  dest=f"{cfg.ENV_DIR}/{svc.env_file}.next", user="root", group="root", mode="0600",
+                  _temp_dir=cfg.ENV_DIR)
+
+
+def with_tp_unit(settings: Settings, service_list: list) -> list:
+    """Tensor-parallel (native): head and worker are one unit, the same id in both coders' env files."""
+    pair = tp_coders(settings)
+    if not pair:
+        return service_list
+    unit_id = svcs.tp_unit_id(pair)
+    return [svcs.with_tp_unit(s, unit_id) if s.name == settings.coder.name else s for s in service_list]
+
+
+def prune(cfg: GroupData) -> None:
+    keep = cfg.VLLM_VENVS_KEEP
+    prune_venvs(name=f"Prune vLLM venvs (keep {keep} and every one a unit or rollout snapshot names)",
+                root=f"{cfg.SPARKCTL_HOME}/venvs", keep=keep, referenced_by=venv_users(cfg))
+
+
+def venv_users(cfg: GroupData) -> list[str]:
+    """Every unit file that may run a venv: the vLLM units (live, staged, in a rollout snapshot) and the Ray units
+    (their actors run vLLM from the coder's venv; a Ray worker runs no vLLM unit at all)."""
+    return ["/etc/systemd/system/vllm-*.service", f"{cfg.ENV_DIR}/vllm-*.service.next",
+            f"{cfg.STATE_DIR}/rollout/vllm-*.txn/unit", f"/etc/systemd/system/{ray.UNIT_GLOB}"]
 
 
 @deploy("vLLM services")
 def services(settings: Settings, service_list: list | None = None) -> None:
-    d = settings.data
-    service_list = service_list if service_list is not None else settings.services
-    pair = tp_coders(settings)
-    if pair:  # head and worker are one unit: the same id in both env files
-        unit_id = svcs.tp_unit_id(pair)
-        service_list = [svcs.with_tp_unit(s, unit_id) if s.name == settings.coder.name else s for s in service_list]
-    common = rollout_settings(d)
-    for svc in service_list:
-        files.put(name=f"Stage unit {svc.unit} (installed by the rollout)", src=StringIO(svcs.render_unit(svc, d)),
-                  dest=f"{d['ENV_DIR']}/{svc.unit}.next", user="root", group="root", mode="0644",
-                  _temp_dir=d["ENV_DIR"])
-        files.put(name=f"Stage env file {svc.env_file} (root-only)", src=StringIO(svcs.render_env(svc, d)),
-                  dest=f"{d['ENV_DIR']}/{svc.env_file}.next", user="root", group="root", mode="0600",
-                  _temp_dir=d["ENV_DIR"])
+    cfg = settings.cfg
+    service_list = with_tp_unit(settings, service_list if service_list is not None else settings.services)
+    common = rollout_settings(cfg)
+    stage(cfg, service_list)
     names = tuple(s.name for s in service_list)
     worker_rollouts = {}
     for svc in service_list:  # tensor-parallel: the worker's transaction starts first and waits for the head's
@@ -125,8 +148,8 @@ def services(settings: Settings, service_list: list | None = None) -> None:
             continue
         kind = "chat" if svc.role == CODER else "embed"
         # one box at a time: a served model is never down on every box at once
-        handoff = ready_target(d, svc.served_name) if settings.role.serves_api else None
-        verdict_args = apply_verdict_args(d, svc)  # the coder waits for its acceptance verdict, judged in this op
+        handoff = ready_target(cfg, svc.served_name) if settings.role.serves_api else None
+        verdict_args = apply_verdict_args(cfg, svc)  # the coder waits for its acceptance verdict, judged in this op
         rollout(name=f"Roll out {svc.unit} ({svc.model.key})", service=svc.name, services=names,
                 port=svc.port, served=svc.served_name, kind=kind, handoff=handoff, _serial=True,
                 verdict_args=verdict_args, on_awaiting=judge_waiting(settings, svc, handoff) if verdict_args else None,
@@ -134,13 +157,4 @@ def services(settings: Settings, service_list: list | None = None) -> None:
     WORKER_STARTS.update({(host.name, name): op for name, op in worker_rollouts.items()})
     for svc in service_list:  # after the rollout installed the unit
         systemd.service(name=f"Enable {svc.unit} at boot", service=svc.unit, running=None, enabled=True)
-    keep = d["VLLM_VENVS_KEEP"]
-    prune_venvs(name=f"Prune vLLM venvs (keep {keep} and every one a unit or rollout snapshot names)",
-                root=f"{d['SPARKCTL_HOME']}/venvs", keep=keep, referenced_by=venv_users(d))
-
-
-def venv_users(d) -> list[str]:
-    """Every unit file that may run a venv: the vLLM units (live, staged, in a rollout snapshot) and the Ray units
-    (their actors run vLLM from the coder's venv; a Ray worker runs no vLLM unit at all)."""
-    return ["/etc/systemd/system/vllm-*.service", f"{d['ENV_DIR']}/vllm-*.service.next",
-            f"{d['STATE_DIR']}/rollout/vllm-*.txn/unit", f"/etc/systemd/system/{ray.UNIT_GLOB}"]
+    prune(cfg)

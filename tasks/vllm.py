@@ -31,11 +31,11 @@ SHARED_SCRIPTS = ("contract.py", "boxio.py")
 @deploy("vLLM")
 def vllm(settings: Settings) -> list:
     """Returns the uploads of SHARED_SCRIPTS (for tasks/monitoring.py)."""
-    d = settings.data
-    home, venv, state, user = d["SPARKCTL_HOME"], vllm_venv(d), d["STATE_DIR"], d["SERVICE_USER"]
+    cfg = settings.cfg
+    home, venv, state, user = cfg.SPARKCTL_HOME, vllm_venv(cfg), cfg.STATE_DIR, cfg.SERVICE_USER
     apt.packages(name="Install system packages (python3-venv, libnuma1, nginx, earlyoom, curl, rsync)",
-                 packages=d["SYSTEM_PACKAGES"] + d["VLLM_BUILD_PACKAGES"], update=True,
-                 cache_time=d["APT_CACHE_TIME_S"])
+                 packages=cfg.SYSTEM_PACKAGES + cfg.VLLM_BUILD_PACKAGES, update=True,
+                 cache_time=cfg.APT_CACHE_TIME_S)
     server.user(name=f"Create system user {user}", user=user, system=True, home=state,
                 shell="/usr/sbin/nologin", ensure_home=True)
     files.directory(name=f"Create {state}", path=state, user=user, group=user, mode="0750")
@@ -45,16 +45,16 @@ def vllm(settings: Settings) -> list:
                     mode="0755")
     for path in (home, f"{home}/bin", f"{home}/venvs"):
         files.directory(name=f"Create {path}", path=path, user="root", group="root", mode="0755")
-    files.directory(name=f"Create {d['ENV_DIR']} (root-only)", path=d["ENV_DIR"], user="root", group="root",
+    files.directory(name=f"Create {cfg.ENV_DIR} (root-only)", path=cfg.ENV_DIR, user="root", group="root",
                     mode="0700")
     uploads = {script: files.put(name=f"Upload {script}", src=str(REPO_ROOT / "sparkctl" / "box" / script),
                                  dest=f"{home}/bin/{script}", user="root", group="root", mode="0755")
                for script in REMOTE_SCRIPTS}
-    files.put(name="Write pip constraints", src=StringIO("".join(f"{c}\n" for c in d["VLLM_PIP_CONSTRAINTS"])),
+    files.put(name="Write pip constraints", src=StringIO("".join(f"{c}\n" for c in cfg.VLLM_PIP_CONSTRAINTS)),
               dest=f"{home}/constraints.txt", user="root", group="root", mode="0644")
     # a new venv beside the running one: a failed install touches no running service
-    venv_build(name=f"Build and import-check vLLM {d['VLLM_VERSION']} ({d['VLLM_DIST']}) in {venv}", venv=venv,
-               pip_version=d["PIP_VERSION"], dist=d["VLLM_DIST"], version=d["VLLM_VERSION"],
-               requirement=d["VLLM_PIP_REQUIREMENT"], pip_args=pip_args(d), remove=d["VLLM_PIP_REMOVE"],
-               alias=d["VLLM_METADATA_ALIAS"])
+    venv_build(name=f"Build and import-check vLLM {cfg.VLLM_VERSION} ({cfg.VLLM_DIST}) in {venv}", venv=venv,
+               pip_version=cfg.PIP_VERSION, dist=cfg.VLLM_DIST, version=cfg.VLLM_VERSION,
+               requirement=cfg.VLLM_PIP_REQUIREMENT, pip_args=pip_args(cfg), remove=cfg.VLLM_PIP_REMOVE,
+               alias=cfg.VLLM_METADATA_ALIAS)
     return [uploads[script] for script in SHARED_SCRIPTS]

@@ -1,13 +1,18 @@
-"""Shared fixtures: group data as the deploy sees it, a throw-away bearer token, a resolved test lock."""
+"""Shared fixtures: group data as the deploy sees it (raw, and typed through the real schema), a throw-away bearer
+token, a resolved test lock."""
 
 from __future__ import annotations
 
 import pytest
 
 from sparkctl import REPO_ROOT
-from sparkctl.config import groupdata
+from sparkctl.config import groupdata, schema
 
 FAKE_LOCK = str(REPO_ROOT / "tests" / "fixtures" / "fake.lock.json")
+# test secrets as strong as the check demands (at least 128 random bits): `openssl rand -hex 32`, and a
+# secrets.token_urlsafe(32); never used anywhere but these tests
+API_TOKEN = "0de8d57f275ee4a9635f11b06c4fb31750225c3ecad5c0087589d39bb7feb5f8"
+SCRAPE_TOKEN = "KV_aZzLisdxrpG-5OnuXtVR8UdkGYiI7clxoE9AXbm0"
 
 
 def pytest_collection_modifyitems(items):
@@ -22,11 +27,11 @@ def pytest_collection_modifyitems(items):
 @pytest.fixture
 def token_file(tmp_path, monkeypatch):
     path = tmp_path / "api_token"
-    path.write_text("t0ken-for-tests\n")
+    path.write_text(API_TOKEN + "\n")
     path.chmod(0o600)
     monkeypatch.setenv("SPARK_API_TOKEN_FILE", str(path))
     scrape = tmp_path / "scrape_token"  # the proxy's scrape paths have their own token (never the API token)
-    scrape.write_text("scr4pe-token-for-tests\n")
+    scrape.write_text(SCRAPE_TOKEN + "\n")
     scrape.chmod(0o600)
     monkeypatch.setenv("SPARK_SCRAPE_TOKEN_FILE", str(scrape))
     monkeypatch.delenv("SPARK_HF_TOKEN_FILE", raising=False)
@@ -41,6 +46,24 @@ def gx10_data(token_file, tmp_path):
     data["MODEL_LOCK_FILE"] = FAKE_LOCK
     data["SECRETS_DIR"] = str(tmp_path / "secrets")
     return data
+
+
+def typed(data: dict) -> schema.GroupData:
+    """The typed settings of raw group data, through the real validation (what the check layer builds): a test
+    that changes a setting changes the dict and validates it again, so a value the schema refuses never reaches
+    the code under test."""
+    return schema.validate(data)
+
+
+def changed(cfg: schema.GroupData, **settings) -> schema.GroupData:
+    """cfg with some settings changed, validated again (as an operator's --data would be)."""
+    return typed({**cfg.model_dump(), **settings})
+
+
+@pytest.fixture
+def gx10_cfg(gx10_data) -> schema.GroupData:
+    """gx10_data, typed."""
+    return typed(gx10_data)
 
 
 from tests.sim.conftest import hf_env, hub_server  # noqa: E402,F401  (the stand-in hub, for download tests)

@@ -27,7 +27,7 @@ def main(argv):
     except Exception as exc:  # noqa: BLE001 - report anything, the test asserts on it
         result["error"] = f"{type(exc).__name__}: {exc}"
     state = pyinfra.state
-    if state is not None and state.inventory is not None:
+    if state is not None and getattr(state, "inventory", None) is not None:  # none when config.py refused
         for host in state.inventory:
             cmds = [str(c) for c in getattr(host.connector, "executed_commands", [])]
             result["by_host"][host.name] = cmds

@@ -14,6 +14,7 @@ _responses = {
     "cat /etc/os-release": ["PRETTY_NAME=\"Ubuntu 24.04.3 LTS\"", "ID=ubuntu", "VERSION_ID=\"24.04\""],
     "df -B1": "900000000000",
     "command -v useradd": "/usr/sbin/useradd",
+    "/proc/meminfo": "127600000",  # MemTotal in kB: 121.7 GiB, a GX10's unified memory as the kernel reports it
     # the box-side rollout (sparkctl/box/rollout.py): started, then followed until it records its result
     "rollout.py apply": '{"txn": "fake-txn", "attached": false}',
     "rollout.py follow": '@@ {"offset": 0, "running": false, "done": true, "result": {"rc": 0, "outcome": "ready"}}',

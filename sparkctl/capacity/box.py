@@ -1,5 +1,5 @@
-"""The box the coding model shares: usable memory, the OS reserve and each embedder (resident + KV), read from group
-data; what is left is the coding model's (sparkctl.capacity.plan).
+"""The box the coding model shares: usable memory, the OS reserve and each embedder (resident + KV), read from the
+typed settings; what is left is the coding model's (sparkctl.capacity.plan).
 """
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from sparkctl.config.catalog import EMBEDDER, ModelSpec, lookup
-from sparkctl.errors import SettingError
+from sparkctl.config.schema import GroupData
 
 
 @dataclass(frozen=True)
@@ -40,29 +40,12 @@ class Box:
         return self.usable_gib - self.os_reserve_gib - self.embedders_gib
 
 
-def number(data: dict, name: str, minimum: float = 0.0, strict: bool = False) -> float:
-    value = data.get(name)
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or value < minimum or (strict and
-                                                                                            value <= minimum):
-        raise SettingError(name, value, f"a number {'>' if strict else '>='} {minimum:g}")
-    return float(value)
-
-
-def box_from_data(data: dict, catalog: dict[str, ModelSpec]) -> Box:
+def box_from_data(cfg: GroupData, catalog: dict[str, ModelSpec]) -> Box:
+    """The box of the typed settings (the schema checked every number and embedder entry) and a resolved catalog."""
     embedders = []
-    entries = data.get("EMBEDDERS") or []
-    if not isinstance(entries, (list, tuple)):
-        raise SettingError("EMBEDDERS", entries, 'a list of {"model": <catalog key>, "kv_cache_gib": <GiB>}')
-    for i, entry in enumerate(entries):
-        if not isinstance(entry, dict) or "model" not in entry:
-            raise SettingError(f"EMBEDDERS[{i}]", entry, '{"model": <catalog key>, "kv_cache_gib": <GiB>}')
-        spec = lookup(catalog, f"EMBEDDERS[{i}].model", entry["model"], EMBEDDER)
-        kv = entry.get("kv_cache_gib")
-        if isinstance(kv, bool) or not isinstance(kv, (int, float)) or kv < 0:
-            raise SettingError(f"EMBEDDERS[{i}].kv_cache_gib", kv, "a KV budget in GiB (a number >= 0)")
+    for i, entry in enumerate(cfg.EMBEDDERS):
+        spec = lookup(catalog, f"EMBEDDERS[{i}].model", entry.model, EMBEDDER)
         embedders.append(EmbedderUse(name=spec.key, setting=f"EMBEDDERS[{i}]", resident_gib=spec.memory.resident_gib,
-                                     kv_gib=float(kv), resident_source=spec.memory.resident_source))
-    return Box(usable_gib=number(data, "BOX_USABLE_MEMORY_GIB", strict=True),
-               os_reserve_gib=number(data, "OS_RESERVE_GIB"),
-               embedders=tuple(embedders),
-               bandwidth_gbps=number(data, "BOX_MEMORY_BANDWIDTH_GBPS", strict=True))
+                                     kv_gib=float(entry.kv_cache_gib), resident_source=spec.memory.resident_source))
+    return Box(usable_gib=float(cfg.BOX_USABLE_MEMORY_GIB), os_reserve_gib=float(cfg.OS_RESERVE_GIB),
+               embedders=tuple(embedders), bandwidth_gbps=float(cfg.BOX_MEMORY_BANDWIDTH_GBPS))

@@ -18,7 +18,7 @@ import json
 
 from sparkctl.capacity import kv, plan, report
 from sparkctl.config import catalog as catalog_mod
-from sparkctl.config import groupdata
+from sparkctl.config.settings import HostConfig, load
 from sparkctl.errors import SettingError
 
 
@@ -36,37 +36,47 @@ def _config_args(values: list[str] | None) -> dict[str, str]:
     return out
 
 
-def build_plan(args: argparse.Namespace) -> tuple[plan.BoxPlan, dict]:
+def build_plan(args: argparse.Namespace) -> tuple[plan.BoxPlan, HostConfig]:
     groups = _groups(args.groups) or (["all", "gx10", "sim"] if getattr(args, "sim", False) else ["all", "gx10"])
-    data = groupdata.load(groups)
-    cat = catalog_mod.resolve(data.get("CATALOG_OVERRIDES"))
-    coders = plan.coding_models(cat)
+    config = load(groups)  # the schema and the catalog; no lock, no secrets: any box's data plans anywhere
+    names = _model_names(args, config.catalog)
+    topology = args.topology or (config.cfg.SPARK_TOPOLOGY if args.sparks > 1 else "replicas")
+    configs = _layer_configs(args, config, names)
+    plans = [plan.plan_box(config.cfg, config.catalog, coding_model=name, kv_gib=args.kv, sparks=args.sparks,
+                           topology=topology, configs=configs) for name in names]
+    box_plan = plan.BoxPlan(box=plans[0].box, sparks=args.sparks, topology=topology,
+                            models=tuple(m for p in plans for m in p.models))
+    return box_plan, config
+
+
+def _model_names(args: argparse.Namespace, catalog: dict) -> list[str]:
+    """--model (checked), else every coding model of the catalog."""
     for name in args.model or []:
-        catalog_mod.lookup(cat, "--model", name, catalog_mod.CODER)
+        catalog_mod.lookup(catalog, "--model", name, catalog_mod.CODER)
+    return args.model or plan.coding_models(catalog)
+
+
+def _layer_configs(args: argparse.Namespace, config: HostConfig, names: list[str]) -> dict[str, tuple[dict, str]]:
+    """{model: (config.json, where it came from)}: --config, else one found in a local Hugging Face cache."""
     explicit = _config_args(args.config)
     for name in explicit:
-        catalog_mod.lookup(cat, "--config", name, catalog_mod.CODER)
-    topology = args.topology or (data.get("SPARK_TOPOLOGY", "replicas") if args.sparks > 1 else "replicas")
-    names = args.model or coders
+        catalog_mod.lookup(config.catalog, "--config", name, catalog_mod.CODER)
     configs = {}
     for name in names:
         if name in explicit:
             configs[name] = (kv.load_config(explicit[name]), f"config.json:{explicit[name]}")
-        elif not args.no_local_config and (found := kv.find_local_config(cat[name], data)):
+        elif not args.no_local_config and (found := kv.find_local_config(config.catalog[name],
+                                                                         config.cfg.MODEL_STORE)):
             configs[name] = (kv.load_config(found), f"config.json:{found}")
-    plans = [plan.plan_box(data, cat, coding_model=name, kv_gib=args.kv, sparks=args.sparks, topology=topology,
-                              configs=configs) for name in names]
-    box_plan = plan.BoxPlan(box=plans[0].box, sparks=args.sparks, topology=topology,
-                            models=tuple(m for p in plans for m in p.models))
-    return box_plan, data
+    return configs
 
 
 def run(args: argparse.Namespace) -> int:
-    box_plan, data = build_plan(args)
+    box_plan, config = build_plan(args)
     if args.json:
         print(json.dumps(report.plan_json(box_plan), indent=2))
     else:
-        report.print_table(box_plan, data)
+        report.print_table(box_plan, config.cfg.CODING_MODEL)
     return 0
 
 

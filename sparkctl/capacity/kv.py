@@ -38,10 +38,9 @@ from sparkctl.config.catalog import ModelSpec
 from sparkctl.config.lock import cache_dirname
 from sparkctl.errors import SettingError
 
-GIB = 2**30
 DEFAULT_BLOCK_SIZE = 16  # vLLM's attention block on CUDA, tokens
 BLOCK_ALIGNMENT = 16  # a hybrid model's attention block grows in steps of this many tokens
-DEFAULT_MAX_NUM_BATCHED_TOKENS = 8192  # when group data gives none (sliding-window groups hold window + chunk)
+DEFAULT_MAX_NUM_BATCHED_TOKENS = 8192  # vLLM's default chunk, tokens: a sliding-window group holds window + chunk
 
 DTYPE_BYTES = {
     "float32": 4, "fp32": 4, "float": 4,
@@ -144,58 +143,67 @@ def layout_from_catalog(spec: ModelSpec) -> KvLayout | None:
 
 def layout_from_config(config: dict, spec: ModelSpec, source: str = "config.json") -> KvLayout:
     """Layer facts from a checkpoint's config.json (a multimodal checkpoint's text_config wins over the top level)."""
-    cfg = {**config, **(config.get("text_config") or {})}
+    conf = {**config, **(config.get("text_config") or {})}
     try:
-        n_layers = int(cfg["num_hidden_layers"])
-        heads = int(cfg["num_attention_heads"])
+        n_layers = int(conf["num_hidden_layers"])
+        heads = int(conf["num_attention_heads"])
     except (KeyError, TypeError, ValueError) as exc:
         raise SettingError(f"{source} of {spec.key}", f"missing {exc}", "a config.json with num_hidden_layers and "
                            "num_attention_heads (under text_config for a multimodal checkpoint)") from None
-    types = cfg.get("layer_types")
-    n_full = n_linear = n_window = 0
-    if isinstance(types, list) and types:
-        types = [str(t).lower() for t in types[:n_layers]]
-        n_full = sum(t in FULL_TYPES for t in types)
-        n_linear = sum(t in LINEAR_TYPES for t in types)
-        n_window = sum(t in SLIDING_TYPES for t in types)
-    elif cfg.get("full_attention_interval"):
-        n_full = n_layers // int(cfg["full_attention_interval"])
-        n_linear = n_layers - n_full
-    else:
-        n_full = n_layers
-    kv_heads = int(cfg.get("num_key_value_heads") or heads)
-    head_dim = int(cfg.get("head_dim") or int(cfg["hidden_size"]) // heads)
-    model_bytes = dtype_bytes(cfg.get("torch_dtype") or cfg.get("dtype") or config.get("torch_dtype"), 2)
-    num_spec = num_speculative_tokens(spec)
-    state = 0
-    gdn = ("linear_num_key_heads", "linear_num_value_heads", "linear_key_head_dim", "linear_value_head_dim")
-    if n_linear and all(cfg.get(k) for k in gdn):
-        nk, nv, dk, dv = (int(cfg[k]) for k in gdn)
-        conv_kernel = int(cfg.get("linear_conv_kernel_dim") or 4)
-        conv_dim = dk * nk * 2 + dv * nv  # q, k and v pass the short convolution
-        conv = conv_dim * (conv_kernel - 1 + num_spec) * model_bytes  # conv state in the model dtype
-        ssm = nv * dv * dk * dtype_bytes(cfg.get("mamba_ssm_dtype"), model_bytes)  # recurrent state
-        state = conv + ssm
-    window = int(cfg.get("sliding_window") or 0) if n_window else 0
-    draft = 0
-    if spec_method(spec) == "mtp":
-        draft = int(cfg.get("mtp_num_hidden_layers") or cfg.get("num_nextn_predict_layers") or 0)
-    elif spec_method(spec) in DRAFT_IN_POOL:  # a separate draft checkpoint: its layers from the catalog
-        draft = spec.memory.draft_attention_layers
+    n_full, n_linear, n_window = _layer_counts(conf, n_layers)
+    model_bytes = dtype_bytes(conf.get("torch_dtype") or conf.get("dtype") or config.get("torch_dtype"), 2)
+    state = _linear_state_bytes(conf, model_bytes, num_speculative_tokens(spec)) if n_linear else 0
+    window = int(conf.get("sliding_window") or 0) if n_window else 0
     return KvLayout(
-        full_layers=n_full, kv_heads=kv_heads, head_dim=head_dim,
+        full_layers=n_full, kv_heads=int(conf.get("num_key_value_heads") or heads),
+        head_dim=int(conf.get("head_dim") or int(conf["hidden_size"]) // heads),
         kv_dtype_bytes=kv_dtype_bytes(spec.kv_cache_dtype, model_bytes),
         state_layers=n_linear if state else 0, state_bytes_per_layer=state,
         window_layers=n_window if window else 0, window_tokens=window,
-        draft_layers=draft, source=source)
+        draft_layers=_draft_layers(conf, spec), source=source)
 
 
-def find_local_config(spec: ModelSpec, data: dict | None = None) -> Path | None:
+def _layer_counts(conf: dict, n_layers: int) -> tuple[int, int, int]:
+    """(full-attention, linear, sliding-window) layers: from layer_types, else full_attention_interval, else all
+    full."""
+    types = conf.get("layer_types")
+    if isinstance(types, list) and types:
+        types = [str(t).lower() for t in types[:n_layers]]
+        return (sum(t in FULL_TYPES for t in types), sum(t in LINEAR_TYPES for t in types),
+                sum(t in SLIDING_TYPES for t in types))
+    if conf.get("full_attention_interval"):
+        n_full = n_layers // int(conf["full_attention_interval"])
+        return n_full, n_layers - n_full, 0
+    return n_layers, 0, 0
+
+
+def _linear_state_bytes(conf: dict, model_bytes: int, num_spec: int) -> int:
+    """A Gated DeltaNet layer's fixed state per sequence, bytes (0 when the config does not give its shape)."""
+    gdn = ("linear_num_key_heads", "linear_num_value_heads", "linear_key_head_dim", "linear_value_head_dim")
+    if not all(conf.get(k) for k in gdn):
+        return 0
+    nk, nv, dk, dv = (int(conf[k]) for k in gdn)
+    conv_kernel = int(conf.get("linear_conv_kernel_dim") or 4)
+    conv_dim = dk * nk * 2 + dv * nv  # q, k and v pass the short convolution
+    conv = conv_dim * (conv_kernel - 1 + num_spec) * model_bytes  # conv state in the model dtype
+    ssm = nv * dv * dk * dtype_bytes(conf.get("mamba_ssm_dtype"), model_bytes)  # recurrent state
+    return conv + ssm
+
+
+def _draft_layers(conf: dict, spec: ModelSpec) -> int:
+    if spec_method(spec) == "mtp":
+        return int(conf.get("mtp_num_hidden_layers") or conf.get("num_nextn_predict_layers") or 0)
+    if spec_method(spec) in DRAFT_IN_POOL:  # a separate draft checkpoint: its layers from the catalog
+        return spec.memory.draft_attention_layers
+    return 0
+
+
+def find_local_config(spec: ModelSpec, model_store: str = "") -> Path | None:
     """config.json of the checkpoint in a local Hugging Face cache (MODEL_STORE/hub, HF_HUB_CACHE, HF_HOME/hub,
     ~/.cache/huggingface/hub), newest snapshot first; None when there is none."""
     roots: list[Path] = []
-    if data and data.get("MODEL_STORE"):
-        roots.append(Path(data["MODEL_STORE"]) / "hub")
+    if model_store:
+        roots.append(Path(model_store) / "hub")
     if os.environ.get("HF_HUB_CACHE"):
         roots.append(Path(os.environ["HF_HUB_CACHE"]))
     hf_home = Path(os.environ.get("HF_HOME") or Path.home() / ".cache" / "huggingface")
@@ -278,9 +286,10 @@ def kv_capacity(layout: KvLayout, kv_bytes: int, max_context: int, *, tp: int = 
                       min_kv_bytes=per_request * group_size * page)
 
 
-def serve_options(spec: ModelSpec, data: dict) -> dict:
-    """The `vllm serve` flags that change the KV arithmetic, read from the model's and the common arguments."""
-    args = [str(a) for a in (*spec.extra_args, *(data.get("VLLM_COMMON_ARGS") or []))]
+def serve_options(spec: ModelSpec, common_args: list[str]) -> dict:
+    """The `vllm serve` flags that change the KV arithmetic, read from the model's and the common arguments
+    (VLLM_COMMON_ARGS)."""
+    args = [str(a) for a in (*spec.extra_args, *common_args)]
     opts = {"prefix_caching": True, "mamba_cache_mode": None, "block_size": None}
 
     def value(i: int, a: str) -> str | None:

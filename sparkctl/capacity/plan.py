@@ -46,10 +46,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
-from sparkctl.capacity.box import Box, box_from_data, number
+from sparkctl.capacity.box import Box, box_from_data
 from sparkctl.capacity.kv import (
-    DEFAULT_MAX_NUM_BATCHED_TOKENS,
-    GIB,
     KvCapacity,
     KvLayout,
     cdiv,
@@ -64,6 +62,8 @@ from sparkctl.capacity.kv import (
 from sparkctl.capacity.measured import Measured, disagreement, measured_for
 from sparkctl.capacity.report import refusal_message
 from sparkctl.config.catalog import CODER, ModelSpec, lookup
+from sparkctl.config.quantities import GB, GIB
+from sparkctl.config.schema import GroupData, as_group_data
 from sparkctl.config.topology import TOPOLOGIES
 from sparkctl.errors import SettingError, SparkctlError
 
@@ -192,70 +192,75 @@ class BoxPlan:
         raise KeyError(name)
 
 
-def configured_kv_gib(data: dict, coding_model: str) -> float:
-    table = data.get("CODER_KV_CACHE_GIB")
-    setting = f"CODER_KV_CACHE_GIB[{coding_model!r}]"
-    if not isinstance(table, dict) or coding_model not in table:
-        raise SettingError(setting, None, "a KV budget in GiB for this coding model (group_data/gx10.py)")
-    value = table[coding_model]
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
-        raise SettingError(setting, value, "a KV budget in GiB (a number > 0)")
-    return float(value)
+def configured_kv_gib(cfg: GroupData, coding_model: str) -> float:
+    """CODER_KV_CACHE_GIB[coding_model]: the schema checked every budget and that CODING_MODEL has one; another
+    coding model the plan is asked about may have none."""
+    if coding_model not in cfg.CODER_KV_CACHE_GIB:
+        raise SettingError(f"CODER_KV_CACHE_GIB[{coding_model!r}]", None,
+                           "a KV budget in GiB for this coding model (group_data/gx10.py)")
+    return float(cfg.CODER_KV_CACHE_GIB[coding_model])
 
 
-def plan_model(data: dict, catalog: dict[str, ModelSpec], coding_model: str, *, box: Box | None = None,
+def plan_model(cfg: GroupData, catalog: dict[str, ModelSpec], coding_model: str, *, box: Box | None = None,
                kv_gib: float | None = None, sparks: int = 1, topology: str = "replicas",
                config: dict | None = None, config_source: str = "config.json") -> ModelPlan:
-    """One coding model on the configured box (or boxes); kv_gib None: the group data's budget (split: all free)."""
+    """One coding model on the configured box (or boxes); kv_gib None: the settings' budget (split: all free)."""
     _check_topology(sparks, topology)
     spec = lookup(catalog, "coding model", coding_model, CODER)
-    box = box or box_from_data(data, catalog)
-    m = spec.memory
+    box = box or box_from_data(cfg, catalog)
     tp = sparks if topology == "tensor-parallel" else 1
-    engines = sparks if topology == "replicas" else 1
-    boxes = {"replicas": sparks, "split": 1, "tensor-parallel": sparks}[topology]
-
-    resident, resident_source = float(m.resident_gib), m.resident_source
-    if tp > 1:
-        weights = m.weights_gib if 0 < m.weights_gib <= resident else resident
-        resident = resident - weights + weights / tp
-        resident_source = "estimate"
+    resident, resident_source = _resident(spec, tp)
     free = box.available_gib - resident
-
-    if kv_gib is not None:
-        kv, kv_setting = float(kv_gib), "--kv"
-    elif topology == "split":
-        kv, kv_setting = max(0.0, floor_to(free)), "split: all the box has left"
-    else:
-        kv, kv_setting = configured_kv_gib(data, spec.key), f"CODER_KV_CACHE_GIB[{spec.key!r}]"
-    if kv < 0:
-        raise SettingError("KV budget", kv, "a number of GiB >= 0")
-
+    kv, kv_setting = _kv_budget(cfg, spec, topology, free, kv_gib)
     layout = model_layout(spec, config, config_source)
-    capacity = _pool(layout, kv, spec, data, tp) if layout is not None else None
+    capacity = _pool(layout, kv, spec, cfg, tp) if layout is not None else None
     without_draft = None  # what the pool would hold without the draft's KV: the part of the estimate it explains
     if layout is not None and layout.draft_layers:
-        without_draft = _pool(replace(layout, draft_layers=0), kv, spec, data, tp).concurrency
-    measured = measured_for(spec, kv, tp, layout.draft_layers if layout else 0)
+        without_draft = _pool(replace(layout, draft_layers=0), kv, spec, cfg, tp).concurrency
     roofline, full_ctx = _roofline(spec, layout, box, tp)
-
     plan = ModelPlan(
-        name=spec.key, title=spec.title, topology=topology, sparks=sparks, engines=engines, boxes=boxes, tp=tp,
+        name=spec.key, title=spec.title, topology=topology, sparks=sparks,
+        engines=sparks if topology == "replicas" else 1,
+        boxes={"replicas": sparks, "split": 1, "tensor-parallel": sparks}[topology], tp=tp,
         box=box, resident_gib=resident, resident_source=resident_source, free_gib=free, kv_gib=kv,
         kv_setting=kv_setting, max_context=spec.max_model_len, layout=layout, capacity=capacity,
-        measured=measured, roofline_tokens_per_s=roofline, roofline_full_context_tokens_per_s=full_ctx,
+        measured=measured_for(spec, kv, tp, layout.draft_layers if layout else 0),
+        roofline_tokens_per_s=roofline, roofline_full_context_tokens_per_s=full_ctx,
         engine_concurrency_without_draft=without_draft)
-    return _annotate(plan, spec, number(data, "PLAN_MEASURED_TOLERANCE", strict=True))
+    return _annotate(plan, spec, cfg.PLAN_MEASURED_TOLERANCE)
 
 
-def _pool(layout: KvLayout, kv_gib: float, spec: ModelSpec, data: dict, tp: int) -> KvCapacity:
+def _resident(spec: ModelSpec, tp: int) -> tuple[float, str]:
+    """GiB per box, excluding KV: tensor-parallel divides the weights, not the runtime."""
+    m = spec.memory
+    resident = float(m.resident_gib)
+    if tp <= 1:
+        return resident, m.resident_source
+    weights = m.weights_gib if 0 < m.weights_gib <= resident else resident
+    return resident - weights + weights / tp, "estimate"
+
+
+def _kv_budget(cfg: GroupData, spec: ModelSpec, topology: str, free: float, kv_gib: float | None
+               ) -> tuple[float, str]:
+    """(the KV budget per box, where it came from)."""
+    if kv_gib is not None:
+        kv, setting = float(kv_gib), "--kv"
+    elif topology == "split":
+        kv, setting = max(0.0, floor_to(free)), "split: all the box has left"
+    else:
+        kv, setting = configured_kv_gib(cfg, spec.key), f"CODER_KV_CACHE_GIB[{spec.key!r}]"
+    if kv < 0:
+        raise SettingError("KV budget", kv, "a number of GiB >= 0")
+    return kv, setting
+
+
+def _pool(layout: KvLayout, kv_gib: float, spec: ModelSpec, cfg: GroupData, tp: int) -> KvCapacity:
     """One engine's KV pool for this budget, with the `vllm serve` flags that change it."""
-    opts = serve_options(spec, data)
+    opts = serve_options(spec, cfg.VLLM_COMMON_ARGS)
     return kv_capacity(layout, int(round(kv_gib * GIB)), spec.max_model_len, tp=tp,
                        num_speculative_tokens=num_speculative_tokens(spec), prefix_caching=opts["prefix_caching"],
                        mamba_cache_mode=opts["mamba_cache_mode"], block_size=opts["block_size"],
-                       max_num_batched_tokens=int(data.get("CODER_MAX_NUM_BATCHED_TOKENS")
-                                                  or DEFAULT_MAX_NUM_BATCHED_TOKENS))
+                       max_num_batched_tokens=cfg.CODER_MAX_NUM_BATCHED_TOKENS)
 
 
 def _roofline(spec: ModelSpec, layout: KvLayout | None, box: Box, tp: int) -> tuple[float | None, float | None]:
@@ -263,8 +268,8 @@ def _roofline(spec: ModelSpec, layout: KvLayout | None, box: Box, tp: int) -> tu
     m = spec.memory
     if m.bytes_read_per_step_gb <= 0:
         return None, None
-    bw = box.bandwidth_gbps * 1e9
-    step = m.bytes_read_per_step_gb * 1e9 / tp
+    bw = box.bandwidth_gbps * GB
+    step = m.bytes_read_per_step_gb * GB / tp
     if layout is None:
         return bw / step * m.tokens_per_step, None
     per_token = layout.bytes_per_token_per_layer(tp)
@@ -275,7 +280,12 @@ def _roofline(spec: ModelSpec, layout: KvLayout | None, box: Box, tp: int) -> tu
 
 
 def _annotate(plan: ModelPlan, spec: ModelSpec, tolerance: float) -> ModelPlan:
-    problems, notes = [], []
+    return replace(plan, problems=tuple(_problems(plan, tolerance)), notes=tuple(_notes(plan, spec)))
+
+
+def _problems(plan: ModelPlan, tolerance: float) -> list[str]:
+    """Why the plan is refused, or why its facts disagree with a measurement (tolerance: PLAN_MEASURED_TOLERANCE)."""
+    problems = []
     if plan.headroom_gib < -_EPS:
         problems.append(f"resident {plan.resident_gib:.1f} GiB + KV {plan.kv_gib:.1f} GiB = {plan.footprint_gib:.1f}"
                         f" GiB, but only {plan.box.available_gib:.1f} GiB is left beside the OS reserve and the "
@@ -290,21 +300,19 @@ def _annotate(plan: ModelPlan, spec: ModelSpec, tolerance: float) -> ModelPlan:
         problems.append("no layer facts (catalog MemoryFacts or config.json): KV capacity unknown")
     if cap is not None and (why := disagreement(cap, plan.measured, tolerance)):
         problems.append(why)
+    return problems
+
+
+def _notes(plan: ModelPlan, spec: ModelSpec) -> list[str]:
+    """What the figures leave out, and where they come from."""
+    notes = []
     m, layout = spec.memory, plan.layout
     if layout is not None and layout.source == "catalog" and m.linear_attention_layers and \
             not (layout.state_layers or layout.window_layers):
         notes.append(f"{m.linear_attention_layers} linear layers have no per-sequence size in the catalog and are left "
                      f"out, so the KV capacity is an upper bound (its config.json refines it)")
     if layout is not None and layout.draft_layers and plan.engine_concurrency_without_draft is not None:
-        n, extra = layout.draft_layers, layout.draft_layers * layout.bytes_per_token_per_layer() // 1024
-        what = "the MTP head's attention layer holds" if spec_method(spec) == "mtp" else (
-            f"the {'DFlash draft' if spec_method(spec) == 'dflash' else 'draft model'}'s {n} "
-            f"layer{'s' if n > 1 else ''} hold{'' if n > 1 else 's'}")
-        assumed = "" if spec_method(spec) == "mtp" else (
-            ", counted with the target's KV heads and head dim: an assumption, the draft's config.json is not at hand")
-        notes.append(f"{what} a full-context KV in the pool (+{extra} KiB/token on the model's "
-                     f"{layout.kv_bytes_per_token // 1024} KiB{assumed}); without {'them' if n > 1 else 'it'} the "
-                     f"estimate would be {plan.engine_concurrency_without_draft * plan.engines:.2f} requests")
+        notes.append(_draft_note(plan, spec))
     if plan.measured.source and (plan.measured.capacity_known or plan.measured_decode_tokens_per_s):
         notes.append(f"measured: {plan.measured.source}")
     for fact, why in plan.measured.calibrated.items():
@@ -315,7 +323,22 @@ def _annotate(plan: ModelPlan, spec: ModelSpec, tolerance: float) -> ModelPlan:
     if plan.kv_setting.startswith("split"):
         notes.append("split: the KV budget is all the memory this model's box has left (a what-if: the deploy "
                      "passes CODER_KV_CACHE_GIB)")
-    return replace(plan, problems=tuple(problems), notes=tuple(notes))
+    return notes
+
+
+def _draft_note(plan: ModelPlan, spec: ModelSpec) -> str:
+    """What the speculative layers add to the pool, and the estimate without them."""
+    layout = plan.layout
+    n, extra = layout.draft_layers, layout.draft_layers * layout.bytes_per_token_per_layer() // 1024
+    method = spec_method(spec)
+    what = "the MTP head's attention layer holds" if method == "mtp" else (
+        f"the {'DFlash draft' if method == 'dflash' else 'draft model'}'s {n} "
+        f"layer{'s' if n > 1 else ''} hold{'' if n > 1 else 's'}")
+    assumed = "" if method == "mtp" else (
+        ", counted with the target's KV heads and head dim: an assumption, the draft's config.json is not at hand")
+    return (f"{what} a full-context KV in the pool (+{extra} KiB/token on the model's "
+            f"{layout.kv_bytes_per_token // 1024} KiB{assumed}); without {'them' if n > 1 else 'it'} the "
+            f"estimate would be {plan.engine_concurrency_without_draft * plan.engines:.2f} requests")
 
 
 def _check_topology(sparks: int, topology: str) -> None:
@@ -331,36 +354,37 @@ def coding_models(catalog: dict[str, ModelSpec]) -> list[str]:
     return [k for k, s in catalog.items() if s.role == CODER]
 
 
-def plan_box(data: dict, catalog: dict[str, ModelSpec], coding_model: str | None = None, kv_gib: float | None = None,
-             sparks: int = 1, topology: str = "replicas", configs: dict[str, tuple[dict, str]] | None = None
-             ) -> BoxPlan:
+def plan_box(cfg: GroupData, catalog: dict[str, ModelSpec], coding_model: str | None = None,
+             kv_gib: float | None = None, sparks: int = 1, topology: str = "replicas",
+             configs: dict[str, tuple[dict, str]] | None = None) -> BoxPlan:
     """The plan for the configured box and every coding model (or the one named).
 
     configs: {model key: (config.json dict, where it came from)} to use instead of the catalog's layer facts.
     With topology "split", each model is on its own box and (without kv_gib) gets all that box has left for KV.
     """
     _check_topology(sparks, topology)
-    box = box_from_data(data, catalog)
+    box = box_from_data(cfg, catalog)
     names = [coding_model] if coding_model else coding_models(catalog)
     plans = []
     for name in names:
         config, source = (configs or {}).get(name, (None, "config.json"))
-        plans.append(plan_model(data, catalog, name, box=box, kv_gib=kv_gib, sparks=sparks, topology=topology,
+        plans.append(plan_model(cfg, catalog, name, box=box, kv_gib=kv_gib, sparks=sparks, topology=topology,
                                 config=config, config_source=source))
     return BoxPlan(box=box, sparks=sparks, topology=topology, models=tuple(plans))
 
 
-def check_fits(data: dict, catalog: dict[str, ModelSpec], coding_model: str, *, kv_gib: float | None = None,
+def check_fits(cfg: GroupData, catalog: dict[str, ModelSpec], coding_model: str, *, kv_gib: float | None = None,
                config: dict | None = None) -> ModelPlan:
     """The deploy's preflight: the plan of what this host will run, or PlanError naming what does not add up.
 
     Checks the KV budget the deploy passes (CODER_KV_CACHE_GIB[coding_model], or kv_gib); with SPARK_TOPOLOGY
-    "tensor-parallel" the weights are split over two boxes.
+    "tensor-parallel" the weights are split over two boxes. cfg: the typed settings (TRANSITIONAL: or the raw dict
+    measure/quick.py still passes).
     """
-    topology = data.get("SPARK_TOPOLOGY", "replicas")
-    tp_sparks = 2 if topology == "tensor-parallel" else 1
-    kv = configured_kv_gib(data, coding_model) if kv_gib is None else float(kv_gib)
-    plan = plan_model(data, catalog, coding_model, kv_gib=kv, sparks=tp_sparks,
+    cfg = as_group_data(cfg)
+    tp_sparks = 2 if cfg.SPARK_TOPOLOGY == "tensor-parallel" else 1
+    kv = configured_kv_gib(cfg, coding_model) if kv_gib is None else float(kv_gib)
+    plan = plan_model(cfg, catalog, coding_model, kv_gib=kv, sparks=tp_sparks,
                       topology="tensor-parallel" if tp_sparks > 1 else "replicas", config=config)
     plan = replace(plan, kv_setting=f"CODER_KV_CACHE_GIB[{coding_model!r}]" if kv_gib is None else "kv_gib")
     if not plan.fits:

@@ -10,7 +10,6 @@ table, the bench probe's roofline). The work is done in these modules:
 
 from sparkctl.capacity.box import Box, EmbedderUse, box_from_data
 from sparkctl.capacity.kv import (
-    GIB,
     KvCapacity,
     KvLayout,
     find_local_config,
@@ -31,6 +30,7 @@ from sparkctl.capacity.plan import (
     plan_model,
 )
 from sparkctl.capacity.report import SCHEMA, plan_json, refusal_message
+from sparkctl.config.quantities import GIB
 
 __all__ = [
     "GIB", "KvCapacity", "KvLayout", "find_local_config", "kv_capacity", "layout_from_catalog", "layout_from_config",

@@ -194,22 +194,41 @@ def _kv_label(setting: str) -> str:
     return "all free (split)" if setting.startswith("split") else setting
 
 
-def print_table(plan: BoxPlan, data: dict) -> None:
-    """The plan as a table on the terminal (170 columns when not one), its problems and notes under it."""
+def print_table(plan: BoxPlan, configured_model: str) -> None:
+    """The plan as a table on the terminal (170 columns when not one), its problems and notes under it;
+    configured_model: CODING_MODEL, marked in the table."""
     from rich.console import Console
-    from rich.table import Table
 
     console = Console()
     if not console.is_terminal:
         console = Console(width=170)
+    console.print(_box_line(plan))
+    console.print(_table(plan, configured_model))
+    for m in plan.models:
+        for p in m.problems:
+            console.print(f"[red]{m.name}:[/red] {p}", highlight=False)
+        for n in m.notes:
+            console.print(f"[dim]{m.name}: {n}[/dim]", highlight=False)
+    console.print("[dim]est = estimate from the layer facts (vLLM's hybrid KV allocator); measured = what production "
+                  "reported (source in the notes); calibrated = a fact set so that a production figure comes out, so "
+                  "its agreement is not independent evidence. Roofline = bandwidth / weight bytes per step x tokens "
+                  "per step (upper bound).[/dim]", highlight=False)
+
+
+def _box_line(plan: BoxPlan) -> str:
     box = plan.box
     emb = ", ".join(f"{e.name} {_gib(e.resident_gib)}{' calibrated' if e.resident_source == 'calibrated' else ''} + "
                     f"{_gib(e.kv_gib)} KV" for e in box.embedders) or "none"
     where = "each box" if plan.sparks > 1 else "the box"
-    console.print(f"[bold]Box[/bold] ({plan.sparks} Spark{'s' if plan.sparks > 1 else ''}, {plan.topology}; figures "
-                  f"per box unless marked total): {_gib(box.usable_gib)} GiB usable - {_gib(box.os_reserve_gib)} OS "
-                  f"reserve - embedders {_gib(box.embedders_gib)} ({emb}) = {_gib(box.available_gib)} GiB for the "
-                  f"coding model on {where}; {box.bandwidth_gbps:g} GB/s")
+    return (f"[bold]Box[/bold] ({plan.sparks} Spark{'s' if plan.sparks > 1 else ''}, {plan.topology}; figures "
+            f"per box unless marked total): {_gib(box.usable_gib)} GiB usable - {_gib(box.os_reserve_gib)} OS "
+            f"reserve - embedders {_gib(box.embedders_gib)} ({emb}) = {_gib(box.available_gib)} GiB for the "
+            f"coding model on {where}; {box.bandwidth_gbps:g} GB/s")
+
+
+def _table(plan: BoxPlan, configured_model: str):
+    from rich.table import Table
+
     table = Table(show_lines=True)
     for col, justify in (("model", "left"), ("resident GiB", "right"), ("free after\nembedders", "right"),
                          ("KV budget", "right"), ("headroom", "right"), ("KV tokens\n(total)", "right"),
@@ -217,7 +236,7 @@ def print_table(plan: BoxPlan, data: dict) -> None:
                          ("decode tok/s\n(1 stream)", "right"), ("fits", "center")):
         table.add_column(col, justify=justify)
     for m in plan.models:
-        configured = " [dim](configured)[/dim]" if m.name == data.get("CODING_MODEL") else ""
+        configured = " [dim](configured)[/dim]" if m.name == configured_model else ""
         table.add_row(
             f"{m.name}{configured}\n[dim]{m.layout.source if m.layout else 'no layer facts'}[/dim]",
             f"{_gib(m.resident_gib)}\n[dim]{m.resident_source}[/dim]",
@@ -230,13 +249,4 @@ def print_table(plan: BoxPlan, data: dict) -> None:
             _decode(m),
             "[green]yes[/green]" if m.fits else "[red]NO[/red]",
         )
-    console.print(table)
-    for m in plan.models:
-        for p in m.problems:
-            console.print(f"[red]{m.name}:[/red] {p}", highlight=False)
-        for n in m.notes:
-            console.print(f"[dim]{m.name}: {n}[/dim]", highlight=False)
-    console.print("[dim]est = estimate from the layer facts (vLLM's hybrid KV allocator); measured = what production "
-                  "reported (source in the notes); calibrated = a fact set so that a production figure comes out, so "
-                  "its agreement is not independent evidence. Roofline = bandwidth / weight bytes per step x tokens "
-                  "per step (upper bound).[/dim]", highlight=False)
+    return table

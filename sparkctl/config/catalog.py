@@ -266,6 +266,25 @@ def _type_name(hint) -> str:
     return getattr(hint, "__name__", None) if not getattr(hint, "__args__", None) else str(hint).replace("typing.", "")
 
 
+def _nested(spec: ModelSpec, name: str, value: dict, where: str):
+    """A Checkpoint / MemoryFacts field overridden by a mapping: merged over the entry's own, each sub-field typed."""
+    cls = _NESTED[name]
+    base = getattr(spec, name)
+    sub_valid = {f.name for f in dataclasses.fields(cls)}
+    merged = dataclasses.asdict(base) if base is not None else {}
+    for sub in value:
+        if sub not in sub_valid:
+            raise SettingError(f"{where}[{name!r}]", sub, sorted(sub_valid))
+        merged[sub] = _typed(cls, sub, value[sub], f"{where}[{name!r}][{sub!r}]")
+    if "allow_patterns" in merged:
+        merged["allow_patterns"] = tuple(merged["allow_patterns"])
+    missing = [f.name for f in dataclasses.fields(cls) if f.name not in merged
+               and f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING]
+    if missing:
+        raise SettingError(f"{where}[{name!r}]", value, f"a {cls.__name__} with {', '.join(missing)}")
+    return cls(**merged)
+
+
 def _apply(spec: ModelSpec, key: str, fields: Any) -> ModelSpec:
     valid = {f.name for f in dataclasses.fields(ModelSpec)} - {"key", "role"}
     where = f"CATALOG_OVERRIDES[{key!r}]"
@@ -277,30 +296,16 @@ def _apply(spec: ModelSpec, key: str, fields: Any) -> ModelSpec:
             close = difflib.get_close_matches(str(name), list(valid), n=1, cutoff=0.6)
             raise SettingError(where, name, sorted(valid), f"Did you mean {close[0]!r}?" if close else "")
         if name in _NESTED and isinstance(value, dict):
-            cls = _NESTED[name]
-            base = getattr(spec, name)
-            sub_valid = {f.name for f in dataclasses.fields(cls)}
-            merged = dataclasses.asdict(base) if base is not None else {}
-            for sub in value:
-                if sub not in sub_valid:
-                    raise SettingError(f"{where}[{name!r}]", sub, sorted(sub_valid))
-                merged[sub] = _typed(cls, sub, value[sub], f"{where}[{name!r}][{sub!r}]")
-            if "allow_patterns" in merged:
-                merged["allow_patterns"] = tuple(merged["allow_patterns"])
-            missing = [f.name for f in dataclasses.fields(cls) if f.name not in merged
-                       and f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING]
-            if missing:
-                raise SettingError(f"{where}[{name!r}]", value, f"a {cls.__name__} with {', '.join(missing)}")
-            value = cls(**merged)
+            changes[name] = _nested(spec, name, value, where)
         else:
-            value = _typed(ModelSpec, name, value, f"{where}[{name!r}]")
-        changes[name] = value
+            changes[name] = _typed(ModelSpec, name, value, f"{where}[{name!r}]")
     return dataclasses.replace(spec, **changes)
 
 
 def resolve(overrides: dict[str, dict] | None = None) -> dict[str, ModelSpec]:
     """The catalog with group data's CATALOG_OVERRIDES applied (unknown model or field names, and values of the
-    wrong type, are refused with a SettingError)."""
+    wrong type, are refused with a SettingError). A host's is resolved once, into its HostConfig
+    (sparkctl.config.settings); None: the catalog as shipped."""
     out = dict(CATALOG)
     if overrides is not None and not isinstance(overrides, dict):
         raise SettingError("CATALOG_OVERRIDES", overrides, "a mapping of catalog model keys to {field: value}")

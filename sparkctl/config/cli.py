@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import argparse
 
-from sparkctl.config import groupdata
 from sparkctl.config.lock import load, lock_path, refresh_lock
+from sparkctl.config.quantities import GIB
+from sparkctl.config.settings import load as load_settings
 
 
 def _cmd_refresh(args) -> int:
@@ -18,12 +19,12 @@ def _cmd_refresh(args) -> int:
 
 
 def _cmd_show(args) -> int:
-    data = groupdata.load(args.groups.split(",") if args.groups else None)
-    path = lock_path(data)
+    config = load_settings(args.groups.split(",") if args.groups else None)
+    path = lock_path(config.cfg)
     lock = load(path)
     for repo, entry in sorted(lock["checkpoints"].items()):
         size = sum(int(f["size"]) for f in (entry.get("files") or {}).values())
-        print(f"{repo:45} {entry.get('revision'):10} {entry.get('sha') or 'UNRESOLVED':40} {size / 2**30:8.2f} GiB")
+        print(f"{repo:45} {entry.get('revision'):10} {entry.get('sha') or 'UNRESOLVED':40} {size / GIB:8.2f} GiB")
     return 0
 
 

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import json
 import os
-import runpy
+import traceback
 from pathlib import Path
 
 from sparkctl import REPO_ROOT
+from sparkctl.config import files
+from sparkctl.errors import SettingError
 
 
 def default_groups() -> list[str]:
@@ -21,8 +24,69 @@ def load(groups: list[str] | None = None, root: Path = REPO_ROOT) -> dict:
     groups = list(groups or default_groups())
     for group in (["all"] if "all" not in groups else []) + groups:
         path = root / "group_data" / f"{group}.py"
-        if not path.exists():
-            continue
-        values = runpy.run_path(str(path))
-        data.update({k: v for k, v in values.items() if not k.startswith("__")})
+        if os.path.lexists(path):
+            data.update(read_file(path))
     return data
+
+
+def read_file(path: Path) -> dict:
+    """One group data file's settings, read as pyinfra reads it (UTF-8 Python, executed); a file that is not a
+    regular UTF-8 file, does not parse or fails while it runs is a SettingError naming the file and the line."""
+    name = f"{path.parent.name}/{path.name}"
+    what = "a Python file of settings, one NAME = value per setting"
+    text, _ = files.read_text(path, name, what)
+    try:
+        code = compile(text, str(path), "exec")
+    except SyntaxError as exc:
+        raise SettingError(f"{name} line {exc.lineno}", (exc.text or "").strip(), what,
+                           f"Python cannot parse it: {exc.msg}") from None
+    namespace: dict = {"__file__": str(path)}
+    try:
+        exec(code, namespace)  # noqa: S102 - group data is Python by pyinfra's design; pyinfra executes it too
+    except Exception as exc:  # noqa: BLE001 - any error in the operator's file is reported as that file's
+        line = next((f.lineno for f in reversed(traceback.extract_tb(exc.__traceback__)) if f.filename == str(path)),
+                    0)
+        source = text.splitlines()[line - 1].strip() if 0 < line <= len(text.splitlines()) else ""
+        raise SettingError(f"{name} line {line}", source, what, f"{type(exc).__name__}: {exc}") from None
+    return {k: v for k, v in namespace.items() if not k.startswith("__")}
+
+
+def check_dir(folder: Path) -> None:
+    """Every group data file pyinfra would load from `folder` reads cleanly (inventory.py runs this before pyinfra
+    loads them itself, which would end in a traceback or wait on a FIFO forever)."""
+    if not folder.is_dir():
+        return
+    for path in sorted(folder.glob("*.py")):
+        read_file(path)
+
+
+# --- `--data KEY=VALUE`, as pyinfra's CLI gives it to the deploy ---------------------------------------------------
+
+
+def parse_data_value(text: str):
+    """A --data value as pyinfra's CLI parses it (pyinfra_cli/util.py parse_cli_arg, pyinfra 3.10): true/false,
+    an int, JSON, else the string. Copied, not imported: importing pyinfra_cli monkey-patches the stdlib (gevent);
+    tests/config/test_check.py checks it against pyinfra's own function."""
+    if text.lower() == "false":
+        return False
+    if text.lower() == "true":
+        return True
+    try:
+        return int(text)
+    except (TypeError, ValueError):
+        pass
+    try:
+        return json.loads(text)
+    except ValueError:
+        pass
+    return text
+
+
+def parse_data(items: list[str] | None) -> dict:
+    out = {}
+    for item in items or []:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise SettingError("--data", item, "KEY=VALUE")
+        out[key] = value
+    return {k: parse_data_value(v) for k, v in out.items()}

@@ -19,7 +19,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from sparkctl import REPO_ROOT
-from sparkctl.config import catalog, groupdata
+from sparkctl.config import catalog
+from sparkctl.config.schema import GroupData
 from sparkctl.errors import SettingError, SparkctlError
 
 SHA_RE = re.compile(r"^[0-9a-f]{40}$")
@@ -63,8 +64,9 @@ class LockedCheckpoint:
         return marker_path(model_store, self.repo, self.sha)
 
 
-def lock_path(data: dict) -> Path:
-    p = Path(data.get("MODEL_LOCK_FILE", "models.lock.json"))
+def lock_path(cfg: GroupData) -> Path:
+    """MODEL_LOCK_FILE, relative to the repository unless absolute."""
+    p = Path(cfg.MODEL_LOCK_FILE)
     return p if p.is_absolute() else REPO_ROOT / p
 
 
@@ -134,10 +136,10 @@ def files_without_digest(files: dict) -> list[str]:
     return sorted(path for path, meta in files.items() if not has_digest(meta))
 
 
-def checkpoints_of(data: dict) -> list[catalog.Checkpoint]:
-    """Every checkpoint of every catalog model (with group data overrides): both coders stay on disk."""
+def checkpoints_of(resolved: dict[str, catalog.ModelSpec]) -> list[catalog.Checkpoint]:
+    """Every checkpoint of every model of a resolved catalog (a HostConfig's): both coders stay on disk."""
     seen: dict[str, catalog.Checkpoint] = {}
-    for spec in catalog.resolve(data.get("CATALOG_OVERRIDES")).values():
+    for spec in resolved.values():
         for cp in spec.checkpoints():
             seen.setdefault(cp.repo, cp)
     return list(seen.values())
@@ -176,14 +178,15 @@ def refresh_lock(groups: list[str], endpoint: str | None = None,
     from huggingface_hub import HfApi
 
     from sparkctl.config.secrets import read_hf_token
+    from sparkctl.config.settings import load
 
-    data = groupdata.load(groups)
-    endpoint = endpoint or data["HF_ENDPOINT"]
-    api = HfApi(endpoint=endpoint, token=read_hf_token(data) or False)
+    config = load(groups)
+    endpoint = endpoint or config.cfg.HF_ENDPOINT
+    api = HfApi(endpoint=endpoint, token=read_hf_token(config.cfg) or False)
     out = {"version": LOCK_VERSION, "endpoint": endpoint, "checkpoints": {}}
-    for cp in sorted(checkpoints_of(data) + list(extra or []), key=lambda c: c.repo):
+    for cp in sorted(checkpoints_of(config.catalog) + list(extra or []), key=lambda c: c.repo):
         out["checkpoints"][cp.repo] = resolve(api, cp, endpoint)
-    path = lock_path(data)
+    path = lock_path(config.cfg)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(out, indent=2, sort_keys=True) + "\n")
     return path

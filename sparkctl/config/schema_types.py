@@ -8,13 +8,33 @@ import re
 import string
 from typing import Annotated
 
-from pydantic import AfterValidator, Field
+from pydantic import AfterValidator, Field, WrapValidator
+
+from sparkctl.config import box_paths
+from sparkctl.config.quantities import DAY_S
+
+# upper bounds: beyond these a value is a typo (a unit slip, an extra digit), not a setting; each type says its own
+MAX_SECONDS = 7 * DAY_S  # the longest wait, timeout or window any setting means: a week (nginx takes up to 24 days)
+MAX_GIB = 1024  # memory of one box, GiB: a GX10 has 128 GB; a KV budget or reserve beyond this is a typo
+MAX_DISK_GIB = 1024 * 1024  # disk headroom, GiB (1 PiB)
+MAX_COUNT = 1_000_000  # counts without a tighter meaning (restarts, lines, workers, repeats)
+MAX_TOKENS = 16 * 1024 * 1024  # token counts: above any model's context (the check compares them with it)
 
 
 def _check(predicate, what: str):
     def check(value):
         if not predicate(value):
             raise ValueError(what)
+        return value
+    return AfterValidator(check)
+
+
+def _refuse(problem_of):
+    """A validator refusing a value with the words problem_of(value) gives ("" when it is valid)."""
+    def check(value):
+        problem = problem_of(value)
+        if problem:
+            raise ValueError(problem)
         return value
     return AfterValidator(check)
 
@@ -36,16 +56,22 @@ def _is_interface(text: str) -> bool:
 
 
 def _is_regex(text: str) -> bool:
-    try:
-        re.compile(text)
-        return "'" not in text  # rendered inside '...' in earlyoom's EARLYOOM_ARGS
-    except re.error:
-        return False
+    """Quotable for earlyoom's EARLYOOM_ARGS ('...'); whether glibc compiles it as earlyoom does is checked by the
+    check layer (sparkctl/check_render.py), with the real regcomp."""
+    return bool(text) and "'" not in text
+
+
+def _keep_int(value, handler):
+    """A number setting given as a whole number stays that int once checked: 7200 renders as 7200 in nginx, systemd
+    and rollout.py arguments, never 7200.0 (which nginx refuses)."""
+    checked = handler(value)
+    return value if type(value) is int else checked
 
 
 def typed(base, description: str, *extra, **constraints):
-    """A type with its valid range and the words an error message uses for it."""
-    return Annotated[base, Field(description=description, **constraints), *extra]
+    """A type with its valid range and the words an error message uses for it (a float keeps a given int)."""
+    keep = (WrapValidator(_keep_int),) if base is float else ()
+    return Annotated[base, Field(description=description, **constraints), *extra, *keep]
 
 
 def pattern(regex: str, description: str):
@@ -81,25 +107,77 @@ def command_template(needs: tuple[str, ...], placeholders: tuple[str, ...] = WAT
     return typed(str, what, _check(lambda v: not template_problem(v, placeholders, needs), what))
 
 
-Seconds = typed(float, "a number of seconds greater than 0", gt=0)
-WholeSeconds = typed(int, "a whole number of seconds greater than 0", gt=0)
-Count = typed(int, "a whole number greater than 0", gt=0)
-GiB = typed(float, "a size in GiB greater than 0", gt=0)
-GiBOrZero = typed(float, "a size in GiB >= 0", ge=0)
+Seconds = typed(float, f"a number of seconds greater than 0 and at most {MAX_SECONDS}", gt=0, le=MAX_SECONDS)
+WholeSeconds = typed(int, f"a whole number of seconds from 1 to {MAX_SECONDS}", ge=1, le=MAX_SECONDS)
+Count = typed(int, f"a whole number from 1 to {MAX_COUNT:,}", ge=1, le=MAX_COUNT)
+Streams = typed(int, "a whole number of concurrent streams from 1 to 1024", ge=1, le=1024)
+Tokens = typed(int, f"a whole number of tokens from 1 to {MAX_TOKENS:,}", ge=1, le=MAX_TOKENS)
+GiB = typed(float, f"a size in GiB greater than 0 and at most {MAX_GIB}", gt=0, le=MAX_GIB)
+GiBOrZero = typed(float, f"a size in GiB from 0 to {MAX_GIB}", ge=0, le=MAX_GIB)
+DiskGiB = typed(float, f"a size in GiB from 0 to {MAX_DISK_GIB:,}", ge=0, le=MAX_DISK_GIB)
 Port = typed(int, "an integer TCP port from 1 to 65535", ge=1, le=65535)
+# a port an unprivileged process binds: vLLM (no capabilities at all, CapabilityBoundingSet=), node exporter, the
+# tensor-parallel rendezvous; vLLM's own parser refuses ports below 1024 too
+UserPort = typed(int, "an integer TCP port from 1024 to 65535 (an unprivileged service cannot bind below 1024)",
+                 ge=1024, le=65535)
 OomScore = typed(int, "an integer OOM score adjustment from -1000 to 1000", ge=-1000, le=1000)
 Text = typed(str, "a non-empty string", min_length=1)
-AbsPath = typed(str, "an absolute path other than /", _check(lambda p: p.startswith("/") and p.rstrip("/") != "",
-                                                            "an absolute path other than /"))
 LocalPath = typed(str, "a control-machine path (relative to the repository or absolute)", min_length=1)
+
+
+def _box_path(problem_of):
+    """A plain absolute box path, normalised (what is stored and used is the normalised one), then `problem_of`
+    its normalised form: refused with that problem's words."""
+    def check(value):
+        problem = box_paths.plain_problem(value)
+        if problem:
+            raise ValueError(problem)
+        norm = box_paths.normalised(value)
+        problem = problem_of(norm)
+        if problem:
+            raise ValueError(problem)
+        return norm
+    return AfterValidator(check)
+
+
+# the directories the deploy keeps below STATE_DIR (tasks/vllm.py, tasks/monitoring.py): a file setting below
+# STATE_DIR must not land in one of them
+STATE_SUBDIRS = ("cache", "config", "hf", "rollout", "watchdog")
+_STATE_FILE = re.compile(r"[A-Za-z0-9_+@-][A-Za-z0-9._+@-]*(/[A-Za-z0-9_+@-][A-Za-z0-9._+@-]*)*")
+
+
+def _state_file_problem(path: str) -> str:
+    if not isinstance(path, str) or not _STATE_FILE.fullmatch(path):
+        return f"a plain file path relative to STATE_DIR ({box_paths.PLAIN_WORDS}; no leading /, no '.' or '..')"
+    if "/" in path and path.split("/")[0] in STATE_SUBDIRS or path in STATE_SUBDIRS:
+        return f"a path outside STATE_DIR's own {', '.join(STATE_SUBDIRS)} directories"
+    return ""
+
+
+StateFile = typed(str, "a plain file path relative to STATE_DIR, outside its cache, config, hf, rollout and watchdog "
+                       "directories", _refuse(_state_file_problem))
+
+_PLAIN = f"a plain absolute path ({box_paths.PLAIN_WORDS}; no '..')"
+AbsPath = typed(str, f"an absolute path other than /: {_PLAIN}",
+                _box_path(lambda p: "an absolute path other than /" if p == "/" else ""))
+DeployDir = typed(str, f"a directory of the deploy's own, not / or a system directory: {_PLAIN}",
+                  _box_path(box_paths.deploy_dir_problem))
 Url = pattern(r"^https?://[^\s/$.?#][^\s]*$", "an http:// or https:// URL")
 Version = pattern(r"^\d+(\.\d+)+$", "a version such as 13.0")
+# a release as pip spells it (PEP 440 public version, optional local tag): it becomes a directory name on the box
+RELEASE_RE = re.compile(r"\d+(\.\d+)+((a|b|rc)\d+)?(\.post\d+)?(\.dev\d+)?(\+[a-z0-9]+(\.[a-z0-9]+)*)?")
+Release = pattern(f"^{RELEASE_RE.pattern}$",
+                  "a release such as 0.32.0 or 0.32.0+cpu (digits, dots, an optional pre/post/dev and +local tag)")
+ReleaseOrEmpty = pattern(f"^({RELEASE_RE.pattern})?$", "a release such as 0.32.0+cpu, or empty")
 DebPackage = pattern(r"^[a-z0-9][a-z0-9+.-]+$", "a Debian package name")
 PipName = pattern(r"^[A-Za-z0-9][A-Za-z0-9._-]*$", "a pip distribution name")
 IfName = pattern(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,14}$", "a network interface name (up to 15 characters)")
 Name = pattern(r"^[a-z0-9][a-z0-9._-]{0,62}$", "a lower-case name usable as a URL path segment")
 EnvName = pattern(r"^[A-Za-z_][A-Za-z0-9_]*$", "an environment variable name")
-UnixUser = pattern(r"^[a-z_][a-z0-9_-]{0,31}$", "a system user name (lower case, up to 32 characters)")
+UnixUser = pattern(r"^[a-z_][a-z0-9_-]{0,31}$", "a dedicated system user name (lower case, up to 32 characters)")
+# a program the box runs by name (PATH lookup) or by absolute path: one word in a unit's ExecStart
+Program = pattern(r"^(/[A-Za-z0-9._+@-]+)+$|^[A-Za-z0-9][A-Za-z0-9._+-]*$",
+                  "a program name or an absolute path (letters, digits and . _ - + @)")
 FileName = pattern(r"^[A-Za-z0-9][A-Za-z0-9._-]*$", "a file name without '/'")
 K8sName = pattern(r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$", "a Kubernetes namespace (a DNS label)")
 ServerNames = pattern(r"^[A-Za-z0-9_.*~:\[\]-]+( [A-Za-z0-9_.*~:\[\]-]+)*$",
@@ -109,16 +187,20 @@ HostName = typed(str, "a DNS name or an IP address", _check(
     "a DNS name or an IP address"))
 Cidr = typed(str, "an address with its prefix length, e.g. 192.168.100.10/24",
              _check(_is_interface, "an address/prefix"))
-IpAddress = typed(str, "an IP address", _check(_is_ip, "an IP address"))
-Regex = typed(str, "a regular expression without single quotes", _check(_is_regex, "a valid regular expression"))
-SystemdSize = pattern(r"^\d+(\.\d+)?[KMGT]?$|^\d+(\.\d+)?%$", "a systemd size such as 64M or a percentage")
+# the proxy's upstreams, node exporter's listen address, the watchdog's URLs and the health probes write it as
+# ADDRESS:PORT, where an IPv6 address would need brackets none of them adds
+Ipv4Address = typed(str, "an IPv4 address such as 127.0.0.1", _check(
+    lambda a: _is_ip(a) and ipaddress.ip_address(a).version == 4, "an IPv4 address such as 127.0.0.1"))
+Regex = typed(str, "a POSIX extended regular expression without single quotes",
+              _check(_is_regex, "a POSIX extended regular expression without single quotes"))
+SystemdSize = pattern(r"^[1-9][0-9]{0,15}[KMGT]?$", "a size in bytes with an optional K, M, G or T suffix (base 1024) "
+                      "as systemd parses it, e.g. 64M")
 Fraction = typed(float, "a fraction greater than 0 and at most 1", gt=0, le=1)
 Percent = typed(float, "a percentage greater than 0 and below 100", gt=0, lt=100)
 
 
 def list_of(item, description: str, min_length: int = 0):
     return Annotated[list[item], Field(description=description, min_length=min_length)]
-
 
 
 DebPackages = list_of(DebPackage, "a list of Debian package names")

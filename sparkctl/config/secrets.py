@@ -1,78 +1,129 @@
 """Secrets on the control machine: read from files named by environment variables, else from secrets/.
 
-SPARK_API_TOKEN_FILE  bearer token every client sends to the proxy (required, non-empty)
-SPARK_HF_TOKEN_FILE   Hugging Face token for gated/private repos (optional)
-TLS certificate/key come from the TLS_CERT_FILE / TLS_KEY_FILE settings, or a local CA generated in secrets/pki.
+SPARK_API_TOKEN_FILE     bearer token every client sends to the proxy (required, at least 128 random bits)
+SPARK_SCRAPE_TOKEN_FILE  the token the cluster's Prometheus sends to the scrape paths (the same, not the API token)
+SPARK_HF_TOKEN_FILE      Hugging Face token for gated/private repos (optional)
+TLS certificate/key come from the TLS_CERT_FILE / TLS_KEY_FILE settings (at least RSA-2048 or P-256, a leaf usable
+for serverAuth), or a local CA generated in secrets/pki.
+Every file is read defensively (sparkctl/config/files.py): a regular, private, UTF-8 file, inside the secrets
+directory when it is named there.
 Nothing here is ever put in argv, in pyinfra output or in the repository; on the box they land root-only 0600.
 """
 
 from __future__ import annotations
 
+import math
 import os
+import re
 import secrets as _stdlib_secrets
+import string
 from pathlib import Path
 
+from cryptography.exceptions import UnsupportedAlgorithm
+
 from sparkctl import REPO_ROOT
+from sparkctl.config import files, schema
 from sparkctl.errors import SettingError
 
 API_TOKEN_ENV = "SPARK_API_TOKEN_FILE"
 HF_TOKEN_ENV = "SPARK_HF_TOKEN_FILE"
 
 
-def secrets_dir(data: dict | None = None) -> Path:
-    d = Path((data or {}).get("SECRETS_DIR", "secrets"))
+def secrets_dir(cfg: schema.GroupData) -> Path:
+    """SECRETS_DIR, relative to the repository unless absolute. cfg: the typed settings (TRANSITIONAL: or the raw
+    group data the e2e scenarios and measure/quick.py still pass)."""
+    d = Path(schema.as_group_data(cfg).SECRETS_DIR)
     return d if d.is_absolute() else REPO_ROOT / d
 
 
-def api_token_path(data: dict | None = None) -> Path:
-    return Path(os.environ.get(API_TOKEN_ENV) or secrets_dir(data) / "api_token")
+def api_token_path(cfg: schema.GroupData) -> Path:
+    return Path(os.environ.get(API_TOKEN_ENV) or secrets_dir(cfg) / "api_token")
 
 
-def hf_token_path(data: dict | None = None) -> Path:
-    return Path(os.environ.get(HF_TOKEN_ENV) or secrets_dir(data) / "hf_token")
+def hf_token_path(cfg: schema.GroupData) -> Path:
+    return Path(os.environ.get(HF_TOKEN_ENV) or secrets_dir(cfg) / "hf_token")
 
 
-def check_private(path: Path, setting: str) -> None:
+TOKEN_MIN_BITS = 128  # randomness a bearer or scrape token must carry: its length times log2 of its alphabet
+TOKEN_MIN_DISTINCT = 8  # different characters a random token of that length always has ("aaaa..." is not one)
+TOKEN_HOW = "Make one with: openssl rand -hex 32 > FILE; chmod 600 FILE"
+# what openssl rand -hex/-base64 and secrets.token_urlsafe write: nothing the proxy's nginx map (a quoted string
+# holding the token) could read as syntax
+TOKEN_CHARS = re.compile(r"[A-Za-z0-9._~+/=-]+")
+
+
+def check_private(path: Path, setting: str, st=None) -> None:
     """A secret readable by group or others on the control machine is refused (README "Secrets")."""
-    mode = path.stat().st_mode & 0o777
+    mode = (st or path.stat()).st_mode & 0o777
     if mode & 0o077:
         raise SettingError(setting, str(path), "a file only its owner can read (mode 0600 or 0400)",
                            f"It is mode {mode:04o}: chmod 600 {path}")
 
 
-def _read(path: Path, setting: str) -> str:
+def _read(path: Path, setting: str, root: Path | None = None, how: str = "") -> str:
+    """A secret file's text, stripped: a regular, private, UTF-8 file (inside `root` when it is named there)."""
+    what = "a readable file holding the secret"
+    if root is not None and root in path.parents:
+        files.check_inside(path, root, setting)
     try:
-        check_private(path, setting)
-        return path.read_text().strip()
+        text, st = files.read_text(path, setting, what, how)
     except FileNotFoundError:
-        raise SettingError(setting, str(path), "a readable file holding the secret",
-                           f"Create it (mode 0600) or point {setting} at one") from None
-    except OSError as exc:
-        raise SettingError(setting, str(path), "a readable file holding the secret", str(exc)) from None
+        raise SettingError(setting, str(path), what, f"Create it (mode 0600) or point {setting} at one"
+                           + (f". {how}" if how else "")) from None
+    check_private(path, setting, st)
+    return text.strip()
 
 
-def read_api_token(data: dict | None = None) -> str:
-    path = api_token_path(data)
-    token = _read(path, API_TOKEN_ENV)
+def _alphabet(token: str) -> int:
+    """The size of the alphabet a token's characters come from (hex, decimal, or the classes it uses)."""
+    if set(token) <= set("0123456789"):
+        return 10
+    if set(token) <= set("0123456789abcdef") or set(token) <= set("0123456789ABCDEF"):
+        return 16
+    classes = ((string.ascii_lowercase, 26), (string.ascii_uppercase, 26), (string.digits, 10))
+    size = sum(n for chars, n in classes if any(c in chars for c in token))
+    return size + len({c for c in token if c not in string.ascii_letters + string.digits})
+
+
+def token_bits(token: str) -> float:
+    """Bits of randomness a token can carry at most: its length times log2 of its alphabet."""
+    return len(token) * math.log2(_alphabet(token)) if token else 0.0
+
+
+def check_token(setting: str, path: Path, token: str, what: str) -> None:
+    """A bearer token an attacker cannot guess: non-empty, nginx-safe, at least TOKEN_MIN_BITS of randomness."""
     if not token:
-        raise SettingError(API_TOKEN_ENV, str(path), "a file with a non-empty bearer token",
-                           "An empty token would leave the proxy open")
-    if any(c.isspace() or c in '"\\;' for c in token):
-        raise SettingError(API_TOKEN_ENV, str(path), "a token without whitespace, quotes, backslashes or ';'")
+        raise SettingError(setting, str(path), f"a file with a non-empty {what}",
+                           f"An empty token would leave the proxy open. {TOKEN_HOW}")
+    if not TOKEN_CHARS.fullmatch(token):
+        raise SettingError(setting, str(path), f"a {what} of letters, digits and . _ ~ + / = - only (no whitespace, "
+                                               f"quotes, $ or ;)", TOKEN_HOW)
+    bits = token_bits(token)
+    if bits < TOKEN_MIN_BITS or len(set(token)) < TOKEN_MIN_DISTINCT:
+        raise SettingError(setting, str(path), f"a {what} of at least {TOKEN_MIN_BITS} random bits (e.g. 32 hex "
+                                               f"characters)", f"It has {len(token)} characters from an alphabet of "
+                                                               f"{_alphabet(token)} ({bits:.0f} bits at most, "
+                           f"{len(set(token))} different characters). {TOKEN_HOW}")
+
+
+def read_api_token(cfg: schema.GroupData) -> str:
+    path = api_token_path(cfg)
+    token = _read(path, API_TOKEN_ENV, root=secrets_dir(cfg), how=TOKEN_HOW)
+    check_token(API_TOKEN_ENV, path, token, "bearer token")
     return token
 
 
-def read_hf_token(data: dict | None = None) -> str:
+def read_hf_token(cfg: schema.GroupData) -> str:
     """The HF token, or "" when no token file exists (public repositories need none); an empty file is refused
     (it would silently mean "no token")."""
-    path = hf_token_path(data)
-    if not path.exists() and not os.environ.get(HF_TOKEN_ENV):
+    path = hf_token_path(cfg)
+    if not os.path.lexists(path) and not os.environ.get(HF_TOKEN_ENV):
         return ""
-    token = _read(path, HF_TOKEN_ENV)
+    token = _read(path, HF_TOKEN_ENV, root=secrets_dir(cfg))
     if not token:
         raise SettingError(HF_TOKEN_ENV, str(path), "a file with a non-empty Hugging Face token",
                            "Delete it to download public repositories without a token")
-    if any(c.isspace() for c in token):
+    if any(c.isspace() for c in token) or not token.isprintable():
         raise SettingError(HF_TOKEN_ENV, str(path), "a token without whitespace")
     return token
 
@@ -87,19 +138,24 @@ def _ensure_random_token(path: Path) -> Path:
     return path
 
 
-def ensure_api_token(data: dict | None = None) -> Path:
-    return _ensure_random_token(api_token_path(data))
+def ensure_api_token(cfg: schema.GroupData) -> Path:
+    return _ensure_random_token(api_token_path(cfg))
 
 
 # --- the operator's TLS pair (TLS_CERT_FILE / TLS_KEY_FILE), checked here before nginx -t would fail on the box ---
 
 
-def _tls_path(data: dict, setting: str) -> Path:
-    p = Path(data[setting])
-    path = p if p.is_absolute() else REPO_ROOT / p
-    if not os.access(path, os.R_OK):
-        raise SettingError(setting, data[setting], "a readable PEM file on the control machine")
-    return path
+def tls_file(value: str) -> Path:
+    """TLS_CERT_FILE / TLS_KEY_FILE on the control machine: relative to the repository unless absolute."""
+    p = Path(value)
+    return p if p.is_absolute() else REPO_ROOT / p
+
+
+def _tls_bytes(value: str, setting: str) -> tuple[bytes, os.stat_result]:
+    try:
+        return files.read_bytes(tls_file(value), setting, "a readable PEM file on the control machine")
+    except FileNotFoundError:
+        raise SettingError(setting, value, "a readable PEM file on the control machine", "It does not exist") from None
 
 
 def _names_in(cert) -> list[str]:
@@ -121,79 +177,143 @@ def _name_matches(pattern: str, address: str) -> bool:
     return pattern == address
 
 
-def check_tls_pair(data: dict, address: str, now=None) -> None:
-    """With TLS_CERT_FILE/TLS_KEY_FILE set: the key is unencrypted, private and matches the certificate, the chain
-    is in order (each certificate signed by the next), every certificate is valid now, and the box's address is in
-    the server certificate's subjectAltName. Nothing to check when both are empty (a local CA is generated)."""
-    if not data["TLS_CERT_FILE"] and not data["TLS_KEY_FILE"]:
-        return
-    import datetime as dt
-
+def _load_chain(name: str) -> list:
     from cryptography import x509
+
+    data, _ = _tls_bytes(name, "TLS_CERT_FILE")
+    try:
+        chain = x509.load_pem_x509_certificates(data)
+    except ValueError as exc:
+        raise SettingError("TLS_CERT_FILE", name, "a PEM certificate chain, the server's certificate first",
+                           str(exc)) from None
+    return chain
+
+
+def _load_key(name: str):
     from cryptography.hazmat.primitives import serialization
 
-    cert_path, key_path = _tls_path(data, "TLS_CERT_FILE"), _tls_path(data, "TLS_KEY_FILE")
-    cert_name, key_name = data["TLS_CERT_FILE"], data["TLS_KEY_FILE"]
-    check_private(key_path, "TLS_KEY_FILE")
+    data, st = _tls_bytes(name, "TLS_KEY_FILE")
+    check_private(tls_file(name), "TLS_KEY_FILE", st)
     try:
-        chain = x509.load_pem_x509_certificates(cert_path.read_bytes())
-    except ValueError as exc:
-        raise SettingError("TLS_CERT_FILE", cert_name, "a PEM certificate chain, the server's certificate first",
-                           str(exc)) from None
-    try:
-        key = serialization.load_pem_private_key(key_path.read_bytes(), password=None)
+        return serialization.load_pem_private_key(data, password=None)
     except TypeError:
-        raise SettingError("TLS_KEY_FILE", key_name, "an unencrypted PEM private key",
+        raise SettingError("TLS_KEY_FILE", name, "an unencrypted PEM private key",
                            "nginx cannot ask for a passphrase at boot") from None
-    except ValueError as exc:
-        raise SettingError("TLS_KEY_FILE", key_name, "a PEM private key", str(exc)) from None
+    except (ValueError, UnsupportedAlgorithm) as exc:
+        raise SettingError("TLS_KEY_FILE", name, "a PEM private key", str(exc)) from None
+
+
+def key_strength_problem(key) -> str:
+    """Why a TLS key is too weak ("" when it is at least RSA-2048 or an elliptic curve of 256 bits or more)."""
+    from cryptography.hazmat.primitives.asymmetric import ec, ed448, ed25519, rsa
+
+    if isinstance(key, rsa.RSAPrivateKey):
+        return "" if key.key_size >= 2048 else f"it is RSA-{key.key_size}"
+    if isinstance(key, ec.EllipticCurvePrivateKey):
+        return "" if key.curve.key_size >= 256 else f"it is the {key.curve.name} curve ({key.curve.key_size} bits)"
+    if isinstance(key, (ed25519.Ed25519PrivateKey, ed448.Ed448PrivateKey)):
+        return ""
+    return f"it is a {type(key).__name__.removeprefix('_')} key"
+
+
+def server_auth_problem(leaf, key) -> str:
+    """Why the leaf certificate cannot serve TLS ("" when it can): extendedKeyUsage without serverAuth, or a
+    keyUsage without the bit its key type signs the handshake with."""
+    from cryptography import x509
+    from cryptography.hazmat.primitives.asymmetric import rsa
+    from cryptography.x509.oid import ExtendedKeyUsageOID
+
+    ext = leaf.extensions
+    try:
+        eku = ext.get_extension_for_class(x509.ExtendedKeyUsage).value
+        if not {ExtendedKeyUsageOID.SERVER_AUTH, ExtendedKeyUsageOID.ANY_EXTENDED_KEY_USAGE} & set(eku):
+            return f"its extendedKeyUsage ({', '.join(u._name for u in eku)}) has no serverAuth"
+    except x509.ExtensionNotFound:
+        pass
+    try:
+        ku = ext.get_extension_for_class(x509.KeyUsage).value
+    except x509.ExtensionNotFound:
+        return ""
+    if ku.digital_signature or (isinstance(key, rsa.RSAPrivateKey) and ku.key_encipherment):
+        return ""
+    return "its keyUsage has no digitalSignature (nor keyEncipherment for RSA)"
+
+
+def _check_key(cfg: schema.GroupData, chain: list, key) -> None:
+    from cryptography.hazmat.primitives import serialization
+
     spki = serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo
     leaf = chain[0]
     if key.public_key().public_bytes(*spki) != leaf.public_key().public_bytes(*spki):
-        raise SettingError("TLS_KEY_FILE", key_name, f"the private key of TLS_CERT_FILE's certificate "
+        raise SettingError("TLS_KEY_FILE", cfg.TLS_KEY_FILE, f"the private key of TLS_CERT_FILE's certificate "
                            f"({leaf.subject.rfc4514_string()})", "This key belongs to another certificate: nginx -t "
                            "would fail on the box and the proxy would not come back after a restart")
-    now = now or dt.datetime.now(dt.timezone.utc)
+    weak = key_strength_problem(key)
+    if weak:
+        raise SettingError("TLS_KEY_FILE", cfg.TLS_KEY_FILE, "a key of at least RSA-2048 or P-256", weak)
+    unusable = server_auth_problem(leaf, key)
+    if unusable:
+        raise SettingError("TLS_CERT_FILE", cfg.TLS_CERT_FILE, "a server certificate usable for TLS serverAuth",
+                           f"certificate 1 ({leaf.subject.rfc4514_string()}): {unusable}")
+
+
+def _check_chain(name: str, chain: list, now) -> None:
     for i, cert in enumerate(chain):
         subject = cert.subject.rfc4514_string()
         if not cert.not_valid_before_utc <= now <= cert.not_valid_after_utc:
-            raise SettingError("TLS_CERT_FILE", cert_name, "certificates valid now",
+            raise SettingError("TLS_CERT_FILE", name, "certificates valid now",
                                f"certificate {i + 1} ({subject}) is valid from {cert.not_valid_before_utc:%Y-%m-%d} "
                                f"to {cert.not_valid_after_utc:%Y-%m-%d}")
+        digest = cert.signature_hash_algorithm
+        if i + 1 < len(chain) and digest is not None and digest.name in ("md5", "sha1"):
+            raise SettingError("TLS_CERT_FILE", name, "certificates signed with SHA-256 or stronger",
+                               f"certificate {i + 1} ({subject}) is signed with {digest.name}: clients refuse it")
         if i + 1 < len(chain):
             try:
                 cert.verify_directly_issued_by(chain[i + 1])
             except Exception as exc:  # noqa: BLE001 - ValueError, TypeError or InvalidSignature: not its issuer
-                raise SettingError("TLS_CERT_FILE", cert_name, "a chain in order, each certificate issued by the next",
+                raise SettingError("TLS_CERT_FILE", name, "a chain in order, each certificate issued by the next",
                                    f"certificate {i + 1} ({subject}) is not issued by certificate {i + 2} "
                                    f"({chain[i + 1].subject.rfc4514_string()}): {type(exc).__name__}") from None
-    names = _names_in(leaf)
+
+
+def check_tls_pair(cfg: schema.GroupData, address: str, now=None) -> None:
+    """With TLS_CERT_FILE/TLS_KEY_FILE set: the key is unencrypted, private, strong (RSA-2048, P-256) and matches
+    the certificate, the leaf is usable for serverAuth, the chain is in order (each certificate signed by the next),
+    every certificate is valid now, and the box's address is in the server certificate's subjectAltName. Nothing
+    to check when both are empty (a local CA is generated)."""
+    if not cfg.TLS_CERT_FILE and not cfg.TLS_KEY_FILE:
+        return
+    import datetime as dt
+
+    chain, key = _load_chain(cfg.TLS_CERT_FILE), _load_key(cfg.TLS_KEY_FILE)
+    _check_key(cfg, chain, key)
+    _check_chain(cfg.TLS_CERT_FILE, chain, now or dt.datetime.now(dt.timezone.utc))
+    names = _names_in(chain[0])
     if not any(_name_matches(n, address) for n in names):
-        raise SettingError("TLS_CERT_FILE", cert_name, f"a certificate whose subjectAltName includes {address}",
-                           f"It names {names or 'nothing'}; clients connect to https://{address}")
+        raise SettingError("TLS_CERT_FILE", cfg.TLS_CERT_FILE, f"a certificate whose subjectAltName includes "
+                           f"{address}", f"It names {names or 'nothing'}; clients connect to https://{address}")
 
 
 # --- scrape token (issue 11): what the cluster's Prometheus sends to /<served>/metrics and /node/metrics ---
 SCRAPE_TOKEN_ENV = "SPARK_SCRAPE_TOKEN_FILE"
 
 
-def scrape_token_path(data: dict | None = None) -> Path:
-    return Path(os.environ.get(SCRAPE_TOKEN_ENV) or secrets_dir(data) / "scrape_token")
+def scrape_token_path(cfg: schema.GroupData) -> Path:
+    return Path(os.environ.get(SCRAPE_TOKEN_ENV) or secrets_dir(cfg) / "scrape_token")
 
 
-def read_scrape_token(data: dict | None = None, api_token: str = "") -> str:
-    """The scrape token: required, safe inside an nginx map string, and never the API token (each opens only its
-    own paths)."""
-    path = scrape_token_path(data)
-    token = _read(path, SCRAPE_TOKEN_ENV)
-    if not token or any(c.isspace() or c in '"\\;' for c in token):
-        raise SettingError(SCRAPE_TOKEN_ENV, str(path), "a file with a non-empty token without whitespace, quotes, "
-                           "backslashes or ';'")
+def read_scrape_token(cfg: schema.GroupData, api_token: str = "") -> str:
+    """The scrape token: required, safe inside an nginx map string, random enough, and never the API token (each
+    opens only its own paths)."""
+    path = scrape_token_path(cfg)
+    token = _read(path, SCRAPE_TOKEN_ENV, root=secrets_dir(cfg), how=TOKEN_HOW)
+    check_token(SCRAPE_TOKEN_ENV, path, token, "scrape token")
     if api_token and token == api_token:
         raise SettingError(SCRAPE_TOKEN_ENV, str(path), "a token different from the API token",
                            "The scrape token must not open the API, nor the API token the metrics")
     return token
 
 
-def ensure_scrape_token(data: dict | None = None) -> Path:
-    return _ensure_random_token(scrape_token_path(data))
+def ensure_scrape_token(cfg: schema.GroupData) -> Path:
+    return _ensure_random_token(scrape_token_path(cfg))

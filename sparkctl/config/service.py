@@ -11,8 +11,6 @@ from dataclasses import dataclass, field
 from sparkctl.config.catalog import ModelSpec
 from sparkctl.config.lock import LockedCheckpoint
 
-GIB = 2**30
-
 
 @dataclass(frozen=True)
 class Service:

@@ -1,93 +1,144 @@
-"""Validate a host's merged data before anything touches it, and derive what the box will run.
+"""A host's settings, validated and typed once, and what the box will run.
 
-`validate(data, host_name)` raises SettingError (naming the setting, the value and what is valid) for bad input;
-it returns a Settings with the services, their checkpoints and the secrets to upload. Warnings (e.g. a proxy
-timeout below the 7200 s floor) are collected, not raised.
+Two layers, both built through the check layer (sparkctl/check.py; `load` and `host_config` here are its first
+half, which config/ itself also uses):
+
+HostConfig  what every tool reads: the typed settings (`cfg`, a frozen schema.GroupData), the catalog resolved once
+            with CATALOG_OVERRIDES, the host's name and the address clients and ssh connect to. It needs no lock
+            and no secrets, so `python -m sparkctl plan` works for a real GX10's data anywhere.
+Settings    what the deploy derives on top (`derive`): the services, every checkpoint at its locked commit, the
+            host's part in the topology, the secrets to upload, and warnings (a proxy timeout below the 7200 s
+            floor) that are collected, not raised.
+
+Bad input raises SettingError naming the setting, the value and what is valid.
 """
 
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from sparkctl.config import catalog, lock, schema, topology
-from sparkctl.config.catalog import CODER, EMBEDDER
-from sparkctl.config.service import GIB, Service
+from sparkctl.config import catalog, groupdata, lock, schema, topology
+from sparkctl.config.catalog import CODER, EMBEDDER, ModelSpec
+from sparkctl.config.hosts import HostConn
+from sparkctl.config.quantities import GIB
+from sparkctl.config.service import Service
 from sparkctl.errors import SettingError
 
 SERVED_NAME_RE = re.compile(r"^[a-z0-9][a-z0-9._-]{0,62}$")
 
 
-@dataclass
-class Settings:
-    data: dict
-    host_name: str
+@dataclass(frozen=True, kw_only=True)
+class HostConfig:
+    cfg: schema.GroupData
+    catalog: dict[str, ModelSpec]  # CATALOG_OVERRIDES applied
+    host_name: str = ""
+    address: str = ""  # what clients and ssh connect to (ssh_hostname, else the host name)
+
+    @property
+    def coding_model(self) -> ModelSpec:
+        return self.catalog[self.cfg.CODING_MODEL]
+
+
+@dataclass(frozen=True, kw_only=True)
+class Settings(HostConfig):
     coder: Service
     embedders: list[Service]
     checkpoints: list[lock.LockedCheckpoint]  # every checkpoint the box keeps on disk (both coders)
     role: topology.Role = field(default_factory=lambda: topology.Role("replicas", "single"))
     api_token: str = field(repr=False, default="")
     hf_token: str = field(repr=False, default="")
-    warnings: list[str] = field(default_factory=list)
+    warnings: tuple[str, ...] = ()
+    notes: tuple[str, ...] = ()  # what the offline validators checked and skipped (sparkctl/check_render.py)
 
     @property
     def services(self) -> list[Service]:
         """The vLLM services this box runs (a Ray tensor-parallel worker runs none: its GPU joins the head's)."""
         if self.role.name == "worker":
-            return [self.coder] if self.data["TP_BACKEND"] == "native" else []
+            return [self.coder] if self.cfg.TP_BACKEND == "native" else []
         return [self.coder, *self.embedders]
 
 
-def check_timeouts(data: dict, warnings: list[str]) -> None:
-    floor = data["PROXY_TIMEOUT_FLOOR_S"]
-    for name in ("PROXY_READ_TIMEOUT_S", "PROXY_SEND_TIMEOUT_S", "HEALTH_REQUEST_TIMEOUT_S", "BENCH_CLIENT_TIMEOUT_S"):
-        value = data[name]
-        if value < floor:
-            warnings.append(f"{name} = {value} s is below the {floor} s floor (PROXY_TIMEOUT_FLOOR_S): long reasoning "
-                            f"generations will be cut silently, as two 10-minute timeouts once did in production")
+# --- the first half of the check layer: load, validate, resolve the catalog ----------------------------------------
 
 
-def validate(data: dict, host_name: str = "", read_secrets: bool = True, hosts: list[str] | None = None) -> Settings:
-    """Everything a deploy needs, checked; raises SettingError before any host is touched.
+def host_config(data: Mapping, host_name: str = "", address: str = "") -> HostConfig:
+    """A host's merged data (group data, host data, --data), checked against the schema, with its catalog."""
+    cfg = schema.validate(data)
+    return _with_catalog(cfg, host_name, address or str(data.get("ssh_hostname") or host_name))
+
+
+def load(groups: list[str] | None = None, host: HostConn | None = None, overrides: Mapping | None = None
+         ) -> HostConfig:
+    """What a tool off the deploy path reads (plan, bench, niah, status, sim, lock): group data merged as pyinfra
+    merges it (groups < the inventory host's own data < overrides), validated; default groups: the configured box."""
+    data = {**groupdata.load(groups), **(host.data if host else {}), **(overrides or {})}
+    return host_config(data, host.name if host else "", host.address if host else "")
+
+
+def as_config(value) -> HostConfig:
+    """TRANSITIONAL: the HostConfig of what a module not yet converted passes (measure/quick.py hands on the raw
+    dict or a GroupData); a HostConfig is returned as it is. Remove with GroupData.__getitem__."""
+    if isinstance(value, HostConfig):
+        return value
+    return _with_catalog(schema.as_group_data(value), "", "")
+
+
+def _with_catalog(cfg: schema.GroupData, host_name: str, address: str) -> HostConfig:
+    return HostConfig(cfg=cfg, catalog=catalog.resolve(cfg.CATALOG_OVERRIDES), host_name=host_name, address=address)
+
+
+# --- what the deploy derives -----------------------------------------------------------------------------------------
+
+
+def timeout_warnings(cfg: schema.GroupData) -> tuple[str, ...]:
+    floor = cfg.PROXY_TIMEOUT_FLOOR_S
+    return tuple(f"{name} = {value} s is below the {floor} s floor (PROXY_TIMEOUT_FLOOR_S): long reasoning "
+                 f"generations will be cut silently, as two 10-minute timeouts once did in production"
+                 for name in ("PROXY_READ_TIMEOUT_S", "PROXY_SEND_TIMEOUT_S", "HEALTH_REQUEST_TIMEOUT_S",
+                              "BENCH_CLIENT_TIMEOUT_S")
+                 if (value := getattr(cfg, name)) < floor)
+
+
+def locked_checkpoints(config: HostConfig) -> dict[str, lock.LockedCheckpoint]:
+    """Every catalog checkpoint at its locked commit (a SettingError names a missing or stale lock entry)."""
+    path = lock.lock_path(config.cfg)
+    lockdata = lock.load(path)
+    return {cp.repo: lock.locked(lockdata, cp, path) for cp in lock.checkpoints_of(config.catalog)}
+
+
+def derive(config: HostConfig, hosts: list[str] | None = None) -> Settings:
+    """The services this host runs and their locked checkpoints (no secrets read: check.validate_host adds them).
 
     hosts: the inventory's gx10 hosts in order (the topology decides this host's part from it)."""
-    schema.validate(data)  # every key, type, range and cross-field rule; below, only what needs the catalog
-    warnings: list[str] = []
-    cat = catalog.resolve(data["CATALOG_OVERRIDES"])
-    coder_key = data["CODING_MODEL"]
-    coder = catalog.lookup(cat, "CODING_MODEL", coder_key, CODER)
-    role = topology.role_of(data, host_name, hosts or [host_name])
-    check_timeouts(data, warnings)
-    served = data["CODER_SERVED_NAME"]
-    kv_gib = float(data["CODER_KV_CACHE_GIB"][coder_key])
+    cfg = config.cfg
+    role = topology.role_of(cfg, config.host_name, hosts or [config.host_name])
+    locked = locked_checkpoints(config)
+    coder = _service(locked, "coder", CODER, config.coding_model, cfg.CODER_SERVED_NAME, cfg.CODER_PORT,
+                     cfg.CODER_KV_CACHE_GIB[cfg.CODING_MODEL], extra_args=role.coder_args, extra_env=role.env,
+                     headless=role.name == "worker")
+    return Settings(cfg=cfg, catalog=config.catalog, host_name=config.host_name, address=config.address,
+                    coder=coder, embedders=_embedders(config, locked), checkpoints=list(locked.values()), role=role,
+                    warnings=timeout_warnings(cfg))
 
-    path = lock.lock_path(data)
-    lockdata = lock.load(path)
-    locked = {cp.repo: lock.locked(lockdata, cp, path) for cp in lock.checkpoints_of(data)}
 
-    def svc(name, kind, spec, served_name, port, kv, **extra):
-        return Service(name=name, role=kind, model=spec, served_name=served_name, port=port,
-                       kv_cache_bytes=int(round(kv * GIB)), checkpoint=locked[spec.checkpoint.repo],
-                       draft=locked[spec.draft.repo] if spec.draft else None, **extra)
+def _service(locked: dict, name: str, kind: str, spec: ModelSpec, served_name: str, port: int, kv_gib: float,
+             **extra) -> Service:
+    return Service(name=name, role=kind, model=spec, served_name=served_name, port=port,
+                   kv_cache_bytes=int(round(kv_gib * GIB)), checkpoint=locked[spec.checkpoint.repo],
+                   draft=locked[spec.draft.repo] if spec.draft else None, **extra)
 
-    coder_svc = svc("coder", CODER, coder, served, data["CODER_PORT"], kv_gib, extra_args=role.coder_args,
-                    extra_env=role.env, headless=role.name == "worker")
-    embedders = []
-    for i, entry in enumerate(data["EMBEDDERS"]):
-        spec = catalog.lookup(cat, f"EMBEDDERS[{i}].model", entry["model"], EMBEDDER)
-        kv = float(entry["kv_cache_gib"])
-        taken = (served, *(e.served_name for e in embedders))
+
+def _embedders(config: HostConfig, locked: dict) -> list[Service]:
+    cfg, out = config.cfg, []
+    for i, entry in enumerate(cfg.EMBEDDERS):
+        spec = catalog.lookup(config.catalog, f"EMBEDDERS[{i}].model", entry.model, EMBEDDER)
+        taken = (cfg.CODER_SERVED_NAME, *(e.served_name for e in out))
         if not SERVED_NAME_RE.match(spec.served_name) or spec.served_name in taken:
-            raise SettingError(f"EMBEDDERS[{i}].model", entry["model"],
+            raise SettingError(f"EMBEDDERS[{i}].model", entry.model,
                                f"a model whose served name ({spec.served_name!r}) is URL-safe and not already served "
-                               f"(CODER_SERVED_NAME = {served!r})")
-        embedders.append(svc(spec.served_name, EMBEDDER, spec, spec.served_name, data["EMBEDDER_PORTS"][i], kv))
-
-    settings = Settings(data=data, host_name=host_name, coder=coder_svc, embedders=embedders,
-                        checkpoints=list(locked.values()), role=role, warnings=warnings)
-    if read_secrets:
-        from sparkctl.config import secrets
-        settings.api_token = secrets.read_api_token(data)
-        settings.hf_token = secrets.read_hf_token(data)
-    return settings
-
+                               f"(CODER_SERVED_NAME = {cfg.CODER_SERVED_NAME!r})")
+        out.append(_service(locked, spec.served_name, EMBEDDER, spec, spec.served_name, cfg.EMBEDDER_PORTS[i],
+                            entry.kv_cache_gib))
+    return out

@@ -12,11 +12,14 @@ Pure logic (no pyinfra): the deploy passes the inventory's ordered host names.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from sparkctl.errors import SettingError
 
-TOPOLOGIES = ("replicas", "split", "tensor-parallel")
-TP_BACKENDS = ("native", "ray")
+if TYPE_CHECKING:  # the schema imports TOPOLOGIES from here
+    from sparkctl.config.schema import GroupData
+
+TOPOLOGIES = ("replicas", "split", "tensor-parallel")  # the schema's SPARK_TOPOLOGY values; the planner's what-ifs
 
 
 @dataclass(frozen=True)
@@ -39,56 +42,57 @@ class Role:
         return self.name in ("head", "worker")
 
 
-def cx7_address(data: dict, host: str, index: int = 0) -> str:
-    addrs = data["CX7_ADDRESSES"].get(host)
+def cx7_address(cfg: GroupData, host: str, index: int = 0) -> str:
+    addrs = cfg.CX7_ADDRESSES.get(host)
     if not addrs:
         raise SettingError(f"CX7_ADDRESSES[{host!r}]", None, "the CX7 link address(es) of every tensor-parallel host")
     return addrs[min(index, len(addrs) - 1)].split("/")[0]
 
 
-def distributed_env(data: dict, host: str, head: str) -> dict:
+def distributed_env(cfg: GroupData, host: str, head: str) -> dict:
     """The environment NCCL, Gloo and vLLM need to use the CX7 link (both twins for RDMA)."""
-    ifname = data["CX7_INTERFACES"][0]
+    ifname = cfg.CX7_INTERFACES[0]
     env = {"NCCL_SOCKET_IFNAME": ifname, "GLOO_SOCKET_IFNAME": ifname, "TP_SOCKET_IFNAME": ifname,
-           "VLLM_HOST_IP": cx7_address(data, host), "MASTER_ADDR": cx7_address(data, head),
+           "VLLM_HOST_IP": cx7_address(cfg, host), "MASTER_ADDR": cx7_address(cfg, head),
            "NCCL_IGNORE_CPU_AFFINITY": "1"}
-    if data["CX7_HCAS"]:
-        env.update(NCCL_IB_HCA=",".join(data["CX7_HCAS"]), NCCL_IB_DISABLE="0")
+    if cfg.CX7_HCAS:
+        env.update(NCCL_IB_HCA=",".join(cfg.CX7_HCAS), NCCL_IB_DISABLE="0")
     else:
         env["NCCL_IB_DISABLE"] = "1"
-    if data["TP_BACKEND"] == "ray":
+    if cfg.TP_BACKEND == "ray":
         # RAY_ADDRESS: the head's vLLM joins the cluster of the ray-head unit (else ray.init starts one of its own)
-        env.update(RAY_memory_monitor_refresh_ms="0", RAY_NODE_IP_ADDRESS=cx7_address(data, host),
-                   RAY_ADDRESS=f"{cx7_address(data, head)}:{data['RAY_PORT']}")
+        env.update(RAY_memory_monitor_refresh_ms="0", RAY_NODE_IP_ADDRESS=cx7_address(cfg, host),
+                   RAY_ADDRESS=f"{cx7_address(cfg, head)}:{cfg.RAY_PORT}")
     return env
 
 
-def role_of(data: dict, host: str, hosts: list[str]) -> Role:
-    """This host's part in the configured topology; hosts = the inventory's gx10 hosts in order."""
-    topology = data.get("SPARK_TOPOLOGY", "replicas")
-    if topology not in TOPOLOGIES:
-        raise SettingError("SPARK_TOPOLOGY", topology, list(TOPOLOGIES))
-    if topology != "tensor-parallel" or len(hosts) < 2:
-        if topology == "tensor-parallel":
-            raise SettingError("SPARK_TOPOLOGY", topology, "replicas or split for a single box",
-                               f"tensor-parallel needs two hosts in the inventory, found {hosts}")
-        return Role(topology, "single" if len(hosts) < 2 else ("split" if topology == "split" else "replica"))
+def role_of(cfg: GroupData, host: str, hosts: list[str]) -> Role:
+    """This host's part in the configured topology; cfg: the typed settings (schema.GroupData, which already
+    allows only the known SPARK_TOPOLOGY and TP_BACKEND values); hosts = the inventory's gx10 hosts in order."""
+    topology = cfg.SPARK_TOPOLOGY
+    if topology == "tensor-parallel":
+        return _tensor_parallel(cfg, host, hosts)
+    return Role(topology, "single" if len(hosts) < 2 else ("split" if topology == "split" else "replica"))
+
+
+def _tensor_parallel(cfg: GroupData, host: str, hosts: list[str]) -> Role:
+    if len(hosts) < 2:
+        raise SettingError("SPARK_TOPOLOGY", cfg.SPARK_TOPOLOGY, "replicas or split for a single box",
+                           f"tensor-parallel needs two hosts in the inventory, found {hosts}")
     if len(hosts) != 2:
-        raise SettingError("SPARK_TOPOLOGY", topology, "exactly two hosts for tensor-parallel", f"found {hosts}")
-    backend = data["TP_BACKEND"]
-    if backend not in TP_BACKENDS:
-        raise SettingError("TP_BACKEND", backend, list(TP_BACKENDS))
-    head = data.get("TP_HEAD") or hosts[0]
+        raise SettingError("SPARK_TOPOLOGY", cfg.SPARK_TOPOLOGY, "exactly two hosts for tensor-parallel",
+                           f"found {hosts}")
+    head = cfg.TP_HEAD or hosts[0]  # empty: the first host
     if head not in hosts:
         raise SettingError("TP_HEAD", head, hosts)
     rank = 0 if host == head else 1
-    env = distributed_env(data, host, head)
-    head_ip = cx7_address(data, head)
-    if backend == "native":
+    env = distributed_env(cfg, host, head)
+    head_ip = cx7_address(cfg, head)
+    if cfg.TP_BACKEND == "native":
         args = ("--tensor-parallel-size", "2", "--nnodes", "2", "--node-rank", str(rank),
-                "--master-addr", head_ip, "--master-port", str(data["TP_MASTER_PORT"]),
+                "--master-addr", head_ip, "--master-port", str(cfg.TP_MASTER_PORT),
                 "--distributed-executor-backend", "mp")
     else:  # Ray: the head's vLLM schedules both boxes' GPUs through the ray cluster; the worker runs only ray
         args = ("--tensor-parallel-size", "2", "--distributed-executor-backend", "ray") if rank == 0 else ()
-    return Role(topology, "head" if rank == 0 else "worker", rank=rank, head=head, head_address=head_ip,
-                address=cx7_address(data, host), coder_args=args, env=env)
+    return Role(cfg.SPARK_TOPOLOGY, "head" if rank == 0 else "worker", rank=rank, head=head, head_address=head_ip,
+                address=cx7_address(cfg, host), coder_args=args, env=env)

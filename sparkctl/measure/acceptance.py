@@ -37,20 +37,6 @@ PROVENANCES = ("measured", "derived", "provisional")  # catalog.MemoryFacts.acce
 SPEC_FIGURES = ("tokens_per_step", "acceptance_rate", "per_position")  # its keys
 
 
-def _fraction(data: dict, name: str, upper: float = 1.0) -> float:
-    value = data[name]
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value < upper:
-        raise SettingError(name, value, f"a fraction from 0 up to (not including) {upper:g}")
-    return float(value)
-
-
-def _flag(data: dict, name: str) -> bool:
-    value = data[name]
-    if not isinstance(value, bool):
-        raise SettingError(name, value, "True or False")
-    return value
-
-
 @dataclass(frozen=True)
 class Thresholds:
     mode: str = "fail"
@@ -71,17 +57,14 @@ class Thresholds:
     roofline_floor_fraction: float = 0.05  # of the roofline, with nothing measured to compare with; 0: off
 
     @classmethod
-    def from_settings(cls, data: dict) -> "Thresholds":
-        if data["ACCEPTANCE_MODE"] not in MODES:
-            raise SettingError("ACCEPTANCE_MODE", data["ACCEPTANCE_MODE"], list(MODES))
-        flags = {f: _flag(data, f"ACCEPTANCE_{f.upper()}_ENABLED") for f in ("spec", "decode", "prefill", "kv", "niah")}
-        limits = {f: _fraction(data, f"ACCEPTANCE_{f.upper()}") for f in (
+    def from_settings(cls, cfg) -> "Thresholds":
+        """cfg: the typed settings (sparkctl.config.schema.GroupData): every value already checked there."""
+        flags = {f: getattr(cfg, f"ACCEPTANCE_{f.upper()}_ENABLED") for f in ("spec", "decode", "prefill", "kv", "niah")}
+        limits = {f: float(getattr(cfg, f"ACCEPTANCE_{f.upper()}")) for f in (
             "decode_max_regression", "prefill_max_regression", "kv_max_shortfall", "previous_decode_max_regression",
             "previous_prefill_max_regression", "published_decode_max_regression",
-            "published_prefill_max_regression", "roofline_floor_fraction")}
-        return cls(mode=data["ACCEPTANCE_MODE"], **flags, **limits,
-                   spec_floor_fraction=_fraction(data, "ACCEPTANCE_SPEC_FLOOR_FRACTION", upper=1.0001),
-                   fail_on_problems=_flag(data, "ACCEPTANCE_FAIL_ON_PROBLEMS"))
+            "published_prefill_max_regression", "roofline_floor_fraction", "spec_floor_fraction")}
+        return cls(mode=cfg.ACCEPTANCE_MODE, **flags, **limits, fail_on_problems=cfg.ACCEPTANCE_FAIL_ON_PROBLEMS)
 
 
 @dataclass(frozen=True)
@@ -360,8 +343,24 @@ def judge(rec: dict, t: Thresholds, *, floor: Floor | None = None, reference: Re
     gate = rec.get("gate") or {}
     if not gate:
         raise BenchError("not an acceptance run: the record has no `gate` part (a full bench is not judged)")
-    ref = reference or (refs.of_baseline(rec, baseline, t) if baseline is not None else NO_REFERENCE)
-    ref = ref if t.decode or t.prefill else SPEED_OFF
+    ref = _reference(rec, t, reference, baseline)
+    checks, notes = _checks(rec, gate, t, floor, ref)
+    failures = [c for c in checks if c.judged and not c.passed]
+    return Verdict(passed=not failures, failures=failures, record=rec, mode=t.mode, checks=checks,
+                   baseline_id=ref.id, notes=notes, reference=ref)
+
+
+def _reference(rec: dict, t: Thresholds, reference: Reference | None, baseline: dict | None) -> Reference:
+    """What decode and prefill are judged against: the one given, a baseline's, none; off when both are off."""
+    if not (t.decode or t.prefill):
+        return SPEED_OFF
+    if reference is not None:
+        return reference
+    return refs.of_baseline(rec, baseline, t) if baseline is not None else NO_REFERENCE
+
+
+def _checks(rec: dict, gate: dict, t: Thresholds, floor: Floor | None, ref: Reference) -> tuple[list, list[str]]:
+    """Every enabled figure's check, and the notes on what was not judged."""
     checks, notes = [], []
     for c, n in (_spec(rec, t, floor), _speed(rec, t, ref), kv_check(gate, t.kv_max_shortfall) if t.kv else ([], []),
                  (niah_check(gate) if t.niah else [], [])):
@@ -369,9 +368,7 @@ def judge(rec: dict, t: Thresholds, *, floor: Floor | None = None, reference: Re
     if t.fail_on_problems:  # prefill problems are the prefill checks' own
         checks += [Check("record", "itself", False, note=p) for p in rec.get("problems", [])
                    if not p.startswith("prefill ")]
-    failures = [c for c in checks if c.judged and not c.passed]
-    return Verdict(passed=not failures, failures=failures, record=rec, mode=t.mode, checks=checks,
-                   baseline_id=ref.id, notes=notes, reference=ref)
+    return checks, notes
 
 
 def verdict_table(v: Verdict, title: str):

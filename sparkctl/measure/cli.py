@@ -31,8 +31,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from sparkctl import REPO_ROOT
-from sparkctl.config import groupdata, hosts
+from sparkctl.config import hosts
 from sparkctl.config.secrets import read_api_token, secrets_dir
+from sparkctl.config.settings import HostConfig, load
 from sparkctl.errors import SettingError, SparkctlError
 from sparkctl.measure import (
     acceptance,
@@ -116,6 +117,12 @@ def _target_args(p: argparse.ArgumentParser) -> None:
 
 
 def add_parser(subparsers) -> None:
+    _add_bench_parser(subparsers)
+    _add_niah_parser(subparsers)
+    _add_evals_parser(subparsers)
+
+
+def _add_bench_parser(subparsers) -> None:
     p = subparsers.add_parser("bench", help="decode/prefill probe through the proxy; `bench compare A B`",
                               description=probe.__doc__.split("\n\n")[0])
     _target_args(p)
@@ -137,7 +144,10 @@ def add_parser(subparsers) -> None:
     p.add_argument("--record-baseline", action="store_true",
                    help="append the record to the box's history as the baseline of its configuration and workload")
     p.set_defaults(func=run_bench)
-    modes = p.add_subparsers(dest="bench_mode", metavar="{compare,history,gate,judge}")
+    _add_bench_modes(p.add_subparsers(dest="bench_mode", metavar="{compare,history,gate,judge}"))
+
+
+def _add_bench_modes(modes) -> None:
     c = modes.add_parser("compare", help="side-by-side table of two bench records",
                          description="The side-by-side table of two bench JSON records; the header says when their "
                                      "workloads or windows differ. @ID names a line of the box's history.")
@@ -164,6 +174,8 @@ def add_parser(subparsers) -> None:
     g.set_defaults(func=run_gate)
     judge_cli.add_parser(modes)
 
+
+def _add_niah_parser(subparsers) -> None:
     n = subparsers.add_parser("niah", help="needle-in-a-haystack grid through the proxy",
                               description=niah.__doc__.split("\n\n")[0])
     _target_args(n)
@@ -178,14 +190,12 @@ def add_parser(subparsers) -> None:
     n.add_argument("--out", default=None, help="JSON path (default results/niah-<model>-<time>.json)")
     n.set_defaults(func=run_niah)
 
-    _add_evals_parser(subparsers)
-
 
 # ---------------------------------------------------------------------------------------------------- context
 
 @dataclass
 class Target:
-    data: dict
+    config: HostConfig  # the box's typed settings and catalog (sparkctl.config.settings.load)
     endpoint: Endpoint
     metrics: probe.MetricsSource
     labels: dict
@@ -196,42 +206,55 @@ def _url_host(address: str) -> str:
 
 
 def resolve_target(args) -> Target:
-    data = groupdata.load(args.groups or None)
-    dev = bool(args.base_url and args.metrics_url)
-    host = None
+    """The box the probe measures: its settings (group data and its inventory host data, validated), the proxy
+    endpoint with the token and CA, where /metrics is read, and the record's labels. --base-url with
+    --metrics-url: a development target that needs no configured host."""
+    host = _target_host(args)
+    config = load(args.groups or None, host)
+    cfg = config.cfg
+    token = _token(args, config)
+    base, ca = _base_and_ca(args, host, config)
+    source = probe.MetricsSource.local(args.metrics_url) if args.metrics_url else \
+        probe.MetricsSource.ssh(host, cfg.CODER_PORT)
+    if host is not None and not (args.base_url and args.host is None):
+        box = {**labels.box_labels(host, config), **labels.build_labels(config)}
+    else:  # development run against some other server: never label it as the inventory's box
+        box = {"box": {"name": "dev", "address": base, "simulated": None}}
+    return Target(config=config, endpoint=Endpoint(base, cfg.CODER_SERVED_NAME, token, ca),
+                  metrics=source, labels={**labels.model_labels(config), **box})
+
+
+def _target_host(args) -> hosts.HostConn | None:
+    """--host (default the first configured); none needed for a development target."""
     try:
-        host = hosts.find(args.host)
+        return hosts.find(args.host)
     except SparkctlError:
-        if not dev:
+        if not (args.base_url and args.metrics_url):
             raise
-    if host is not None:
-        data = {**data, **host.data}
-    served = data["CODER_SERVED_NAME"]
-    token, ca = "", None
+        return None
+
+
+def _token(args, config: HostConfig) -> str:
+    """The API token; a development --base-url may do without."""
     try:
-        token = read_api_token(data)
+        return read_api_token(config.cfg)
     except SettingError:
         if not args.base_url:
             raise
+        return ""
+
+
+def _base_and_ca(args, host: hosts.HostConn | None, config: HostConfig) -> tuple[str, str | None]:
+    """(OpenAI base URL, CA bundle): the box's proxy and the deploy's CA unless --base-url / --ca say otherwise."""
     if args.base_url:
-        base = args.base_url
-        ca = args.ca
-    else:
-        base = f"https://{_url_host(host.address)}:{data['PROXY_PORT']}/{served}/v1"
-        ca = args.ca or str(secrets_dir(data) / "pki" / "ca.pem")
-        if not Path(ca).is_file():
-            raise SettingError("--ca", ca, "a CA bundle (PEM) that signed the proxy's certificate",
-                               "The deploy generates <SECRETS_DIR>/pki/ca.pem; with your own TLS_CERT_FILE pass its CA")
-    if args.metrics_url:
-        source = probe.MetricsSource.local(args.metrics_url)
-    else:
-        source = probe.MetricsSource.ssh(host, int(data["CODER_PORT"]))
-    if host is not None and not (args.base_url and args.host is None):
-        box = {**labels.box_labels(host, data), **labels.build_labels(data)}
-    else:  # development run against some other server: never label it as the inventory's box
-        box = {"box": {"name": "dev", "address": base, "simulated": None}}
-    return Target(data=data, endpoint=Endpoint(base, served, token, ca), metrics=source,
-                  labels={**labels.model_labels(data), **box})
+        return args.base_url, args.ca
+    cfg = config.cfg
+    base = f"https://{_url_host(host.address)}:{cfg.PROXY_PORT}/{cfg.CODER_SERVED_NAME}/v1"
+    ca = args.ca or str(secrets_dir(cfg) / "pki" / "ca.pem")
+    if not Path(ca).is_file():
+        raise SettingError("--ca", ca, "a CA bundle (PEM) that signed the proxy's certificate",
+                           "The deploy generates <SECRETS_DIR>/pki/ca.pem; with your own TLS_CERT_FILE pass its CA")
+    return base, ca
 
 
 def _console():
@@ -252,14 +275,6 @@ def _default_out(kind: str, record_labels: dict) -> Path:
 
 # ---------------------------------------------------------------------------------------------------- commands
 
-def positive_setting(data: dict, name: str) -> float:
-    """A group data number that must be > 0, or SettingError naming it."""
-    value = data[name]
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
-        raise SettingError(name, value, "a number greater than 0")
-    return value
-
-
 class RichReporter(probe.Reporter):
     def __init__(self, progress):
         self.progress = progress
@@ -277,6 +292,24 @@ class RichReporter(probe.Reporter):
         self.progress.console.log(text)
 
 
+def probe_settings(args, cfg) -> probe.ProbeSettings:
+    """The probe run: the options given, else the BENCH_* settings (the schema checked every one)."""
+    from sparkctl.measure import workloads
+
+    return probe.ProbeSettings(
+        workload=workloads.load(args.workload or workloads.DEFAULT_WORKLOAD),
+        streams=args.streams or list(cfg.BENCH_STREAMS),
+        window_s=args.window if args.window is not None else float(cfg.BENCH_WINDOW_S),
+        max_tokens=args.max_tokens or cfg.BENCH_MAX_TOKENS,
+        prefill_tokens=[] if args.no_prefill else (args.prefill or [cfg.BENCH_PREFILL_TOKENS]),
+        ignore_eos=args.ignore_eos if args.ignore_eos is not None else cfg.BENCH_IGNORE_EOS,
+        timeout_s=float(cfg.BENCH_CLIENT_TIMEOUT_S),
+        settle_s=float(cfg.BENCH_SETTLE_S),
+        idle_timeout_s=float(cfg.BENCH_IDLE_TIMEOUT_S),
+        agreement_tolerance=float(cfg.BENCH_AGREEMENT_TOLERANCE),
+    )
+
+
 def run_bench(args) -> int:
     from rich.progress import (
         BarColumn,
@@ -286,25 +319,9 @@ def run_bench(args) -> int:
         TimeElapsedColumn,
     )
 
-    from sparkctl.measure import workloads
-
     t = resolve_target(args)
-    d = t.data
-    prefill = [] if args.no_prefill else (args.prefill or [int(d["BENCH_PREFILL_TOKENS"])])
-    ignore_eos = args.ignore_eos if args.ignore_eos is not None else bool(d["BENCH_IGNORE_EOS"])
-    settings = probe.ProbeSettings(
-        workload=workloads.load(args.workload or workloads.DEFAULT_WORKLOAD),
-        streams=args.streams or list(d["BENCH_STREAMS"]),
-        window_s=args.window if args.window is not None else float(d["BENCH_WINDOW_S"]),
-        max_tokens=args.max_tokens or int(d["BENCH_MAX_TOKENS"]),
-        prefill_tokens=prefill,
-        ignore_eos=ignore_eos,
-        timeout_s=float(d["BENCH_CLIENT_TIMEOUT_S"]),
-        settle_s=float(positive_setting(d, "BENCH_SETTLE_S")),
-        idle_timeout_s=float(positive_setting(d, "BENCH_IDLE_TIMEOUT_S")),
-        agreement_tolerance=float(positive_setting(d, "BENCH_AGREEMENT_TOLERANCE")),
-    )
-    roofline, why = labels.roofline_single_stream(d)
+    settings = probe_settings(args, t.config.cfg)
+    roofline, why = labels.roofline_single_stream(t.config)
     console = _console()
     if roofline is None:
         console.log(f"roofline omitted: {why}")
@@ -312,7 +329,14 @@ def run_bench(args) -> int:
                   TimeElapsedColumn(), console=console) as progress:
         rec = asyncio.run(probe.run_probe(t.endpoint, t.metrics, settings, t.labels, RichReporter(progress),
                                           roofline_single=roofline))
-    out = record.write_record(rec, args.out or _default_out("bench", t.labels))
+    _report_bench(args, rec, t.labels, console)
+    if args.record_baseline:
+        return _record_baseline(args, rec, t, console)
+    return 1 if rec["problems"] else 0
+
+
+def _report_bench(args, rec: dict, record_labels: dict, console) -> None:
+    out = record.write_record(rec, args.out or _default_out("bench", record_labels))
     for table in report.record_tables(rec):
         console.print(table)
     console.print(f"record: {out}")
@@ -321,20 +345,22 @@ def run_bench(args) -> int:
         console.print(f"plot: {png}")
     for problem in rec["problems"]:
         console.print(f"[bold red]problem:[/] {problem}")
-    if args.record_baseline:
-        if rec["problems"] or t.labels["box"]["name"] == "dev":
-            console.print("[bold red]not recorded as the baseline:[/] " +
-                          ("its figures have problems" if rec["problems"] else "a development target has no box"))
-            return 1
-        line = history.append(hosts.find(args.host), d, rec, source="bench", baseline=True)
-        console.print(f"baseline recorded on the box: {line['history']['id']}")
-    return 1 if rec["problems"] else 0
 
 
-def _box(args) -> tuple:
-    """(host, merged data) of --box, for commands that read or judge a box without the probe's endpoint."""
+def _record_baseline(args, rec: dict, t: Target, console) -> int:
+    if rec["problems"] or t.labels["box"]["name"] == "dev":
+        console.print("[bold red]not recorded as the baseline:[/] " +
+                      ("its figures have problems" if rec["problems"] else "a development target has no box"))
+        return 1
+    line = history.append(hosts.find(args.host), t.config.cfg, rec, source="bench", baseline=True)
+    console.print(f"baseline recorded on the box: {line['history']['id']}")
+    return 0
+
+
+def _box(args) -> tuple[hosts.HostConn, HostConfig]:
+    """(host, its settings) of --box, for commands that read or judge a box without the probe's endpoint."""
     host = hosts.find(args.box)
-    return host, {**groupdata.load(args.groups or None), **host.data}
+    return host, load(args.groups or None, host)
 
 
 def _load(arg: str, lines: Callable[[], list[dict]]) -> dict:
@@ -346,31 +372,15 @@ def run_compare(args) -> int:
 
     def lines() -> list[dict]:
         if not cache:
-            host, data = _box(args)
-            cache.append(history.read(host, data))
+            host, config = _box(args)
+            cache.append(history.read(host, config.cfg))
         return cache[0]
 
     if (args.b is None) == (not args.baseline):
         raise SettingError("bench compare", args.b or "--baseline", "either a record B or --baseline, not both")
     a = _load(args.a, lines)
-    if args.baseline:
-        b = history.baseline_for(lines(), a)
-        if b is None:
-            same_model = [x["history"]["id"] for x in history.select(lines(), model=history.config_key(a)["model"])]
-            raise record.BenchError(f"the box has no baseline of {args.a}'s configuration and workload "
-                                    f"{history.config_key(a) | history.workload_key(a)}; records of another "
-                                    f"configuration or workload are never lined up (this model's lines: "
-                                    f"{same_model or 'none'}; `bench history` shows them)")
-    else:
-        b = _load(args.b, lines)
-    if args.names:
-        names = [n.strip() for n in args.names.split(",")]
-        if len(names) != 2 or not all(names):
-            raise SettingError("--names", args.names, "two names, A,B")
-    else:
-        names = [(a.get("model") or {}).get("key") or "A", (b.get("model") or {}).get("key") or "B"]
-        if names[0] == names[1]:
-            names = [f"A {names[0]}", f"B {names[1]}"]
+    b = _baseline_of(args.a, a, lines()) if args.baseline else _load(args.b, lines)
+    names = _column_names(args.names, a, b)
     console = _console()
     console.print(report.compare_table(a, b, *names))
     if args.plot:
@@ -378,22 +388,44 @@ def run_compare(args) -> int:
     return 0
 
 
+def _baseline_of(name: str, a: dict, lines: list[dict]) -> dict:
+    """The box's baseline for record a's configuration and workload; refused when there is none."""
+    b = history.baseline_for(lines, a)
+    if b is None:
+        same_model = [x["history"]["id"] for x in history.select(lines, model=history.config_key(a)["model"])]
+        raise record.BenchError(f"the box has no baseline of {name}'s configuration and workload "
+                                f"{history.config_key(a) | history.workload_key(a)}; records of another "
+                                f"configuration or workload are never lined up (this model's lines: "
+                                f"{same_model or 'none'}; `bench history` shows them)")
+    return b
+
+
+def _column_names(given: str | None, a: dict, b: dict) -> list[str]:
+    if given:
+        names = [n.strip() for n in given.split(",")]
+        if len(names) != 2 or not all(names):
+            raise SettingError("--names", given, "two names, A,B")
+        return names
+    names = [(a.get("model") or {}).get("key") or "A", (b.get("model") or {}).get("key") or "B"]
+    return [f"A {names[0]}", f"B {names[1]}"] if names[0] == names[1] else names
+
+
 def run_history(args) -> int:
-    host, data = _box(args)
-    lines = history.select(history.read(host, data), model=args.model)
+    host, config = _box(args)
+    lines = history.select(history.read(host, config.cfg), model=args.model)
     if args.json:
         print(json.dumps(lines, indent=2))
         return 0
-    _console().print(history.history_table(lines, f"{host.name}: {history.history_path(data)}"))
+    _console().print(history.history_table(lines, f"{host.name}: {history.history_path(config.cfg)}"))
     return 0
 
 
 def run_gate(args) -> int:
-    host, data = _box(args)
+    host, config = _box(args)
     console = _console()
-    verdict = quick.acceptance_of(host, data)
+    verdict = quick.acceptance_of(host, config)
     if args.record and verdict.passed:
-        quick.record_accepted(host, data, verdict)
+        quick.record_accepted(host, config.cfg, verdict)
     if args.json:
         print(json.dumps(verdict.to_dict()))
     else:
@@ -413,10 +445,11 @@ def run_niah(args) -> int:
             verdict = "pass" if c["passed"] else ("miss" + (f": {c['error']}" if c["error"] else ""))
         console.log(f"{c['length']} tokens, depth {c['depth']:g}%: {verdict}")
 
-    max_tokens = args.max_tokens or int(positive_setting(t.data, "NIAH_MAX_TOKENS"))
+    cfg = t.config.cfg
     rec = niah.run(t.endpoint, t.labels, lengths=args.lengths or niah.DEFAULT_LENGTHS,
-                   depths=args.depths or niah.DEFAULT_DEPTHS, trials=args.trials, max_tokens=max_tokens,
-                   timeout_s=float(t.data["BENCH_CLIENT_TIMEOUT_S"]), seed=args.seed, on_cell=on_cell)
+                   depths=args.depths or niah.DEFAULT_DEPTHS, trials=args.trials,
+                   max_tokens=args.max_tokens or cfg.NIAH_MAX_TOKENS,
+                   timeout_s=float(cfg.BENCH_CLIENT_TIMEOUT_S), seed=args.seed, on_cell=on_cell)
     out = record.write_record(rec, args.out or _default_out("niah", t.labels))
     console.print(niah.grid_table(rec))
     overall = rec["scores"]["overall"]

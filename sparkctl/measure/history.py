@@ -27,7 +27,6 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from sparkctl.errors import SettingError
 from sparkctl.measure.record import (
     BenchError,
     BenchRecord,
@@ -147,12 +146,9 @@ def find(lines: Iterable[dict], line_id: str) -> dict:
 
 # ---------------------------------------------------------------------------------------------------- on the box
 
-def history_path(data: dict) -> str:
-    rel = data["ACCEPTANCE_HISTORY_FILE"]
-    if not isinstance(rel, str) or not rel or rel.startswith("/") or ".." in rel.split("/") or rel.endswith("/"):
-        raise SettingError("ACCEPTANCE_HISTORY_FILE", rel, "a file path relative to STATE_DIR, e.g. "
-                                                           "acceptance/history.jsonl")
-    return f"{data['STATE_DIR'].rstrip('/')}/{rel}"
+def history_path(cfg) -> str:
+    """<STATE_DIR>/<ACCEPTANCE_HISTORY_FILE> (cfg: the typed settings; the schema keeps the file relative)."""
+    return f"{cfg.STATE_DIR.rstrip('/')}/{cfg.ACCEPTANCE_HISTORY_FILE}"
 
 
 def read_command(path: str) -> str:
@@ -179,19 +175,19 @@ def _ssh(host, command: str, stdin: str | None = None) -> str:
     return r.stdout
 
 
-def read(host, data: dict) -> list[dict]:
+def read(host, cfg) -> list[dict]:
     """The box's history (empty before its first accepted run)."""
-    path = history_path(data)
+    path = history_path(cfg)
     return parse(_ssh(host, read_command(path)), f"{host.name}:{path}")
 
 
-def append(host, data: dict, rec: dict, *, source: str, baseline: bool | None = None,
+def append(host, cfg, rec: dict, *, source: str, baseline: bool | None = None,
            reference: dict | None = None) -> dict:
     """Append rec to the box's history; baseline None: a baseline exactly when its key has none yet."""
     if baseline is None:
-        baseline = baseline_for(read(host, data), rec) is None
+        baseline = baseline_for(read(host, cfg), rec) is None
     line = make_line(rec, baseline=baseline, source=source, reference=reference)
-    _ssh(host, append_command(history_path(data)), stdin=serialize(line))
+    _ssh(host, append_command(history_path(cfg)), stdin=serialize(line))
     return line
 
 

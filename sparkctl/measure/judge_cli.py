@@ -16,7 +16,7 @@ import json
 from pathlib import Path
 
 from sparkctl.config import groupdata
-from sparkctl.errors import SettingError
+from sparkctl.config.settings import load
 from sparkctl.measure import acceptance, history, quick, record
 
 
@@ -29,22 +29,9 @@ def add_parser(modes) -> None:
     j.add_argument("--groups", type=lambda s: [g.strip() for g in s.split(",") if g.strip()], default=None,
                    help="group data to merge (default: all,gx10 for a real box, all,gx10,sim else)")
     j.add_argument("--data", action="append", default=[], metavar="NAME=VALUE",
-                   help="override a setting, as the deploy's --data (VALUE as JSON, else a string); repeatable")
+                   help="override a setting, parsed as pyinfra's --data parses it; repeatable")
     j.add_argument("--json", action="store_true", help="print the verdict as JSON (acceptance.Verdict.to_dict)")
     j.set_defaults(func=run_judge)
-
-
-def overrides(pairs: list[str]) -> dict:
-    out = {}
-    for pair in pairs:
-        name, sep, text = pair.partition("=")
-        if not sep or not name:
-            raise SettingError("--data", pair, "NAME=VALUE")
-        try:
-            out[name] = json.loads(text)
-        except ValueError:
-            out[name] = text
-    return out
 
 
 def read_record(path: str) -> dict:
@@ -69,14 +56,14 @@ def lines_before(lines: list[dict], rec: dict) -> list[dict]:
 
 
 def run_judge(args: argparse.Namespace) -> int:
-    data = {**groupdata.load(args.groups), **overrides(args.data)}
+    config = load(args.groups, overrides=groupdata.parse_data(args.data))
     rec = read_record(args.record)
     try:
         text = Path(args.history).read_text()
     except OSError as exc:
         raise record.BenchError(f"{args.history}: the history cannot be read ({exc})") from None
     lines = lines_before(history.parse(text, args.history), rec)
-    verdict = quick.judge_record({k: v for k, v in rec.items() if k != "history"}, data, lines)
+    verdict = quick.judge_record({k: v for k, v in rec.items() if k != "history"}, config, lines)
     if args.json:
         print(json.dumps(verdict.to_dict()))
     else:

@@ -8,10 +8,10 @@ ACCEPTANCE_NIAH_DEPTH); and vLLM's own KV-cache size from the journal of the cod
 plan. Every part has an ACCEPTANCE_*_ENABLED switch. The record is a bench record with a `gate` part naming its
 window, streams and prefill, so no one reads it as a full bench.
 
-The deploy calls `acceptance_of(host, data)` -> acceptance.Verdict: the quick run, then `judge_record` (the box's
+The deploy calls `acceptance_of(host, config)` -> acceptance.Verdict: the quick run, then `judge_record` (the box's
 history read, the reference chosen by reference.choose, the catalog's floors, acceptance.judge), which
 `bench judge RECORD.json --history FILE` also calls on a saved record. After the box confirmed the commit it calls
-`record_accepted(host, data, verdict)`, which appends the run to the box's history (history.py) with the reference
+`record_accepted(host, cfg, verdict)`, which appends the run to the box's history (history.py) with the reference
 it was judged against, as the baseline when its configuration and workload have none yet.
 """
 
@@ -24,27 +24,15 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from sparkctl.config import catalog
+from sparkctl.config.schema import GroupData
 from sparkctl.config.secrets import read_api_token, secrets_dir
+from sparkctl.config.settings import HostConfig
 from sparkctl.errors import SettingError
 from sparkctl.measure import acceptance, history, labels, niah, probe, record, reference, workloads
 from sparkctl.measure.client import Endpoint, make_client, server_info
 
 KV_LINES = r"KV cache size|Maximum concurrency for"  # vLLM's startup lines (capacity/vllm_reported.py parses them)
 JOURNAL_TIMEOUT_S = 60  # one journal read over ssh, s
-
-
-def _positive_int(data: dict, name: str) -> int:
-    value = data[name]
-    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
-        raise SettingError(name, value, "a whole number greater than 0")
-    return value
-
-
-def _positive(data: dict, name: str) -> float:
-    value = data[name]
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
-        raise SettingError(name, value, "a number greater than 0")
-    return float(value)
 
 
 @dataclass(frozen=True)
@@ -57,27 +45,18 @@ class QuickSettings:
     kv: bool  # ACCEPTANCE_KV_ENABLED
 
     @classmethod
-    def from_settings(cls, data: dict) -> "QuickSettings":
-        """Every ACCEPTANCE_* setting checked (SettingError naming it) before anything is measured."""
-        streams = data["ACCEPTANCE_STREAMS"]
-        if not isinstance(streams, (list, tuple)) or not streams or \
-                any(isinstance(n, bool) or not isinstance(n, int) or n <= 0 for n in streams):
-            raise SettingError("ACCEPTANCE_STREAMS", streams, "a list of positive stream counts, e.g. [1, 4]")
-        depth = data["ACCEPTANCE_NIAH_DEPTH"]
-        if isinstance(depth, bool) or not isinstance(depth, (int, float)) or not 0 <= depth <= 100:
-            raise SettingError("ACCEPTANCE_NIAH_DEPTH", depth, "a needle depth from 0 to 100 %")
-        t = acceptance.Thresholds.from_settings(data)  # the switches are checked there
-        prefill = [_positive_int(data, "ACCEPTANCE_PREFILL_TOKENS")] if t.prefill else []
+    def from_settings(cls, cfg: GroupData) -> "QuickSettings":
+        """The gate's probe from the typed settings (every ACCEPTANCE_* value already checked by the schema)."""
+        t = acceptance.Thresholds.from_settings(cfg)
         ps = probe.ProbeSettings(
-            workload=workloads.load(workloads.DEFAULT_WORKLOAD), streams=list(streams),
-            window_s=_positive(data, "ACCEPTANCE_WINDOW_S"), max_tokens=_positive_int(data, "BENCH_MAX_TOKENS"),
-            prefill_tokens=prefill, prefill_repeats=_positive_int(data, "ACCEPTANCE_PREFILL_REPEATS"),
-            ignore_eos=bool(data["BENCH_IGNORE_EOS"]),
-            timeout_s=_positive(data, "BENCH_CLIENT_TIMEOUT_S"), settle_s=_positive(data, "BENCH_SETTLE_S"),
-            idle_timeout_s=_positive(data, "BENCH_IDLE_TIMEOUT_S"),
-            agreement_tolerance=_positive(data, "BENCH_AGREEMENT_TOLERANCE"))
-        return cls(probe=ps, niah=t.niah, niah_length=_positive_int(data, "ACCEPTANCE_NIAH_LENGTH"),
-                   niah_depth=float(depth), niah_max_tokens=_positive_int(data, "NIAH_MAX_TOKENS"), kv=t.kv)
+            workload=workloads.load(workloads.DEFAULT_WORKLOAD), streams=list(cfg.ACCEPTANCE_STREAMS),
+            window_s=float(cfg.ACCEPTANCE_WINDOW_S), max_tokens=cfg.BENCH_MAX_TOKENS,
+            prefill_tokens=[cfg.ACCEPTANCE_PREFILL_TOKENS] if t.prefill else [],
+            prefill_repeats=cfg.ACCEPTANCE_PREFILL_REPEATS, ignore_eos=cfg.BENCH_IGNORE_EOS,
+            timeout_s=float(cfg.BENCH_CLIENT_TIMEOUT_S), settle_s=float(cfg.BENCH_SETTLE_S),
+            idle_timeout_s=float(cfg.BENCH_IDLE_TIMEOUT_S), agreement_tolerance=float(cfg.BENCH_AGREEMENT_TOLERANCE))
+        return cls(probe=ps, niah=t.niah, niah_length=cfg.ACCEPTANCE_NIAH_LENGTH,
+                   niah_depth=float(cfg.ACCEPTANCE_NIAH_DEPTH), niah_max_tokens=cfg.NIAH_MAX_TOKENS, kv=t.kv)
 
 
 # ---------------------------------------------------------------------------------------------------- measuring
@@ -107,12 +86,11 @@ async def run_quick(ep: Endpoint, metrics_source: probe.MetricsSource, qs: Quick
     return record.validate_record(rec, "quick acceptance record")
 
 
-def planned_kv_tokens(data: dict) -> int | None:
+def planned_kv_tokens(config: HostConfig) -> int | None:
     """The plan's KV tokens for the configured coding model (what the health table shows as planned)."""
     from sparkctl.capacity import planner
 
-    cat = catalog.resolve(data.get("CATALOG_OVERRIDES"))
-    plan = planner.check_fits(data, cat, data["CODING_MODEL"])
+    plan = planner.check_fits(config.cfg, config.catalog, config.cfg.CODING_MODEL)
     return plan.capacity.tokens if plan.capacity else None
 
 
@@ -124,7 +102,7 @@ def journal_command(unit: str) -> str:
             " || true")
 
 
-def read_kv(host, data: dict, unit: str) -> dict:
+def read_kv(host, config: HostConfig, unit: str) -> dict:
     """{"planned_tokens", "measured_tokens"}: the plan beside what the coder's vLLM reported at this start."""
     from sparkctl.capacity import vllm_reported
 
@@ -134,7 +112,7 @@ def read_kv(host, data: dict, unit: str) -> dict:
         text = r.stdout if r.returncode == 0 else ""
     except (OSError, subprocess.TimeoutExpired):
         text = ""
-    return {"planned_tokens": planned_kv_tokens(data), "measured_tokens": vllm_reported.parse_log(text).tokens}
+    return {"planned_tokens": planned_kv_tokens(config), "measured_tokens": vllm_reported.parse_log(text).tokens}
 
 
 # ---------------------------------------------------------------------------------------------------- the interface
@@ -144,19 +122,19 @@ def read_kv(host, data: dict, unit: str) -> dict:
 PROBE_HEADER = "X-Sparkctl-Acceptance"
 
 
-def endpoint_for(host, data: dict, ca: str | None = None, probe_key: str = "") -> Endpoint:
+def endpoint_for(host, cfg: GroupData, ca: str | None = None, probe_key: str = "") -> Endpoint:
     """The coder through the box's TLS proxy, as `bench` reaches it (probe_key: the waiting transaction's drain
     exemption, sent as PROBE_HEADER)."""
     address = f"[{host.address}]" if ":" in host.address and not host.address.startswith("[") else host.address
-    served = data["CODER_SERVED_NAME"]
-    ca = ca or str(secrets_dir(data) / "pki" / "ca.pem")
+    served = cfg.CODER_SERVED_NAME
+    ca = ca or str(secrets_dir(cfg) / "pki" / "ca.pem")
     if not Path(ca).is_file():
         raise SettingError("CA bundle", ca, "the CA (PEM) that signed the proxy's certificate")
-    return Endpoint(f"https://{address}:{data['PROXY_PORT']}/{served}/v1", served, read_api_token(data), ca,
+    return Endpoint(f"https://{address}:{cfg.PROXY_PORT}/{served}/v1", served, read_api_token(cfg), ca,
                     ((PROBE_HEADER, probe_key),) if probe_key else ())
 
 
-def acceptance_of(host, data: dict, *, unit: str = "vllm-coder.service", endpoint: Endpoint | None = None,
+def acceptance_of(host, config: HostConfig, *, unit: str = "vllm-coder.service", endpoint: Endpoint | None = None,
                   metrics: probe.MetricsSource | None = None, reporter: probe.Reporter | None = None,
                   lines: list[dict] | None = None, probe_key: str = "") -> acceptance.Verdict:
     """Run the quick acceptance of `host`'s coder and judge it: the Verdict the deploy turns into the box-side
@@ -164,33 +142,34 @@ def acceptance_of(host, data: dict, *, unit: str = "vllm-coder.service", endpoin
     cannot measure at all raises BenchError (the caller decides: no verdict sent = the box decides by timeout).
     lines: the box's history, when the caller already read it (tests); None: read over ssh. probe_key: the
     waiting transaction's key that lets this probe (and only it) through the box's drain."""
-    qs = QuickSettings.from_settings(data)
-    acceptance.floor_of(coder_spec(data, data["CODING_MODEL"]))  # the catalog's floor is valid before measuring
-    ep = endpoint or endpoint_for(host, data, probe_key=probe_key)
-    source = metrics or probe.MetricsSource.ssh(host, int(data["CODER_PORT"]))
-    kv = read_kv(host, data, unit) if qs.kv else None
-    tags = {**labels.model_labels(data), **labels.build_labels(data), **labels.box_labels(host, data)}
-    roofline, _why = labels.roofline_single_stream(data)
+    cfg = config.cfg
+    qs = QuickSettings.from_settings(cfg)
+    acceptance.floor_of(coder_spec(config, cfg.CODING_MODEL))  # the catalog's floor is valid before measuring
+    ep = endpoint or endpoint_for(host, cfg, probe_key=probe_key)
+    source = metrics or probe.MetricsSource.ssh(host, cfg.CODER_PORT)
+    kv = read_kv(host, config, unit) if qs.kv else None
+    tags = {**labels.model_labels(config), **labels.build_labels(config), **labels.box_labels(host, config)}
+    roofline, _why = labels.roofline_single_stream(config)
     rec = asyncio.run(run_quick(ep, source, qs, tags, kv, reporter, roofline))
-    return judge_record(rec, data, history.read(host, data) if lines is None else lines)
+    return judge_record(rec, config, history.read(host, cfg) if lines is None else lines)
 
 
-def coder_spec(data: dict, key: str, setting: str = "CODING_MODEL") -> catalog.ModelSpec:
-    return catalog.lookup(catalog.resolve(data["CATALOG_OVERRIDES"]), setting, key, catalog.CODER)
+def coder_spec(config: HostConfig, key: str, setting: str = "CODING_MODEL") -> catalog.ModelSpec:
+    return catalog.lookup(config.catalog, setting, key, catalog.CODER)
 
 
-def judge_record(rec: dict, data: dict, lines: list[dict]) -> acceptance.Verdict:
+def judge_record(rec: dict, config: HostConfig, lines: list[dict]) -> acceptance.Verdict:
     """The verdict on a quick-run record, given the box's history before it: the deploy's judgement, and
     `bench judge`'s replay of a saved one. The catalog entry is the record's own model's."""
-    t = acceptance.Thresholds.from_settings(data)
-    spec = coder_spec(data, (rec.get("model") or {}).get("key"), "the record's model.key")
+    t = acceptance.Thresholds.from_settings(config.cfg)
+    spec = coder_spec(config, (rec.get("model") or {}).get("key"), "the record's model.key")
     ref = reference.choose(rec, lines, reference.published_of(spec), t)
     return acceptance.judge(rec, t, floor=acceptance.floor_of(spec), reference=ref)
 
 
-def record_accepted(host, data: dict, verdict: acceptance.Verdict) -> dict | None:
+def record_accepted(host, cfg: GroupData, verdict: acceptance.Verdict) -> dict | None:
     """After the box committed: append the run to its history (the baseline when it had none). A run kept only
     because ACCEPTANCE_MODE is warn is not recorded: it must never become the yardstick."""
     if not verdict.passed:
         return None
-    return history.append(host, data, verdict.record, source="acceptance", reference=verdict.reference.tag())
+    return history.append(host, cfg, verdict.record, source="acceptance", reference=verdict.reference.tag())

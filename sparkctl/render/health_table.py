@@ -8,6 +8,8 @@ from dataclasses import dataclass
 from rich.console import Console
 from rich.table import Table
 
+from sparkctl.config.settings import Settings
+
 
 @dataclass
 class Row:
@@ -17,19 +19,17 @@ class Row:
     load_s: float | None  # seconds from start to "Application startup complete"
 
 
-def compare(settings, svc, kv_log: str | None):
+def compare(settings: Settings, svc, kv_log: str | None):
     """vLLM's reported KV capacity beside the capacity plan (coder only; embedders are not planned per token)."""
     if svc.role != "coder":
         return None
     from sparkctl.capacity import planner, vllm_reported
-    from sparkctl.config import catalog
 
-    cat = catalog.resolve(settings.data.get("CATALOG_OVERRIDES"))
-    plan = planner.check_fits(settings.data, cat, svc.model.key)
-    return vllm_reported.compare_with_plan(plan, kv_log or None, settings.data["PLAN_MEASURED_TOLERANCE"])
+    plan = planner.check_fits(settings.cfg, settings.catalog, svc.model.key)
+    return vllm_reported.compare_with_plan(plan, kv_log or None, settings.cfg.PLAN_MEASURED_TOLERANCE)
 
 
-def render(rows: list[Row], settings, base_url: str) -> tuple[str, list[str]]:
+def render(rows: list[Row], settings: Settings, base_url: str) -> tuple[str, list[str]]:
     table = Table(title=f"{settings.host_name}: {base_url}")
     for col in ("service", "served as", "model", "revision", "status", "load s", "KV tokens planned",
                 "KV tokens (vLLM)"):

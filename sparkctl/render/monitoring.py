@@ -1,32 +1,34 @@
 """What the monitoring deploy (tasks/monitoring.py) writes to a box: node exporter's arguments, the box-facts
 timer, the watchdog's unit and configuration, and the proxy's scrape paths with their token.
 
-Pure functions of the validated settings; rendering uses templates/ exactly as the tests do.
+Pure functions of the typed settings (`cfg`, sparkctl.config.schema.GroupData: every value already checked);
+rendering uses templates/ exactly as the tests do. TRANSITIONAL: the public ones also take the raw group data the
+box tests still pass (schema.as_group_data validates it); remove with GroupData.__getitem__.
 """
 
 from __future__ import annotations
 
 import json
+import shlex
 
 from sparkctl.box import contract
-from sparkctl.config import schema_types
 from sparkctl.config.catalog import CODER
+from sparkctl.config.schema import GroupData, as_group_data
 from sparkctl.errors import SettingError
-from sparkctl.render.units import render_template, rollout_env
+from sparkctl.render.units import render_template, rollout_env, rollout_values
 
 BOX_PYTHON = "/usr/bin/python3"  # the box scripts are stdlib-only: the system python, not vLLM's venv
 BOX_SCRIPTS = ("textfile.py", "gpu_textfile.py", "box_textfile.py", "watchdog.py")
 FACTS_UNIT, FACTS_TIMER = "sparkctl-box-facts.service", "sparkctl-box-facts.timer"
 WATCHDOG_UNIT = "sparkctl-watchdog.service"
-WATCHDOG_PLACEHOLDERS = schema_types.WATCHDOG_PLACEHOLDERS  # what box/watchdog.py fills (its PLACEHOLDERS)
 
 
-def bin_dir(d: dict) -> str:
-    return f"{d['SPARKCTL_HOME']}/bin"
+def bin_dir(cfg: GroupData) -> str:
+    return f"{cfg.SPARKCTL_HOME}/bin"
 
 
-def watchdog_config_path(d: dict) -> str:
-    return f"{d['ENV_DIR']}/watchdog.json"
+def watchdog_config_path(cfg: GroupData) -> str:
+    return f"{cfg.ENV_DIR}/watchdog.json"
 
 
 def api_services(services) -> list:
@@ -34,81 +36,64 @@ def api_services(services) -> list:
     return [s for s in services if not s.headless]
 
 
-def scrape_targets(d: dict, services) -> list[dict]:
+def scrape_targets(cfg: GroupData, services) -> list[dict]:
     """One scrape path per vLLM service (its served name) plus the node's; refused when they collide."""
-    node = d["SCRAPE_NODE_PATH"]
+    cfg = as_group_data(cfg)
+    node = cfg.SCRAPE_NODE_PATH
     targets = [{"path": s.served_name, "port": s.port, "service": s.name} for s in api_services(services)]
     if any(t["path"] == node for t in targets):
         raise SettingError("SCRAPE_NODE_PATH", node, "a path segment no served model uses",
                            f"served names: {', '.join(t['path'] for t in targets)}")
-    return targets + [{"path": node, "port": d["NODE_EXPORTER_PORT"], "service": "node"}]
+    return targets + [{"path": node, "port": cfg.NODE_EXPORTER_PORT, "service": "node"}]
 
 
-def node_exporter_defaults(d: dict) -> str:
-    return render_template("node-exporter.default.j2", d=d)
+def node_exporter_defaults(cfg: GroupData) -> str:
+    return render_template("node-exporter.default.j2", d=as_group_data(cfg))
 
 
-def facts_service(d: dict, cert_path: str) -> str:
-    return render_template("sparkctl-box-facts.service.j2", d=d, python=BOX_PYTHON, bin_dir=bin_dir(d),
+def facts_service(cfg: GroupData, cert_path: str) -> str:
+    cfg = as_group_data(cfg)
+    return render_template("sparkctl-box-facts.service.j2", d=cfg, python=BOX_PYTHON, bin_dir=bin_dir(cfg),
                            cert_path=cert_path)
 
 
-def facts_timer(d: dict) -> str:
-    return render_template("sparkctl-box-facts.timer.j2", d=d)
+def facts_timer(cfg: GroupData) -> str:
+    return render_template("sparkctl-box-facts.timer.j2", d=as_group_data(cfg))
 
 
-def watchdog_service(d: dict) -> str:
-    return render_template("sparkctl-watchdog.service.j2", d=d, python=BOX_PYTHON, bin_dir=bin_dir(d),
-                           config_path=watchdog_config_path(d))
+def watchdog_service(cfg: GroupData) -> str:
+    cfg = as_group_data(cfg)
+    return render_template("sparkctl-watchdog.service.j2", d=cfg, python=BOX_PYTHON, bin_dir=bin_dir(cfg),
+                           config_path=watchdog_config_path(cfg))
 
 
-def rollout_command(d: dict) -> list[str]:
+def rollout_command(cfg: GroupData) -> list[str]:
     """argv prefix of the box's rollout.py with the environment telling it where this deploy keeps things (the
     deploy's own prefix, render.units.rollout_env)."""
-    return ["/usr/bin/env", *rollout_env(d).split(), BOX_PYTHON, f"{bin_dir(d)}/rollout.py"]
+    return ["/usr/bin/env", *shlex.split(rollout_env(cfg)), BOX_PYTHON, f"{bin_dir(cfg)}/rollout.py"]
 
 
-def rollout_limits(d) -> list[str]:
+def rollout_limits(cfg: GroupData) -> list[str]:
     """Every option `rollout.py restart` takes from a setting (the box's contract), with this host's values: the
     same the deploy's own transaction gets."""
-    return contract.setting_argv("restart", d)
+    return contract.setting_argv("restart", rollout_values(cfg))
 
 
-# the watchdog's command settings: the placeholder one of them must contain (watchdog.py PLACEHOLDERS lists all)
-COMMAND_SETTINGS = {"restart_command": ("WATCHDOG_RESTART_COMMAND", ("service", "unit")),
-                    "stop_command": ("WATCHDOG_STOP_COMMAND", ("service", "unit")),
-                    "rollout_active_command": ("WATCHDOG_ROLLOUT_ACTIVE_COMMAND", ("service", "unit"))}
-
-
-def watchdog_config(d: dict, services) -> str:
-    """The watchdog's whole configuration (settings, not defaults in the script)."""
-    cfg = {
-        "interval_s": d["WATCHDOG_INTERVAL_S"], "stall_s": d["WATCHDOG_STALL_S"],
-        "probe_idle_s": d["WATCHDOG_PROBE_IDLE_S"], "probe_timeout_s": d["WATCHDOG_PROBE_TIMEOUT_S"],
-        "http_timeout_s": d["WATCHDOG_HTTP_TIMEOUT_S"], "max_restarts": d["WATCHDOG_MAX_RESTARTS"],
-        "window_s": d["WATCHDOG_WINDOW_S"], "restart_command": d["WATCHDOG_RESTART_COMMAND"],
-        "stop_command": d["WATCHDOG_STOP_COMMAND"], "rollout_active_command": d["WATCHDOG_ROLLOUT_ACTIVE_COMMAND"],
-        "rollout_command": rollout_command(d), "rollout_limits": rollout_limits(d),
-        "state_file": f"{d['STATE_DIR']}/watchdog/state.json",
-        "textfile": f"{d['TEXTFILE_DIR']}/sparkctl_watchdog.prom",
-        "services": [{"name": s.name, "unit": s.unit, "url": f"http://{d['LISTEN_ADDRESS']}:{s.port}",
+def watchdog_config(cfg: GroupData, services) -> str:
+    """The watchdog's whole configuration (settings, not defaults in the script); the schema checked every value,
+    the command templates' placeholders included."""
+    cfg = as_group_data(cfg)
+    doc = {
+        "interval_s": cfg.WATCHDOG_INTERVAL_S, "stall_s": cfg.WATCHDOG_STALL_S,
+        "probe_idle_s": cfg.WATCHDOG_PROBE_IDLE_S, "probe_timeout_s": cfg.WATCHDOG_PROBE_TIMEOUT_S,
+        "http_timeout_s": cfg.WATCHDOG_HTTP_TIMEOUT_S, "max_restarts": cfg.WATCHDOG_MAX_RESTARTS,
+        "window_s": cfg.WATCHDOG_WINDOW_S, "restart_command": cfg.WATCHDOG_RESTART_COMMAND,
+        "stop_command": cfg.WATCHDOG_STOP_COMMAND, "rollout_active_command": cfg.WATCHDOG_ROLLOUT_ACTIVE_COMMAND,
+        "rollout_command": rollout_command(cfg), "rollout_limits": rollout_limits(cfg),
+        "state_file": f"{cfg.STATE_DIR}/watchdog/state.json",
+        "textfile": f"{cfg.TEXTFILE_DIR}/sparkctl_watchdog.prom",
+        "services": [{"name": s.name, "unit": s.unit, "url": f"http://{cfg.LISTEN_ADDRESS}:{s.port}",
                       "port": s.port, "served": s.served_name, "kind": "chat" if s.role == CODER else "embed"}
                      for s in api_services(services)],
     }
-    for key in ("interval_s", "stall_s", "probe_idle_s", "probe_timeout_s", "http_timeout_s", "window_s"):
-        if not isinstance(cfg[key], (int, float)) or isinstance(cfg[key], bool) or cfg[key] <= 0:
-            raise SettingError(f"WATCHDOG_{key[:-2].upper()}_S", cfg[key], "a positive number of seconds")
-    if not isinstance(cfg["max_restarts"], int) or cfg["max_restarts"] < 0:
-        raise SettingError("WATCHDOG_MAX_RESTARTS", cfg["max_restarts"], "a whole number >= 0")
-    for key, (setting, needs) in COMMAND_SETTINGS.items():
-        check_command_template(setting, cfg[key], needs)
-    return json.dumps(cfg, indent=2, sort_keys=True) + "\n"
-
-
-def check_command_template(setting: str, template, needs: tuple[str, ...]) -> None:
-    """The schema's check of a watchdog command setting, for a value that reaches the renderer another way."""
-    problem = schema_types.template_problem(template, WATCHDOG_PLACEHOLDERS, needs) if isinstance(template, str) \
-        else "not a string"
-    if problem:
-        raise SettingError(setting, template, schema_types.template_description(needs, WATCHDOG_PLACEHOLDERS),
-                           problem)
+    return json.dumps(doc, indent=2, sort_keys=True) + "\n"

@@ -4,7 +4,8 @@ prometheus-scrape.yml  one `scrape_configs` entry (paste it under scrape_configs
                        served model (/<served>/metrics) and one for the node (/node/metrics), labelled box= and
                        service=; the scrape token from `authorization.credentials_file`, the CA from tls_config.
 prometheus-rules.yml   a rule file (add it to rule_files:): the alerts README "Monitoring" explains.
-Both come from endpoints.json (sparkctl/render/gateway.py) and the settings; both pass `promtool check`.
+Both come from endpoints.json (sparkctl/render/gateway.py) and the settings (a HostConfig: the typed settings and
+its catalog; TRANSITIONAL: or the raw group data the hand-off tests still pass); both pass `promtool check`.
 """
 
 from __future__ import annotations
@@ -14,10 +15,10 @@ from pathlib import Path
 
 import yaml
 
-from sparkctl.config import catalog
+from sparkctl.config.quantities import DAY_S, GIB
+from sparkctl.config.schema import GroupData, as_group_data
+from sparkctl.config.settings import HostConfig, as_config
 from sparkctl.render import dashboard
-
-GIB = 2**30
 
 
 def boxes(endpoints: dict) -> dict[str, dict]:
@@ -30,20 +31,21 @@ def boxes(endpoints: dict) -> dict[str, dict]:
     return dict(sorted(out.items()))
 
 
-def scrape_job(endpoints: dict, d: dict) -> dict:
+def scrape_job(endpoints: dict, cfg: GroupData) -> dict:
+    cfg = as_group_data(cfg)
     groups = []
     for box, info in boxes(endpoints).items():
         target = f"{info['address']}:{info['port']}"
-        for path in [*sorted(info["served"]), d["SCRAPE_NODE_PATH"]]:
+        for path in [*sorted(info["served"]), cfg.SCRAPE_NODE_PATH]:
             groups.append({"targets": [target], "labels": {"__metrics_path__": f"/{path}/metrics", "box": box,
                                                            "service": path}})
-    job = {"job_name": d["PROMETHEUS_JOB_NAME"], "scheme": "https",
-           "scrape_interval": f"{d['PROMETHEUS_SCRAPE_INTERVAL_S']}s",
-           "scrape_timeout": f"{d['PROMETHEUS_SCRAPE_TIMEOUT_S']}s",
-           "authorization": {"type": "Bearer", "credentials_file": d["PROMETHEUS_TOKEN_FILE"]},
+    job = {"job_name": cfg.PROMETHEUS_JOB_NAME, "scheme": "https",
+           "scrape_interval": f"{cfg.PROMETHEUS_SCRAPE_INTERVAL_S}s",
+           "scrape_timeout": f"{cfg.PROMETHEUS_SCRAPE_TIMEOUT_S}s",
+           "authorization": {"type": "Bearer", "credentials_file": cfg.PROMETHEUS_TOKEN_FILE},
            "static_configs": groups}
     if endpoints.get("ca_bundle"):  # a generated local CA; an operator's certificate uses the system's trust
-        job["tls_config"] = {"ca_file": d["PROMETHEUS_CA_FILE"]}
+        job["tls_config"] = {"ca_file": cfg.PROMETHEUS_CA_FILE}
     return job
 
 
@@ -56,22 +58,23 @@ def _alert(name: str, expr: str, for_s: int, severity: str, summary: str, action
     return rule
 
 
-def spec_acceptance_alerts(endpoints: dict, d: dict) -> list[dict]:
+def spec_acceptance_alerts(endpoints: dict, config: HostConfig) -> list[dict]:
     """One per (box, served model) with speculative decoding: mean acceptance length far below the catalog's."""
-    cat = catalog.resolve(d.get("CATALOG_OVERRIDES"))
-    job, window = d["PROMETHEUS_JOB_NAME"], f"{d['ALERT_SPEC_ACCEPTANCE_WINDOW_S']}s"
+    config = as_config(config)
+    cat, cfg = config.catalog, config.cfg
+    job, window = cfg.PROMETHEUS_JOB_NAME, f"{cfg.ALERT_SPEC_ACCEPTANCE_WINDOW_S}s"
     rules = []
     for box, info in boxes(endpoints).items():
         for served, key in sorted(info["served"].items()):
             spec = cat.get(key)
             if spec is None or not spec.speculative or spec.memory.tokens_per_step <= 1.0:
                 continue
-            floor = round(d["ALERT_SPEC_ACCEPTANCE_FRACTION"] * spec.memory.tokens_per_step, 3)
+            floor = round(cfg.ALERT_SPEC_ACCEPTANCE_FRACTION * spec.memory.tokens_per_step, 3)
             sel = f'{{job="{job}", box="{box}", model_name="{served}"}}'
             expr = (f"1 + sum(rate(vllm:spec_decode_num_accepted_tokens_total{sel}[{window}]))"
                     f" / sum(rate(vllm:spec_decode_num_drafts_total{sel}[{window}])) < {floor}")
             rules.append(_alert(
-                "SparkSpecAcceptanceLow", expr, d["ALERT_FOR_S"], "warning",
+                "SparkSpecAcceptanceLow", expr, cfg.ALERT_FOR_S, "warning",
                 f"{box}/{served} ({key}): mean acceptance length {{{{ $value | printf \"%.2f\" }}}} < {floor} "
                 f"(catalog expects {spec.memory.tokens_per_step} tokens per step)",
                 "Decode runs far slower than planned: check the draft checkpoint's locked revision "
@@ -86,16 +89,16 @@ def in_rollout(j: str) -> str:
     return f'label_replace(sparkctl_rollout_in_progress{{{j}}} == 1, "service", "$1", "served", "(.+)")'
 
 
-def rollout_alerts(j: str, d: dict) -> list[dict]:
+def rollout_alerts(j: str, cfg: GroupData) -> list[dict]:
     """A planned change is quiet while it runs and loud when it ends badly or runs too long."""
     return [
         _alert("SparkServedModelDown",
-               f'up{{{j}, service!="{d["SCRAPE_NODE_PATH"]}"}} == 0 unless on(job, box, service) {in_rollout(j)}',
-               d["ALERT_MODEL_DOWN_FOR_S"], "critical",
+               f'up{{{j}, service!="{cfg.SCRAPE_NODE_PATH}"}} == 0 unless on(job, box, service) {in_rollout(j)}',
+               cfg.ALERT_MODEL_DOWN_FOR_S, "critical",
                "{{ $labels.box }}: served model {{ $labels.service }} does not answer its scrape",
                "Run `python -m sparkctl status`; then `journalctl -u vllm-<service>.service` on the box."),
         _alert("SparkRolloutOverdue", f"sparkctl_rollout_deadline_timestamp_seconds{{{j}}} < time()",
-               d["ALERT_MODEL_DOWN_FOR_S"], "critical",
+               cfg.ALERT_MODEL_DOWN_FOR_S, "critical",
                "{{ $labels.box }}: the rollout or restart of {{ $labels.unit }} (served as {{ $labels.served }}) "
                "is still running past its deadline; SparkServedModelDown is held back for it meanwhile",
                "On the box: `rollout.py status <service>` and `journalctl -u sparkctl-rollout-<service>`; "
@@ -106,12 +109,13 @@ def rollout_alerts(j: str, d: dict) -> list[dict]:
     ]
 
 
-def rules(endpoints: dict, d: dict) -> dict:
-    job = d["PROMETHEUS_JOB_NAME"]
-    j = f'job="{job}"'
+def rules(endpoints: dict, config: HostConfig) -> dict:
+    config = as_config(config)
+    cfg = config.cfg
+    j = f'job="{cfg.PROMETHEUS_JOB_NAME}"'
     alerts = [
-        _alert("SparkNodeMetricsDown", f'up{{{j}, service="{d["SCRAPE_NODE_PATH"]}"}} == 0',
-               d["ALERT_MODEL_DOWN_FOR_S"], "critical",
+        _alert("SparkNodeMetricsDown", f'up{{{j}, service="{cfg.SCRAPE_NODE_PATH}"}} == 0',
+               cfg.ALERT_MODEL_DOWN_FOR_S, "critical",
                "{{ $labels.box }}: node metrics do not answer (box, proxy or node exporter down)",
                "Can you ssh to the box? `systemctl status nginx prometheus-node-exporter`."),
         _alert("SparkEngineRestartedByWatchdog", f"increase(sparkctl_watchdog_restarts_total{{{j}}}[1h]) > 0", 0,
@@ -122,40 +126,41 @@ def rules(endpoints: dict, d: dict) -> dict:
                "{{ $labels.box }}: {{ $labels.unit }} wedged again after the allowed restarts; left down",
                "A human must look: `journalctl -u sparkctl-watchdog -u {{ $labels.unit }}`; fix, then "
                "`systemctl start {{ $labels.unit }}` (or rerun the deploy)."),
-        _alert("SparkKVCacheFull", f"vllm:kv_cache_usage_perc{{{j}}} > {d['ALERT_KV_USAGE_RATIO']}",
-               d["ALERT_KV_USAGE_FOR_S"], "warning",
+        _alert("SparkKVCacheFull", f"vllm:kv_cache_usage_perc{{{j}}} > {cfg.ALERT_KV_USAGE_RATIO}",
+               cfg.ALERT_KV_USAGE_FOR_S, "warning",
                "{{ $labels.box }}/{{ $labels.model_name }}: KV cache {{ $value | humanizePercentage }} full",
                "Requests will queue or be preempted: add capacity (a second box) or raise the KV budget."),
-        _alert("SparkRequestsWaiting", f"vllm:num_requests_waiting{{{j}}} > 0", d["ALERT_WAITING_FOR_S"],
+        _alert("SparkRequestsWaiting", f"vllm:num_requests_waiting{{{j}}} > 0", cfg.ALERT_WAITING_FOR_S,
                "warning", "{{ $labels.box }}/{{ $labels.model_name }}: {{ $value }} requests waiting",
                "The box is saturated: let the gateway spread load to another box, or add one."),
         _alert("SparkMemAvailableLow",
-               f"node_memory_MemAvailable_bytes{{{j}}} < {int(d['ALERT_MEM_AVAILABLE_FLOOR_GIB'] * GIB)}",
-               d["ALERT_MEM_AVAILABLE_FOR_S"], "critical",
+               f"node_memory_MemAvailable_bytes{{{j}}} < {int(cfg.ALERT_MEM_AVAILABLE_FLOOR_GIB * GIB)}",
+               cfg.ALERT_MEM_AVAILABLE_FOR_S, "critical",
                "{{ $labels.box }}: MemAvailable {{ $value | humanize1024 }}B (unified memory: GPU and CPU share it)",
                "earlyoom will kill vLLM next: look for a runaway process, lower a KV budget."),
         _alert("SparkCertificateExpiring",
-               f"sparkctl_tls_cert_expiry_timestamp_seconds{{{j}}} - time() < {d['ALERT_CERT_EXPIRY_DAYS'] * 86400}",
+               f"sparkctl_tls_cert_expiry_timestamp_seconds{{{j}}} - time() < {cfg.ALERT_CERT_EXPIRY_DAYS * DAY_S}",
                0, "warning",
                "{{ $labels.box }}: the proxy's TLS certificate expires in {{ $value | humanizeDuration }}",
                "Renew it (TLS_CERT_FILE / TLS_KEY_FILE, or delete the generated one in secrets/pki) and redeploy."),
         _alert("SparkModelStoreLow",
-               f"sparkctl_model_store_free_bytes{{{j}}} < {int(d['DISK_HEADROOM_GIB'] * GIB)}", d["ALERT_FOR_S"],
+               f"sparkctl_model_store_free_bytes{{{j}}} < {int(cfg.DISK_HEADROOM_GIB * GIB)}", cfg.ALERT_FOR_S,
                "warning", "{{ $labels.box }}: {{ $value | humanize1024 }}B free under the model store",
                "Below the download headroom: the next flip's download would be refused. Remove unused snapshots."),
     ]
     return {"groups": [{"name": "sparkctl",
-                        "rules": rollout_alerts(j, d) + alerts + spec_acceptance_alerts(endpoints, d)}]}
+                        "rules": rollout_alerts(j, cfg) + alerts + spec_acceptance_alerts(endpoints, config)}]}
 
 
 HANDOFF_FILES = ("prometheus-scrape.yml", "prometheus-rules.yml", "grafana-dashboard.json")
 
 
-def write_handoff(out_dir: Path, endpoints: dict, d: dict) -> list[Path]:
+def write_handoff(out_dir: Path, endpoints: dict, config: HostConfig) -> list[Path]:
     """The monitoring part of the gateway hand-off, beside endpoints.json (each file replaced atomically)."""
-    texts = [yaml.safe_dump([scrape_job(endpoints, d)], sort_keys=False),
-             yaml.safe_dump(rules(endpoints, d), sort_keys=False, width=1000),
-             json.dumps(dashboard.dashboard(d), indent=1) + "\n"]
+    config = as_config(config)
+    texts = [yaml.safe_dump([scrape_job(endpoints, config.cfg)], sort_keys=False),
+             yaml.safe_dump(rules(endpoints, config), sort_keys=False, width=1000),
+             json.dumps(dashboard.dashboard(config.cfg), indent=1) + "\n"]
     out_dir.mkdir(parents=True, exist_ok=True)
     paths = []
     for name, text in zip(HANDOFF_FILES, texts):

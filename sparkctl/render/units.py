@@ -1,7 +1,8 @@
 """What runs on a box: the vLLM services a configuration implies, their `vllm serve` arguments and env files.
 
-Pure functions of the validated settings (sparkctl.config.settings.Settings); the pyinfra tasks only upload what these
-render. Rendering uses templates/ with jinja2's StrictUndefined, exactly as the tests do.
+Pure functions of the typed settings (`cfg`, sparkctl.config.schema.GroupData, and the Service values
+sparkctl.config.settings derives); the pyinfra tasks only upload what these render. Rendering uses templates/ with
+jinja2's StrictUndefined, exactly as the tests do (templates read settings as `d.SETTING`).
 """
 
 from __future__ import annotations
@@ -15,18 +16,20 @@ import jinja2
 
 from sparkctl import REPO_ROOT
 from sparkctl.config.catalog import CODER
+from sparkctl.config.schema import GroupData
 from sparkctl.config.service import Service, snapshot_path
 from sparkctl.errors import SettingError
 
 TP_UNIT_ENV = "SPARKCTL_TP_UNIT"  # read on the box by sparkctl/box/rollout_peer.py (TP_UNIT)
+ENV_FILE_KEYS = ("SPARKCTL_MODEL", "SPARKCTL_REVISION", "SPARKCTL_MODEL_PATH", "VLLM_ARGS")  # templates/vllm.env.j2
 
 
-def vllm_args(svc: Service, data: dict) -> list[str]:
+def vllm_args(svc: Service, cfg: GroupData) -> list[str]:
     """The full `vllm serve` argument list (after `serve`) for a service."""
     m = svc.model
-    args = [snapshot_path(data["MODEL_STORE"], svc.checkpoint),
+    args = [snapshot_path(cfg.MODEL_STORE, svc.checkpoint),
             "--served-model-name", svc.served_name,
-            "--host", data["LISTEN_ADDRESS"], "--port", str(svc.port),
+            "--host", cfg.LISTEN_ADDRESS, "--port", str(svc.port),
             "--max-model-len", str(m.max_model_len),
             "--kv-cache-memory-bytes", str(svc.kv_cache_bytes)]
     if m.kv_cache_dtype != "auto":
@@ -34,12 +37,12 @@ def vllm_args(svc: Service, data: dict) -> list[str]:
     if m.speculative:
         spec = dict(m.speculative)
         if svc.draft is not None:
-            spec["model"] = snapshot_path(data["MODEL_STORE"], svc.draft)
+            spec["model"] = snapshot_path(cfg.MODEL_STORE, svc.draft)
         args += ["--speculative-config", json.dumps(spec, separators=(",", ":"))]
     if svc.role == CODER:
-        args += ["--max-num-seqs", str(data["CODER_MAX_NUM_SEQS"]),
-                 "--max-num-batched-tokens", str(data["CODER_MAX_NUM_BATCHED_TOKENS"])]
-    args += list(m.extra_args) + list(svc.extra_args) + list(data.get("VLLM_COMMON_ARGS", []))
+        args += ["--max-num-seqs", str(cfg.CODER_MAX_NUM_SEQS),
+                 "--max-num-batched-tokens", str(cfg.CODER_MAX_NUM_BATCHED_TOKENS)]
+    args += list(m.extra_args) + list(svc.extra_args) + list(cfg.VLLM_COMMON_ARGS)
     if svc.headless:
         args.append("--headless")
     for a in args:
@@ -56,9 +59,9 @@ def env_file_value(args: list[str]) -> str:
     return "".join("\\" + c if c in '"\\`$' else c for c in joined)
 
 
-def service_environment(svc: Service, data: dict) -> dict[str, str]:
+def service_environment(svc: Service, cfg: GroupData) -> dict[str, str]:
     """Environment every vLLM service gets: caches under STATE_DIR, offline hub, loopback IPC."""
-    state = data["STATE_DIR"]
+    state = cfg.STATE_DIR
     env = {
         "HF_HUB_OFFLINE": "1",  # checkpoints are downloaded by the deploy, never at serve time
         "TRANSFORMERS_OFFLINE": "1",
@@ -71,12 +74,12 @@ def service_environment(svc: Service, data: dict) -> dict[str, str]:
         "XDG_CACHE_HOME": f"{state}/cache",
         "XDG_CONFIG_HOME": f"{state}/config",
         "TMPDIR": f"/run/vllm-{svc.name}",  # RuntimeDirectory: wiped on every stop (ZMQ sockets, dist files)
-        "VLLM_HOST_IP": data["LISTEN_ADDRESS"],
+        "VLLM_HOST_IP": cfg.LISTEN_ADDRESS,
         "VLLM_NO_USAGE_STATS": "1",
         "DO_NOT_TRACK": "1",
-        "VLLM_ENGINE_READY_TIMEOUT_S": str(data["VLLM_ENGINE_READY_TIMEOUT_S"]),
+        "VLLM_ENGINE_READY_TIMEOUT_S": str(cfg.VLLM_ENGINE_READY_TIMEOUT_S),
     }
-    env.update({k: str(v) for k, v in data.get("VLLM_EXTRA_ENV", {}).items()})
+    env.update(cfg.VLLM_EXTRA_ENV)  # the schema allows only string values
     env.update(svc.extra_env)
     return env
 
@@ -91,64 +94,74 @@ def render_template(name: str, **context) -> str:
     return _jinja().get_template(name).render(**context)
 
 
-def render_env(svc: Service, data: dict) -> str:
+def render_env(svc: Service, cfg: GroupData) -> str:
     """The service's env file: which checkpoint it serves and with which arguments (the flip lives here)."""
-    return render_template("vllm.env.j2", svc=svc, env=service_environment(svc, data),
-                           vllm_args=env_file_value(vllm_args(svc, data)),
-                           model_path=snapshot_path(data["MODEL_STORE"], svc.checkpoint))
+    return render_template("vllm.env.j2", svc=svc, env=service_environment(svc, cfg),
+                           vllm_args=env_file_value(vllm_args(svc, cfg)),
+                           model_path=snapshot_path(cfg.MODEL_STORE, svc.checkpoint))
 
 
-def pip_args(d: dict) -> list[str]:
+def pip_args(cfg: GroupData) -> list[str]:
     """pip's options for every install into a vLLM venv (constraints file, indexes, local wheelhouses)."""
     args = []
-    if d["VLLM_PIP_CONSTRAINTS"]:
-        args += ["-c", f"{d['SPARKCTL_HOME']}/constraints.txt"]
-    for url in d["VLLM_PIP_EXTRA_INDEX_URLS"]:
+    if cfg.VLLM_PIP_CONSTRAINTS:
+        args += ["-c", f"{cfg.SPARKCTL_HOME}/constraints.txt"]
+    for url in cfg.VLLM_PIP_EXTRA_INDEX_URLS:
         args += ["--extra-index-url", url]
-    for path in d["PIP_FIND_LINKS"]:
+    for path in cfg.PIP_FIND_LINKS:
         args += ["--find-links", path]
-    if d["PIP_NO_INDEX"]:
+    if cfg.PIP_NO_INDEX:
         args.append("--no-index")
     return args
 
 
-def ray_requirement(d: dict) -> str | None:
+def ray_requirement(cfg: GroupData) -> str | None:
     """What tensor-parallel over Ray adds to the vLLM venv (its actors import vLLM from the Ray units' python);
     None for every other configuration."""
-    if d["SPARK_TOPOLOGY"] != "tensor-parallel" or d["TP_BACKEND"] != "ray":
+    if cfg.SPARK_TOPOLOGY != "tensor-parallel" or cfg.TP_BACKEND != "ray":
         return None
-    return f"ray[default]=={d['RAY_VERSION']}"
+    return f"ray[default]=={cfg.RAY_VERSION}"
 
 
-def vllm_venv(d: dict) -> str:
+def vllm_venv(cfg: GroupData) -> str:
     """The versioned venv this configuration's vLLM lives in: <SPARKCTL_HOME>/venvs/<version>-<hash of what is
     installed>. A changed requirement, pip option or constraint is a new venv beside the running one, and a new
     unit file (ExecStart names it), so it is rolled out, and rolled back, like any other change. Ray, when the
     configuration runs it, is one of those requirements: it is installed into a new venv, never into a running one."""
-    ray = ray_requirement(d)  # appended only then: every venv without Ray keeps the name it had
-    what = json.dumps([d["VLLM_PIP_REQUIREMENT"], pip_args(d), d["VLLM_PIP_CONSTRAINTS"], d["VLLM_PIP_REMOVE"],
-                       d["VLLM_METADATA_ALIAS"], d["PIP_VERSION"], *([ray] if ray else [])], sort_keys=True)
-    return f"{d['SPARKCTL_HOME']}/venvs/{d['VLLM_VERSION']}-{hashlib.sha256(what.encode()).hexdigest()[:12]}"
+    ray = ray_requirement(cfg)  # appended only then: every venv without Ray keeps the name it had
+    what = json.dumps([cfg.VLLM_PIP_REQUIREMENT, pip_args(cfg), cfg.VLLM_PIP_CONSTRAINTS, cfg.VLLM_PIP_REMOVE,
+                       cfg.VLLM_METADATA_ALIAS, cfg.PIP_VERSION, *([ray] if ray else [])], sort_keys=True)
+    return f"{cfg.SPARKCTL_HOME}/venvs/{cfg.VLLM_VERSION}-{hashlib.sha256(what.encode()).hexdigest()[:12]}"
 
 
-def render_unit(svc: Service, data: dict) -> str:
-    return render_template("vllm.service.j2", svc=svc, d=data,
-                           env_path=f"{data['ENV_DIR']}/{svc.env_file}",
-                           vllm_bin=f"{vllm_venv(data)}/bin/vllm")
+def render_unit(svc: Service, cfg: GroupData) -> str:
+    return render_template("vllm.service.j2", svc=svc, d=cfg,
+                           env_path=f"{cfg.ENV_DIR}/{svc.env_file}",
+                           vllm_bin=f"{vllm_venv(cfg)}/bin/vllm")
 
 
-def rollout_env(d: dict) -> str:
-    """Environment prefix telling rollout.py where this deploy keeps things (settings, not hard-coded paths)."""
-    return f"SPARKCTL_ENV_DIR={d['ENV_DIR']} SPARKCTL_STATE_DIR={d['STATE_DIR']} SPARKCTL_DRAIN_DIR={d['DRAIN_DIR']}"
+def rollout_env(cfg: GroupData) -> str:
+    """Environment prefix telling rollout.py where this deploy keeps things (settings, not hard-coded paths); a
+    shell word each (the schema allows only plain paths; quoted anyway: it precedes commands run as root)."""
+    return " ".join(f"{k}={shlex.quote(v)}" for k, v in (("SPARKCTL_ENV_DIR", cfg.ENV_DIR),
+                                                          ("SPARKCTL_STATE_DIR", cfg.STATE_DIR),
+                                                          ("SPARKCTL_DRAIN_DIR", cfg.DRAIN_DIR)))
 
 
-def tp_unit_id(coders: list[tuple[Service, dict]]) -> str:
+def rollout_values(cfg: GroupData) -> dict:
+    """{setting: value} of every setting the box's rollout.py is told (its contract's option table names them)."""
+    from sparkctl.box import contract
+
+    return {name: getattr(cfg, name) for name in contract.SETTINGS}
+
+
+def tp_unit_id(coders: list[tuple[Service, GroupData]]) -> str:
     """Tensor-parallel: one id for both boxes' coder (head first), a hash of each one's rendered unit and env file.
     Written into both env files (rollout_peer.TP_UNIT), so a change on either box changes both candidates: head and
     worker always roll out together, and the worker's transaction knows which head transaction is its own."""
     h = hashlib.sha256()
-    for svc, data in coders:
-        for text in (render_unit(svc, data), render_env(svc, data)):
+    for svc, cfg in coders:
+        for text in (render_unit(svc, cfg), render_env(svc, cfg)):
             h.update(hashlib.sha256(text.encode()).digest())
     return h.hexdigest()
 

@@ -61,15 +61,19 @@ def running_names() -> list[str]:
     return [n for n in instance.known_instances() if instance.is_running(n)]
 
 
-def refresh_lock() -> str:
-    """Write the simulated lock file from the stand-in hub (sparkctl.config.lock, when it exists)."""
-    try:
-        from sparkctl.config.lock import refresh_lock as _refresh
-    except ImportError:
-        return "skipped: sparkctl.config.lock.refresh_lock is not there yet"
-    from sparkctl.config import groupdata
+def sim_settings():
+    """The simulated Spark's settings (group data all, gx10, sim), validated: the stand-in hub's HF_ENDPOINT, the
+    lock file and the secrets folder `up` writes to."""
+    from sparkctl.config.settings import load
 
-    endpoint = groupdata.load(LOCK_GROUPS).get("HF_ENDPOINT", f"http://{config.HOST_ADDRESS}:{config.HUB_PORT}")
+    return load(LOCK_GROUPS)
+
+
+def refresh_lock() -> str:
+    """Write the simulated lock file from the stand-in hub."""
+    from sparkctl.config.lock import refresh_lock as _refresh
+
+    endpoint = sim_settings().cfg.HF_ENDPOINT
     saved = {k: os.environ.get(k) for k in ("NO_PROXY", "no_proxy")}
     no_proxy = [p for p in (saved["NO_PROXY"] or saved["no_proxy"] or "").split(",") if p]
     os.environ["NO_PROXY"] = os.environ["no_proxy"] = ",".join(no_proxy + [config.HOST_ADDRESS])
@@ -109,6 +113,21 @@ def _up(hosts: int, flavors, *, wheelhouse: bool, models: bool, lock: bool, boot
     config.SIM_DIR.mkdir(parents=True, exist_ok=True)
     config.LOG_DIR.mkdir(parents=True, exist_ok=True)
     _ensure_ssh_key()
+    _host_side(running, wheelhouse=wheelhouse, models=models)
+    _start_instances(names, running, wanted, boot_timeout)
+    all_running = running_names()
+    extra = [n for n in all_running if n not in names]
+    if extra:
+        say(f"note: {', '.join(extra)} also running (beyond --hosts {hosts}); listed in {config.HOSTS_FILE}")
+    _write_known_hosts(all_running)
+    instance.write_hosts_file(all_running)
+    _secrets_and_lock(lock=lock and models)
+    say(f"sim up: done in {time.monotonic() - t_all:.2f} s; hosts in {config.HOSTS_FILE}")
+    return hosts_()
+
+
+def _host_side(running: list[str], *, wheelhouse: bool, models: bool) -> None:
+    """What the instances need from the host: rootfs, wheelhouse, hub repos, NVIDIA repo, bridge, daemons."""
     with step("rootfs") as d:
         d.append(rootfs.ensure(instances_running=bool(running)))
     if wheelhouse:
@@ -125,34 +144,35 @@ def _up(hosts: int, flavors, *, wheelhouse: bool, models: bool, lock: bool, boot
     for name in daemons.DAEMONS:
         with step(f"daemon {name}") as d:
             d.append(daemons.start(name))
+
+
+def _start_instances(names: list[str], running: list[str], wanted: dict[str, str], boot_timeout: float) -> None:
     to_start = [n for n in names if n not in running]
     for n in names:
         if n in running:
             say(f"{n}: already running ({config.address_of(n)}, {instance.flavor_of(n)}), left alone")
-    if to_start:
-        t0 = time.monotonic()
-        for n in to_start:
-            instance.start(n, wanted[n])
-        with ThreadPoolExecutor(max_workers=len(to_start)) as pool:
-            waits = dict(zip(to_start, pool.map(lambda n: instance.wait_ssh(n, boot_timeout), to_start)))
-        for n in to_start:
-            say(f"{n}: booted, sshd on {config.address_of(n)}:22 after {waits[n]:.2f} s ({wanted[n]})")
-        say(f"instances: {len(to_start)} started in {time.monotonic() - t0:.2f} s")
-    all_running = running_names()
-    extra = [n for n in all_running if n not in names]
-    if extra:
-        say(f"note: {', '.join(extra)} also running (beyond --hosts {hosts}); listed in {config.HOSTS_FILE}")
-    _write_known_hosts(all_running)
-    instance.write_hosts_file(all_running)
+    if not to_start:
+        return
+    t0 = time.monotonic()
+    for n in to_start:
+        instance.start(n, wanted[n])
+    with ThreadPoolExecutor(max_workers=len(to_start)) as pool:
+        waits = dict(zip(to_start, pool.map(lambda n: instance.wait_ssh(n, boot_timeout), to_start)))
+    for n in to_start:
+        say(f"{n}: booted, sshd on {config.address_of(n)}:22 after {waits[n]:.2f} s ({wanted[n]})")
+    say(f"instances: {len(to_start)} started in {time.monotonic() - t0:.2f} s")
+
+
+def _secrets_and_lock(lock: bool) -> None:
+    """The tokens the deploy reads (random, 0600, created once) and, with the hub's repos, the simulated lock."""
     from sparkctl.config.secrets import ensure_api_token, ensure_scrape_token
 
-    say(f"api token: {ensure_api_token()}")
-    say(f"scrape token: {ensure_scrape_token()}")  # issue 11: the proxy's scrape paths
-    if lock and models:
+    cfg = sim_settings().cfg
+    say(f"api token: {ensure_api_token(cfg)}")
+    say(f"scrape token: {ensure_scrape_token(cfg)}")  # issue 11: the proxy's scrape paths
+    if lock:
         with step("lock file") as d:
             d.append(refresh_lock())
-    say(f"sim up: done in {time.monotonic() - t_all:.2f} s; hosts in {config.HOSTS_FILE}")
-    return hosts_()
 
 
 def down(keep_overlays: bool = False, purge_cache: bool = False) -> list[str]:
@@ -166,25 +186,7 @@ def down(keep_overlays: bool = False, purge_cache: bool = False) -> list[str]:
 
 def _down(keep_overlays: bool, purge_cache: bool) -> list[str]:
     t0 = time.monotonic()
-    notes: list[str] = []
-    names = instance.known_instances()
-    for n in names:
-        instance.begin_stop(n)
-    if names:  # in parallel: removing a big overlay is I/O-bound
-        with ThreadPoolExecutor(max_workers=len(names)) as pool:
-            for n in pool.map(lambda n: instance.finish_stop(n, keep_overlay=keep_overlays), names):
-                notes += n
-    if names:
-        say(f"instances: {', '.join(names)} stopped")
-    for p in instance.processes_in_cgroup():
-        notes.append(f"pid {p} left in {config.CGROUP_PARENT} cgroup, SIGKILL")
-        kill(p, 9)
-    try:
-        parent = config.cgroup_root() / config.CGROUP_PARENT
-        if not instance.remove_cgroup(parent):
-            notes.append(f"cgroup {parent} could not be removed")
-    except FileNotFoundError:
-        pass
+    notes = _stop_instances(keep_overlays) + _remove_cgroup()
     for name in daemons.DAEMONS:
         if daemons.stop(name):
             say(f"daemon {name}: stopped")
@@ -209,6 +211,34 @@ def _down(keep_overlays: bool, purge_cache: bool) -> list[str]:
     for n in notes:
         say(f"note: {n}")
     say(f"sim down: done in {time.monotonic() - t0:.2f} s")
+    return notes
+
+
+def _stop_instances(keep_overlays: bool) -> list[str]:
+    """Every known instance stopped (in parallel: removing a big overlay is I/O-bound); notes on anything forced."""
+    notes: list[str] = []
+    names = instance.known_instances()
+    for n in names:
+        instance.begin_stop(n)
+    if names:
+        with ThreadPoolExecutor(max_workers=len(names)) as pool:
+            for n in pool.map(lambda n: instance.finish_stop(n, keep_overlay=keep_overlays), names):
+                notes += n
+        say(f"instances: {', '.join(names)} stopped")
+    return notes
+
+
+def _remove_cgroup() -> list[str]:
+    notes = []
+    for p in instance.processes_in_cgroup():
+        notes.append(f"pid {p} left in {config.CGROUP_PARENT} cgroup, SIGKILL")
+        kill(p, 9)
+    try:
+        parent = config.cgroup_root() / config.CGROUP_PARENT
+        if not instance.remove_cgroup(parent):
+            notes.append(f"cgroup {parent} could not be removed")
+    except FileNotFoundError:
+        pass
     return notes
 
 

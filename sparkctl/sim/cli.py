@@ -53,15 +53,22 @@ def _status(args) -> int:
           f"{'ready' if st['wheelhouse'] else 'not downloaded'}   bridge {config.BRIDGE}: "
           f"{'up' if st['bridge'] else 'absent'}")
     for d in st["daemons"]:
-        state = f"pid {d['pid']}" if d["pid"] else "stopped"
-        print(f"daemon {d['name']:12} {d['address']:18} {state:12} {'listening' if d['listening'] else ''}")
+        print(_daemon_line(d))
     if not st["instances"]:
         print("no instances (python -m sparkctl sim up)")
     for i in st["instances"]:
-        state = "running" if i["running"] else "stopped"
-        print(f"{i['name']:8} {i['address']:13} {i['flavor']:7} {state:8} "
-              f"{'sshd answers' if i['sshd'] else ''}")
+        print(_instance_line(i))
     return 0
+
+
+def _daemon_line(d: dict) -> str:
+    state = f"pid {d['pid']}" if d["pid"] else "stopped"
+    return f"daemon {d['name']:12} {d['address']:18} {state:12} {'listening' if d['listening'] else ''}"
+
+
+def _instance_line(i: dict) -> str:
+    state = "running" if i["running"] else "stopped"
+    return f"{i['name']:8} {i['address']:13} {i['flavor']:7} {state:8} {'sshd answers' if i['sshd'] else ''}"
 
 
 def _ssh(args) -> int:

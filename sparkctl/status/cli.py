@@ -10,7 +10,8 @@ import json
 from rich.console import Console
 from rich.table import Table
 
-from sparkctl.config import groupdata, hosts
+from sparkctl.config import hosts
+from sparkctl.config.settings import load
 from sparkctl.errors import SparkctlError
 from sparkctl.status import fleet
 
@@ -77,7 +78,7 @@ def run(args) -> int:
         configured = [hosts.find(args.host)]
     if not configured:
         raise SparkctlError("no host configured: set GX10_HOSTS=<box>[,<box>] or run `python -m sparkctl sim up`")
-    result = fleet.status(configured, groupdata.load())
+    result = fleet.status(configured, load().cfg)  # the configured box's group data, validated
     print(json.dumps(result, indent=2) if args.json else render(result), end="" if not args.json else "\n")
     bad = any(b["error"] or not all(r["healthy"] and not r["watchdog_gave_up"] for r in b["services"])
               for b in result["boxes"].values())

@@ -25,10 +25,12 @@ from sparkctl.render import monitoring as mon
 from sparkctl.render import units
 from sparkctl.sim.config import STANDINS
 from tests.box.test_rollout_box import box  # noqa: F401  (the fixture)
+from tests.conftest import API_TOKEN, SCRAPE_TOKEN, typed
 from tests.deploy.test_deploy_fake import changes, run_fake
 from tests.render.test_render import (
     needs_systemd_analyze,
     settings_for,
+    standin_settings,
     systemd_root,
     verify,
 )
@@ -156,7 +158,7 @@ def test_deploy_installs_node_exporter_after_its_loopback_arguments(tmp_path):
     assert "TLS proxy | Bearer tokens for the proxy: API and scrape (root-only)" in ops  # the scrape token's map
     cmds = changes(out)
     assert any("apt-get" in c and "install" in c and "prometheus-node-exporter" in c for c in cmds)
-    assert not any("fake-scrape-token" in c for c in out["commands"])  # the token never appears in a command
+    assert not any(SCRAPE_TOKEN in c for c in out["commands"])  # the token never appears in a command
 
 
 def test_missing_scrape_token_fails_before_any_change(tmp_path):
@@ -165,7 +167,7 @@ def test_missing_scrape_token_fails_before_any_change(tmp_path):
 
 
 def test_scrape_token_must_differ_from_the_api_token(tmp_path):
-    out = run_fake("dgx", tmp_path, scrape_token="fake-token")
+    out = run_fake("dgx", tmp_path, scrape_token=API_TOKEN)
     assert changes(out) == [] and "different from the API token" in f"{out['error']} {out['log']}"
 
 
@@ -211,7 +213,7 @@ def stage_rendered(b, data: dict, model: str) -> str:
     stand-in unit; returns the served name the proxy's scrape path uses."""
     coder = settings_for(data, model).coder
     b.stage(model)
-    (b.env_dir / "vllm-coder.env.next").write_text(units.render_env(coder, {**data, "CODING_MODEL": model}))
+    (b.env_dir / "vllm-coder.env.next").write_text(units.render_env(coder, typed({**data, "CODING_MODEL": model})))
     return coder.served_name
 
 
@@ -319,8 +321,8 @@ def test_the_facts_unit_runs_box_textfile_with_arguments_it_accepts(gx10_data, t
             "STATE_DIR": str(tmp_path / "state"), "ENV_DIR": str(tmp_path / "env")}
     for d in ("textfile", "state/rollout", "env"):
         (tmp_path / d).mkdir(parents=True)
-    coder = settings_for(data).coder
-    (tmp_path / "env" / coder.env_file).write_text(units.render_env(coder, data))
+    coder = standin_settings(data).coder
+    (tmp_path / "env" / coder.env_file).write_text(units.render_env(coder, typed(data)))
     line = next(x for x in mon.facts_service(data, str(tmp_path / "none.pem")).splitlines() if "box_textfile" in x)
     argv = shlex.split(line.split("=", 1)[1])
     argv[:2] = [sys.executable, str(REPO_ROOT / "sparkctl/box" / Path(argv[1]).name)]

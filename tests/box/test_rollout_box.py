@@ -399,7 +399,7 @@ def test_a_box_converged_by_the_earlier_scheme_restarts_nothing(box):
 @pytest.mark.skipif(shutil.which("nginx") is None, reason="nginx not installed (apt-get install nginx-light)")
 def test_real_nginx_answers_503_with_retry_after_while_drained_and_reopens(box, gx10_data, tmp_path):
     """The real site template, the real nginx, the box's drain file: 503 + Retry-After, token still required."""
-    from tests.render.test_render import TOKEN, render_proxy_site, settings_for
+    from tests.render.test_render import TOKEN, render_proxy_site, standin_settings
 
     sys.path.insert(0, str(ROLLOUT.parent))
     import rollout_drain
@@ -408,7 +408,7 @@ def test_real_nginx_answers_503_with_retry_after_while_drained_and_reopens(box, 
         s.bind(("127.0.0.1", 0))
         proxy_port = s.getsockname()[1]
     data = {**gx10_data, "PROXY_PORT": proxy_port, "CODER_PORT": box.port, "DRAIN_DIR": str(box.drain)}
-    site = render_proxy_site(data, settings_for(data), tmp_path).replace("listen [::]:", "# listen [::]:")
+    site = render_proxy_site(data, standin_settings(data), tmp_path).replace("listen [::]:", "# listen [::]:")
     prefix = tmp_path / "nginx"
     prefix.mkdir()
     conf = prefix / "nginx.conf"

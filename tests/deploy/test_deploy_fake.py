@@ -11,10 +11,11 @@ import sys
 import pytest
 
 from sparkctl import REPO_ROOT
+from tests.conftest import API_TOKEN, SCRAPE_TOKEN
 
 
-def run_fake(kind: str, tmp_path, *extra: str, token: str | None = "fake-token",
-             scrape_token: str | bool = "fake-scrape-token") -> dict:
+def run_fake(kind: str, tmp_path, *extra: str, token: str | None = API_TOKEN,
+             scrape_token: str | bool = SCRAPE_TOKEN) -> dict:
     env = dict(os.environ, FAKE_KIND=kind, PYINFRA_FAKE_DELAY="0", PYINFRA_FAKE_DELAY_JITTER="0",
                SPARKCTL_TEST_SECRETS=str(tmp_path / "secrets"), GX10_HOSTS="")
     if token is not None:
@@ -41,7 +42,7 @@ def changes(out: dict) -> list[str]:
     reads = ("uname", "cat /etc/", "! (test -e", "if command -v", "p= ", "command -v", "for i in `cat",
              "cd /etc/ &&", "[ -x", "[ -f", "curl -fsS --max-time", "journalctl", "systemctl show",
              "s=$(systemctl show", "test -d", "! test", "systemctl is-enabled", "systemctl --no-legend",
-             "systemctl -al", "ls ", "stat ")
+             "systemctl -al", "ls ", "stat ", "getent passwd", "awk '/^MemTotal:/")
     return [c for c in out["commands"] if not c.lstrip().startswith(reads)]
 
 
@@ -73,7 +74,7 @@ def test_dgx_os_box_gets_no_nvidia_packages(dgx):
     rollouts = [c for c in dgx["commands"] if "rollout.py apply" in c]
     assert [c.split("apply ")[1].split()[0] for c in rollouts] == ["coder", "embed-qwen3", "embed-bge-m3"]
     assert any("nginx -t" in c for c in dgx["commands"])
-    assert not any("fake-token" in c for c in dgx["commands"])  # the token never appears in a command
+    assert not any(API_TOKEN in c for c in dgx["commands"])  # the token never appears in a command
 
 
 def test_plain_ubuntu_box_installs_driver_and_cuda_from_nvidia_repo(ubuntu):

@@ -70,9 +70,9 @@ def test_systemd_sizes_in_bytes():
     from tasks.ops import systemd_bytes
 
     assert systemd_bytes("SSHD_MEMORY_MIN", "64M") == 64 * 2**20
-    assert systemd_bytes("SSHD_MEMORY_MIN", "1g") == 2**30
+    assert systemd_bytes("SSHD_MEMORY_MIN", "1G") == 2**30
     assert systemd_bytes("SSHD_MEMORY_MIN", 4096) == 4096
-    for bad in ("64MB", "10%", "infinity", "", "-1M"):
+    for bad in ("64MB", "10%", "200%", "infinity", "", "-1M", "1g"):  # systemd's suffixes are upper case
         with pytest.raises(SettingError, match="SSHD_MEMORY_MIN"):
             systemd_bytes("SSHD_MEMORY_MIN", bad)
 

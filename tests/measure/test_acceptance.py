@@ -13,13 +13,15 @@ import dataclasses
 import pytest
 
 from sparkctl.config import catalog, groupdata
+from sparkctl.config.settings import host_config
 from sparkctl.errors import SettingError
 from sparkctl.measure import acceptance, history, quick, record
+from tests.conftest import typed
 from tests.measure import test_bench_probe as bp
 from tests.measure.test_bench_probe import EP, LABELS, FakeMetrics, FakeVLLM
 
 ALL = groupdata.load(["all", "gx10"])
-T = acceptance.Thresholds.from_settings(ALL)
+T = acceptance.Thresholds.from_settings(typed(ALL))
 QWEN_FLOOR = acceptance.floor_of(catalog.resolve()["qwen3.8-27b"])
 
 
@@ -247,8 +249,9 @@ def test_each_part_can_be_switched_off():
                                         ("ACCEPTANCE_STREAMS", []), ("ACCEPTANCE_WINDOW_S", 0),
                                         ("ACCEPTANCE_NIAH_DEPTH", 150)])
 def test_bad_settings_are_named_before_anything_is_measured(name, value):
+    """The schema refuses them (every entry point reads settings through it): nothing reaches the probe."""
     with pytest.raises(SettingError, match=name):
-        quick.QuickSettings.from_settings({**ALL, name: value})
+        quick.QuickSettings.from_settings(typed({**ALL, name: value}))
 
 
 # ---------------------------------------------------------------------------------------------------- the quick run
@@ -262,7 +265,7 @@ def quick_settings(**data) -> quick.QuickSettings:
     d = {**ALL, "ACCEPTANCE_WINDOW_S": 0.4, "ACCEPTANCE_STREAMS": [1, 2], "ACCEPTANCE_PREFILL_TOKENS": 2000,
          "ACCEPTANCE_NIAH_ENABLED": False, "BENCH_MAX_TOKENS": 40, "BENCH_IGNORE_EOS": True, "BENCH_SETTLE_S": 0.05,
          **data}
-    return quick.QuickSettings.from_settings(d)
+    return quick.QuickSettings.from_settings(typed(d))
 
 
 def run(qs, server, kv=None) -> dict:
@@ -319,11 +322,11 @@ def test_the_verdict_command_names_the_transaction_and_quotes_the_reason():
 
     from tasks.acceptance import REASON_CHARS, verdict_command
 
-    commit = verdict_command(ALL, "coder", "tx-42", "commit").get_raw_value()
+    commit = verdict_command(typed(ALL), "coder", "tx-42", "commit").get_raw_value()
     assert commit.endswith("/opt/sparkctl/bin/rollout.py verdict coder --tx tx-42 commit")
     assert commit.startswith("SPARKCTL_ENV_DIR=/etc/sparkctl ")
     reason = "decode tok/s, 1 stream: 9 vs 18.3 (-50.8 %) [baseline abc]; it's \"slow\" $(rm -rf /)\n" * 40
-    raw = verdict_command(ALL, "coder", "tx-42", "rollback", reason).get_raw_value()
+    raw = verdict_command(typed(ALL), "coder", "tx-42", "rollback", reason).get_raw_value()
     argv = shlex.split(raw)
     assert argv[-3:-1] == ["rollback", "--reason"] and len(argv[-1]) == REASON_CHARS
     assert argv[-1].startswith("decode tok/s, 1 stream: 9 vs 18.3") and "\n" not in argv[-1]
@@ -335,12 +338,13 @@ def test_the_box_is_told_how_long_to_wait_and_what_to_do_alone():
     coder = type("Svc", (), {"role": "coder", "headless": False})()
     worker = type("Svc", (), {"role": "coder", "headless": True})()
     embedder = type("Svc", (), {"role": "embedder", "headless": False})()
-    assert apply_verdict_args(ALL, coder) == {"verdict_timeout": 1800, "verdict_default": "rollback"}
-    assert apply_verdict_args({**ALL, "ACCEPTANCE_MODE": "warn"}, coder)["verdict_default"] == "commit"
-    assert apply_verdict_args(ALL, worker) == apply_verdict_args(ALL, embedder) == {}
-    assert apply_verdict_args({**ALL, "ACCEPTANCE_ENABLED": False}, coder) == {}
-    with pytest.raises(SettingError, match="ACCEPTANCE_VERDICT_TIMEOUT_S"):
-        apply_verdict_args({**ALL, "ACCEPTANCE_VERDICT_TIMEOUT_S": "30m"}, coder)
+    cfg = typed(ALL)
+    assert apply_verdict_args(cfg, coder) == {"verdict_timeout": 1800, "verdict_default": "rollback"}
+    assert apply_verdict_args(typed({**ALL, "ACCEPTANCE_MODE": "warn"}), coder)["verdict_default"] == "commit"
+    assert apply_verdict_args(cfg, worker) == apply_verdict_args(cfg, embedder) == {}
+    assert apply_verdict_args(typed({**ALL, "ACCEPTANCE_ENABLED": False}), coder) == {}
+    with pytest.raises(SettingError, match="ACCEPTANCE_VERDICT_TIMEOUT_S = '30m' is not valid"):  # the schema's
+        typed({**ALL, "ACCEPTANCE_VERDICT_TIMEOUT_S": "30m"})
 
 
 def test_the_deploy_interface_measures_reads_the_baseline_and_judges(fake, tmp_path):
@@ -352,14 +356,15 @@ def test_the_deploy_interface_measures_reads_the_baseline_and_judges(fake, tmp_p
             "BENCH_MAX_TOKENS": 40, "BENCH_IGNORE_EOS": True, "BENCH_SETTLE_S": 0.05,
             # the fake drafts 2 tokens per step: a floor for 2 positions (the catalog's Qwen has 3)
             "CATALOG_OVERRIDES": {"qwen3.8-27b": {"memory": {"measured_acceptance_per_position": [0.9, 0.9]}}}}
-    first = quick.acceptance_of(host, data, endpoint=EP, metrics=FakeMetrics(fake))
+    config = host_config(data)
+    first = quick.acceptance_of(host, config, endpoint=EP, metrics=FakeMetrics(fake))
     assert first.passed and first.baseline_id is None  # the box's (empty) history was read: no baseline yet
     assert first.record["gate"]["kind"] == "acceptance" and first.record["box"]["name"] == "spark-1"
-    line = quick.record_accepted(host, data, first)
+    line = quick.record_accepted(host, config.cfg, first)
     assert line["history"]["baseline"] is True
     fake.interval = 0.02
-    slow = quick.acceptance_of(host, data, endpoint=EP, metrics=FakeMetrics(fake))
+    slow = quick.acceptance_of(host, config, endpoint=EP, metrics=FakeMetrics(fake))
     assert slow.baseline_id == line["history"]["id"] and slow.decision == "rollback"
     assert "decode tok/s, 1 stream" in slow.reason()
-    assert quick.record_accepted(host, data, slow) is None  # a failed run never joins the history
-    assert len(history.read(host, data)) == 1
+    assert quick.record_accepted(host, config.cfg, slow) is None  # a failed run never joins the history
+    assert len(history.read(host, config.cfg)) == 1

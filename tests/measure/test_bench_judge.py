@@ -9,6 +9,7 @@ import json
 
 import pytest
 
+from sparkctl.config.settings import host_config
 from sparkctl.__main__ import main
 from sparkctl.measure import history, quick, record
 from tests.measure.test_history import LocalHost
@@ -17,14 +18,15 @@ from tests.measure.test_reference import ALL, rec
 
 @pytest.fixture
 def box(tmp_path):
-    return LocalHost(name="spark-1", address="127.0.0.1"), {**ALL, "STATE_DIR": str(tmp_path / "state")}
+    """(the box, its validated settings: a HostConfig): the history lives under a throw-away STATE_DIR."""
+    return LocalHost(name="spark-1", address="127.0.0.1"), host_config({**ALL, "STATE_DIR": str(tmp_path / "state")})
 
 
-def accept(host, data, r: dict) -> dict:
+def accept(host, config, r: dict) -> dict:
     """The deploy's path after a commit: judged against the box's history, then recorded with its reference."""
-    verdict = quick.judge_record(r, data, history.read(host, data))
+    verdict = quick.judge_record(r, config, history.read(host, config.cfg))
     assert verdict.passed, verdict.reason()
-    return quick.record_accepted(host, data, verdict)
+    return quick.record_accepted(host, config.cfg, verdict)
 
 
 def test_each_accepted_run_records_what_it_was_judged_against_and_bench_history_shows_it(box, monkeypatch, capsys):
@@ -34,7 +36,7 @@ def test_each_accepted_run_records_what_it_was_judged_against_and_bench_history_
     first = accept(host, data, rec())
     rerun = accept(host, data, rec(decode=(18.0, 72.0)))
     upgrade = accept(host, data, rec(decode=(17.8, 71.0), vllm="0.33.0", build="0.33.0-cccccccccccc"))
-    tags = [x["history"]["reference"] for x in history.read(host, data)]
+    tags = [x["history"]["reference"] for x in history.read(host, data.cfg)]
     assert tags == [
         {"kind": "published", "name": "the catalog's published figures for qwen3.8-27b", "id": None},
         {"kind": "baseline", "name": f"baseline {first['history']['id']}", "id": first["history"]["id"]},
@@ -43,11 +45,11 @@ def test_each_accepted_run_records_what_it_was_judged_against_and_bench_history_
     assert [first["history"]["baseline"], rerun["history"]["baseline"], upgrade["history"]["baseline"]] == \
         [True, False, True]  # the upgrade's first accepted run is its own configuration's baseline
     monkeypatch.setattr(cli.hosts, "find", lambda name=None: host)
-    monkeypatch.setattr(cli.groupdata, "load", lambda groups=None: data)
+    monkeypatch.setattr(cli, "load", lambda groups=None, host=None: data)  # the box's settings, validated
     assert main(["bench", "history"]) == 0
     out = capsys.readouterr().out
     assert "judged" in out and "published" in out and "previous" in out and "(cccccc)" in out  # build column
-    assert [history.judged_against(x) for x in history.read(host, data)] == \
+    assert [history.judged_against(x) for x in history.read(host, data.cfg)] == \
         ["published", f"baseline {first['history']['id'][:8]}", f"previous {first['history']['id'][:8]}"]
     assert main(["bench", "history", "--json"]) == 0
     assert [x["history"]["reference"]["kind"] for x in json.loads(capsys.readouterr().out)] == \
@@ -58,7 +60,7 @@ def test_bench_judge_replays_a_saved_record_exit_0_pass_1_fail(box, tmp_path, ca
     host, data = box
     base = accept(host, data, rec())
     hist = tmp_path / "history.jsonl"
-    hist.write_text(open(history.history_path(data)).read())
+    hist.write_text(open(history.history_path(data.cfg)).read())
     slow = record.write_record(rec(decode=(4.0, 16.0), vllm="0.33.0", build="0.33.0-c"), tmp_path / "slow.json")
     assert main(["bench", "judge", str(slow), "--history", str(hist), "--groups", "all,gx10", "--json"]) == 1
     v = json.loads(capsys.readouterr().out)
@@ -81,7 +83,7 @@ def test_bench_judge_replays_a_history_line_against_the_lines_before_it(box, tmp
     first = accept(host, data, rec())
     accept(host, data, rec(decode=(18.0, 72.0)))
     hist = tmp_path / "history.jsonl"
-    hist.write_text(open(history.history_path(data)).read())
+    hist.write_text(open(history.history_path(data.cfg)).read())
     lines = history.parse(hist.read_text())
     (tmp_path / "first.json").write_text(json.dumps(lines[0]))
     (tmp_path / "second.json").write_text(json.dumps(lines[1]))

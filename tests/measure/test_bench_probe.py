@@ -13,6 +13,7 @@ import pytest
 from rich.console import Console
 
 from sparkctl.config import groupdata
+from sparkctl.config.settings import host_config
 from sparkctl.measure import client, maths, probe, prometheus, record, report
 from sparkctl.measure.workloads import load
 
@@ -419,8 +420,8 @@ def test_bench_cli_sweeps_repeated_streams_and_no_prefill_prints_no_prefill_tabl
     from sparkctl.__main__ import main
     from sparkctl.measure import cli
 
-    data = groupdata.load(["all", "gx10"])
-    monkeypatch.setattr(cli, "resolve_target", lambda args: cli.Target(data, EP, FakeMetrics(fake, 0.01), LABELS))
+    config = host_config(groupdata.load(["all", "gx10"]))
+    monkeypatch.setattr(cli, "resolve_target", lambda args: cli.Target(config, EP, FakeMetrics(fake, 0.01), LABELS))
     out = tmp_path / "b.json"
     rc = main(["bench", "--streams", "1", "--streams", "2", "--window", "0.3", "--max-tokens", "40", "--ignore-eos",
                "--no-prefill", "--no-plot", "--out", str(out)])
@@ -437,7 +438,8 @@ def test_bench_cli_names_a_bad_setting_before_measuring(fake, monkeypatch, capsy
     from sparkctl.__main__ import main
     from sparkctl.measure import cli
 
-    data = {**groupdata.load(["all", "gx10"]), name: value}
-    monkeypatch.setattr(cli, "resolve_target", lambda args: cli.Target(data, EP, FakeMetrics(fake, 0.01), LABELS))
+    data = {**groupdata.load(["all", "gx10"]), name: value}  # the target's settings go through the check layer
+    monkeypatch.setattr(cli, "resolve_target",
+                        lambda args: cli.Target(host_config(data), EP, FakeMetrics(fake, 0.01), LABELS))
     assert main(["bench", "--no-plot"]) == 2
     assert name in capsys.readouterr().err and fake.requests == []

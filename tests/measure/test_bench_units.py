@@ -231,38 +231,42 @@ def test_haystack_is_deterministic_and_digit_free():
 
 
 def test_model_labels_read_the_lock(tmp_path):
-    data = groupdata.load(["all", "gx10"])
+    from sparkctl.config.settings import host_config
+
+    def labels_with(lock_file) -> dict:
+        return labels.model_labels(host_config({**groupdata.load(["all", "gx10"]), "MODEL_LOCK_FILE": str(lock_file)}))
+
     lock = tmp_path / "lock.json"
     lock.write_text(json.dumps({"checkpoints": {"unsloth/Qwen3.8-27B-NVFP4": {"revision": "main", "sha": "1" * 40}}}))
-    data["MODEL_LOCK_FILE"] = str(lock)
-    tags = labels.model_labels(data)
+    tags = labels_with(lock)
     assert tags["revision"] == "1" * 40
     assert tags["model"]["key"] == "qwen3.8-27b" and tags["model"]["served_name"] == "coder"
-    data["MODEL_LOCK_FILE"] = str(tmp_path / "missing.json")
-    assert labels.model_labels(data)["revision"] is None
+    assert labels_with(tmp_path / "missing.json")["revision"] is None
     lock.write_text("not json")
-    data["MODEL_LOCK_FILE"] = str(lock)
-    assert labels.model_labels(data)["revision"] is None
+    assert labels_with(lock)["revision"] is None
 
 
 def test_roofline_is_the_planners():
     from sparkctl.capacity import planner
-    from sparkctl.config import catalog
+    from sparkctl.config.settings import host_config
 
-    data = groupdata.load(["all", "gx10"])
-    value, source = labels.roofline_single_stream(data)
-    key = data["CODING_MODEL"]
-    plan = planner.plan_box(data, catalog.resolve(data.get("CATALOG_OVERRIDES")), coding_model=key).model(key)
+    config = host_config(groupdata.load(["all", "gx10"]))
+    value, source = labels.roofline_single_stream(config)
+    key = config.cfg.CODING_MODEL
+    plan = planner.plan_box(config.cfg, config.catalog, coding_model=key).model(key)
     assert source == "sparkctl.capacity.planner" and value == plan.roofline_tokens_per_s > 0
     # worked out by hand for the configured coder (Qwen): 273 GB/s over 16 GB of weights a step, 2.5 tokens a step
     assert value == pytest.approx(273 / 16.0 * 2.5)
     # the roofline scales with the box's bandwidth setting: it is read, not a fallback
-    faster = {**data, "BOX_MEMORY_BANDWIDTH_GBPS": 2 * data["BOX_MEMORY_BANDWIDTH_GBPS"]}
-    doubled, _ = labels.roofline_single_stream(faster)
+    faster = {**groupdata.load(["all", "gx10"]), "BOX_MEMORY_BANDWIDTH_GBPS": 2 * config.cfg.BOX_MEMORY_BANDWIDTH_GBPS}
+    doubled, _ = labels.roofline_single_stream(host_config(faster))
     assert doubled == pytest.approx(2 * value)
 
 
-def test_roofline_omitted_with_the_reason_when_the_planner_cannot_size_the_model():
-    data = {**groupdata.load(["all", "gx10"]), "CODING_MODEL": "no-such-model"}
-    value, why = labels.roofline_single_stream(data)
-    assert value is None and "no-such-model" in why
+def test_roofline_omitted_with_the_reason_when_the_model_has_none():
+    from sparkctl.config.settings import host_config
+
+    no_weights = {"qwen3.8-27b": {"memory": {"bytes_read_per_step_gb": 0.0}}}
+    config = host_config({**groupdata.load(["all", "gx10"]), "CATALOG_OVERRIDES": no_weights})
+    value, why = labels.roofline_single_stream(config)
+    assert value is None and why == "the planner has no roofline for 'qwen3.8-27b'"

@@ -13,6 +13,7 @@ from sparkctl.config import groupdata
 from sparkctl.config.hosts import HostConn
 from sparkctl.errors import SettingError
 from sparkctl.measure import history, record
+from tests.conftest import typed
 
 
 class LocalHost(HostConn):
@@ -39,16 +40,17 @@ def rec(rate=18.3, *, revision="f" * 40, vllm="0.32.0", workload=("codegen", 1, 
 
 @pytest.fixture
 def box(tmp_path):
-    data = {**groupdata.load(["all"]), "STATE_DIR": str(tmp_path / "state")}
-    return LocalHost(name="spark-1", address="127.0.0.1"), data
+    """(the box, its typed settings): the history lives under a throw-away STATE_DIR."""
+    cfg = typed({**groupdata.load(["all", "gx10"]), "STATE_DIR": str(tmp_path / "state")})
+    return LocalHost(name="spark-1", address="127.0.0.1"), cfg
 
 
-def test_history_path_is_under_state_dir_and_refuses_escapes(box):
-    _host, data = box
-    assert history.history_path(data) == f"{data['STATE_DIR']}/acceptance/history.jsonl"
+def test_history_path_is_under_state_dir_and_the_schema_refuses_escapes(box):
+    _host, cfg = box
+    assert history.history_path(cfg) == f"{cfg.STATE_DIR}/acceptance/history.jsonl"
     for bad in ("/etc/passwd", "../x.jsonl", "", "acceptance/"):
         with pytest.raises(SettingError, match="ACCEPTANCE_HISTORY_FILE"):
-            history.history_path({**data, "ACCEPTANCE_HISTORY_FILE": bad})
+            typed({**cfg.model_dump(), "ACCEPTANCE_HISTORY_FILE": bad})
 
 
 def test_empty_history_reads_as_nothing(box):
@@ -138,9 +140,12 @@ def test_a_failing_remote_command_is_a_clear_error(box):
 def cli_box(box, monkeypatch, tmp_path):
     from sparkctl.measure import cli
 
+    from sparkctl.config.settings import host_config
+
     host, data = box
     monkeypatch.setattr(cli.hosts, "find", lambda name=None: host)
-    monkeypatch.setattr(cli.groupdata, "load", lambda groups=None: data)
+    config = host_config({**groupdata.load(["all", "gx10"]), "STATE_DIR": data.STATE_DIR})
+    monkeypatch.setattr(cli, "load", lambda groups=None, host=None: config)  # the box's settings, validated
     return host, data
 
 

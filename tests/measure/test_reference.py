@@ -10,6 +10,7 @@ import json
 
 import pytest
 
+from sparkctl.config.settings import host_config
 from sparkctl.config import groupdata
 from sparkctl.measure import history, labels, quick, reference
 from tests.measure.test_acceptance import quick_record
@@ -32,7 +33,7 @@ def line(r: dict, baseline: bool = True, reference_tag: dict | None = None) -> d
 
 
 def judge(r: dict, lines: list[dict], **settings):
-    return quick.judge_record(r, {**ALL, **settings}, lines)
+    return quick.judge_record(r, host_config({**ALL, **settings}), lines)
 
 
 # ---------------------------------------------------------------------------------------------------- 1: baseline
@@ -150,10 +151,10 @@ def test_laguna_first_flip_uses_its_own_published_figures():
 
 @pytest.mark.parametrize("key", ["qwen3.8-27b", "laguna-s-2.1"])
 def test_the_published_figures_agree_with_the_catalog_and_clear_the_roofline_floor(key):
-    spec = quick.coder_spec(ALL, key)
+    spec = quick.coder_spec(host_config(ALL), key)
     pub = reference.published_of(spec)
     assert pub.decode[1] == spec.memory.measured_decode_tokens_per_s and pub.checkpoint == spec.checkpoint.repo
-    roofline, _ = labels.roofline_single_stream({**ALL, "CODING_MODEL": key})
+    roofline, _ = labels.roofline_single_stream(host_config({**ALL, "CODING_MODEL": key}))
     pct = {n: tok / (n * roofline) for n, tok in pub.decode.items()}
     # the floor with nothing measured must never fail a box that performs like the production one
     assert min(pct.values()) > ALL["ACCEPTANCE_ROOFLINE_FLOOR_FRACTION"], pct
@@ -203,7 +204,7 @@ def test_nothing_measured_says_roofline_and_kv_plan_only_never_a_silent_pass():
 def test_the_simulated_sparks_first_flip_is_judged_on_the_roofline_and_kv_plan_only():
     sim = groupdata.load(["all", "gx10", "sim"])
     r = rec(decode=(900.0, 1500.0), repo="sim/tiny-qwen", ignore_eos=True)
-    v = quick.judge_record(r, {**sim, "ACCEPTANCE_DECODE_ENABLED": True}, [])
+    v = quick.judge_record(r, host_config({**sim, "ACCEPTANCE_DECODE_ENABLED": True}), [])
     assert v.reference.kind == "none" and v.passed
     assert any("roofline floor is off" in n for n in v.notes)  # a GB10's roofline means nothing on 2 CPU cores
 
@@ -223,10 +224,10 @@ def test_with_both_speed_comparisons_off_no_reference_is_claimed():
 
 def test_the_build_label_is_the_versioned_venv_and_changes_with_a_constraint():
     sim = groupdata.load(["all", "gx10", "sim"])
-    build = labels.build_labels(sim)["vllm_build"]
+    build = labels.build_labels(host_config(sim))["vllm_build"]
     assert build.startswith("0.32.0-") and len(build) == len("0.32.0-") + 12
     rebuilt = {**sim, "VLLM_PIP_CONSTRAINTS": sim["VLLM_PIP_CONSTRAINTS"] + ["numpy<2.3"]}
-    other = labels.build_labels(rebuilt)["vllm_build"]
+    other = labels.build_labels(host_config(rebuilt))["vllm_build"]
     assert other != build and other.startswith("0.32.0-")
 
 

@@ -180,32 +180,33 @@ def echo_server() -> ThreadingHTTPServer:
 def proxy(tmp_path_factory):
     """The shipped configuration's site, rendered for loopback high ports, run by the real nginx."""
     from sparkctl.config import groupdata
-    from tests.conftest import FAKE_LOCK
+    from tests.conftest import API_TOKEN, FAKE_LOCK, SCRAPE_TOKEN
 
     tmp = tmp_path_factory.mktemp("nginx")
     data = groupdata.load(["all", "gx10"])
     data.update(MODEL_LOCK_FILE=FAKE_LOCK, SECRETS_DIR=str(tmp / "secrets"), PROXY_PORT=free_port())
     token_path = tmp / "api_token"
-    token_path.write_text("t0ken-for-tests\n")
+    token_path.write_text(API_TOKEN + "\n")
     token_path.chmod(0o600)
     mp = pytest.MonkeyPatch()
     mp.setenv("SPARK_API_TOKEN_FILE", str(token_path))
     scrape_path = tmp / "scrape_token"
-    scrape_path.write_text("scr4pe-token-for-tests\n")
+    scrape_path.write_text(SCRAPE_TOKEN + "\n")
     scrape_path.chmod(0o600)
     mp.setenv("SPARK_SCRAPE_TOKEN_FILE", str(scrape_path))
     mp.setenv("GX10_HOSTS", "")
     try:
-        services = [s for s in settings_for(data).services if not s.headless]
+        settings = settings_for(data)
     finally:
         mp.undo()
+    services = [s for s in settings.services if not s.headless]
     upstreams, moved = {}, []
     for svc in services:  # the services' real ports may be taken here: give each echo server a free one
         srv = echo_server()
         upstreams[svc.served_name] = srv
         moved.append(dataclasses.replace(svc, port=srv.server_port))
     cert, key, ca = pki.ensure_server_cert(tmp / "pki", "test-box", ["127.0.0.1"])
-    site = render_proxy_files(data, moved, tmp, cert, key)
+    site = render_proxy_files(settings.cfg, moved, tmp, cert, key)
     with nginx_running(tmp, site) as address:
         yield Proxy(address, ssl.create_default_context(cafile=str(ca)), upstreams, site)
     for srv in upstreams.values():

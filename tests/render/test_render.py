@@ -16,18 +16,25 @@ import pytest
 from sparkctl.box.check_vllm_args import unescape_env_value
 from sparkctl.check import validate_host as validate
 from sparkctl.config import catalog, groupdata, pki
+from sparkctl.config.settings import derive, host_config
+from sparkctl.config.quantities import GIB
 from sparkctl.errors import SettingError
 from sparkctl.render import units
 from tests.conftest import FAKE_LOCK
 
-GIB = 2**30
-
 
 def settings_for(data: dict, model: str | None = None):
+    """The deploy's whole validation of raw group data (optionally another CODING_MODEL): Settings, with cfg."""
     d = dict(data)
     if model:
         d["CODING_MODEL"] = model
     return validate(d, "test-box")
+
+
+def standin_settings(data: dict):
+    """Settings for a box stood in by a temporary directory (its paths under /tmp): what the check layer derives,
+    without the deploy's layout rule that refuses a real box's directories there (sparkctl/config/rules.py)."""
+    return derive(host_config(data, "test-box"))
 
 
 def env_values(text: str) -> dict:
@@ -44,23 +51,24 @@ def env_values(text: str) -> dict:
 def test_every_catalog_entry_renders(groups, token_file, tmp_path):
     data = groupdata.load(groups)
     data.update(MODEL_LOCK_FILE=FAKE_LOCK, SECRETS_DIR=str(tmp_path))
-    coders = [k for k, m in catalog.resolve(data.get("CATALOG_OVERRIDES")).items() if m.role == catalog.CODER]
+    coders = [k for k, m in settings_for(data).catalog.items() if m.role == catalog.CODER]
     assert sorted(coders) == ["laguna-s-2.1", "qwen3.8-27b"]
     for key in coders:
         s = settings_for(data, key)
         for svc in s.services:
-            env = env_values(units.render_env(svc, data))
+            env = env_values(units.render_env(svc, s.cfg))
             args = shlex.split(env["VLLM_ARGS"])  # the systemd word split, as $VLLM_ARGS in ExecStart
-            assert args == units.vllm_args(svc, data)  # the env file gives vLLM exactly these words
+            assert args == units.vllm_args(svc, s.cfg)  # the env file gives vLLM exactly these words
             assert args[0] == units.snapshot_path(data["MODEL_STORE"], svc.checkpoint)
             assert args[args.index("--served-model-name") + 1] == svc.served_name
             assert args[args.index("--host") + 1] == "127.0.0.1"
             assert int(args[args.index("--kv-cache-memory-bytes") + 1]) == svc.kv_cache_bytes
-            assert "ExecStart=" in units.render_unit(svc, data)
+            assert "ExecStart=" in units.render_unit(svc, s.cfg)
 
 
 def test_qwen_and_laguna_arguments(gx10_data):
-    q = units.vllm_args(settings_for(gx10_data, "qwen3.8-27b").coder, gx10_data)
+    qwen = settings_for(gx10_data, "qwen3.8-27b")
+    q = units.vllm_args(qwen.coder, qwen.cfg)
     assert json.loads(q[q.index("--speculative-config") + 1]) == {"method": "mtp", "num_speculative_tokens": 3}
     assert q[q.index("--max-model-len") + 1] == "262144"
     assert q[q.index("--kv-cache-memory-bytes") + 1] == str(36 * GIB) == "38654705664"
@@ -68,13 +76,13 @@ def test_qwen_and_laguna_arguments(gx10_data):
     assert json.loads(q[q.index("--limit-mm-per-prompt") + 1])["image"] > 0  # images on
     assert q[q.index("--reasoning-parser") + 1] == "qwen3"
     s = settings_for(gx10_data, "laguna-s-2.1")
-    lg = units.vllm_args(s.coder, gx10_data)
+    lg = units.vllm_args(s.coder, s.cfg)
     spec = json.loads(lg[lg.index("--speculative-config") + 1])
     assert spec["method"] == "dflash" and spec["num_speculative_tokens"] == 7
     assert spec["model"] == units.snapshot_path(gx10_data["MODEL_STORE"], s.coder.draft)
     assert lg[lg.index("--tool-call-parser") + 1] == "poolside_v1"
     for e in s.embedders:
-        a = units.vllm_args(e, gx10_data)
+        a = units.vllm_args(e, s.cfg)
         assert a[a.index("--runner") + 1] == "pooling"
 
 
@@ -82,8 +90,8 @@ def test_flip_changes_only_the_coder_env_file(gx10_data):
     qwen, laguna = settings_for(gx10_data, "qwen3.8-27b"), settings_for(gx10_data, "laguna-s-2.1")
     for a, b in zip(qwen.services, laguna.services):
         assert a.unit == b.unit and a.served_name == b.served_name  # same URL, same served name
-        assert units.render_unit(a, gx10_data) == units.render_unit(b, gx10_data)
-        same_env = units.render_env(a, gx10_data) == units.render_env(b, gx10_data)
+        assert units.render_unit(a, qwen.cfg) == units.render_unit(b, laguna.cfg)
+        same_env = units.render_env(a, qwen.cfg) == units.render_env(b, laguna.cfg)
         assert same_env == (a.role != catalog.CODER), a.unit
     # both coders' checkpoints stay on the box whichever is selected: flipping back downloads nothing
     assert {c.repo for c in qwen.checkpoints} == {c.repo for c in laguna.checkpoints}
@@ -133,13 +141,13 @@ def test_units_pass_systemd_analyze_verify_and_security(groups, token_file, tmp_
     data = groupdata.load(groups)
     data.update(MODEL_LOCK_FILE=FAKE_LOCK, SECRETS_DIR=str(tmp_path))
     s = settings_for(data)
-    rendered = {svc.unit: units.render_unit(svc, data) for svc in s.services}
+    rendered = {svc.unit: units.render_unit(svc, s.cfg) for svc in s.services}
     rendered["ssh.service"] = "[Service]\nExecStart=/usr/sbin/sshd -D\n"
     (tmp_path / "dropin").mkdir()
-    root = systemd_root(tmp_path, rendered, [f"{units.vllm_venv(data)}/bin/vllm", "/usr/sbin/sshd"])
+    root = systemd_root(tmp_path, rendered, [f"{units.vllm_venv(s.cfg)}/bin/vllm", "/usr/sbin/sshd"])
     dropin = root / "etc/systemd/system/ssh.service.d"
     dropin.mkdir()
-    (dropin / "sparkctl-memory.conf").write_text(units.render_template("sshd-memory.conf.j2", d=data))
+    (dropin / "sparkctl-memory.conf").write_text(units.render_template("sshd-memory.conf.j2", d=s.cfg))
     for unit in [*rendered]:
         rc, out = verify(root, unit)
         assert (rc, out) == (0, ""), f"{unit}: {out}"  # warnings (unknown keys...) count as failures
@@ -172,20 +180,20 @@ def nginx_check(tmp_path: Path, site: str) -> subprocess.CompletedProcess:
     return subprocess.run(["nginx", "-t", "-p", str(tmp_path), "-c", str(conf)], capture_output=True, text=True)
 
 
-def render_proxy_files(data: dict, services, tmp_path: Path, cert, key) -> str:
-    """The site, and its root-only token file (both maps) under tmp_path, as tasks/proxy.py renders them."""
-    from sparkctl.render.monitoring import scrape_targets
+def render_proxy_files(cfg, services, tmp_path: Path, cert, key) -> str:
+    """The site, and its root-only token file (both maps) under tmp_path, as tasks/proxy.py renders them from the
+    typed settings (cfg)."""
+    from sparkctl.render import box_files
 
     token = tmp_path / "token.conf"
-    token.write_text(units.render_template("nginx-token.conf.j2", d=data, token=TOKEN, scrape_token=SCRAPE_TOKEN))
-    return units.render_template("nginx-sparkctl.conf.j2", d=data, services=services,
-                                 scrape_targets=scrape_targets(data, services), token_file=str(token),
-                                 cert_path=str(cert), key_path=str(key))
+    token.write_text(box_files.tokens(cfg, TOKEN, SCRAPE_TOKEN))
+    return box_files.site(cfg, services, token_file=str(token), cert_path=str(cert), key_path=str(key))
 
 
 def render_proxy_site(data: dict, s, tmp_path: Path) -> str:
+    """The proxy site of settings s (validated from the raw group data `data`: what renders is s.cfg)."""
     cert, key, _ca = pki.ensure_server_cert(tmp_path / "pki", "test-box", ["10.0.0.5", "gx10.test"])
-    return render_proxy_files(data, s.services, tmp_path, cert, key)
+    return render_proxy_files(s.cfg, s.services, tmp_path, cert, key)
 
 
 @pytest.mark.skipif(shutil.which("nginx") is None, reason="nginx not installed (apt-get install nginx-light)")

@@ -45,10 +45,10 @@ class Upstream(http.server.BaseHTTPRequestHandler):
         pass
 
 
-def render(data: dict, s, tmp: Path) -> str:
+def render(s, tmp: Path) -> str:
     """The site and its root-only token file (both maps), as tasks/proxy.py writes them (paths under tmp)."""
     cert, key, ca = pki.ensure_server_cert(tmp / "pki", "test-box", ["127.0.0.1"])
-    return render_proxy_files(data, s.services, tmp, cert, key)
+    return render_proxy_files(s.cfg, s.services, tmp, cert, key)
 
 
 @pytest.fixture
@@ -60,7 +60,7 @@ def proxy(gx10_data, tmp_path):
     servers = [http.server.ThreadingHTTPServer(("127.0.0.1", p), Upstream) for p in ports[1:]]
     for srv in servers:
         threading.Thread(target=srv.serve_forever, daemon=True).start()
-    (tmp_path / "site.conf").write_text(render(data, s, tmp_path))
+    (tmp_path / "site.conf").write_text(render(s, tmp_path))
     conf = tmp_path / "nginx.conf"
     conf.write_text(f"daemon off;\nmaster_process off;\npid {tmp_path}/nginx.pid;\nerror_log stderr;\nevents {{}}\n"
                     f"http {{\n    access_log off;\n    client_body_temp_path {tmp_path}/body;\n"

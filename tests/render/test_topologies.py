@@ -14,18 +14,18 @@ import pytest
 from sparkctl import REPO_ROOT
 from sparkctl.box.check_vllm_args import unescape_env_value
 from sparkctl.check import validate_host as validate
-from sparkctl.config import topology
 from sparkctl.errors import SettingError
 from sparkctl.render import gateway, units
+from tests.conftest import API_TOKEN, SCRAPE_TOKEN, changed
 
 PAIR = ["spark-1", "spark-2"]
 
 
 def run_pair(tmp_path, topology_name: str, *extra: str, models: str = "") -> dict:
     tf = tmp_path / "api_token"
-    tf.write_text("fake-token")
+    tf.write_text(API_TOKEN)
     tf.chmod(0o600)  # secrets readable by others are refused
-    (tmp_path / "scrape_token").write_text("fake-scrape-token")  # issue 11: the proxy's scrape paths
+    (tmp_path / "scrape_token").write_text(SCRAPE_TOKEN)  # issue 11: the proxy's scrape paths
     (tmp_path / "scrape_token").chmod(0o600)
     env = dict(os.environ, FAKE_KIND="dgx", FAKE_HOSTS="2", FAKE_MODELS=models, PYINFRA_FAKE_DELAY="0",
                PYINFRA_FAKE_DELAY_JITTER="0", SPARKCTL_TEST_SECRETS=str(tmp_path / "secrets"), GX10_HOSTS="",
@@ -112,7 +112,7 @@ def settings_pair(gx10_data, topo: str, backend: str = "native"):
 
 def env_of(s, svc):
     return {k: unescape_env_value(v) for k, v in (line.split("=", 1) for line in
-            units.render_env(svc, s.data).splitlines() if line and not line.startswith("#"))}
+            units.render_env(svc, s.cfg).splitlines() if line and not line.startswith("#"))}
 
 
 def args_of(s, svc):
@@ -121,13 +121,14 @@ def args_of(s, svc):
 
 def test_tensor_parallel_unit_id_is_one_for_both_boxes_and_moves_with_either(gx10_data):
     s = settings_pair(gx10_data, "tensor-parallel")
-    pair = [(s[h].coder, s[h].data) for h in PAIR]
+    pair = [(s[h].coder, s[h].cfg) for h in PAIR]
     uid = units.tp_unit_id(pair)
     for h in PAIR:
         assert env_of(s[h], units.with_tp_unit(s[h].coder, uid))["SPARKCTL_TP_UNIT"] == uid
     # a change that only the worker's files see still changes the id, so the head rolls out with it
-    changed = dict(s["spark-2"].data, VLLM_EXTRA_ENV={**s["spark-2"].data["VLLM_EXTRA_ENV"], "X": "1"})
-    assert units.tp_unit_id([pair[0], (s["spark-2"].coder, changed)]) != uid
+    worker = s["spark-2"].cfg
+    other = changed(worker, VLLM_EXTRA_ENV={**worker.VLLM_EXTRA_ENV, "X": "1"})
+    assert units.tp_unit_id([pair[0], (s["spark-2"].coder, other)]) != uid
     assert units.tp_unit_id(list(reversed(pair))) != uid  # rank order is part of it
 
 
@@ -164,8 +165,8 @@ def test_tensor_parallel_needs_two_hosts_and_a_valid_head(gx10_data):
         validate(dict(gx10_data, SPARK_TOPOLOGY="tensor-parallel"), "spark-1", hosts=["spark-1"])
     with pytest.raises(SettingError, match="TP_HEAD"):
         validate(dict(gx10_data, SPARK_TOPOLOGY="tensor-parallel", TP_HEAD="spark-9"), "spark-1", hosts=PAIR)
-    with pytest.raises(SettingError, match="TP_BACKEND"):
-        topology.role_of(dict(gx10_data, SPARK_TOPOLOGY="tensor-parallel", TP_BACKEND="mpi"), "spark-1", PAIR)
+    with pytest.raises(SettingError, match="TP_BACKEND = 'mpi' is not valid; expected 'native' or 'ray'"):
+        validate(dict(gx10_data, SPARK_TOPOLOGY="tensor-parallel", TP_BACKEND="mpi"), "spark-1", hosts=PAIR)
 
 
 def test_gateway_handoff_and_kubernetes_manifests(gx10_data, tmp_path):

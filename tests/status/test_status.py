@@ -17,8 +17,8 @@ from sparkctl.render import units
 from sparkctl.status import cli, fleet
 from tests.box.test_rollout_box import box  # noqa: F401  (the fixture: the real rollout on a stand-in box)
 from tests.box.test_rollout_verdict import finish, start, until_waiting, verdict
-from tests.conftest import FAKE_LOCK
-from tests.render.test_render import settings_for
+from tests.conftest import FAKE_LOCK, typed
+from tests.render.test_render import standin_settings
 
 REPORT = json.loads(open("tests/fixtures/status/spark-1.json").read())
 
@@ -56,9 +56,10 @@ def rendered_box(gx10_data, tmp_path):
                 ENV_DIR=str(tmp_path / "env"), STATE_DIR=str(tmp_path / "state"))
     (tmp_path / "env").mkdir()
     (tmp_path / "state" / "rollout").mkdir(parents=True)
-    for svc in settings_for(data).services:
-        (tmp_path / "env" / svc.env_file).write_text(units.render_env(svc, data))
-    yield data
+    s = standin_settings(data)
+    for svc in s.services:
+        (tmp_path / "env" / svc.env_file).write_text(units.render_env(svc, s.cfg))
+    yield s.cfg
     srv.shutdown()
 
 
@@ -68,7 +69,7 @@ def test_probe_reads_the_box_in_one_round_trip(rendered_box):
     assert time.monotonic() - t0 < 2.0 and "error" not in report, report
     coder = report["services"]["coder"]
     assert (coder["served"], coder["model"], coder["health"], coder["vllm_version"]) == \
-        ("coder", rendered_box["CODING_MODEL"], 200, "0.32.0")
+        ("coder", rendered_box.CODING_MODEL, 200, "0.32.0")
     assert coder["metrics"] == {"running": 2.0, "waiting": 0.0, "kv_usage": 0.25}
     assert report["services"]["embed-qwen3"]["health"] == 0  # nothing listens on its port here
     assert report["last_rollouts"] == {} and coder["rollout_running"] is False  # nothing rolled out yet
@@ -142,7 +143,7 @@ def test_status_shows_each_services_result_never_a_waiting_transactions_probe_ke
         state, result_file = box.txn_dir() / "state.json", box.state / "rollout" / "vllm-coder.result.json"
         assert key and key in state.read_text() and state.stat().st_mtime >= result_file.stat().st_mtime
         data = dict(gx10_data, ENV_DIR=str(box.env_dir), STATE_DIR=str(box.state))
-        result = fleet.status([LocalHost(name="spark-1", address="127.0.0.1")], data)
+        result = fleet.status([LocalHost(name="spark-1", address="127.0.0.1")], typed(data))
         text, as_json = cli.render(result), json.dumps(result)
         assert key not in text and key not in as_json
         ro = result["boxes"]["spark-1"]["last_rollouts"]
