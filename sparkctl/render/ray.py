@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import shlex
 
+from sparkctl.config.schema import GroupData
 from sparkctl.config.service import Service
 from sparkctl.config.topology import Role
 from sparkctl.render import units
@@ -25,45 +26,45 @@ UNIT_GLOB = "ray-*.service"  # both, for what reads every Ray unit (the venv pru
 COORDINATION_DROPIN = "sparkctl-ray.conf"  # in vllm-<coder>.service.d/ on the head
 
 
-def runs_ray(role: Role, d: dict) -> bool:
-    return role.tensor_parallel and units.ray_requirement(d) is not None
+def runs_ray(role: Role, cfg: GroupData) -> bool:
+    return role.tensor_parallel and units.ray_requirement(cfg) is not None
 
 
 def unit_name(role: Role) -> str:
     return HEAD_UNIT if role.name == "head" else WORKER_UNIT
 
 
-def temp_dir(d: dict) -> str:
+def temp_dir(cfg: GroupData) -> str:
     """Ray's sockets, session logs and spilled objects (cleared at every start of its unit)."""
-    return f"{d['STATE_DIR']}/ray"
+    return f"{cfg.STATE_DIR}/ray"
 
 
-def ray_bin(d: dict) -> str:
-    return f"{units.vllm_venv(d)}/bin/ray"
+def ray_bin(cfg: GroupData) -> str:
+    return f"{units.vllm_venv(cfg)}/bin/ray"
 
 
-def environment(coder: Service, d: dict) -> dict[str, str]:
+def environment(coder: Service, cfg: GroupData) -> dict[str, str]:
     """The coder's environment (caches, offline hub, NCCL/Gloo on the link): Ray's actors are the head's vLLM
     workers. Not its TMPDIR (the coder's own runtime directory) nor RAY_ADDRESS (`ray start` gets it as an argument)."""
-    env = units.service_environment(coder, d)
+    env = units.service_environment(coder, cfg)
     for key in ("TMPDIR", "RAY_ADDRESS"):
         env.pop(key, None)
     return env
 
 
-def start_args(role: Role, d: dict) -> list[str]:
+def start_args(role: Role, cfg: GroupData) -> list[str]:
     """`ray start` in the foreground (systemd supervises it) on this box's CX7 address."""
-    args = ["start", "--block", f"--node-ip-address={role.address}", f"--temp-dir={temp_dir(d)}",
+    args = ["start", "--block", f"--node-ip-address={role.address}", f"--temp-dir={temp_dir(cfg)}",
             "--disable-usage-stats"]
     if role.name == "head":
-        return [*args, "--head", f"--port={d['RAY_PORT']}", f"--include-dashboard={str(d['RAY_DASHBOARD']).lower()}"]
-    return [*args, f"--address={role.head_address}:{d['RAY_PORT']}"]
+        return [*args, "--head", f"--port={cfg.RAY_PORT}", f"--include-dashboard={str(cfg.RAY_DASHBOARD).lower()}"]
+    return [*args, f"--address={role.head_address}:{cfg.RAY_PORT}"]
 
 
-def render_unit(role: Role, coder: Service, d: dict) -> str:
-    return units.render_template("ray.service.j2", d=d, head=role.name == "head", address=role.address,
-                                 env=environment(coder, d), temp_dir=temp_dir(d), ray_bin=ray_bin(d),
-                                 args=shlex.join(start_args(role, d)))
+def render_unit(role: Role, coder: Service, cfg: GroupData) -> str:
+    return units.render_template("ray.service.j2", d=cfg, head=role.name == "head", address=role.address,
+                                 env=environment(coder, cfg), temp_dir=temp_dir(cfg), ray_bin=ray_bin(cfg),
+                                 args=shlex.join(start_args(role, cfg)))
 
 
 def coder_dropin_path(coder: Service) -> str:

@@ -14,6 +14,8 @@ import json
 import re
 import time
 
+from sparkctl.config import schema
+from sparkctl.config.schema import GroupData
 from sparkctl.render import ray, units
 from tests.e2e.conftest import pyinfra, record, sim_exec
 from tests.e2e.test_c_faults import chat_ok, wait_for
@@ -25,11 +27,11 @@ RESULT = "/var/lib/sparkctl/rollout/vllm-coder.result.json"
 DROPIN = f"/etc/systemd/system/vllm-coder.service.d/{ray.COORDINATION_DROPIN}"
 
 
-def ray_nodes(data: dict) -> list[str]:
+def ray_nodes(cfg: GroupData) -> list[str]:
     """The live nodes `ray status` lists on the head (its "Active:" section)."""
-    address = f"{data['CX7_ADDRESSES'][HEAD][0].split('/')[0]}:{data['RAY_PORT']}"
+    address = f"{cfg.CX7_ADDRESSES[HEAD][0].split('/')[0]}:{cfg.RAY_PORT}"
     try:
-        text = sim_exec(HEAD, f"{ray.ray_bin(data)} status --address {address} 2>&1")
+        text = sim_exec(HEAD, f"{ray.ray_bin(cfg)} status --address {address} 2>&1")
     except Exception:  # noqa: BLE001 - not up yet: no node
         return []
     active = text.split("Active:", 1)[-1].split("Pending:", 1)[0] if "Active:" in text else ""
@@ -41,29 +43,29 @@ def main_pid(host: str, unit: str) -> str:
 
 
 def test_ray_cluster_of_two_sparks_through_the_real_units(converged_spark):
-    data = dict(converged_spark.data, SPARK_TOPOLOGY="tensor-parallel", TP_BACKEND="ray")
+    cfg = schema.validate({**converged_spark.data, "SPARK_TOPOLOGY": "tensor-parallel", "TP_BACKEND": "ray"})
     t0 = time.monotonic()
     try:
         run = pyinfra("-y", *RAY, "inventory.py", "deploy.py", timeout=1800)
         record("tensor-parallel over Ray: new venv with Ray, both Ray units, the head's coder refused", run.seconds)
-        assert_two_node_cluster(data, run)
+        assert_two_node_cluster(cfg, run)
         assert_cpu_build_refused_and_previous_coder_serves(converged_spark, run)
-        coordinated_restart(data)
+        coordinated_restart(cfg)
         assert wait_for(lambda: chat_ok(converged_spark), 300, "the coder serving again after the Ray restart")
     finally:
         coder = main_pid(HEAD, "vllm-coder.service")
         back = pyinfra("-y", "inventory.py", "deploy.py", timeout=1800)  # replicas (native) again
         record("back to replicas after Ray: the Ray units retired", back.seconds)
     assert back.rc == 0, back.failure()
-    assert_ray_retired(converged_spark.data, coder)
+    assert_ray_retired(schema.validate(converged_spark.data), coder)
     record("tensor-parallel over Ray scenario (whole)", time.monotonic() - t0)
 
 
-def assert_two_node_cluster(data: dict, run) -> None:
+def assert_two_node_cluster(cfg: GroupData, run) -> None:
     for host, unit in ((HEAD, ray.HEAD_UNIT), (WORKER, ray.WORKER_UNIT)):
         assert sim_exec(host, f"systemctl is-active {unit}").strip() == "active", run.failure()
-        assert f"ExecStart={ray.ray_bin(data)} start" in sim_exec(host, f"systemctl cat {unit}")
-    nodes = wait_for(lambda: len(ray_nodes(data)) == 2 and ray_nodes(data), 120, "two nodes in `ray status`")
+        assert f"ExecStart={ray.ray_bin(cfg)} start" in sim_exec(host, f"systemctl cat {unit}")
+    nodes = wait_for(lambda: len(ray_nodes(cfg)) == 2 and ray_nodes(cfg), 120, "two nodes in `ray status`")
     print(f"ray status on {HEAD}: {len(nodes)} active nodes {nodes}")
 
 
@@ -80,21 +82,21 @@ def assert_cpu_build_refused_and_previous_coder_serves(spark, run) -> None:
     assert wait_for(lambda: chat_ok(spark), 120, "the head's previous coder through the proxy")
 
 
-def assert_ray_retired(data: dict, coder_pid: str) -> None:
+def assert_ray_retired(cfg: GroupData, coder_pid: str) -> None:
     for host in (HEAD, WORKER):
         assert sim_exec(host, "systemctl list-unit-files 'ray-*' --no-legend | wc -l").strip() == "0"
         assert sim_exec(host, "pgrep -c -f '[r]aylet|[g]cs_server' || true").strip() == "0"  # [r]: not this shell
         assert sim_exec(host, f"ls {DROPIN} 2>/dev/null || true") == ""
-    assert units.vllm_venv(data) in sim_exec(HEAD, "systemctl cat vllm-coder.service")
+    assert units.vllm_venv(cfg) in sim_exec(HEAD, "systemctl cat vllm-coder.service")
     assert main_pid(HEAD, "vllm-coder.service") == coder_pid  # unbound from Ray first: retiring Ray restarted nothing
 
 
-def coordinated_restart(data: dict) -> None:
+def coordinated_restart(cfg: GroupData) -> None:
     """A Ray restart ends the actors of the head's vLLM: systemd restarts the coder with its Ray head (the drop-in's
     Requires=/After=), and the worker's raylet, which the new head does not know, rejoins on its own."""
     coder = main_pid(HEAD, "vllm-coder.service")
     t0 = time.monotonic()
     sim_exec(HEAD, f"systemctl restart {ray.HEAD_UNIT}")
     wait_for(lambda: main_pid(HEAD, "vllm-coder.service") not in (coder, "0"), 60, "the coder restarted with Ray")
-    wait_for(lambda: len(ray_nodes(data)) == 2, 240, "the worker rejoining the restarted Ray head", interval=3)
+    wait_for(lambda: len(ray_nodes(cfg)) == 2, 240, "the worker rejoining the restarted Ray head", interval=3)
     record("Ray head restarted: the worker back in `ray status`", time.monotonic() - t0)

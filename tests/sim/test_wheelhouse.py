@@ -3,19 +3,20 @@ installs, Ray included (TP_BACKEND = "ray"), and a wheelhouse made for more is n
 
 from __future__ import annotations
 
-from sparkctl.config import groupdata
+from sparkctl.config import settings
 from sparkctl.render import units
 from sparkctl.sim import config, wheelhouse
+from tests.conftest import changed
 
 
 def test_the_wheelhouse_holds_what_the_simulated_spark_installs():
-    d = groupdata.load(["all", "gx10", "sim"])
-    assert d["PIP_NO_INDEX"] and d["PIP_FIND_LINKS"] == [config.WHEELHOUSE_MOUNT]
+    cfg = settings.load(["all", "gx10", "sim"]).cfg
+    assert cfg.PIP_NO_INDEX and cfg.PIP_FIND_LINKS == [config.WHEELHOUSE_MOUNT]
     wanted = set(config.WHEELHOUSE_REQUIREMENTS)
-    assert {d["VLLM_PIP_REQUIREMENT"], f"pip=={d['PIP_VERSION']}"} <= wanted
-    ray = units.ray_requirement(dict(d, SPARK_TOPOLOGY="tensor-parallel", TP_BACKEND="ray"))
-    assert ray == f"ray[default]=={d['RAY_VERSION']}" and ray in wanted  # the same release as on a GX10
-    assert config.WHEELHOUSE_CONSTRAINTS == d["VLLM_PIP_CONSTRAINTS"]  # resolved as the venv resolves it
+    assert {cfg.VLLM_PIP_REQUIREMENT, f"pip=={cfg.PIP_VERSION}"} <= wanted
+    ray = units.ray_requirement(changed(cfg, SPARK_TOPOLOGY="tensor-parallel", TP_BACKEND="ray"))
+    assert ray == f"ray[default]=={cfg.RAY_VERSION}" and ray in wanted  # the same release as on a GX10
+    assert config.WHEELHOUSE_CONSTRAINTS == cfg.VLLM_PIP_CONSTRAINTS  # resolved as the venv resolves it
 
 
 def test_a_wheelhouse_made_for_more_is_ready_and_one_made_for_less_is_not(tmp_path, monkeypatch):
