@@ -3,15 +3,15 @@
 preflight -> nvidia -> vllm -> (CX7 link, tensor-parallel only) -> checkpoints -> OOM guard -> proxy -> services
 (each changed coder judged by the acceptance probe through the proxy inside its rollout) -> monitoring -> health ->
 acceptance (of a coder still found waiting) -> (tensor-parallel: the worker's result, which follows the head's) ->
-gateway hand-off. Bad settings are refused before any command reaches the host; see README.md for
-the flip, secrets, settings and the two-Spark topologies.
+(Ray units no longer configured: retired) -> gateway hand-off. Bad settings are refused before any command reaches
+the host; see README.md for the flip, secrets, settings and the two-Spark topologies.
 """
 
 from tasks.acceptance import acceptance_step
 from tasks.checkpoints import checkpoints
 from tasks.handoff import handoff
 from tasks.health import health
-from tasks.link import link
+from tasks.link import link, ray_retire
 from tasks.monitoring import monitoring
 from tasks.nvidia import nvidia
 from tasks.preflight import preflight, settings_for_host
@@ -32,4 +32,5 @@ monitoring(settings, shared_scripts)
 health(settings)
 acceptance_step(settings)
 tp_worker_result(settings)
+ray_retire(settings)  # Ray units a configuration no longer runs, once its services run without them
 handoff(settings)

@@ -147,6 +147,7 @@ TP_BACKEND = "native"  # tensor-parallel launcher: native (vLLM --nnodes/--node-
 TP_MASTER_PORT = 29501  # vLLM's native multi-node rendezvous port on the head's CX7 address
 RAY_VERSION = "2.55.1"  # ray[default] installed into the venv when TP_BACKEND = "ray"
 RAY_PORT = 6379  # `ray start --head --port`
+RAY_DASHBOARD = True  # the Ray dashboard on the head (127.0.0.1:8265, with its module processes); False: a minimal one
 CX7_INTERFACES = ["enp1s0f1np1", "enP2p1s0f1np1"]  # the two "twin" netdevs of the linked QSFP port
 CX7_HCAS = ["rocep1s0f1", "roceP2p1s0f1"]  # their RDMA devices (NCCL_IB_HCA lists both)
 CX7_ADDRESSES = {  # per host: one address per twin interface (CIDR), each twin on its own subnet

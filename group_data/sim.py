@@ -128,6 +128,9 @@ CX7_INTERFACES = ["eth0"]  # the instance's veth on the bridge
 CX7_HCAS = []  # no RDMA devices: NCCL/Gloo fall back to sockets
 CX7_ADDRESSES = {"spark-1": ["10.250.0.11/24"], "spark-2": ["10.250.0.12/24"]}  # the instances' bridge addresses
 CX7_MANAGE_NETPLAN = False  # the sim's link is configured by `sparkctl sim up`
+# 2 shared CPU cores: the dashboard's module processes held back the raylet past the 30 s the Ray client server waits
+# for it, and the Ray head exited (twice on this machine, load 9-12); without them the head was up in 57 s
+RAY_DASHBOARD = False
 
 # --- measuring on 2 CPU cores ------------------------------------------------------------------------------------
 HEALTH_READY_TIMEOUT_S = 600  # CPU vLLM is ready in ~15-40 s; leave room for three starting at once

@@ -6,7 +6,8 @@ and the deploy's preflight run it alike).
 |----------------------------------------|------------------------------------------------------------------------|
 | nginx site + token file                | nginx -t in a private prefix                                           |
 | vLLM units, box facts service + timer, | systemd-analyze verify in a private root (a warning counts)            |
-| watchdog unit, Ray unit, sshd drop-in  |                                                                        |
+| watchdog unit, Ray unit (+ the head's  |                                                                        |
+| coder drop-in), sshd drop-in           |                                                                        |
 | earlyoom's arguments                   | glibc's regcomp/regexec on its --prefer/--avoid (vLLM first, never sshd) |
 | vLLM env files                         | the argument list read back as systemd gives it; vLLM's own parser when  |
 |                                        | vLLM is installed here (else the box runs it before anything stops)      |
@@ -36,7 +37,7 @@ from sparkctl.config import pki
 from sparkctl.config.schema import GroupData
 from sparkctl.config.settings import Settings
 from sparkctl.errors import SettingError
-from sparkctl.render import box_files, units
+from sparkctl.render import box_files, ray, units
 from sparkctl.render import monitoring as mon
 from sparkctl.render.box_files import EARLYOOM_NEVER_PREFER, EARLYOOM_VITAL, EARLYOOM_VLLM
 
@@ -57,9 +58,12 @@ def _units(s: Settings) -> dict[str, BoxFile]:
                                   lambda c: mon.facts_service(c, box_files.CERT_PATH))
     out[mon.FACTS_TIMER] = BoxFile(f"/etc/systemd/system/{mon.FACTS_TIMER}", mon.facts_timer)
     out[mon.WATCHDOG_UNIT] = BoxFile(f"/etc/systemd/system/{mon.WATCHDOG_UNIT}", mon.watchdog_service)
-    if s.role.tensor_parallel and s.cfg.TP_BACKEND == "ray":
-        name = box_files.ray_unit_name(s.role)
-        out[name] = BoxFile(f"/etc/systemd/system/{name}", lambda c: box_files.ray_unit(c, s.role))
+    if ray.runs_ray(s.role, s.cfg):
+        name = ray.unit_name(s.role)
+        out[name] = BoxFile(f"/etc/systemd/system/{name}", lambda c: ray.render_unit(s.role, s.coder, c))
+        if s.role.name == "head":
+            out[f"{s.coder.unit}.d/{ray.COORDINATION_DROPIN}"] = BoxFile(ray.coder_dropin_path(s.coder),
+                                                                        lambda c: ray.render_coder_dropin())
     out["ssh.service.d/sparkctl-memory.conf"] = BoxFile(box_files.SSHD_DROPIN, box_files.sshd_dropin)
     return out
 

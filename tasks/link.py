@@ -2,7 +2,8 @@
 boxes use over the link (sparkctl/render/link.py): the worker copies checkpoints from the head (forced read-only
 rrsync), and each box reads the other's rollout status (forced `rollout.py status coder`, only from the other box's
 link address): the worker's transaction follows the head's, the head's watchdog judges the pair as one unit.
-Nothing happens here for replicas or split."""
+Nothing happens here for replicas or split, except ray_retire (after the services): Ray units a configuration no
+longer runs are stopped and removed."""
 
 from __future__ import annotations
 
@@ -11,13 +12,15 @@ from io import StringIO
 
 from pyinfra import host
 from pyinfra.api import deploy
+from pyinfra.facts.files import File
 from pyinfra.operations import files, server, systemd
+from pyinfra.operations.util import any_changed
 
 from sparkctl.config import pki
 from sparkctl.config.secrets import secrets_dir
 from sparkctl.config.schema import GroupData
 from sparkctl.config.settings import Settings
-from sparkctl.render import box_files
+from sparkctl.render import box_files, ray
 from sparkctl.render import units as svcs
 from sparkctl.render.link import PEER_KEY, SYNC_KEY, peer_status_forced_command
 from tasks.ops import pip_dist
@@ -74,14 +77,55 @@ def link(settings: Settings) -> None:
                    path="/root/.ssh/authorized_keys", line="sparkctl-cx7-sync",
                    replace=f'restrict,from="{source}",command="rrsync -ro {shlex.quote(cfg.MODEL_STORE + "/hub")}" '
                            f'{public}')
-    if cfg.TP_BACKEND == "ray":
-        venv = svcs.vllm_venv(cfg)
-        pip_dist(name=f"Install ray {cfg.RAY_VERSION} into the venv", venv=venv, dist="ray",
-                 version=cfg.RAY_VERSION, requirement=f"ray[default]=={cfg.RAY_VERSION}", pip_args=pip_args(cfg))
-        unit_name = box_files.ray_unit_name(role)
-        unit = files.put(name=f"Unit {unit_name}", dest=f"/etc/systemd/system/{unit_name}", user="root",
-                         group="root", mode="0644", src=StringIO(box_files.ray_unit(cfg, role)))
-        systemd.daemon_reload(name="Reload systemd (Ray unit changed)", _if=unit.did_change)
-        systemd.service(name=f"{unit_name} enabled and running", service=unit_name, running=True, enabled=True)
-        systemd.service(name=f"Restart {unit_name} (its unit changed)", service=unit_name, restarted=True,
-                        _if=unit.did_change)
+    ray_cluster(settings)
+
+
+def ray_cluster(settings: Settings) -> None:
+    """TP_BACKEND = "ray": Ray into the coder's new venv, the box's Ray unit (the worker's `ray start` waits for the
+    head's to answer), and on the head the drop-in that restarts its coder with Ray (sparkctl/render/ray.py: why)."""
+    cfg, role = settings.cfg, settings.role
+    if not ray.runs_ray(role, cfg):
+        return
+    venv = svcs.vllm_venv(cfg)
+    pip_dist(name=f"Install ray {cfg.RAY_VERSION} into {venv}", venv=venv, dist="ray", version=cfg.RAY_VERSION,
+             requirement=svcs.ray_requirement(cfg), pip_args=pip_args(cfg))
+    ray_unit(settings, dropin=ray.coder_dropin_path(settings.coder) if role.name == "head" else None)
+
+
+def ray_unit(settings: Settings, dropin: str | None) -> None:
+    """Install the Ray unit and (head) the coder's drop-in; restart Ray only when its unit changed (systemd then
+    restarts the head's coder with it: stopped before Ray, started after it)."""
+    role = settings.role
+    name = ray.unit_name(role)
+    changed = [files.put(name=f"Unit {name}", dest=f"/etc/systemd/system/{name}", user="root", group="root",
+                         mode="0644", src=StringIO(ray.render_unit(role, settings.coder, settings.cfg)))]
+    if dropin:
+        changed.append(files.put(name=f"{settings.coder.unit} starts after {name}, restarts with it (drop-in)",
+                                 dest=dropin, user="root", group="root", mode="0644",
+                                 src=StringIO(ray.render_coder_dropin())))
+    systemd.daemon_reload(name=f"Reload systemd ({name} changed)", _if=any_changed(*changed))
+    systemd.service(name=f"Restart {name} (its unit changed)", service=name, running=True, restarted=True,
+                    enabled=True, _if=changed[0].did_change)
+    systemd.service(name=f"{name} enabled and running", service=name, running=True, enabled=True)
+
+
+@deploy("Ray cluster retired")
+def ray_retire(settings: Settings) -> None:
+    """After the services: a box whose configuration no longer runs Ray stops and removes its Ray units (its coder,
+    already rolled out without Ray, first loses the drop-in binding it to the Ray head)."""
+    if ray.runs_ray(settings.role, settings.cfg):
+        return
+    dropin = ray.coder_dropin_path(settings.coder)
+    units = [f"/etc/systemd/system/{name}" for name in (ray.HEAD_UNIT, ray.WORKER_UNIT)]
+    present = [p for p in [dropin, *units] if host.get_fact(File, path=p)]
+    if not present:
+        return
+    if dropin in present:
+        files.file(name=f"Unbind {settings.coder.unit} from the Ray head", path=dropin, present=False)
+        systemd.daemon_reload(name="Reload systemd (coder drop-in removed)")
+    for path in units:
+        if path in present:
+            name = path.rsplit("/", 1)[1]
+            systemd.service(name=f"Stop and disable {name}", service=name, running=False, enabled=False)
+            files.file(name=f"Remove {name}", path=path, present=False)
+    systemd.daemon_reload(name="Reload systemd (Ray units removed)")

@@ -18,7 +18,7 @@ from pyinfra.operations import files, systemd
 from sparkctl.config.catalog import CODER
 from sparkctl.config.schema import GroupData
 from sparkctl.config.settings import Settings, derive, host_config
-from sparkctl.render import box_files
+from sparkctl.render import box_files, ray
 from sparkctl.render import units as svcs
 from sparkctl.render.link import peer_status_command
 from sparkctl.render.units import rollout_env, rollout_values
@@ -119,9 +119,14 @@ def with_tp_unit(settings: Settings, service_list: list) -> list:
 def prune(cfg: GroupData) -> None:
     keep = cfg.VLLM_VENVS_KEEP
     prune_venvs(name=f"Prune vLLM venvs (keep {keep} and every one a unit or rollout snapshot names)",
-                root=f"{cfg.SPARKCTL_HOME}/venvs", keep=keep,
-                referenced_by=["/etc/systemd/system/vllm-*.service", f"{cfg.ENV_DIR}/vllm-*.service.next",
-                               f"{cfg.STATE_DIR}/rollout/vllm-*.txn/unit"])
+                root=f"{cfg.SPARKCTL_HOME}/venvs", keep=keep, referenced_by=venv_users(cfg))
+
+
+def venv_users(cfg: GroupData) -> list[str]:
+    """Every unit file that may run a venv: the vLLM units (live, staged, in a rollout snapshot) and the Ray units
+    (their actors run vLLM from the coder's venv; a Ray worker runs no vLLM unit at all)."""
+    return ["/etc/systemd/system/vllm-*.service", f"{cfg.ENV_DIR}/vllm-*.service.next",
+            f"{cfg.STATE_DIR}/rollout/vllm-*.txn/unit", f"/etc/systemd/system/{ray.UNIT_GLOB}"]
 
 
 @deploy("vLLM services")

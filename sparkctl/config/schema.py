@@ -179,6 +179,7 @@ class GroupData(BaseModel):
     TP_MASTER_PORT: t.UserPort
     RAY_VERSION: t.Version
     RAY_PORT: t.UserPort
+    RAY_DASHBOARD: bool
     CX7_INTERFACES: t.list_of(t.IfName, "a non-empty list of interface names", 1)
     CX7_HCAS: t.list_of(t.IfName, "a list of RDMA device names")
     CX7_ADDRESSES: Annotated[dict[str, list[t.Cidr]], Field(

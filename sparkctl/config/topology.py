@@ -60,7 +60,9 @@ def distributed_env(cfg: GroupData, host: str, head: str) -> dict:
     else:
         env["NCCL_IB_DISABLE"] = "1"
     if cfg.TP_BACKEND == "ray":
-        env.update(RAY_memory_monitor_refresh_ms="0", RAY_NODE_IP_ADDRESS=cx7_address(cfg, host))
+        # RAY_ADDRESS: the head's vLLM joins the cluster of the ray-head unit (else ray.init starts one of its own)
+        env.update(RAY_memory_monitor_refresh_ms="0", RAY_NODE_IP_ADDRESS=cx7_address(cfg, host),
+                   RAY_ADDRESS=f"{cx7_address(cfg, head)}:{cfg.RAY_PORT}")
     return env
 
 

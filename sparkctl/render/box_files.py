@@ -1,13 +1,12 @@
 """The system files the deploy writes besides the vLLM units and env files (sparkctl/render/units.py) and the
 monitoring ones (monitoring.py): the proxy's nginx site and token file, earlyoom's arguments, sshd's memory floor,
-the CX7 link's netplan file, the Ray units. The tasks upload what these render; `python -m sparkctl check` renders
+the CX7 link's netplan file (the Ray units: ray.py). The tasks upload what these render; `python -m sparkctl check` renders
 the same and runs the real validators on it (sparkctl/check_render.py). Pure functions of the typed settings.
 """
 
 from __future__ import annotations
 
 from sparkctl.config.schema import GroupData
-from sparkctl.config.topology import Role
 from sparkctl.render.monitoring import scrape_targets
 from sparkctl.render.units import render_template
 
@@ -52,13 +51,3 @@ def sshd_dropin(cfg: GroupData) -> str:
 def netplan(cfg: GroupData, host_name: str) -> str:
     return render_template("netplan-cx7.yaml.j2", d=cfg, addresses=cfg.CX7_ADDRESSES[host_name])
 
-
-def ray_unit_name(role: Role) -> str:
-    return "ray-head.service" if role.name == "head" else "ray-worker.service"
-
-
-def ray_unit(cfg: GroupData, role: Role) -> str:
-    """TP_BACKEND = "ray": the head's or the worker's `ray start` unit (Ray's own memory monitor off)."""
-    return render_template("ray.service.j2", d=cfg, head=role.name == "head", address=role.address,
-                           head_address=role.head_address,
-                           env={k: v for k, v in role.env.items() if not k.startswith("RAY_memory")})

@@ -115,12 +115,22 @@ def pip_args(cfg: GroupData) -> list[str]:
     return args
 
 
+def ray_requirement(cfg: GroupData) -> str | None:
+    """What tensor-parallel over Ray adds to the vLLM venv (its actors import vLLM from the Ray units' python);
+    None for every other configuration."""
+    if cfg.SPARK_TOPOLOGY != "tensor-parallel" or cfg.TP_BACKEND != "ray":
+        return None
+    return f"ray[default]=={cfg.RAY_VERSION}"
+
+
 def vllm_venv(cfg: GroupData) -> str:
     """The versioned venv this configuration's vLLM lives in: <SPARKCTL_HOME>/venvs/<version>-<hash of what is
     installed>. A changed requirement, pip option or constraint is a new venv beside the running one, and a new
-    unit file (ExecStart names it), so it is rolled out, and rolled back, like any other change."""
+    unit file (ExecStart names it), so it is rolled out, and rolled back, like any other change. Ray, when the
+    configuration runs it, is one of those requirements: it is installed into a new venv, never into a running one."""
+    ray = ray_requirement(cfg)  # appended only then: every venv without Ray keeps the name it had
     what = json.dumps([cfg.VLLM_PIP_REQUIREMENT, pip_args(cfg), cfg.VLLM_PIP_CONSTRAINTS, cfg.VLLM_PIP_REMOVE,
-                       cfg.VLLM_METADATA_ALIAS, cfg.PIP_VERSION], sort_keys=True)
+                       cfg.VLLM_METADATA_ALIAS, cfg.PIP_VERSION, *([ray] if ray else [])], sort_keys=True)
     return f"{cfg.SPARKCTL_HOME}/venvs/{cfg.VLLM_VERSION}-{hashlib.sha256(what.encode()).hexdigest()[:12]}"
 
 

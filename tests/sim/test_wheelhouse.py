@@ -1,0 +1,36 @@
+"""The simulated Spark installs offline (PIP_NO_INDEX) from the wheelhouse: it must hold what the sim group data
+installs, Ray included (TP_BACKEND = "ray"), and a wheelhouse made for more is not downloaded again."""
+
+from __future__ import annotations
+
+from sparkctl.config import settings
+from sparkctl.render import units
+from sparkctl.sim import config, wheelhouse
+from tests.conftest import changed
+
+
+def test_the_wheelhouse_holds_what_the_simulated_spark_installs():
+    cfg = settings.load(["all", "gx10", "sim"]).cfg
+    assert cfg.PIP_NO_INDEX and cfg.PIP_FIND_LINKS == [config.WHEELHOUSE_MOUNT]
+    wanted = set(config.WHEELHOUSE_REQUIREMENTS)
+    assert {cfg.VLLM_PIP_REQUIREMENT, f"pip=={cfg.PIP_VERSION}"} <= wanted
+    ray = units.ray_requirement(changed(cfg, SPARK_TOPOLOGY="tensor-parallel", TP_BACKEND="ray"))
+    assert ray == f"ray[default]=={cfg.RAY_VERSION}" and ray in wanted  # the same release as on a GX10
+    assert config.WHEELHOUSE_CONSTRAINTS == cfg.VLLM_PIP_CONSTRAINTS  # resolved as the venv resolves it
+
+
+def test_a_wheelhouse_made_for_more_is_ready_and_one_made_for_less_is_not(tmp_path, monkeypatch):
+    monkeypatch.setattr(config, "WHEELHOUSE", tmp_path)
+    stamp = tmp_path / wheelhouse.STAMP
+    assert not wheelhouse.is_ready()
+    stamp.write_text(wheelhouse.wanted())
+    assert wheelhouse.is_ready()
+    stamp.write_text(wheelhouse.wanted() + "another-dist==1.0\n")  # a tree that wants more shares .sim/
+    assert wheelhouse.is_ready()
+    without_ray = [r for r in config.WHEELHOUSE_REQUIREMENTS if not r.startswith("ray")]
+    monkeypatch.setattr(config, "WHEELHOUSE_REQUIREMENTS", without_ray)
+    older = wheelhouse.wanted()
+    monkeypatch.undo()
+    monkeypatch.setattr(config, "WHEELHOUSE", tmp_path)
+    stamp.write_text(older)  # made before Ray was wanted: downloaded again
+    assert not wheelhouse.is_ready()
