@@ -1,44 +1,61 @@
-"""Two simulated Sparks in each topology (after the rollout scenarios converged them as replicas): split with a
-different coding model per box, then tensor-parallel over the bridge that stands in for the CX7 link."""
+"""Two simulated Sparks in the tensor-parallel topology over the bridge that stands in for the CX7 link: converged
+once for this module (`tensor_parallel` fixture, from the pair as the group data says), back to replicas after it.
+"""
 
 from __future__ import annotations
 
 import json
-import os
 import shlex
+from dataclasses import dataclass
 
-from sparkctl import REPO_ROOT
+import pytest
+
 from sparkctl.config import groupdata
-from tests.e2e.conftest import pyinfra, record, sim_exec
-from tests.e2e.test_a_rollout import hub_file_gets
-
-SERVICES = ["vllm-coder.service", "vllm-embed-qwen3.service", "vllm-embed-bge-m3.service"]
+from tests.e2e.conftest import GROUPS, PAIR, Run, pyinfra, record, sim_exec
+from tests.e2e.test_rollout import hub_file_gets
 
 
-def pids(name: str) -> dict:
-    return {u: sim_exec(name, f"systemctl show -P MainPID {u}").strip() for u in SERVICES}
+@dataclass
+class TensorParallel:
+    run: Run  # the deploy that formed the pair (spark-2 started with an empty model store)
+    hub_gets_before: int  # the stand-in hub's file GETs before it
 
 
-def test_split_one_box_flips_and_the_other_is_untouched(converged_spark, monkeypatch):
-    before1, before2 = pids("spark-1"), pids("spark-2")
-    monkeypatch.setenv("SPARK_CODING_MODELS", "spark-2=laguna-s-2.1")
-    run = pyinfra("-y", "--data", "SPARK_TOPOLOGY=split", "inventory.py", "deploy.py")
-    record("split: spark-2 to laguna-s-2.1, both boxes converged", run.seconds)
+@pytest.fixture(scope="module")
+def tensor_parallel(spark_1) -> TensorParallel:
+    """The pair converged as tensor-parallel (head spark-1, headless worker spark-2), the worker with an empty model
+    store before (it must get its checkpoints from the head, not from the hub); replicas again afterwards."""
+    PAIR.as_in_the_files()
+    PAIR.disturbed("spark-2")
+    sim_exec("spark-2", "rm -rf /srv/models/hub /srv/models/verified")
+    gets0 = hub_file_gets()
+    run = pyinfra("-y", "--data", "SPARK_TOPOLOGY=tensor-parallel", "inventory.py", "deploy.py", timeout=1800)
+    record("tensor-parallel over the simulated link (rollout, gated)", run.seconds)
+    yield TensorParallel(run=run, hub_gets_before=gets0)
+    back = pyinfra("-y", "inventory.py", "deploy.py", timeout=1800)  # replicas again
+    record("back to replicas after tensor-parallel", back.seconds)
+    assert back.rc == 0, back.failure()
+
+
+def test_tensor_parallel_over_the_simulated_link(tensor_parallel):
+    """vLLM's CPU build on two 2-core test hosts: --tensor-parallel-size 2 --nnodes 2, the headless worker started
+    first, checkpoints copied from the head over the link, the head serving through the proxy."""
+    run = tensor_parallel.run
+    head_env = sim_exec("spark-1", "cat /etc/sparkctl/vllm-coder.env.next")
+    worker_env = sim_exec("spark-2", "cat /etc/sparkctl/vllm-coder.env.next")
+    for env, rank in ((head_env, "0"), (worker_env, "1")):
+        assert f"--node-rank {rank}" in env and "--master-addr 10.250.0.11" in env and "--nnodes 2" in env
+        assert "GLOO_SOCKET_IFNAME=eth0" in env
+    assert "--headless" in worker_env and "--headless" not in head_env
+    # the worker copied every checkpoint from the head over the link (no second download from the hub)
+    copied = set(sim_exec("spark-2", "ls /srv/models/verified").split())
+    assert len(copied) == 5 and copied <= set(sim_exec("spark-1", "ls /srv/models/verified").split())
+    assert hub_file_gets() == tensor_parallel.hub_gets_before
+    # vLLM's CPU build forms the two-node group over Gloo on the bridge; the head serves through the proxy
     assert run.rc == 0, run.failure()
-    assert pids("spark-1") == before1  # nothing restarted on the other box
-    after2 = pids("spark-2")
-    assert after2["vllm-coder.service"] != before2["vllm-coder.service"]
-    assert {u: after2[u] for u in SERVICES[1:]} == {u: before2[u] for u in SERVICES[1:]}
-    assert run.output.count("healthy") >= 6  # health passed on both boxes
-    handoff = json.loads((REPO_ROOT / "handoff" / "endpoints.json").read_text())
-    assert handoff["topology"] == "split"
-    assert {(e["box"], e["model"]) for e in handoff["models"]["coder"]} == {("spark-1", "qwen3.8-27b"),
-                                                                           ("spark-2", "laguna-s-2.1")}
-    k8s = (REPO_ROOT / "handoff" / "k8s-endpoints.yaml").read_text()
-    assert "spark-coder-laguna-s-2-1" in k8s and "EndpointSlice" in k8s
-    monkeypatch.delenv("SPARK_CODING_MODELS")
-    run = pyinfra("-y", "--limit", "spark-2", "inventory.py", "deploy.py")  # back to replicas of qwen
-    assert run.rc == 0, run.failure()
+    assert "health through https://10.250.0.11:443" in run.output and run.output.count("healthy") >= 3
+    assert "health through https://10.250.0.12:443" in run.output  # the worker: unit up, no API of its own
+    assert "Worker_TP1" in sim_exec("spark-2", "journalctl -u vllm-coder.service --no-pager -o cat | tail -n 400")
 
 
 # the head's unit: a candidate carrying the marker starts, stays "activating" for a while, then fails (an
@@ -47,19 +64,22 @@ BREAK_DROPIN = "/etc/systemd/system/vllm-coder.service.d/sparkctl-e2e-tp-break.c
 BREAK_AFTER_S = 20  # long enough for the worker's transaction to see the head's candidate installed and follow it
 
 
-def head_fails_its_gate_and_both_boxes_go_back():
+def test_a_head_that_fails_its_gate_brings_both_boxes_back(tensor_parallel):
     """Tensor-parallel as one unit (issue 14): the head's candidate fails its gate -> the head rolls back, and
     the worker, which had followed it forward, rolls back too: both boxes on the previous configuration."""
-    extra = dict(groupdata.load(["all", "gx10", "sim"])["VLLM_EXTRA_ENV"], SPARKCTL_E2E_MARKER="tp-broken")
+    assert tensor_parallel.run.rc == 0, "the pair must serve as tensor-parallel first"
+    extra = dict(groupdata.load(GROUPS)["VLLM_EXTRA_ENV"], SPARKCTL_E2E_MARKER="tp-broken")
     before = {h: sim_exec(h, "cat /etc/sparkctl/vllm-coder.env") for h in ("spark-1", "spark-2")}
     # $$: a literal $ for systemd, so the shell reads the marker from the unit's environment
     script = f'if [ "$$SPARKCTL_E2E_MARKER" = tp-broken ]; then sleep {BREAK_AFTER_S}; exit 1; fi'
+    PAIR.disturbed("spark-1")
     sim_exec("spark-1", f"mkdir -p {BREAK_DROPIN.rsplit('/', 1)[0]} && printf '%s\\n' '[Service]' "
                         f"{shlex.quote('ExecStartPost=/bin/sh -c ' + shlex.quote(script))} > {BREAK_DROPIN} "
                         "&& systemctl daemon-reload")
-    try:
+    try:  # the box remembers a failed candidate: ROLLOUT_RETRY_FAILED, so this test can run again on a kept pair
         run = pyinfra("-y", "--data", "SPARK_TOPOLOGY=tensor-parallel", "--data",
-                      "VLLM_EXTRA_ENV=" + json.dumps(extra), "inventory.py", "deploy.py", timeout=1800)
+                      "VLLM_EXTRA_ENV=" + json.dumps(extra), "--data", "ROLLOUT_RETRY_FAILED=True", "inventory.py",
+                      "deploy.py", timeout=1800)
         record("tensor-parallel: head fails its gate -> both boxes back", run.seconds)
     finally:
         sim_exec("spark-1", f"rm -f {BREAK_DROPIN} && systemctl daemon-reload")
@@ -77,33 +97,3 @@ def head_fails_its_gate_and_both_boxes_go_back():
     again = pyinfra("-y", "--data", "SPARK_TOPOLOGY=tensor-parallel", "inventory.py", "deploy.py", timeout=1800)
     assert again.rc == 0, again.failure()
     assert "health through https://10.250.0.11:443" in again.output
-
-
-def test_tensor_parallel_over_the_simulated_link(converged_spark):
-    """vLLM's CPU build on two 2-core test hosts: --tensor-parallel-size 2 --nnodes 2, the headless worker started
-    first, checkpoints copied from the head over the link, the head serving through the proxy."""
-    # the worker must get its checkpoints from the head, not from the hub: start it with an empty model store
-    sim_exec("spark-2", "rm -rf /srv/models/hub /srv/models/verified")
-    gets0 = hub_file_gets()
-    run = pyinfra("-y", "--data", "SPARK_TOPOLOGY=tensor-parallel", "inventory.py", "deploy.py", timeout=1800)
-    record("tensor-parallel over the simulated link (rollout, gated)", run.seconds)
-    head_env = sim_exec("spark-1", "cat /etc/sparkctl/vllm-coder.env.next")
-    worker_env = sim_exec("spark-2", "cat /etc/sparkctl/vllm-coder.env.next")
-    for env, rank in ((head_env, "0"), (worker_env, "1")):
-        assert f"--node-rank {rank}" in env and "--master-addr 10.250.0.11" in env and "--nnodes 2" in env
-        assert "GLOO_SOCKET_IFNAME=eth0" in env
-    assert "--headless" in worker_env and "--headless" not in head_env
-    # the worker copied every checkpoint from the head over the link (no second download from the hub)
-    copied = set(sim_exec("spark-2", "ls /srv/models/verified").split())
-    assert len(copied) == 5 and copied <= set(sim_exec("spark-1", "ls /srv/models/verified").split())
-    assert hub_file_gets() == gets0
-    # vLLM's CPU build forms the two-node group over Gloo on the bridge; the head serves through the proxy
-    assert run.rc == 0, run.failure()
-    assert "health through https://10.250.0.11:443" in run.output and run.output.count("healthy") >= 3
-    assert "health through https://10.250.0.12:443" in run.output  # the worker: unit up, no API of its own
-    assert "Worker_TP1" in sim_exec("spark-2", "journalctl -u vllm-coder.service --no-pager -o cat | tail -n 400")
-    head_fails_its_gate_and_both_boxes_go_back()
-    back = pyinfra("-y", "inventory.py", "deploy.py", timeout=1800)  # replicas again
-    record("back to replicas after tensor-parallel", back.seconds)
-    assert back.rc == 0, back.failure()
-    os.environ.pop("SPARK_CODING_MODELS", None)
