@@ -236,7 +236,7 @@ STATUS_SSH_TIMEOUT_S = 10  # `sparkctl status`: one ssh round trip per box must 
 # After a rollout that changed what the coder serves passed health, the box keeps its transaction open and waits for
 # a verdict; the control side runs this quick acceptance through the proxy (the bench probe's own code, shorter)
 # and sends commit or rollback. The regression thresholds below are PROVISIONAL until set from the gate's measured
-# noise (tests/e2e/test_h_acceptance.py prints five accepted runs' spread of each figure).
+# noise (tests/e2e/test_acceptance.py prints five accepted runs' spread of each figure).
 ACCEPTANCE_ENABLED = True  # run the quick acceptance after health when the coder's configuration changed
 ACCEPTANCE_MODE = "fail"  # fail: a failed figure rolls the flip back | warn: report it and keep the flip
 ACCEPTANCE_VERDICT_TIMEOUT_S = 1800  # how long the box waits for a verdict before deciding alone (fail: roll

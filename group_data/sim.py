@@ -109,7 +109,7 @@ CATALOG_OVERRIDES = {  # tiny stand-in checkpoints and CPU-friendly flags under 
                    # floor: the real Qwen's belongs to another checkpoint (measured_on), so the gate skips it there
                    "measured_acceptance_on": "sim/tiny-laguna", "measured_acceptance_rate": 0.2,
                    "acceptance_provenance": {"acceptance_rate": "provisional"},
-                   "measured_acceptance_source": "simulated Spark: provisional, see tests/e2e/test_h_acceptance.py"},
+                   "measured_acceptance_source": "simulated Spark: provisional, see tests/e2e/test_acceptance.py"},
     },
     "qwen3-embedding-0.6b": {
         "checkpoint": {"repo": "sim/all-minilm-l6-v2", "revision": "main"},  # the real all-MiniLM-L6-v2
@@ -146,7 +146,7 @@ ACCEPTANCE_PREFILL_TOKENS = 3000  # the sim's BENCH_PREFILL_TOKENS: fits the tin
 ACCEPTANCE_NIAH_ENABLED = False  # meaningless here: random weights never retrieve a needle
 ACCEPTANCE_PREFILL_REPEATS = 5  # a 3000-token prefill takes ~40 ms here: one sample is one scheduler hiccup away
 # from a third of its rate (the CI run of 2026-12-01 saw 26K against 76-85K tok/s); the median of 5 is not.
-# Set from the gate's own noise (tests/e2e/test_h_acceptance.py, five quick runs of one configuration in the CI runs
+# Set from the gate's own noise (tests/e2e/test_acceptance.py, five quick runs of one configuration in the CI runs
 # of 2026-11-30 and 2026-12-01): decode tok/s at 2 streams 1157..2177 (the slowest run 47 % below the fastest), at
 # 1 stream 727..1267 (43 %); single-sample prefill 26K..85K tok/s, hence the repeats above. Any run can be the
 # baseline, so the limit sits above the worst pair; the e2e slowdown (a SIGSTOP/SIGCONT duty cycle) costs far more.
@@ -154,7 +154,7 @@ ACCEPTANCE_DECODE_MAX_REGRESSION = 0.6  # fail when decode tok/s is more than th
 ACCEPTANCE_PREFILL_MAX_REGRESSION = 0.4  # fail when prefill tok/s is more than this fraction below the baseline
 # ... but the two simulated boxes share those 2 cores: in the e2e suite a qwen rerun on spark-2 measured 885 tok/s
 # at 2 streams against its 2,852 baseline (-69 %) only because spark-1 was loading a model meanwhile. Comparing
-# speed across time is meaningless here, so the sim's deploys leave it off; tests/e2e/test_h_acceptance.py turns
+# speed across time is meaningless here, so the sim's deploys leave it off; tests/e2e/test_acceptance.py turns
 # both on (--data) in a quiet, controlled sequence with the thresholds above. Decode is still measured and
 # recorded (its window also yields the speculative acceptance the floor check reads).
 ACCEPTANCE_DECODE_ENABLED = False  # compare decode tok/s with the box's baseline (see above)

@@ -17,10 +17,15 @@ SCRAPE_TOKEN = "KV_aZzLisdxrpG-5OnuXtVR8UdkGYiI7clxoE9AXbm0"
 
 def pytest_collection_modifyitems(items):
     """Fast tests first, then the simulated Spark's own lifecycle test, then the end-to-end scenarios (they share
-    one converged pair of test hosts that must not meet another test's `sim up`/`sim down`)."""
+    one converged pair of test hosts that must not meet another test's `sim up`/`sim down`), in the order that is
+    fastest for them (tests/e2e/conftest.py: SCENARIO_ORDER)."""
     def rank(item):
         path = str(item.fspath)
-        return 2 if "/tests/e2e/" in path else 1 if "lifecycle" in path else 0
+        if "/tests/e2e/" in path:
+            from tests.e2e.conftest import scenario_rank
+
+            return 2, scenario_rank(item)
+        return (1 if "lifecycle" in path else 0), 0
     items.sort(key=rank)  # stable: file order kept within each rank
 
 

@@ -1,11 +1,21 @@
 """End-to-end fixtures: two simulated Sparks (spark-1 = DGX OS flavour, spark-2 = plain Ubuntu flavour),
 converged once by the README's own command (`pyinfra -y inventory.py deploy.py`) and shared by the scenarios.
 
+A scenario says what it needs of the pair through fixtures, never through the order the files run in:
+`converged_spark` puts both boxes back as the group data says (replicas serving the file's models) when an earlier
+scenario left them otherwise; `first_converge` is the pair's first converge; other states (tensor-parallel, a
+baseline in the acceptance history) are fixtures beside the scenarios that need them. `PAIR` keeps track of which
+boxes may differ from the group data, so putting them back costs nothing when nothing changed them.
+
+SPARKCTL_E2E_REUSE=1 (README, "The end-to-end scenarios"): use the running pair instead of booting a fresh one, and
+leave it running, as the group data says, at the end.
+
 Every e2e test is marked `e2e`; they need root, debootstrap and network namespaces (CI has them).
 """
 
 from __future__ import annotations
 
+import json
 import os
 import ssl
 import subprocess
@@ -18,10 +28,19 @@ import httpx
 import pytest
 
 from sparkctl import REPO_ROOT
-from sparkctl.config import groupdata, hosts, secrets
+from sparkctl.config import catalog, groupdata, hosts, secrets
+from sparkctl.config.lock import refresh_lock
 
 BIN = Path(sys.executable).parent
+GROUPS = ["all", "gx10", "sim"]
 TIMINGS: list[tuple[str, float]] = []
+PAIR_HOSTS = ("spark-1", "spark-2")
+REUSE = os.environ.get("SPARKCTL_E2E_REUSE") == "1"
+# The order the scenario files run in, for speed only (each one's needs are fixtures): the pair is booted and
+# converged once, and the scenarios that leave a box off the group data's configuration run late, so that few
+# later ones have to put it back (the acceptance one last: its coder keeps an env marker only a rollout undoes).
+SCENARIO_ORDER = ("test_rollout.py", "test_bench.py", "test_faults.py", "test_split.py", "test_tensor_parallel.py",
+                  "test_hardening.py", "test_safe_change.py", "test_monitoring.py", "test_acceptance.py")
 
 
 def pytest_collection_modifyitems(items):
@@ -35,6 +54,12 @@ def pytest_terminal_summary(terminalreporter):
         terminalreporter.section("simulated Spark timings")
         for name, secs in TIMINGS:
             terminalreporter.write_line(f"{name:60} {secs:8.1f} s")
+
+
+def scenario_rank(item) -> int:
+    """Where an e2e test's file runs in SCENARIO_ORDER (a file not listed runs after the listed ones)."""
+    name = Path(str(item.fspath)).name
+    return SCENARIO_ORDER.index(name) if name in SCENARIO_ORDER else len(SCENARIO_ORDER)
 
 
 def record(name: str, secs: float) -> None:
@@ -63,16 +88,75 @@ class Run:
 RUN_LOG_DIR = REPO_ROOT / ".sim" / "logs" / "e2e"
 
 
-def pyinfra(*args: str, timeout: int = 2400) -> Run:
-    env = dict(os.environ, GX10_HOSTS="", PYINFRA_PROGRESS="off")
+def targets(args: tuple[str, ...]) -> tuple[str, ...]:
+    """The boxes a pyinfra command line reaches: its --limit, or the whole pair."""
+    return tuple(args[args.index("--limit") + 1].split(",")) if "--limit" in args else PAIR_HOSTS
+
+
+def plain(args: tuple[str, ...], env: dict | None) -> bool:
+    """A deploy of exactly what the group data says: no --data, no environment of its own, not a dry run."""
+    rest = [a for a in args if a not in ("-y", "inventory.py", "deploy.py")]
+    if "--limit" in rest:
+        del rest[rest.index("--limit"):rest.index("--limit") + 2]
+    return not rest and not env
+
+
+def pyinfra(*args: str, env: dict | None = None, timeout: int = 2400) -> Run:
+    """Run pyinfra from the repository root as an operator would; env: extra environment for this run only."""
+    deploys = "--dry" not in args
+    if deploys:  # marked first: a run that never returns leaves its boxes unsure
+        PAIR.disturbed(*targets(args))
+    full_env = dict(os.environ, GX10_HOSTS="", PYINFRA_PROGRESS="off", **(env or {}))
     t0 = time.monotonic()
-    r = subprocess.run([str(BIN / "pyinfra"), *args], cwd=REPO_ROOT, env=env, capture_output=True, text=True,
+    r = subprocess.run([str(BIN / "pyinfra"), *args], cwd=REPO_ROOT, env=full_env, capture_output=True, text=True,
                        timeout=timeout)
     run = Run(r.returncode, r.stdout + r.stderr, time.monotonic() - t0, r.stdout)
     RUN_LOG_DIR.mkdir(parents=True, exist_ok=True)
     (RUN_LOG_DIR / f"{time.strftime('%H%M%S')}-{'_'.join(a.replace('/', '') for a in args)[:80]}.log").write_text(
         f"$ pyinfra {' '.join(args)}\nrc={run.rc} in {run.seconds:.1f} s\n{run.output}")
+    if deploys and run.rc == 0 and plain(args, env):
+        PAIR.settled(*targets(args))
     return run
+
+
+def pyinfra_popen(*args: str) -> subprocess.Popen:
+    """Start `pyinfra -y ARGS inventory.py deploy.py` in its own session (a scenario may kill it), output piped."""
+    PAIR.disturbed(*targets(args))
+    return subprocess.Popen([str(BIN / "pyinfra"), "-y", *args, "inventory.py", "deploy.py"], cwd=REPO_ROOT,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            env={**os.environ, "GX10_HOSTS": "", "PYINFRA_PROGRESS": "off", "PYTHONUNBUFFERED": "1"},
+                            start_new_session=True)
+
+
+class PairState:
+    """Which simulated Sparks may differ from what the group data says.
+
+    Every deploy a scenario runs marks the boxes it reaches unsure while it runs; a plain one (pyinfra's own
+    command line, nothing added) that succeeds marks them as the group data says again. A scenario that changes a
+    box behind the deploy's back (a reboot, a killed process, a removed file) says so with disturbed()."""
+
+    def __init__(self):
+        self.unsure = set(PAIR_HOSTS)  # nothing is known of a pair before its first converge
+        self.reused = False  # SPARKCTL_E2E_REUSE found a running pair (its first converge is usually a no-op)
+
+    def disturbed(self, *hosts: str) -> None:
+        self.unsure.update(hosts or PAIR_HOSTS)
+
+    def settled(self, *hosts: str) -> None:
+        self.unsure.difference_update(hosts or PAIR_HOSTS)
+
+    def as_in_the_files(self) -> None:
+        """Put every unsure box back as the group data says with a plain deploy (a no-op when nothing changed)."""
+        if not self.unsure:
+            return
+        boxes = sorted(self.unsure)
+        limit = ("--limit", boxes[0]) if len(boxes) == 1 else ()
+        run = pyinfra("-y", *limit, "inventory.py", "deploy.py")
+        record(f"put {', '.join(boxes)} back as the group data says (plain deploy)", run.seconds)
+        assert run.rc == 0, run.failure()
+
+
+PAIR = PairState()
 
 
 def sim_exec(name: str, command: str) -> str:
@@ -100,17 +184,19 @@ class Spark:
 
 @pytest.fixture(scope="session")
 def sim_pair():
+    """spark-1 and spark-2 booted (or, with SPARKCTL_E2E_REUSE=1, the running pair), by name."""
     from sparkctl.sim import api as sim
 
-    # SPARKCTL_E2E_REUSE=1 (development only): keep a running pair and leave it running afterwards
-    reuse = os.environ.get("SPARKCTL_E2E_REUSE") == "1" and sim.is_running("spark-1") and sim.is_running("spark-2")
-    if not reuse:
+    PAIR.reused = REUSE and all(sim.is_running(h) for h in PAIR_HOSTS)
+    if not PAIR.reused:
         sim.down()
     t0 = time.monotonic()
     sim.up(hosts=2, flavors={"spark-1": "dgx", "spark-2": "ubuntu"})
-    record("sim up: 2 hosts (rootfs, hub, models, wheelhouse, stand-ins)", time.monotonic() - t0)
+    what = "the running pair reused" if PAIR.reused else "rootfs, hub, models, wheelhouse, stand-ins"
+    record(f"sim up: 2 hosts ({what})", time.monotonic() - t0)
     yield {h.name: h for h in hosts.sim_hosts()}
-    if os.environ.get("SPARKCTL_E2E_REUSE") == "1":
+    if REUSE:  # left running, as the group data says, for the next run
+        PAIR.as_in_the_files()
         return
     t0 = time.monotonic()
     sim.down()
@@ -119,14 +205,38 @@ def sim_pair():
 
 @pytest.fixture(scope="session")
 def first_converge(sim_pair) -> Run:
+    """The pair's first converge by the README's command: bare hosts (a reused pair: usually nothing to change)."""
     run = pyinfra("-y", "inventory.py", "deploy.py")
-    record("first converge, 2 bare hosts (pyinfra -y inventory.py deploy.py)", run.seconds)
+    record(f"first converge, 2 {'running' if PAIR.reused else 'bare'} hosts (pyinfra -y inventory.py deploy.py)",
+           run.seconds)
     assert run.rc == 0, run.failure()
     return run
 
 
 @pytest.fixture(scope="session")
-def converged_spark(first_converge, sim_pair) -> Spark:
-    data = groupdata.load(["all", "gx10", "sim"])
+def spark_1(first_converge, sim_pair) -> Spark:
+    """How a client reaches spark-1 (address, settings, token, CA); says nothing of what the pair serves now."""
+    data = groupdata.load(GROUPS)
     return Spark(host=sim_pair["spark-1"], data=data, token=secrets.read_api_token(data),
                  ca=str(secrets.secrets_dir(data) / "pki" / "ca.pem"))
+
+
+@pytest.fixture
+def converged_spark(spark_1) -> Spark:
+    """spark-1's client handle, with both boxes as the group data says (today: replicas, each serving qwen3.8-27b
+    and the two embedders): put back first if an earlier scenario left them otherwise."""
+    PAIR.as_in_the_files()
+    return spark_1
+
+
+def broken_candidate_overrides() -> str:
+    """`--data` for a coder candidate that cannot load: laguna-s-2.1 pointed at sim/tiny-broken (no draft), locked
+    like any checkpoint. The caller puts the lock back with refresh_lock(GROUPS)."""
+    data = groupdata.load(GROUPS)
+    broken = catalog.Checkpoint(repo="sim/tiny-broken", revision="main")
+    refresh_lock(GROUPS, extra=[broken])
+    overrides = json.loads(json.dumps(data["CATALOG_OVERRIDES"]))
+    overrides["laguna-s-2.1"]["checkpoint"] = {"repo": broken.repo, "revision": broken.revision}
+    overrides["laguna-s-2.1"]["draft"] = None  # no draft model for the broken candidate
+    overrides["laguna-s-2.1"]["speculative"] = None
+    return "CATALOG_OVERRIDES=" + json.dumps(overrides)

@@ -3,7 +3,7 @@ front of upstreams that echo what reached them. A table of paths (encoded, dot-s
 ;param variants) must either reach exactly one allowed route's fixed upstream path, or answer 404 without touching
 an upstream; without the bearer token every path answers 401.
 
-The same table runs against the simulated Spark's nginx in tests/e2e/test_e_hardening.py.
+The same table runs against the simulated Spark's nginx in tests/e2e/test_hardening.py.
 """
 
 from __future__ import annotations

@@ -101,7 +101,7 @@ def test_bert_is_a_mean_pooling_sentence_transformer(built):
 
 def test_the_unrelated_draft_predicts_another_token_than_the_target(built):
     """Greedy next token of the embedding-dominated stand-ins: the tied ones repeat the input token, the unrelated
-    draft's shifted lm_head the next id, so its proposals are never accepted (tests/e2e/test_h_acceptance.py)."""
+    draft's shifted lm_head the next id, so its proposals are never accepted (tests/e2e/test_acceptance.py)."""
     import numpy as np
 
     cfg = json.loads(built["sim/tiny-unrelated-draft"]["config.json"])

@@ -1,6 +1,6 @@
 """Hardening on the converged simulated Spark (issue 10): the proxy publishes the API and nothing else, the running
 sshd carries its OOM score, earlyoom's name lists fit the box's real processes, and a same-size corrupted checkpoint
-blob is refused by content.
+blob is refused by content. Each test starts from the pair as the group data says (`converged_spark`).
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import pytest
 from sparkctl import REPO_ROOT
 from sparkctl.config.lock import cache_dirname, marker_path
 from tests.deploy.test_oom_guard import posix_matches
-from tests.e2e.conftest import pyinfra, record, sim_exec
+from tests.e2e.conftest import PAIR, pyinfra, record, sim_exec
 from tests.render.test_proxy import ALLOWED, DENIED, dot_segments_resolved, request
 
 HOST = "spark-1"
@@ -26,9 +26,8 @@ def nginx_404(status: int, body: bytes, method: str = "GET") -> bool:
 
 
 @pytest.fixture(scope="module")
-def tls(converged_spark):
-    return (converged_spark.host.address, converged_spark.data["PROXY_PORT"]), \
-        ssl.create_default_context(cafile=converged_spark.ca)
+def tls(spark_1):
+    return (spark_1.host.address, spark_1.data["PROXY_PORT"]), ssl.create_default_context(cafile=spark_1.ca)
 
 
 def test_proxy_allow_list_on_the_real_box(converged_spark, tls):
@@ -114,6 +113,7 @@ def test_a_same_size_corrupted_blob_is_refused_then_fetched_again(converged_spar
     # flip one byte in the middle, same size; drop the marker as if the box had never verified it
     flip = ("import sys; f = open(sys.argv[1], 'r+b'); f.seek(int(sys.argv[2])); b = f.read(1); "
             "f.seek(int(sys.argv[2])); f.write(bytes([b[0] ^ 255]))")
+    PAIR.disturbed(HOST)
     sim_exec(HOST, f"python3 -c \"{flip}\" {blob} {size // 2} && rm -f {marker}")
     env_before = sim_exec(HOST, "cat /etc/sparkctl/vllm-embed-qwen3.env")
     run = pyinfra("-y", "--limit", HOST, "inventory.py", "deploy.py")

@@ -1,6 +1,7 @@
 """Monitoring on the converged simulated Spark (issue 11): the scrape paths and their token, node exporter on
 loopback with the GPU stand-in's facts, a busy coder never restarted, a SIGSTOPped engine core restarted by
-the watchdog. Written to run after the other scenarios (it restarts the coder)."""
+the watchdog. Each test starts from the pair as the group data says (`converged_spark`); the wedge test also
+needs a watchdog restart left to spend (`watchdog_restart_left`)."""
 
 from __future__ import annotations
 
@@ -9,9 +10,10 @@ import threading
 import time
 
 import httpx
+import pytest
 
 from sparkctl.config import secrets
-from tests.e2e.conftest import record, sim_exec
+from tests.e2e.conftest import PAIR, record, sim_exec
 
 HOST = "spark-1"
 
@@ -113,12 +115,28 @@ def engine_core_pid() -> str:
                          "its own process (VLLM_ENABLE_V1_MULTIPROCESSING must not be 0 for the coder)")
 
 
-def test_sigstopped_engine_core_is_restarted_by_the_watchdog(converged_spark):
-    sp, d = converged_spark, converged_spark.data
+@pytest.fixture
+def watchdog_restart_left(converged_spark):
+    """The watchdog may still restart the coder: it allows WATCHDOG_MAX_RESTARTS per WATCHDOG_WINDOW_S, and a pair
+    kept with SPARKCTL_E2E_REUSE remembers the restarts earlier runs of the wedge test spent."""
+    d = converged_spark.data
+    state = json.loads(sim_exec(HOST, f"cat {d['STATE_DIR']}/watchdog/state.json 2>/dev/null || echo '{{}}'"))
+    now = float(sim_exec(HOST, "date +%s"))  # the watchdog's clock: the box's wall clock
+    recent = [t for t in state.get("coder", {}).get("restarts", []) if now - t < d["WATCHDOG_WINDOW_S"]]
+    assert len(recent) < d["WATCHDOG_MAX_RESTARTS"], (
+        f"the watchdog already restarted the coder {len(recent)} times within WATCHDOG_WINDOW_S = "
+        f"{d['WATCHDOG_WINDOW_S']} s on this pair (WATCHDOG_MAX_RESTARTS = {d['WATCHDOG_MAX_RESTARTS']}): it would "
+        "give up instead; boot a fresh pair (python -m sparkctl sim down) to run the wedge test again")
+    return converged_spark
+
+
+def test_sigstopped_engine_core_is_restarted_by_the_watchdog(watchdog_restart_left):
+    sp, d = watchdog_restart_left, watchdog_restart_left.data
     assert chat_ok(sp)
     before, restarts = invocation("vllm-coder.service"), watchdog_restarts(sp, "vllm-coder.service")
     pid = engine_core_pid()
     t0 = time.monotonic()
+    PAIR.disturbed(HOST)
     sim_exec(HOST, f"kill -STOP {pid}")
     health = sim_exec(HOST, f"curl -s -o /dev/null -w '%{{http_code}}' http://127.0.0.1:{d['CODER_PORT']}/health")
     assert health == "200"  # the wedge the watchdog exists for: alive, healthy, producing nothing

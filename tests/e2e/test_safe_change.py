@@ -1,6 +1,7 @@
 """Safe change on the simulated Sparks (issue 14): a flip is a drained, gated, reversible transaction on the box
 that survives a lost control connection, is not retried once it failed, lets running streams finish, and never
-takes every box down at once. Each test prints what it measured. Runs after test_a..test_d (file order)."""
+takes every box down at once. Each test prints what it measured and starts from the pair as the group data says
+(`converged_spark`)."""
 
 from __future__ import annotations
 
@@ -8,19 +9,15 @@ import json
 import os
 import re
 import signal
-import subprocess
 import threading
 import time
 
 import httpx
 
-from sparkctl import REPO_ROOT
-from sparkctl.config import catalog, groupdata
 from sparkctl.config.lock import refresh_lock
-from tests.e2e.conftest import BIN, pyinfra, record, sim_exec
+from tests.e2e.conftest import GROUPS, broken_candidate_overrides, pyinfra, pyinfra_popen, record, sim_exec
 
 HOST = "spark-1"
-GROUPS = ["all", "gx10", "sim"]
 ROLLOUT = "/var/lib/sparkctl/rollout"
 
 
@@ -49,32 +46,14 @@ def chat_ok(spark, address: str | None = None) -> bool:
         return False
 
 
-def broken_overrides() -> str:
-    """The fault tests' candidate that cannot load (sim/tiny-broken), locked like any checkpoint."""
-    data = groupdata.load(GROUPS)
-    broken = catalog.Checkpoint(repo="sim/tiny-broken", revision="main")
-    refresh_lock(GROUPS, extra=[broken])
-    overrides = json.loads(json.dumps(data["CATALOG_OVERRIDES"]))
-    overrides["laguna-s-2.1"]["checkpoint"] = {"repo": broken.repo, "revision": broken.revision}
-    overrides["laguna-s-2.1"]["draft"] = None
-    overrides["laguna-s-2.1"]["speculative"] = None
-    return "CATALOG_OVERRIDES=" + json.dumps(overrides)
-
-
-def popen_deploy(*args: str) -> subprocess.Popen:
-    return subprocess.Popen([str(BIN / "pyinfra"), "-y", *args, "inventory.py", "deploy.py"], cwd=REPO_ROOT,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            env={**os.environ, "GX10_HOSTS": "", "PYINFRA_PROGRESS": "off", "PYTHONUNBUFFERED": "1"},
-                            start_new_session=True)
-
-
 def test_killed_control_side_mid_flip_the_box_rolls_back_alone_and_the_next_deploy_restarts_nothing(
         converged_spark):
-    overrides = broken_overrides()
     embed_pid = pid(HOST, "vllm-embed-qwen3.service")
     try:
-        # ROLLOUT_RETRY_FAILED: test_c's rollback test already made the box remember this very candidate
-        proc = popen_deploy("--limit", HOST, "--data", "CODING_MODEL=laguna-s-2.1", "--data", overrides,
+        overrides = broken_candidate_overrides()
+        # ROLLOUT_RETRY_FAILED: the box may remember this very candidate as failed (the faults scenario's rollback,
+        # an earlier run of this one on a kept pair)
+        proc = pyinfra_popen("--limit", HOST, "--data", "CODING_MODEL=laguna-s-2.1", "--data", overrides,
                             "--data", "ROLLOUT_RETRY_FAILED=True")
         deadline, state = time.monotonic() + 600, {}
         while state.get("phase") not in ("installed", "started", "rolling-back"):  # the broken one is installed
@@ -142,7 +121,7 @@ def test_long_streams_finish_during_a_flip_and_new_requests_get_503_with_retry_a
                     g["done"] = True
 
     t0 = time.monotonic()
-    proc = popen_deploy("--limit", HOST, "--data", "CODING_MODEL=laguna-s-2.1")
+    proc = pyinfra_popen("--limit", HOST, "--data", "CODING_MODEL=laguna-s-2.1")
     lines: list[str] = []
     rollout_began = threading.Event()
 

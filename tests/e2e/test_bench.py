@@ -1,5 +1,6 @@
 """The probe and acceptance checks against the converged simulated Spark: real vLLM (CPU build, tiny models),
-through nginx (TLS + bearer token), /metrics over ssh. The sim coder runs ngram speculative decoding.
+through nginx (TLS + bearer token), /metrics over ssh. The sim coder runs ngram speculative decoding. The probe runs
+once for the module, on the pair as the group data says (as `converged_spark` gives it to each test).
 
 Asserts what the probe claims about itself (counter and client tokens agree, the prefill was fresh, every label
 is in the JSON); speed figures go to the JSON, never into assertions.
@@ -16,6 +17,7 @@ import pytest
 
 from sparkctl.__main__ import main
 from sparkctl.measure import client, labels, niah, probe, record, report, workloads
+from tests.e2e.conftest import PAIR
 
 pytestmark = pytest.mark.e2e
 
@@ -24,8 +26,9 @@ SIM_MAX_CONTEXT = 4096
 
 
 @pytest.fixture(scope="module")
-def probe_record(converged_spark, tmp_path_factory):
-    sp = converged_spark
+def probe_record(spark_1, tmp_path_factory):
+    PAIR.as_in_the_files()  # what `converged_spark` does for one test, for the module's one probe
+    sp = spark_1
     data = sp.data
     served = data["CODER_SERVED_NAME"]
     ep = client.Endpoint(sp.base_url(served), served, token=sp.token, ca=sp.ca)

@@ -1,10 +1,11 @@
 """The rollout on the simulated Spark, Molecule-style: converge bare hosts, converge again and demand zero
 changes, flip the coding model (only the coder restarts, nothing re-downloads), reboot, and the two NVIDIA paths.
-Tests run in file order and share the converged hosts."""
+Each test needs the pair as the group data says (`converged_spark`) or just its first converge."""
 
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 import time
@@ -13,7 +14,7 @@ import httpx
 import pytest
 
 from sparkctl import REPO_ROOT
-from tests.e2e.conftest import pyinfra, record, sim_exec
+from tests.e2e.conftest import PAIR, pyinfra, record, sim_exec
 
 SERVICES = ["vllm-coder.service", "vllm-embed-qwen3.service", "vllm-embed-bge-m3.service"]
 
@@ -59,14 +60,14 @@ def hub_file_gets() -> int:
     return sum(1 for line in log.read_text().splitlines() if line.startswith("REQ GET") and "/resolve/" in line)
 
 
-def test_1_bare_hosts_converge_and_serve_through_the_proxy(first_converge, converged_spark):
+def test_bare_hosts_converge_and_serve_through_the_proxy(first_converge, converged_spark):
     out = first_converge.output
     assert "health through https://10.250.0.11:443" in out and "health through https://10.250.0.12:443" in out
     assert out.count("healthy") >= 6  # three services on each box
     probe_all(converged_spark)
 
 
-def test_2_second_converge_changes_nothing(first_converge):
+def test_a_second_converge_changes_nothing(converged_spark):
     changed, dry_s = dry_run_changes()
     record("dry-run gate over 2 hosts (pyinfra --dry --json)", dry_s)
     assert changed == []
@@ -85,7 +86,7 @@ def test_2_second_converge_changes_nothing(first_converge):
     assert ratio < 1.8
 
 
-def test_3_flip_restarts_only_the_coder_and_downloads_nothing(converged_spark):
+def test_a_flip_restarts_only_the_coder_and_downloads_nothing(converged_spark):
     before, gets0 = main_pids("spark-1"), hub_file_gets()
     other_before = main_pids("spark-2")
     run = pyinfra("-y", "--limit", "spark-1", "--data", "CODING_MODEL=laguna-s-2.1", "inventory.py", "deploy.py")
@@ -108,11 +109,12 @@ def test_3_flip_restarts_only_the_coder_and_downloads_nothing(converged_spark):
     assert main_pids("spark-1")["vllm-embed-qwen3.service"] == before["vllm-embed-qwen3.service"]
 
 
-def test_4_services_come_back_after_a_reboot(converged_spark):
+def test_services_come_back_after_a_reboot(converged_spark):
     from sparkctl.sim import api as sim
 
     before = main_pids("spark-1")
     t0 = time.monotonic()
+    PAIR.disturbed("spark-1")  # whatever does not come back is put back before the next scenario
     sim.reboot("spark-1", wait=True)
     deadline = time.monotonic() + 600
     while True:
@@ -128,7 +130,7 @@ def test_4_services_come_back_after_a_reboot(converged_spark):
         ["active"] * 4
 
 
-def test_5_nvidia_packages_only_on_the_plain_ubuntu_box(first_converge):
+def test_nvidia_packages_only_on_the_plain_ubuntu_box(first_converge):
     def installed(name):
         out = sim_exec(name, "dpkg-query -W -f='${Package} ${Status}\\n' cuda-keyring nvidia-open-580 "
                              "nvidia-driver-pinning-580 cuda-toolkit-13-0 2>/dev/null || true")
@@ -140,9 +142,11 @@ def test_5_nvidia_packages_only_on_the_plain_ubuntu_box(first_converge):
     assert "NVIDIA GB10" in sim_exec("spark-2", "nvidia-smi --query-gpu=name --format=csv,noheader")
 
 
-def test_6_readme_main_command_deploys_and_prints_the_health_table(first_converge):
+def test_the_readme_main_command_deploys_and_prints_the_health_table(first_converge):
+    PAIR.disturbed()
     r = subprocess.run(["make", "deploy"], cwd=REPO_ROOT, capture_output=True, text=True, timeout=1800,
-                       env={**__import__("os").environ, "GX10_HOSTS": ""})
+                       env={**os.environ, "GX10_HOSTS": ""})
     assert r.returncode == 0, (r.stdout + r.stderr)[-4000:]
+    PAIR.settled()  # `make deploy` is the plain deploy of every simulated box
     out = r.stdout + r.stderr
     assert "KV tokens (vLLM)" in out and "healthy" in out

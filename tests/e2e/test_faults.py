@@ -1,7 +1,8 @@
 """Faults and hardening on the converged simulated Spark: each test asserts the outcome and prints what it measured.
 
 SIGKILLed coder, killed download, a flip to a checkpoint that cannot load (automatic rollback), a client that
-disconnects mid-stream, and the security claims (loopback-only vLLM, root-only secrets, no token in argv).
+disconnects mid-stream, and the security claims (loopback-only vLLM, root-only secrets, no token in argv). Each test
+starts from the pair as the group data says (`converged_spark`).
 """
 
 from __future__ import annotations
@@ -15,10 +16,9 @@ import time
 import httpx
 
 from sparkctl import REPO_ROOT
-from sparkctl.config import catalog, groupdata
 from sparkctl.config.lock import refresh_lock
 from sparkctl.measure import prometheus
-from tests.e2e.conftest import pyinfra, record, sim_exec
+from tests.e2e.conftest import GROUPS, PAIR, broken_candidate_overrides, pyinfra, pyinfra_popen, record, sim_exec
 
 HOST = "spark-1"
 
@@ -52,6 +52,7 @@ def chat_ok(spark) -> bool:
 def test_sigkilled_coder_is_brought_back_by_systemd(converged_spark):
     pid = sim_exec(HOST, "systemctl show -P MainPID vllm-coder.service").strip()
     t0 = time.monotonic()
+    PAIR.disturbed(HOST)
     sim_exec(HOST, f"kill -9 {pid}")
     wait_for(lambda: not chat_ok(converged_spark), 30, "the coder to go down")
     wait_for(lambda: chat_ok(converged_spark), 300, "systemd to restart the coder", interval=2)
@@ -90,13 +91,12 @@ def test_killed_download_resumes_and_the_service_never_sees_partial_files(conver
     store = data["MODEL_STORE"]
     cache = f"{store}/hub/models--sim--all-minilm-l6-v2"
     env_before = sim_exec(HOST, "cat /etc/sparkctl/vllm-embed-qwen3.env")
+    PAIR.disturbed(HOST)
     sim_exec(HOST, f"rm -rf {cache} {store}/verified/sim--all-minilm-l6-v2@{lock['sha']}")
     throttle = REPO_ROOT / ".sim" / "hub-throttle"
     throttle.write_text("3000000\n")  # 3 MB/s: the 90 MB weights take ~30 s
     try:
-        proc = subprocess.Popen([str(REPO_ROOT / ".venv/bin/pyinfra"), "-y", "--limit", HOST, "inventory.py",
-                                 "deploy.py"], cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                                text=True, env={**__import__("os").environ, "GX10_HOSTS": ""})
+        proc = pyinfra_popen("--limit", HOST)
         partial = wait_for(lambda: sim_exec(HOST, f"find {cache} -name '*.incomplete' -size +5M 2>/dev/null || true")
                            .strip(), 300, "a partial download")
         sim_exec(HOST, "pkill -9 -f '[f]etch_checkpoint.py'")  # [f]: not the sh running pkill
@@ -118,30 +118,26 @@ def test_killed_download_resumes_and_the_service_never_sees_partial_files(conver
 
 
 def test_flip_to_a_checkpoint_that_cannot_load_rolls_back(converged_spark):
-    data = groupdata.load(["all", "gx10", "sim"])
-    broken = catalog.Checkpoint(repo="sim/tiny-broken", revision="main")
-    refresh_lock(["all", "gx10", "sim"], extra=[broken])  # the candidate is locked like any checkpoint
-    overrides = json.loads(json.dumps(data["CATALOG_OVERRIDES"]))
-    overrides["laguna-s-2.1"]["checkpoint"] = {"repo": broken.repo, "revision": broken.revision}
-    overrides["laguna-s-2.1"]["draft"] = None  # no draft model for the broken candidate
-    overrides["laguna-s-2.1"]["speculative"] = None
-    embed_pid = sim_exec(HOST, "systemctl show -P MainPID vllm-embed-qwen3.service").strip()
-    t0 = time.monotonic()
-    # the box remembers a failed candidate and does not retry it unless asked: ask, so this test can run again
-    run = pyinfra("-y", "--limit", HOST, "--data", "CODING_MODEL=laguna-s-2.1", "--data", "ROLLOUT_RETRY_FAILED=True",
-                  "--data", "CATALOG_OVERRIDES=" + json.dumps(overrides), "inventory.py", "deploy.py")
-    record("flip to a broken checkpoint -> automatic rollback", time.monotonic() - t0)
-    assert run.rc != 0, "a failed rollout must fail the deploy"
-    assert "ROLLED BACK vllm-coder.service to qwen3.8-27b" in run.output, run.failure()
-    assert re.search(r"journal", run.output)
-    env = sim_exec(HOST, "cat /etc/sparkctl/vllm-coder.env")
-    assert "SPARKCTL_MODEL=qwen3.8-27b" in env
-    assert chat_ok(converged_spark)  # the box still serves a coding model
-    assert sim_exec(HOST, "systemctl show -P MainPID vllm-embed-qwen3.service").strip() == embed_pid
-    # the next plain deploy converges again, with nothing to change for the coder
-    run = pyinfra("-y", "--limit", HOST, "inventory.py", "deploy.py")
-    assert run.rc == 0, run.failure()
-    refresh_lock(["all", "gx10", "sim"])
+    try:
+        overrides = broken_candidate_overrides()
+        embed_pid = sim_exec(HOST, "systemctl show -P MainPID vllm-embed-qwen3.service").strip()
+        t0 = time.monotonic()
+        # the box remembers a failed candidate and does not retry it unless asked: ask, so this test can run again
+        run = pyinfra("-y", "--limit", HOST, "--data", "CODING_MODEL=laguna-s-2.1", "--data",
+                      "ROLLOUT_RETRY_FAILED=True", "--data", overrides, "inventory.py", "deploy.py")
+        record("flip to a broken checkpoint -> automatic rollback", time.monotonic() - t0)
+        assert run.rc != 0, "a failed rollout must fail the deploy"
+        assert "ROLLED BACK vllm-coder.service to qwen3.8-27b" in run.output, run.failure()
+        assert re.search(r"journal", run.output)
+        env = sim_exec(HOST, "cat /etc/sparkctl/vllm-coder.env")
+        assert "SPARKCTL_MODEL=qwen3.8-27b" in env
+        assert chat_ok(converged_spark)  # the box still serves a coding model
+        assert sim_exec(HOST, "systemctl show -P MainPID vllm-embed-qwen3.service").strip() == embed_pid
+        # the next plain deploy converges again, with nothing to change for the coder
+        run = pyinfra("-y", "--limit", HOST, "inventory.py", "deploy.py")
+        assert run.rc == 0, run.failure()
+    finally:
+        refresh_lock(GROUPS)
 
 
 def test_hardening_claims_hold_on_the_box(converged_spark):

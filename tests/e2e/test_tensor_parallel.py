@@ -1,0 +1,99 @@
+"""Two simulated Sparks in the tensor-parallel topology over the bridge that stands in for the CX7 link: converged
+once for this module (`tensor_parallel` fixture, from the pair as the group data says), back to replicas after it.
+"""
+
+from __future__ import annotations
+
+import json
+import shlex
+from dataclasses import dataclass
+
+import pytest
+
+from sparkctl.config import groupdata
+from tests.e2e.conftest import GROUPS, PAIR, Run, pyinfra, record, sim_exec
+from tests.e2e.test_rollout import hub_file_gets
+
+
+@dataclass
+class TensorParallel:
+    run: Run  # the deploy that formed the pair (spark-2 started with an empty model store)
+    hub_gets_before: int  # the stand-in hub's file GETs before it
+
+
+@pytest.fixture(scope="module")
+def tensor_parallel(spark_1) -> TensorParallel:
+    """The pair converged as tensor-parallel (head spark-1, headless worker spark-2), the worker with an empty model
+    store before (it must get its checkpoints from the head, not from the hub); replicas again afterwards."""
+    PAIR.as_in_the_files()
+    PAIR.disturbed("spark-2")
+    sim_exec("spark-2", "rm -rf /srv/models/hub /srv/models/verified")
+    gets0 = hub_file_gets()
+    run = pyinfra("-y", "--data", "SPARK_TOPOLOGY=tensor-parallel", "inventory.py", "deploy.py", timeout=1800)
+    record("tensor-parallel over the simulated link (rollout, gated)", run.seconds)
+    yield TensorParallel(run=run, hub_gets_before=gets0)
+    back = pyinfra("-y", "inventory.py", "deploy.py", timeout=1800)  # replicas again
+    record("back to replicas after tensor-parallel", back.seconds)
+    assert back.rc == 0, back.failure()
+
+
+def test_tensor_parallel_over_the_simulated_link(tensor_parallel):
+    """vLLM's CPU build on two 2-core test hosts: --tensor-parallel-size 2 --nnodes 2, the headless worker started
+    first, checkpoints copied from the head over the link, the head serving through the proxy."""
+    run = tensor_parallel.run
+    head_env = sim_exec("spark-1", "cat /etc/sparkctl/vllm-coder.env.next")
+    worker_env = sim_exec("spark-2", "cat /etc/sparkctl/vllm-coder.env.next")
+    for env, rank in ((head_env, "0"), (worker_env, "1")):
+        assert f"--node-rank {rank}" in env and "--master-addr 10.250.0.11" in env and "--nnodes 2" in env
+        assert "GLOO_SOCKET_IFNAME=eth0" in env
+    assert "--headless" in worker_env and "--headless" not in head_env
+    # the worker copied every checkpoint from the head over the link (no second download from the hub)
+    copied = set(sim_exec("spark-2", "ls /srv/models/verified").split())
+    assert len(copied) == 5 and copied <= set(sim_exec("spark-1", "ls /srv/models/verified").split())
+    assert hub_file_gets() == tensor_parallel.hub_gets_before
+    # vLLM's CPU build forms the two-node group over Gloo on the bridge; the head serves through the proxy
+    assert run.rc == 0, run.failure()
+    assert "health through https://10.250.0.11:443" in run.output and run.output.count("healthy") >= 3
+    assert "health through https://10.250.0.12:443" in run.output  # the worker: unit up, no API of its own
+    assert "Worker_TP1" in sim_exec("spark-2", "journalctl -u vllm-coder.service --no-pager -o cat | tail -n 400")
+
+
+# the head's unit: a candidate carrying the marker starts, stays "activating" for a while, then fails (an
+# ExecStartPost= that only the marked candidate trips); the worker has no such drop-in and could serve it
+BREAK_DROPIN = "/etc/systemd/system/vllm-coder.service.d/sparkctl-e2e-tp-break.conf"
+BREAK_AFTER_S = 20  # long enough for the worker's transaction to see the head's candidate installed and follow it
+
+
+def test_a_head_that_fails_its_gate_brings_both_boxes_back(tensor_parallel):
+    """Tensor-parallel as one unit (issue 14): the head's candidate fails its gate -> the head rolls back, and
+    the worker, which had followed it forward, rolls back too: both boxes on the previous configuration."""
+    assert tensor_parallel.run.rc == 0, "the pair must serve as tensor-parallel first"
+    extra = dict(groupdata.load(GROUPS)["VLLM_EXTRA_ENV"], SPARKCTL_E2E_MARKER="tp-broken")
+    before = {h: sim_exec(h, "cat /etc/sparkctl/vllm-coder.env") for h in ("spark-1", "spark-2")}
+    # $$: a literal $ for systemd, so the shell reads the marker from the unit's environment
+    script = f'if [ "$$SPARKCTL_E2E_MARKER" = tp-broken ]; then sleep {BREAK_AFTER_S}; exit 1; fi'
+    PAIR.disturbed("spark-1")
+    sim_exec("spark-1", f"mkdir -p {BREAK_DROPIN.rsplit('/', 1)[0]} && printf '%s\\n' '[Service]' "
+                        f"{shlex.quote('ExecStartPost=/bin/sh -c ' + shlex.quote(script))} > {BREAK_DROPIN} "
+                        "&& systemctl daemon-reload")
+    try:  # the box remembers a failed candidate: ROLLOUT_RETRY_FAILED, so this test can run again on a kept pair
+        run = pyinfra("-y", "--data", "SPARK_TOPOLOGY=tensor-parallel", "--data",
+                      "VLLM_EXTRA_ENV=" + json.dumps(extra), "--data", "ROLLOUT_RETRY_FAILED=True", "inventory.py",
+                      "deploy.py", timeout=1800)
+        record("tensor-parallel: head fails its gate -> both boxes back", run.seconds)
+    finally:
+        sim_exec("spark-1", f"rm -f {BREAK_DROPIN} && systemctl daemon-reload")
+    assert run.rc != 0, "a failed head must fail the deploy"
+    assert "ROLLED BACK vllm-coder.service" in run.output, run.failure()
+    results = {h: json.loads(sim_exec(h, "cat /var/lib/sparkctl/rollout/vllm-coder.result.json"))
+               for h in ("spark-1", "spark-2")}
+    assert results["spark-1"]["outcome"] == "rolled-back", results
+    assert results["spark-2"]["outcome"] == "rolled-back", results  # it went forward with the head, then back
+    assert "tensor-parallel" in sim_exec("spark-2", "cat /var/lib/sparkctl/rollout/vllm-coder.log")
+    for h in ("spark-1", "spark-2"):  # exactly the previous configuration, on both boxes
+        assert sim_exec(h, "cat /etc/sparkctl/vllm-coder.env") == before[h], h
+        assert sim_exec(h, "systemctl is-active vllm-coder.service").strip() == "active", h
+    # the pair serves again: the head answers through the proxy with both ranks
+    again = pyinfra("-y", "--data", "SPARK_TOPOLOGY=tensor-parallel", "inventory.py", "deploy.py", timeout=1800)
+    assert again.rc == 0, again.failure()
+    assert "health through https://10.250.0.11:443" in again.output
