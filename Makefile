@@ -5,7 +5,7 @@
 SHELL := /bin/bash
 PY := .venv/bin/python
 
-.PHONY: bootstrap deploy check test test-fast sim-down plan
+.PHONY: bootstrap deploy check test test-extended test-fast sim-down plan
 
 bootstrap:
 	@scripts/bootstrap.sh
@@ -20,6 +20,9 @@ check: bootstrap
 
 test: bootstrap
 	$(PY) -m pytest
+
+test-extended: bootstrap
+	SPARKCTL_E2E_EXTENDED=1 $(PY) -m pytest
 
 test-fast: bootstrap
 	$(PY) -m pytest -m "not e2e"

@@ -14,11 +14,13 @@ import json
 import re
 import time
 
+import pytest
+
 from sparkctl.config import schema
 from sparkctl.config.schema import GroupData
 from sparkctl.render import ray, units
 from tests.e2e.conftest import pyinfra, record, sim_exec
-from tests.e2e.test_c_faults import chat_ok, wait_for
+from tests.e2e.test_faults import chat_ok, wait_for
 
 HEAD, WORKER = "spark-1", "spark-2"
 RAY = ("--data", "SPARK_TOPOLOGY=tensor-parallel", "--data", "TP_BACKEND=ray")
@@ -42,6 +44,7 @@ def main_pid(host: str, unit: str) -> str:
     return sim_exec(host, f"systemctl show -P MainPID {unit}").strip()
 
 
+@pytest.mark.e2e_extended  # a tensor-parallel converge over Ray of its own and back
 def test_ray_cluster_of_two_sparks_through_the_real_units(converged_spark):
     cfg = schema.validate({**converged_spark.data, "SPARK_TOPOLOGY": "tensor-parallel", "TP_BACKEND": "ray"})
     t0 = time.monotonic()

@@ -6,13 +6,46 @@ from __future__ import annotations
 
 import json
 import shlex
+import time
 from dataclasses import dataclass
 
 import pytest
 
 from sparkctl.config import groupdata
 from tests.e2e.conftest import GROUPS, PAIR, Run, pyinfra, record, sim_exec
+from tests.e2e.test_faults import chat_ok, wait_for
 from tests.e2e.test_rollout import hub_file_gets
+
+HEAD, WORKER = "spark-1", "spark-2"
+UNIT = "vllm-coder.service"
+
+
+def watchdog_record(host: str, data: dict) -> dict:
+    """The watchdog's persisted record of the coder on a box ({} before its first restart or follow)."""
+    text = sim_exec(host, f"cat {data['STATE_DIR']}/watchdog/state.json 2>/dev/null || echo '{{}}'")
+    return json.loads(text).get("coder", {})
+
+
+def journal_cursor(host: str) -> str:
+    out = sim_exec(host, "journalctl -u sparkctl-watchdog.service -n 1 --show-cursor --no-pager")
+    return next(line.split("cursor: ", 1)[1] for line in out.splitlines() if "cursor: " in line)
+
+
+def journal_since(host: str, cursor: str) -> str:
+    return sim_exec(host, f"journalctl -u sparkctl-watchdog.service --after-cursor '{cursor}' --no-pager -o cat")
+
+
+def invocation(host: str) -> str:
+    return sim_exec(host, f"systemctl show -P InvocationID {UNIT}").strip()
+
+
+def result(host: str, data: dict) -> dict:
+    return json.loads(sim_exec(host, f"cat {data['STATE_DIR']}/rollout/vllm-coder.result.json"))
+
+
+def engine_pids(host: str) -> list[str]:
+    cgroup = sim_exec(host, f"systemctl show -P ControlGroup {UNIT}").strip()
+    return sim_exec(host, f"cat /sys/fs/cgroup{cgroup}/cgroup.procs").split()
 
 
 @dataclass
@@ -66,8 +99,13 @@ BREAK_AFTER_S = 20  # long enough for the worker's transaction to see the head's
 
 def test_a_head_that_fails_its_gate_brings_both_boxes_back(tensor_parallel):
     """Tensor-parallel as one unit (issue 14): the head's candidate fails its gate -> the head rolls back, and
-    the worker, which had followed it forward, rolls back too: both boxes on the previous configuration."""
+    the worker, which had followed it forward, rolls back too: both boxes on the previous configuration. The head's
+    watchdog restarts nothing meanwhile (issue 20: it once restarted the head alone while the worker still restored
+    its snapshot; the head then could not come up for 600 s)."""
     assert tensor_parallel.run.rc == 0, "the pair must serve as tensor-parallel first"
+    data = groupdata.load(GROUPS)
+    watchdog_before = {h: watchdog_record(h, data) for h in (HEAD, WORKER)}
+    cursor = journal_cursor(HEAD)
     extra = dict(groupdata.load(GROUPS)["VLLM_EXTRA_ENV"], SPARKCTL_E2E_MARKER="tp-broken")
     before = {h: sim_exec(h, "cat /etc/sparkctl/vllm-coder.env") for h in ("spark-1", "spark-2")}
     # $$: a literal $ for systemd, so the shell reads the marker from the unit's environment
@@ -97,3 +135,46 @@ def test_a_head_that_fails_its_gate_brings_both_boxes_back(tensor_parallel):
     again = pyinfra("-y", "--data", "SPARK_TOPOLOGY=tensor-parallel", "inventory.py", "deploy.py", timeout=1800)
     assert again.rc == 0, again.failure()
     assert "health through https://10.250.0.11:443" in again.output
+    journal = journal_since(HEAD, cursor)
+    print(f"head watchdog during the TP rollback scenario:\n{journal}")
+    assert "WEDGED" not in journal and "restarting it" not in journal, journal
+    watchdog_after = {h: watchdog_record(h, data) for h in (HEAD, WORKER)}
+    assert watchdog_after[HEAD].get("restarts_total", 0) == watchdog_before[HEAD].get("restarts_total", 0)
+    assert watchdog_after[WORKER].get("followed_total", 0) == watchdog_before[WORKER].get("followed_total", 0)
+
+
+def test_a_sigstopped_worker_engine_is_caught_and_the_pair_restarted(tensor_parallel, spark_1):
+    """A tensor-parallel pair is one unit for the watchdog (issue 20, item 7): the worker's engine SIGSTOPped while
+    the pair serves is caught by the head's watchdog and the pair restarted through both boxes' transactions, so it
+    serves again without a deploy."""
+    spark, data = spark_1, spark_1.data
+    PAIR.disturbed()
+    assert chat_ok(spark)  # the pair serves
+    restarts = watchdog_record(HEAD, data).get("restarts_total", 0)
+    followed = watchdog_record(WORKER, data).get("followed_total", 0)
+    heads, workers = invocation(HEAD), invocation(WORKER)
+    pids = engine_pids(WORKER)
+    cursor = journal_cursor(HEAD)
+    t0 = time.monotonic()
+    sim_exec(WORKER, f"kill -STOP {' '.join(pids)}")  # the worker's engine hangs; its unit stays active
+    try:
+        # idle head: its probe finds the pair wedged; the pair restart stops and starts both engines
+        detection = data["WATCHDOG_PROBE_IDLE_S"] + data["WATCHDOG_PROBE_TIMEOUT_S"] + 3 * data["WATCHDOG_INTERVAL_S"]
+        wait_for(lambda: invocation(HEAD) != heads and invocation(WORKER) != workers,
+                 detection + 2 * data["SERVICE_STOP_TIMEOUT_S"] + 60, "the pair restart of both boxes", interval=2.0)
+        restarted = time.monotonic() - t0
+        wait_for(lambda: chat_ok(spark), data["HEALTH_READY_TIMEOUT_S"], "the pair to serve again", interval=2.0)
+        serving = time.monotonic() - t0
+    finally:
+        sim_exec(WORKER, f"kill -CONT {' '.join(pids)} 2>/dev/null || true")
+    record("tensor-parallel: worker engine SIGSTOPped until the watchdog restarted the pair", restarted)
+    record("tensor-parallel: worker engine SIGSTOPped until the pair serves again (no deploy)", serving)
+    journal = journal_since(HEAD, cursor)
+    print(f"head watchdog:\n{journal}")
+    assert "vllm-coder.service: WEDGED" in journal, journal
+    wait_for(lambda: result(HEAD, data).get("outcome") == "restarted" and result(WORKER, data).get("outcome") ==
+             "restarted", data["WATCHDOG_INTERVAL_S"] + 60, "both boxes to record the pair restart")
+    head, worker = result(HEAD, data), result(WORKER, data)
+    assert head["by"] == "watchdog" and worker["by"] == "pair-restart" and head["txn"] in worker["message"]
+    assert watchdog_record(HEAD, data)["restarts_total"] == restarts + 1
+    assert watchdog_record(WORKER, data)["followed_total"] == followed + 1
