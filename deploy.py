@@ -27,10 +27,10 @@ link(settings)
 checkpoints(settings)
 oom_guard(settings)
 proxy(settings)  # before the services: a coder is judged through it as soon as its box waits for a verdict
-services(settings)
+rollouts = services(settings)  # what its rollouts learn while they execute, for the steps after them
 monitoring(settings, shared_scripts)
-health(settings)
+health(settings, rollouts.ledger.known_failed)
 acceptance_step(settings)
-tp_worker_result(settings)
+tp_worker_result(settings, rollouts.worker_starts)
 ray_retire(settings)  # Ray units a configuration no longer runs, once its services run without them
 handoff(settings)

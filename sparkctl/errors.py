@@ -18,3 +18,20 @@ class SettingError(SparkctlError):
         if hint:
             msg += f". {hint}"
         super().__init__(msg)
+
+
+def __getattr__(name: str):
+    """`Refused`: a deploy step's refusal, raised while pyinfra prepares (before any command reaches the box).
+
+    pyinfra stops a deploy cleanly (one red line, no traceback) only on its own PyinfraError, so Refused subclasses
+    it as well as SparkctlError. It is built on first use (PEP 562): the rest of sparkctl never imports pyinfra."""
+    if name != "Refused":
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    from pyinfra.api.exceptions import PyinfraError
+
+    class Refused(SparkctlError, PyinfraError):
+        """A check failed before the host was changed."""
+
+    Refused.__module__, Refused.__qualname__ = __name__, "Refused"
+    globals()["Refused"] = Refused
+    return Refused

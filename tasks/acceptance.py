@@ -38,9 +38,8 @@ from sparkctl.config.settings import Settings
 from sparkctl.errors import SparkctlError
 from sparkctl.measure import acceptance, quick
 from sparkctl.render.units import rollout_env
+from tasks.common import box_command, connector_args, follow_transaction, mark_ready, ready_target
 from tasks.facts import RolloutStatus
-from tasks.handoff import ready_target
-from tasks.ops import _connector_args, _ready, _wait, box_command
 
 __all__ = ["acceptance_gate", "acceptance_step", "apply_verdict_args", "awaiting_verdict", "verdict_command"]
 REASON_CHARS = 900  # the rollback reason kept in the box's record of the failed candidate, characters
@@ -82,14 +81,14 @@ def verdict_command(cfg: GroupData, service: str, tx: str, verdict: str, reason:
 def _decide(state, host_, cfg: GroupData, service: str, unit: str, tx: str, decision: str, reason: str,
             handoff: dict | None, verdict: acceptance.Verdict | None, conn) -> bool:
     """FunctionCommand body: send the verdict, follow the box until its result, then say what it did."""
-    kw = _connector_args(host_)
+    kw = connector_args(host_)
     if decision == "rollback":
-        _ready(host_, handoff, False)  # the box drains again for the rollback
+        mark_ready(host_, handoff, False)  # the box drains again for the rollback
     ok, out = host_.run_shell_command(verdict_command(cfg, service, tx, decision, reason), **kw)
     if not ok:  # e.g. the box decided alone a moment ago: what it did is in its result
         host_.log_styled(f"{unit}: the box did not take the verdict {decision}: "
                          f"{' '.join(out.stderr_lines)[-1000:]}", fg="yellow", log_func=logger.warning)
-    result = _wait(host_, kw, service, tx, rollout_py(cfg), cfg.HEALTH_POLL_INTERVAL_S)
+    result = follow_transaction(host_, kw, service, tx, rollout_py(cfg), cfg.HEALTH_POLL_INTERVAL_S)
     if result is None:  # lost track: the box finishes alone
         return False
     if result.get("outcome") == contract.AWAITING:
@@ -97,7 +96,7 @@ def _decide(state, host_, cfg: GroupData, service: str, unit: str, tx: str, deci
                          f" then it decides alone)", fg="red", log_func=logger.error)
         return False
     if contract.serving(result):  # committed, or rolled back and serving its previous configuration
-        _ready(host_, handoff, True)
+        mark_ready(host_, handoff, True)
     return _report(state, host_, cfg, unit, result, decision, reason, verdict, conn)
 
 

@@ -10,7 +10,10 @@ from __future__ import annotations
 import json
 from io import StringIO
 
-from pyinfra.api import deploy
+from pyinfra import host
+from pyinfra.api import StringCommand, deploy, operation
+from pyinfra.api.command import QuoteString
+from pyinfra.facts.files import File
 from pyinfra.operations import files
 
 from sparkctl.config.lock import marker_dir
@@ -19,7 +22,6 @@ from sparkctl.config.service import snapshot_path
 from sparkctl.config.settings import Settings
 from sparkctl.render.link import SYNC_KEY, SYNC_KNOWN_HOSTS
 from sparkctl.render.units import vllm_venv
-from tasks.ops import fetch_checkpoint, sync_checkpoint
 
 
 def listing_json(cp) -> str:
@@ -67,3 +69,33 @@ def checkpoints(settings: Settings) -> None:
                         sha=cp.sha, listing=listings[cp.repo], folder=cp.cache_dirname(),
                         snapshot=snapshot_path(store, cp), marker=cp.marker_path(store),
                         source=f"{cfg.CHECKPOINT_SYNC_USER}@{settings.role.head_address}", ssh_argv=ssh, **common)
+
+
+@operation()
+def fetch_checkpoint(repo: str, sha: str, listing: str, cache_dir: str, marker: str, python: str, script: str,
+                     workers: int = 8):
+    """Download and verify one locked checkpoint unless its verified marker exists."""
+    if host.get_fact(File, path=marker):
+        host.noop(f"{repo}@{sha[:12]} is on disk and verified")
+        return
+    yield StringCommand(QuoteString(python), QuoteString(script), "--listing", QuoteString(listing),
+                        "--cache-dir", QuoteString(cache_dir), "--marker", QuoteString(marker),
+                        "--workers", str(int(workers)))
+
+
+@operation()
+def sync_checkpoint(repo: str, sha: str, listing: str, cache_dir: str, folder: str, snapshot: str, marker: str,
+                    python: str, script: str, source: str, ssh_argv: list[str], workers: int = 8):
+    """Tensor-parallel worker: copy a verified checkpoint from the head over the CX7 link (never a second Hub
+    download), then verify it against the lock by content like a download, unless its marker exists.
+
+    source: user@head, whose forced rrsync serves the head's MODEL_STORE/hub; ssh_argv: rsync's -e command."""
+    if host.get_fact(File, path=marker):
+        host.noop(f"{repo}@{sha[:12]} is on disk and verified")
+        return
+    ssh = " ".join(ssh_argv)
+    yield StringCommand("mkdir -p", QuoteString(f"{cache_dir}/{folder}"), "&& rsync -a --partial --delete -e",
+                        QuoteString(ssh), QuoteString(f"{source}:{folder}/"), QuoteString(f"{cache_dir}/{folder}/"))
+    yield StringCommand(QuoteString(python), QuoteString(script), "--verify-only", "--listing", QuoteString(listing),
+                        "--snapshot", QuoteString(snapshot), "--marker", QuoteString(marker),
+                        "--workers", str(int(workers)))

@@ -4,39 +4,13 @@ on the box, so a converged deploy still reports no change)."""
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 from pyinfra import host, inventory, logger
 from pyinfra.api import deploy, operation
 
-from sparkctl import REPO_ROOT
-from sparkctl.config.schema import GroupData
 from sparkctl.config.settings import Settings
 from sparkctl.render import gateway, prometheus_rules
-from tasks.proxy import tls_material
-
-
-def handoff_dir(cfg: GroupData) -> Path:
-    return Path(cfg.GATEWAY_HANDOFF_DIR) if Path(cfg.GATEWAY_HANDOFF_DIR).is_absolute() \
-        else REPO_ROOT / cfg.GATEWAY_HANDOFF_DIR
-
-
-def ready_target(cfg: GroupData, served: str) -> dict:
-    """What a rollout needs to mark its box's endpoint for `served` (not) ready in the hand-off."""
-    return {"dir": str(handoff_dir(cfg)), "namespace": cfg.GATEWAY_NAMESPACE, "k8s": cfg.GATEWAY_K8S_VERSION,
-            "served": served}
-
-
-def mark_ready(target: dict, box: str, ready: bool) -> None:
-    """During a rollout: flip `conditions.ready` of this box's endpoint in the existing hand-off (none yet: no-op)."""
-    out, served = Path(target["dir"]), target["served"]
-    if not (out / "endpoints.json").exists():
-        return
-    endpoints = gateway.set_ready(json.loads((out / "endpoints.json").read_text()), box, served, ready)
-    docs = gateway.manifests(endpoints, target["namespace"])
-    gateway.validate_manifests(docs, target["k8s"])
-    gateway.write(out, endpoints, docs)
-    logger.info(f"{box}: gateway hand-off: {served} on {box} {'ready' if ready else 'NOT ready (draining)'}")
+from tasks.common import handoff_dir, tls_material
 
 
 @operation()

@@ -17,8 +17,7 @@ from sparkctl.config.catalog import CODER
 from sparkctl.config.settings import Settings
 from sparkctl.render import health_table
 from tasks.facts import JournalText, ListenerReady, LoadSeconds, UnitProperties
-from tasks.ops import KNOWN_FAILED, fail
-from tasks.proxy import tls_material
+from tasks.common import fail, tls_material
 
 KV_LINES = r"GPU KV cache size|Maximum concurrency for"
 
@@ -83,7 +82,7 @@ def check_service(settings: Settings, client: httpx.Client, base: str, svc, dead
 
 
 @operation()
-def health_gate(settings: Settings, service_list: list):
+def health_gate(settings: Settings, service_list: list, known_failed: dict[str, list[str]]):
     """Wait for each service, probe it through the proxy, print the table; fail with the journal otherwise."""
     if not host.state.is_executing:
         host.noop("checked after rollout")
@@ -100,7 +99,7 @@ def health_gate(settings: Settings, service_list: list):
     # a remembered failed candidate restarted nothing and the box still serves; the deploy did not do what it was
     # asked, so it fails here, after everything else (proxy, other services) was applied
     failures += [f"{line} (the box keeps serving its previous configuration)"
-                 for line in KNOWN_FAILED.get(host.name, [])]
+                 for line in known_failed.get(host.name, [])]
     if failures:
         yield fail(f"{host.name}: health check failed:\n" + "\n".join(failures))
     else:
@@ -108,7 +107,9 @@ def health_gate(settings: Settings, service_list: list):
 
 
 @deploy("Health")
-def health(settings: Settings, service_list: list | None = None) -> None:
+def health(settings: Settings, known_failed: dict[str, list[str]], service_list: list | None = None) -> None:
+    """known_failed: box -> one line per service whose configuration failed before and was not retried, filled
+    while the services step's rollouts execute (tasks/rollout.py RolloutLedger.known_failed)."""
     service_list = service_list if service_list is not None else settings.services
     health_gate(name="Health: every service answers through the TLS proxy", settings=settings,
-                service_list=service_list)
+                service_list=service_list, known_failed=known_failed)

@@ -11,7 +11,8 @@ import shlex
 from io import StringIO
 
 from pyinfra import host
-from pyinfra.api import deploy
+from pyinfra.api import StringCommand, deploy, operation
+from pyinfra.api.command import QuoteString
 from pyinfra.facts.files import File
 from pyinfra.operations import files, server, systemd
 from pyinfra.operations.util import any_changed
@@ -23,8 +24,8 @@ from sparkctl.config.settings import Settings
 from sparkctl.render import box_files, ray
 from sparkctl.render import units as svcs
 from sparkctl.render.link import PEER_KEY, SYNC_KEY, peer_status_forced_command
-from tasks.ops import pip_dist
-from tasks.vllm import pip_args
+from sparkctl.render.units import pip_args
+from tasks.facts import DistVersion
 
 
 def sync_key(cfg: GroupData) -> tuple[str, str]:
@@ -129,3 +130,25 @@ def ray_retire(settings: Settings) -> None:
             systemd.service(name=f"Stop and disable {name}", service=name, running=False, enabled=False)
             files.file(name=f"Remove {name}", path=path, present=False)
     systemd.daemon_reload(name="Reload systemd (Ray units removed)")
+
+
+def _base(version: str | None) -> str:
+    return (version or "").split("+", 1)[0]
+
+
+@operation()
+def pip_dist(venv: str, dist: str, version: str, requirement: str, pip_args: list[str] | None = None):
+    """Install `requirement` into `venv` unless distribution `dist` is already at `version` (local tags ignored).
+
+    pyinfra's own pip.packages cannot see local versions such as 0.32.0+cu130 in `pip freeze`, so it would
+    reinstall vLLM on every run.
+    """
+    python = f"{venv}/bin/python"
+    have = host.get_fact(DistVersion, python=python, dist=dist)
+    if _base(have) == version:
+        host.noop(f"{dist} {have} is installed in {venv}")
+        return
+    yield StringCommand(QuoteString(python), "-m pip install --no-input --progress-bar off",
+                        *[QuoteString(a) for a in (pip_args or [])], QuoteString(requirement))
+    after = "import importlib.metadata as m; v = m.version(%r); assert v.split('+')[0] == %r, v" % (dist, version)
+    yield StringCommand(QuoteString(python), "-c", QuoteString(after))

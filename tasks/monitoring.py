@@ -14,10 +14,9 @@ from pyinfra.operations.util import any_changed
 from sparkctl import REPO_ROOT
 from sparkctl.config.settings import Settings
 from sparkctl.config.topology import cx7_address
-from sparkctl.errors import SparkctlError
+from sparkctl.errors import Refused, SparkctlError
 from sparkctl.render import monitoring as mon
-from tasks.preflight import Refused
-from tasks.proxy import TLS_DIR
+from sparkctl.render.box_files import TLS_DIR
 
 NODE_EXPORTER_UNIT = "prometheus-node-exporter.service"  # the distribution's unit (Debian/Ubuntu package)
 

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 from pyinfra import host
-from pyinfra.api import deploy
+from pyinfra.api import deploy, operation
 from pyinfra.facts.files import File
 from pyinfra.operations import apt
 
 from sparkctl.config.settings import Settings
-from tasks.ops import require_driver
-from tasks.preflight import Refused
+from sparkctl.errors import Refused
+from tasks.common import fail
+from tasks.facts import GpuInfo
 
 
 def driver_major(gpu: dict | None) -> int:
@@ -45,3 +46,18 @@ def nvidia(settings: Settings, is_dgx: bool, gpu: dict | None) -> None:
     # a new kernel driver is only usable after a reboot: the deploy stops and says so instead of rebooting
     require_driver(name="Check the NVIDIA driver answers", required_gpu=cfg.REQUIRED_GPU,
                    min_driver=cfg.NVIDIA_DRIVER_BRANCH)
+
+
+@operation()
+def require_driver(required_gpu: str, min_driver: int):
+    """At execute time, after the packages: the new driver must answer, else stop and say to reboot."""
+    if not host.state.is_executing:
+        host.noop("checked after the driver packages are installed")
+        return
+    gpu = host.get_fact(GpuInfo)
+    ok = gpu and "error" not in gpu and required_gpu.lower() in gpu["name"].lower()
+    if ok and int(gpu["driver_version"].split(".")[0]) >= min_driver:
+        host.noop(f"{gpu['name']} answers with driver {gpu['driver_version']}")
+        return
+    yield fail(f"the NVIDIA driver is installed but the GPU does not answer yet ({gpu}); reboot the box "
+               f"(sudo reboot: a new kernel module loads at boot) and rerun the deploy")

@@ -4,19 +4,14 @@ from __future__ import annotations
 
 from pyinfra import host, inventory, logger
 from pyinfra.api import deploy
-from pyinfra.api.exceptions import PyinfraError
 from pyinfra.facts.files import File
 from pyinfra.facts.server import Arch, OsRelease
 
 from sparkctl.check import validate_host
 from sparkctl.config.quantities import GIB
 from sparkctl.config.settings import Settings
-from sparkctl.errors import SparkctlError
+from sparkctl.errors import Refused, SparkctlError
 from tasks.facts import NOLOGIN_SHELLS, DiskAvailable, GpuInfo, MemTotal, SystemUser
-
-
-class Refused(PyinfraError):
-    """A check failed before the host was changed."""
 
 
 def settings_for_host() -> Settings:

@@ -4,31 +4,20 @@ only the API routes of PROXY_ROUTES published (everything else 404), and the scr
 from __future__ import annotations
 
 from io import StringIO
-from pathlib import Path
 
 from pyinfra import host
 from pyinfra.api import deploy
 from pyinfra.operations import files, server, systemd
 from pyinfra.operations.util import any_changed
 
-from sparkctl.config import pki
-from sparkctl.config.secrets import read_scrape_token, secrets_dir, tls_file
-from sparkctl.config.settings import HostConfig, Settings
-from sparkctl.errors import SparkctlError
+from sparkctl.config.secrets import read_scrape_token
+from sparkctl.config.settings import Settings
+from sparkctl.errors import Refused, SparkctlError
 from sparkctl.render import box_files
 from sparkctl.render.box_files import NGINX_DIR, SITE, TLS_DIR, TOKEN_FILE
-from tasks.preflight import Refused
+from tasks.common import tls_material
 
-__all__ = ["NGINX_DIR", "SITE", "TLS_DIR", "TOKEN_FILE", "proxy", "render_site", "render_tokens", "tls_material"]
-
-def tls_material(settings: HostConfig) -> tuple[Path, Path, Path | None]:
-    """(certificate chain, key, CA to report) on the control machine: the operator's, or a generated local CA that
-    names the box's address."""
-    cfg = settings.cfg
-    if cfg.TLS_CERT_FILE:
-        return tls_file(cfg.TLS_CERT_FILE), tls_file(cfg.TLS_KEY_FILE), None
-    names = [settings.address, settings.host_name, *cfg.TLS_SERVER_NAMES]
-    return pki.ensure_server_cert(secrets_dir(cfg) / "pki", settings.host_name, names)
+__all__ = ["proxy", "render_site", "render_tokens"]
 
 
 def render_site(settings: Settings, service_list) -> str:

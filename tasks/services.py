@@ -9,22 +9,28 @@ Rollouts go one box at a time (`_serial`): the next box is touched only after th
 
 from __future__ import annotations
 
+import re
+from dataclasses import dataclass, field
 from io import StringIO
 
 from pyinfra import host, inventory
-from pyinfra.api import deploy
+from pyinfra.api import StringCommand, deploy, operation
+from pyinfra.api.command import QuoteString
 from pyinfra.operations import files, systemd
 
+from sparkctl.config import rules
 from sparkctl.config.catalog import CODER
 from sparkctl.config.schema import GroupData
 from sparkctl.config.settings import Settings, derive, host_config
 from sparkctl.render import box_files, ray
 from sparkctl.render import units as svcs
 from sparkctl.render.link import peer_status_command
+from sparkctl.errors import SettingError
 from sparkctl.render.units import rollout_env, rollout_values
 from tasks.acceptance import apply_verdict_args, judge_waiting
-from tasks.handoff import ready_target
-from tasks.ops import prune_venvs, rollout, rollout_join, running_oom_guard
+from tasks.common import ready_target
+from tasks.facts import RunningOomGuard, VenvsInUse
+from tasks.rollout import LEDGER, RolloutLedger, rollout, rollout_join
 
 
 def rollout_settings(cfg: GroupData) -> dict:
@@ -79,17 +85,23 @@ def peer_args(settings: Settings) -> dict:
     return {"peer_status_cmd": peer_status_command(cfg, settings.role.head_address), "peer_timeout": wait}
 
 
-WORKER_STARTS: dict[tuple[str, str], object] = {}  # (box, service) -> the op that started its worker transaction
+@dataclass
+class Rollouts:
+    """What the services step hands on in deploy.py: the ledger its rollouts fill while they execute (for the
+    health step's report), and this box's started worker transactions (for tp_worker_result)."""
+
+    ledger: RolloutLedger
+    worker_starts: dict[str, object] = field(default_factory=dict)  # service -> the op that started its transaction
 
 
 @deploy("Tensor-parallel unit")
-def tp_worker_result(settings: Settings) -> None:
+def tp_worker_result(settings: Settings, worker_starts: dict[str, object]) -> None:
     """One op on both boxes, after the head's rollout and its verdict: the worker's transaction has by then kept
     or undone its candidate with the head's; the worker waits for that result (the head's op is a no-op)."""
     if not settings.role.tensor_parallel or settings.cfg.TP_BACKEND != "native":
         return
     cfg, name = settings.cfg, settings.coder.name
-    started = WORKER_STARTS.get((host.name, name))
+    started = worker_starts.get(name)
     extra = {"_if": started.did_change} if started is not None else {}
     rollout_join(name=f"Tensor-parallel: the worker's vllm-{name} ends with the head's result", service=name,
                  script=f"{cfg.SPARKCTL_HOME}/bin/rollout.py", interval=cfg.HEALTH_POLL_INTERVAL_S,
@@ -130,7 +142,7 @@ def venv_users(cfg: GroupData) -> list[str]:
 
 
 @deploy("vLLM services")
-def services(settings: Settings, service_list: list | None = None) -> None:
+def services(settings: Settings, service_list: list | None = None) -> Rollouts:
     cfg = settings.cfg
     service_list = with_tp_unit(settings, service_list if service_list is not None else settings.services)
     common = rollout_settings(cfg)
@@ -154,7 +166,63 @@ def services(settings: Settings, service_list: list | None = None) -> None:
                 port=svc.port, served=svc.served_name, kind=kind, handoff=handoff, _serial=True,
                 verdict_args=verdict_args, on_awaiting=judge_waiting(settings, svc, handoff) if verdict_args else None,
                 **common)
-    WORKER_STARTS.update({(host.name, name): op for name, op in worker_rollouts.items()})
     for svc in service_list:  # after the rollout installed the unit
         systemd.service(name=f"Enable {svc.unit} at boot", service=svc.unit, running=None, enabled=True)
     prune(cfg)
+    return Rollouts(LEDGER, worker_rollouts)
+
+
+@operation()
+def prune_venvs(root: str, keep: int, referenced_by: list[str]):
+    """Remove vLLM venvs under `root` beyond the newest `keep` that no unit (live, staged or in a rollout
+    snapshot) names in its ExecStart."""
+    found = host.get_fact(VenvsInUse, root=root, unit_globs=referenced_by)
+    used = {u.split("/bin/")[0] for u in found["used"]}
+    extra = [v for v in found["venvs"][keep:] if f"{root}/{v}" not in used]
+    if not extra:
+        host.noop(f"{len(found['venvs'])} venv(s) under {root}, none to prune")
+        return
+    yield StringCommand("rm -rf", *[QuoteString(f"{root}/{v}") for v in extra])
+
+
+def systemd_bytes(setting: str, value) -> int:
+    """A systemd size (MemoryMin=64M) in bytes, as systemd parses it; refuse the forms we cannot compare."""
+    text = str(value)
+    if not re.fullmatch(r"[1-9][0-9]*[KMGT]?", text):
+        raise SettingError(setting, value, "a size in bytes with an optional K, M, G or T suffix, e.g. '64M'")
+    return rules.systemd_bytes(text)
+
+
+@operation()
+def running_oom_guard(unit: str, oom_score_adj: int, memory_min: str, memory_min_setting: str):
+    """Give the running daemon of `unit` the OOMScoreAdjust=/MemoryMin= its drop-in sets, without a restart.
+
+    systemd applies OOMScoreAdjust= only when it starts a process, so a drop-in added to a running sshd would wait
+    for the next sshd start. Restarting sshd would apply it, but a restart whose new sshd fails to start leaves
+    the box without logins; so write /proc/<pid>/oom_score_adj of the listener (later connections inherit it)
+    and, best effort, of its per-connection children, and set MemoryMin on the unit's cgroup for this boot
+    (`systemctl set-property --runtime`; the drop-in carries both across restarts and reboots). A score already
+    lower (better protected) than the setting is left alone.
+    """
+    adj, want_min = int(oom_score_adj), systemd_bytes(memory_min_setting, memory_min)
+    now = host.get_fact(RunningOomGuard, unit=unit)
+    if not now["pid"]:
+        host.noop(f"{unit} is not running: its drop-in applies when it starts")
+        return
+    score_ok = now["adj"] is not None and now["adj"] <= adj
+    if not score_ok and not now["can_lower"]:
+        host.noop(f"running {unit} keeps oom_score_adj {now['adj']}: root here lacks CAP_SYS_RESOURCE (a container), "
+                  f"so no OOM score can be lowered; systemd ignores OOMScoreAdjust= there as well")
+        score_ok = True
+    floor_ok = now["memory_min"] is None or now["memory_min"] == want_min
+    if score_ok and floor_ok:
+        floor = "no memory controller here" if now["memory_min"] is None else f"memory.min {want_min}"
+        host.noop(f"running {unit} (pid {now['pid']}) has oom_score_adj {now['adj']} ({floor})")
+        return
+    if not score_ok:
+        main = str(int(now["pid"]))
+        yield StringCommand(f"for p in {main} $(pgrep -P {main}); do echo {adj} > /proc/$p/oom_score_adj",
+                            f'2>/dev/null || true; done; test "$(cat /proc/{main}/oom_score_adj)" = {adj}')
+    if not floor_ok:
+        yield StringCommand("systemctl set-property --runtime", QuoteString(unit),
+                            QuoteString(f"MemoryMin={memory_min}"))

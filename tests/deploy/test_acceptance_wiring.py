@@ -1,6 +1,6 @@
 """The acceptance step's wiring in the deploy (issue 12): the coder's rollout is told to wait for its verdict and
 judges it inside its own op when the box waits, the Acceptance step (for a transaction found waiting later) comes
-right after Health, and the verdict command follows the box to its result (tasks/acceptance.py, tasks/ops.py)."""
+right after Health, and the verdict command follows the box to its result (tasks/acceptance.py, tasks/common.py)."""
 
 from __future__ import annotations
 
@@ -127,9 +127,9 @@ def decide(gx10_cfg, monkeypatch):
     import tasks.acceptance as acc
 
     marks, recorded = [], []
-    monkeypatch.setattr(acc, "_ready", lambda host, handoff, ready: marks.append(ready))
+    monkeypatch.setattr(acc, "mark_ready", lambda host, handoff, ready: marks.append(ready))
     monkeypatch.setattr(acc, "_record", lambda state, host, conn, d, v: recorded.append(v) or True)
-    monkeypatch.setattr("tasks.ops.gevent.sleep", lambda s: None)
+    monkeypatch.setattr("tasks.common.gevent.sleep", lambda s: None)
 
     def run(host, decision, reason, verdict=object()):
         ok = acc._decide(None, host, gx10_cfg, "coder", "vllm-coder.service", "tx-1", decision, reason,

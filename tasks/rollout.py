@@ -1,0 +1,215 @@
+"""The services step's custom operations (not a step): a vLLM service's rollout, run as the box's own transaction
+(sparkctl/box/rollout.py), and following a tensor-parallel worker's to its result. Every call is rendered from the
+box boundary's contract (sparkctl/box/contract.py), every outcome read by name."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from functools import partial
+
+from pyinfra import host, logger
+from pyinfra.api import FunctionCommand, StringCommand, operation
+
+from sparkctl.box import contract
+from tasks.common import box_command, connector_args, follow_transaction, mark_ready
+from tasks.facts import RolloutStatus
+
+
+@dataclass
+class RolloutLedger:
+    """What the rollout operations learn while pyinfra executes, for the ops after them.
+
+    pyinfra runs deploy.py once per host while it prepares (every step has returned by then), and only afterwards
+    executes the operations, host after host for a `_serial` op; what a FunctionCommand learns at execute time can
+    therefore not be a step's return value. `rolling` must be shared ACROSS hosts: it is the one-box-at-a-time
+    guard, a later box reads that an earlier one failed. The rest is keyed by box. One object per deploy run (the
+    pyinfra process), handed on explicitly: services() returns it, deploy.py gives it to health()."""
+
+    rolling: dict[str, str] = field(default_factory=dict)  # service -> box whose rollout started, not yet gated
+    known_failed: dict[str, list[str]] = field(default_factory=dict)  # box -> one line per service left as it was
+    status: dict[tuple, dict] = field(default_factory=dict)  # (box, executing, ...) -> rollout.py status: one call
+    detached: dict[tuple[str, str], str] = field(default_factory=dict)  # (box, service) -> txn of rollout(wait=False)
+
+
+LEDGER = RolloutLedger()
+
+
+def rollout_status(script: str, services: tuple, env_prefix: str) -> dict:
+    key = (host.name, bool(host.state.is_executing), script, services)
+    if key not in LEDGER.status:
+        LEDGER.status[key] = host.get_fact(RolloutStatus, script=script, services=list(services), env_prefix=env_prefix)
+    return LEDGER.status[key]
+
+
+def _guard(state, host, service: str) -> bool:
+    """Execution time, one box after another: never touch a box after an earlier one failed this rollout."""
+    earlier = LEDGER.rolling.get(service)
+    if earlier and earlier != host.name:
+        host.log_styled(f"not rolling out vllm-{service} here: it failed on {earlier} (rolled back there), so this "
+                        f"box stays on its previous configuration; fix the candidate and rerun", fg="red",
+                        log_func=logger.error)
+        return False
+    LEDGER.rolling[service] = host.name
+    return True
+
+
+def _apply(host, kw: dict, service: str, apply_cmd: StringCommand) -> dict | None:
+    """Run `rollout.py apply`: {"txn", "attached"} of the transaction it started or attached to (None: failed)."""
+    ok, out = host.run_shell_command(apply_cmd, **kw)
+    started = next((json.loads(x) for x in reversed(out.stdout_lines) if x.startswith("{")), None) if ok else None
+    if not started:
+        host.log_styled(f"rollout.py apply {service} failed: {' '.join(out.stderr_lines)[-2000:]}", fg="red",
+                        log_func=logger.error)
+    return started
+
+
+def _follow(state, host, service: str, apply_cmd: StringCommand, rollout_py, interval: float,
+            wanted: str = "", handoff: dict | None = None, on_awaiting=None) -> bool:
+    """Start (or attach to) the box's transaction and print its log until it records a result. Losing this
+    connection changes nothing on the box: a rerun attaches to the same transaction or reads its result. After
+    attaching to one that another deploy started, apply once more: what this deploy staged may differ."""
+    kw = connector_args(host)
+    for _round in range(2):
+        started = _apply(host, kw, service, apply_cmd)
+        if not started:
+            return False
+        if started.get("attached"):
+            host.log(f"vllm-{service}: attaching to rollout {started['txn']}, already running on the box")
+        mark_ready(host, handoff, False)
+        result = follow_transaction(host, kw, service, started["txn"], rollout_py, interval)
+        if result is None:
+            return False
+        done = _ended(state, host, service, started, result, wanted, handoff, on_awaiting)
+        if done is not None:
+            if done:
+                LEDGER.rolling.pop(service, None)
+            return done
+    LEDGER.rolling.pop(service, None)
+    return True
+
+
+def _ended(state, host, service: str, started: dict, result: dict, wanted: str, handoff: dict | None,
+           on_awaiting) -> bool | None:
+    """What a followed transaction's result means for the op: True or False, or None to apply once more (it was
+    another deploy's)."""
+    if contract.serving(result):  # committed, or rolled back: it serves a known-good configuration
+        mark_ready(host, handoff, True)
+    ours = not started.get("attached") or result.get("candidate") == wanted
+    if result.get("outcome") == contract.AWAITING:
+        return _awaiting(state, host, service, started, result, ours, on_awaiting)
+    if not ours:
+        host.log(f"vllm-{service}: the attached rollout ended {result.get('outcome')}; now this deploy's")
+        return None
+    if not contract.succeeded(result):
+        host.log_styled(f"vllm-{service}: rollout {result.get('outcome')}: {result.get('message', '')[:4000]}",
+                        fg="red", log_func=logger.error)
+        return False
+    return None if started.get("attached") else True
+
+
+def _awaiting(state, host, service: str, started: dict, result: dict, ours: bool, on_awaiting) -> bool | None:
+    """The transaction passed its health gate and waits for its acceptance verdict (the Acceptance step marks the
+    box ready after its commit)."""
+    if not ours:
+        host.log_styled(f"vllm-{service}: another deploy's rollout (candidate {str(result.get('candidate'))[:12]})"
+                        f" waits on the box for its acceptance verdict until {result.get('deadline')}, when the "
+                        f"box decides alone; rerun then, or decide now: rollout.py verdict {service} --tx "
+                        f"{started['txn']} commit|rollback", fg="red", log_func=logger.error)
+        return False
+    if on_awaiting is not None:  # judged here, inside the serial rollout: one box at a time
+        host.log(f"vllm-{service}: passed its health gate; the box keeps its snapshot and waits for the "
+                 f"acceptance verdict until {result.get('deadline')}")
+        return bool(on_awaiting(state, host, started["txn"], result.get("probe_key", "")))
+    host.log(f"vllm-{service}: passed its health gate; the box keeps its snapshot and waits for the "
+             f"acceptance verdict until {result.get('deadline')} (the Acceptance step sends it)")
+    return None if started.get("attached") else True
+
+
+def _start(state, host, service: str, apply_cmd: StringCommand) -> bool:
+    """Start (or attach to) the box's transaction and return: a tensor-parallel worker's waits for its head."""
+    started = _apply(host, connector_args(host), service, apply_cmd)
+    if not started:
+        return False
+    LEDGER.detached[(host.name, service)] = started["txn"]
+    host.log(f"vllm-{service}: transaction {started['txn']} started; it changes nothing until the head's candidate "
+             f"is installed, and keeps its own only if the head commits")
+    return True
+
+
+def _join(state, host, service: str, rollout_py, interval: float) -> bool:
+    """Follow a transaction rollout(wait=False) started until it records its result."""
+    txn = LEDGER.detached.pop((host.name, service), None)
+    if txn is None:
+        host.log_styled(f"vllm-{service}: no transaction was started here to follow", fg="red", log_func=logger.error)
+        return False
+    result = follow_transaction(host, connector_args(host), service, txn, rollout_py, interval)
+    if result is None:
+        return False
+    if not contract.succeeded(result):
+        host.log_styled(f"vllm-{service}: rollout {result.get('outcome')}: {result.get('message', '')[:4000]}",
+                        fg="red", log_func=logger.error)
+        return False
+    return True
+
+
+def _unchanged(service: str, status: dict, retry_failed: bool) -> str:
+    """Why the box needs no transaction ("" when it does): it runs exactly its staged configuration, or that
+    configuration failed before and no retry was asked for (then listed for the health step's report)."""
+    busy = status.get("running") or status.get("phase")
+    if not busy and status.get("active") and status.get("applied") and status["applied"] == status.get("wanted"):
+        return f"vllm-{service} already runs its configuration"
+    failed = status.get("failed")
+    if busy or not failed or retry_failed:
+        return ""
+    why = ([x for x in str(failed.get("why")).splitlines() if x.strip()] or ["?"])[-1][:300]
+    line = (f"vllm-{service}: this configuration ({failed.get('model')}) failed at {failed.get('at')} "
+            f"({why}); nothing restarted. To try it again on purpose: --data ROLLOUT_RETRY_FAILED=True")
+    if host.state.is_executing:
+        LEDGER.known_failed.setdefault(host.name, []).append(line)
+        host.log_styled(line, fg="yellow", log_func=logger.warning)
+    return line
+
+
+@operation()
+def rollout(service: str, services: tuple, script: str, settings: dict, interval: float, port: int, served: str,
+            kind: str, env_prefix: str = "", handoff: dict | None = None, peer: dict | None = None,
+            wait: bool = True, verdict_args: dict | None = None, on_awaiting=None):
+    """Run the box's transaction for a service (drain, switch, gate, commit or roll back), unless it already
+    runs exactly its staged configuration, or that configuration failed before and no retry was asked for.
+    settings: the validated values of contract.SETTINGS (tasks/services.rollout_settings); verdict_args
+    (tasks/acceptance.apply_verdict_args): after its health gate the box waits for the acceptance verdict;
+    on_awaiting(state, host, txn, probe_key) -> bool (tasks/acceptance.judge_waiting) then measures and sends it
+    within this op, so a serial rollout touches the next box only after this one's verdict, and a first install is
+    judged while its verdict deadline is fresh (the proxy step runs before the services).
+
+    "Exactly that" = the stamp rollout.py recorded after its last healthy start equals the hash of the staged unit
+    and env file now, so a restart happens only when something the service reads changed.
+
+    peer: rollout.py's --peer-* facts (a tensor-parallel worker following its head); wait=False only starts the
+    transaction (rollout_join follows it to its result, after the head's rollout).
+    """
+    status = rollout_status(script, services, env_prefix).get(service, {})
+    unchanged = _unchanged(service, status, settings["ROLLOUT_RETRY_FAILED"])
+    if unchanged:
+        host.noop(unchanged)
+        return
+    rollout_py = partial(box_command, env_prefix, script)
+    apply_cmd = rollout_py(contract.argv("apply", settings, service=service, port=port, served=served, kind=kind,
+                                         **(peer or {}), **(verdict_args or {})))
+    if not wait:  # no one-box-at-a-time guard: head and worker are one unit, the head's rollout decides for both
+        yield FunctionCommand(_start, (service, apply_cmd), {})
+        return
+    yield FunctionCommand(_guard, (service,), {})
+    yield FunctionCommand(_follow, (service, apply_cmd, rollout_py, interval),
+                          {"wanted": status.get("wanted", ""), "handoff": handoff, "on_awaiting": on_awaiting})
+
+
+@operation()
+def rollout_join(service: str, script: str, interval: float, env_prefix: str = "", follow: bool = True):
+    """Wait for the transaction rollout(wait=False) started on this box (pair it with `_if=<that op>.did_change`);
+    follow=False: this box started none (the tensor-parallel head: its own rollout already decided)."""
+    if not follow:
+        host.noop(f"vllm-{service}: nothing to follow on this box")
+        return
+    yield FunctionCommand(_join, (service, partial(box_command, env_prefix, script), interval), {})
