@@ -1,13 +1,15 @@
 """CARouter Cloud GX10: from stock OS to serving.   pyinfra inventory.py deploy.py
 
-preflight -> nvidia -> vllm -> (CX7 link, tensor-parallel only) -> checkpoints -> OOM guard -> proxy -> services
-(each changed coder judged by the acceptance probe through the proxy inside its rollout) -> monitoring -> health ->
-acceptance (of a coder still found waiting) -> (tensor-parallel: the worker's result, which follows the head's) ->
-(Ray units no longer configured: retired) -> gateway hand-off. Bad settings are refused before any command reaches
-the host; see README.md for the flip, secrets, settings and the two-Spark topologies.
+The steps, in order (each one module in tasks/): preflight -> nvidia -> vllm -> (CX7 link and Ray, tensor-parallel
+only) -> checkpoints -> OOM guard -> proxy -> services (each changed coder judged by the acceptance probe through
+the proxy inside its rollout, its box drained for clients meanwhile) -> monitoring -> health -> acceptance (of a
+coder still found waiting) -> (tensor-parallel: the worker's result, which follows the head's) -> (Ray units no
+longer configured: retired) -> gateway hand-off. What a step needs from an earlier one is returned by it and handed
+on here. Bad settings are refused before any command reaches the host; see README.md for the flip, secrets,
+settings and the two-Spark topologies.
 """
 
-from tasks.acceptance import acceptance_step
+from tasks.acceptance import acceptance_step, judge_waiting
 from tasks.checkpoints import checkpoints
 from tasks.handoff import handoff
 from tasks.health import health
@@ -27,7 +29,7 @@ link(settings)
 checkpoints(settings)
 oom_guard(settings)
 proxy(settings)  # before the services: a coder is judged through it as soon as its box waits for a verdict
-rollouts = services(settings)  # what its rollouts learn while they execute, for the steps after them
+rollouts = services(settings, judge=judge_waiting)  # what its rollouts learn while they execute, for later steps
 monitoring(settings, shared_scripts)
 health(settings, rollouts.ledger.known_failed)
 acceptance_step(settings)

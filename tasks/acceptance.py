@@ -14,7 +14,8 @@ the verdict it follows the box's transaction to its result (the commit, or the w
 restored, restart, gate), prints it, marks the box ready in the gateway hand-off again (the
 rollout left it not ready while the candidate waited) and fails the host on a rollback, naming the failed figure.
 
-Box-side commands this assumes (rollout.py, issue 14; see apply_verdict_args, awaiting_verdict, verdict_command):
+Box-side commands this assumes (rollout.py, issue 14; see sparkctl.render.units.apply_verdict_args, awaiting_verdict,
+verdict_command):
     rollout.py apply SERVICE ... --verdict-timeout S --verdict-default rollback|commit
                                       -> after the health gate, keep the snapshot and wait S s for a verdict
     rollout.py status SERVICE         -> JSON with "phase": "awaiting-verdict" and "tx": <transaction id> while one
@@ -32,7 +33,6 @@ from pyinfra.api import FunctionCommand, StringCommand, deploy, operation
 
 from sparkctl.box import contract
 from sparkctl.config import hosts
-from sparkctl.config.catalog import CODER
 from sparkctl.config.schema import GroupData
 from sparkctl.config.settings import Settings
 from sparkctl.errors import SparkctlError
@@ -41,18 +41,8 @@ from sparkctl.render.units import rollout_env
 from tasks.common import box_command, connector_args, follow_transaction, mark_ready, ready_target
 from tasks.facts import RolloutStatus
 
-__all__ = ["acceptance_gate", "acceptance_step", "apply_verdict_args", "awaiting_verdict", "verdict_command"]
+__all__ = ["acceptance_gate", "acceptance_step", "awaiting_verdict", "judge_waiting", "verdict_command"]
 REASON_CHARS = 900  # the rollback reason kept in the box's record of the failed candidate, characters
-
-
-def apply_verdict_args(cfg: GroupData, service) -> dict:
-    """The facts `rollout.py apply` needs to wait for a verdict after its health gate (contract dests
-    verdict_timeout, verdict_default; {} = do not wait: acceptance off, or not the coder's head). The default is what
-    the box does alone when the time is up."""
-    if not cfg.ACCEPTANCE_ENABLED or service.role != CODER or service.headless:
-        return {}
-    return {"verdict_timeout": cfg.ACCEPTANCE_VERDICT_TIMEOUT_S,
-            "verdict_default": "commit" if cfg.ACCEPTANCE_MODE == "warn" else "rollback"}
 
 
 def awaiting_verdict(status: dict) -> str | None:

@@ -16,8 +16,8 @@ from pyinfra.api import deploy, operation
 from sparkctl.config.catalog import CODER
 from sparkctl.config.settings import Settings
 from sparkctl.render import health_table
-from tasks.facts import JournalText, ListenerReady, LoadSeconds, UnitProperties
 from tasks.common import fail, tls_material
+from tasks.facts import JournalText, ListenerReady, LoadSeconds, UnitProperties
 
 KV_LINES = r"GPU KV cache size|Maximum concurrency for"
 

@@ -178,7 +178,7 @@ def rollout(service: str, services: tuple, script: str, settings: dict, interval
     """Run the box's transaction for a service (drain, switch, gate, commit or roll back), unless it already
     runs exactly its staged configuration, or that configuration failed before and no retry was asked for.
     settings: the validated values of contract.SETTINGS (tasks/services.rollout_settings); verdict_args
-    (tasks/acceptance.apply_verdict_args): after its health gate the box waits for the acceptance verdict;
+    (sparkctl.render.units.apply_verdict_args): after its health gate the box waits for the acceptance verdict;
     on_awaiting(state, host, txn, probe_key) -> bool (tasks/acceptance.judge_waiting) then measures and sends it
     within this op, so a serial rollout touches the next box only after this one's verdict, and a first install is
     judged while its verdict deadline is fresh (the proxy step runs before the services).

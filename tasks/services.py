@@ -26,8 +26,7 @@ from sparkctl.render import box_files, ray
 from sparkctl.render import units as svcs
 from sparkctl.render.link import peer_status_command
 from sparkctl.errors import SettingError
-from sparkctl.render.units import rollout_env, rollout_values
-from tasks.acceptance import apply_verdict_args, judge_waiting
+from sparkctl.render.units import apply_verdict_args, rollout_env, rollout_values
 from tasks.common import ready_target
 from tasks.facts import RunningOomGuard, VenvsInUse
 from tasks.rollout import LEDGER, RolloutLedger, rollout, rollout_join
@@ -142,7 +141,9 @@ def venv_users(cfg: GroupData) -> list[str]:
 
 
 @deploy("vLLM services")
-def services(settings: Settings, service_list: list | None = None) -> Rollouts:
+def services(settings: Settings, judge, service_list: list | None = None) -> Rollouts:
+    """judge(settings, service, handoff): the acceptance step's judge of a coder waiting for its verdict
+    (tasks/acceptance.judge_waiting), run inside that coder's rollout op."""
     cfg = settings.cfg
     service_list = with_tp_unit(settings, service_list if service_list is not None else settings.services)
     common = rollout_settings(cfg)
@@ -164,7 +165,7 @@ def services(settings: Settings, service_list: list | None = None) -> Rollouts:
         verdict_args = apply_verdict_args(cfg, svc)  # the coder waits for its acceptance verdict, judged in this op
         rollout(name=f"Roll out {svc.unit} ({svc.model.key})", service=svc.name, services=names,
                 port=svc.port, served=svc.served_name, kind=kind, handoff=handoff, _serial=True,
-                verdict_args=verdict_args, on_awaiting=judge_waiting(settings, svc, handoff) if verdict_args else None,
+                verdict_args=verdict_args, on_awaiting=judge(settings, svc, handoff) if verdict_args else None,
                 **common)
     for svc in service_list:  # after the rollout installed the unit
         systemd.service(name=f"Enable {svc.unit} at boot", service=svc.unit, running=None, enabled=True)

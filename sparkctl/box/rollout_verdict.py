@@ -2,9 +2,11 @@
 """On the box (stdlib only; imported by rollout_txn.py and rollout.py): the acceptance verdict (issue 12).
 
 With `--verdict-timeout S` (> 0) a candidate that passed the health gate is not committed yet: the transaction
-records the phase `awaiting-verdict` (with `verdict_deadline`, unix seconds, and `verdict_default`), reopens the
-proxy for its served model (the control side's acceptance probe goes through the proxy) and waits up to S s for a
-verdict file in its txn dir, written by `rollout.py verdict SERVICE --tx TX commit|rollback [--reason TEXT]`:
+records the phase `awaiting-verdict` (with `verdict_deadline`, unix seconds, and `verdict_default`) and waits up
+to S s for a verdict file; meanwhile a service that served before stays drained for clients at the proxy, which
+lets through only the control side's acceptance probe carrying the transaction's probe key (a first install, with
+nothing to protect, is reopened). The verdict file is in its txn dir, written by
+`rollout.py verdict SERVICE --tx TX commit|rollback [--reason TEXT]`:
 
   commit      the normal commit (stamp, snapshot dropped)
   rollback    exactly the failed-gate path: the candidate is remembered as failed with the reason, the proxy

@@ -155,6 +155,16 @@ def rollout_values(cfg: GroupData) -> dict:
     return {name: getattr(cfg, name) for name in contract.SETTINGS}
 
 
+def apply_verdict_args(cfg: GroupData, service) -> dict:
+    """The facts `rollout.py apply` needs to wait for a verdict after its health gate (contract dests
+    verdict_timeout, verdict_default; {} = do not wait: acceptance off, or not the coder's head). The default is what
+    the box does alone when the time is up."""
+    if not cfg.ACCEPTANCE_ENABLED or service.role != CODER or service.headless:
+        return {}
+    return {"verdict_timeout": cfg.ACCEPTANCE_VERDICT_TIMEOUT_S,
+            "verdict_default": "commit" if cfg.ACCEPTANCE_MODE == "warn" else "rollback"}
+
+
 def tp_unit_id(coders: list[tuple[Service, GroupData]]) -> str:
     """Tensor-parallel: one id for both boxes' coder (head first), a hash of each one's rendered unit and env file.
     Written into both env files (rollout_peer.TP_UNIT), so a change on either box changes both candidates: head and

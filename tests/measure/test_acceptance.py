@@ -333,7 +333,7 @@ def test_the_verdict_command_names_the_transaction_and_quotes_the_reason():
 
 
 def test_the_box_is_told_how_long_to_wait_and_what_to_do_alone():
-    from tasks.acceptance import apply_verdict_args
+    from sparkctl.render.units import apply_verdict_args
 
     coder = type("Svc", (), {"role": "coder", "headless": False})()
     worker = type("Svc", (), {"role": "coder", "headless": True})()

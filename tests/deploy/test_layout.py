@@ -1,0 +1,78 @@
+"""Issue 17, tasks as rooms: each tasks/ module is one step of deploy.py (or a named helper module), no step reaches
+into another, and the text that describes the layout names what exists."""
+
+from __future__ import annotations
+
+import ast
+import re
+
+from sparkctl import REPO_ROOT
+
+TASKS = REPO_ROOT / "tasks"
+HELPERS = {"common", "facts", "rollout"}  # tasks/ modules that are not steps (tasks/__init__.py says what each is)
+STEPS = {p.stem for p in TASKS.glob("*.py")} - HELPERS - {"__init__"}
+
+
+def tasks_imports(path) -> list[tuple[str, str]]:
+    """(tasks module, name) of every `from tasks.X import name` in a file."""
+    tree = ast.parse(path.read_text())
+    return [(n.module.split(".", 1)[1], a.name) for n in ast.walk(tree)
+            if isinstance(n, ast.ImportFrom) and (n.module or "").startswith("tasks.") for a in n.names]
+
+
+def test_no_step_imports_another_step():
+    """What one step needs from another is returned by it and handed on in deploy.py; shared helpers live in the
+    helper modules, errors in sparkctl/errors.py, box paths in sparkctl/render/."""
+    for step in sorted(STEPS):
+        reached = [f"tasks.{mod}.{name}" for mod, name in tasks_imports(TASKS / f"{step}.py") if mod not in HELPERS]
+        assert reached == [], f"tasks/{step}.py imports another step: {reached}"
+
+
+def test_no_private_name_crosses_a_module():
+    for path in [*TASKS.glob("*.py"), REPO_ROOT / "deploy.py"]:
+        private = [f"tasks.{mod}.{name}" for mod, name in tasks_imports(path) if name.startswith("_")]
+        assert private == [], f"{path.name} imports private names: {private}"
+
+
+def test_deploy_py_calls_every_step_and_the_package_docstring_lists_them_in_its_order():
+    tree = ast.parse((REPO_ROOT / "deploy.py").read_text())
+    calls = [n.value.func.id if isinstance(n.value, ast.Call) else n.value.value.func.id for n in tree.body
+             if isinstance(n, (ast.Expr, ast.Assign)) and isinstance(getattr(n, "value", None), ast.Call)
+             and isinstance(n.value.func, ast.Name)]
+    imported = {a.name: n.module.split(".", 1)[1] for n in tree.body if isinstance(n, ast.ImportFrom)
+                for a in n.names}
+    assert {imported[c] for c in calls if c in imported} == STEPS  # every step module runs, nothing else does
+    doc = ast.get_docstring(ast.parse((TASKS / "__init__.py").read_text()))
+    listed = re.search(r"in the order deploy\.py runs them \(.*?\): (.*?)\. Each", doc, re.S).group(1)
+    flat = re.sub(r"\(.*?\)", "", listed.replace("\n", " "))
+    names = [x.strip().split(".")[-1] for x in flat.split(",")]
+    steps_run = [c for c in calls if c in imported and c != "settings_for_host"]
+    assert names == steps_run
+
+
+def readme_headings() -> set[str]:
+    text = (REPO_ROOT / "README.md").read_text()
+    return {m.strip() for m in re.findall(r"^#+ (.*)$", text, re.M)}
+
+
+def test_every_readme_section_a_comment_names_exists():
+    """A unit file or docstring that sends the reader to a README section names one that is there."""
+    headings = readme_headings()
+    sources = [*REPO_ROOT.glob("sparkctl/**/*.py"), *TASKS.glob("*.py"), *REPO_ROOT.glob("templates/*.j2"),
+               REPO_ROOT / "deploy.py"]
+    cited = {(p.relative_to(REPO_ROOT).as_posix(), m) for p in sources
+             for m in re.findall(r'README \\?"([^"\\]+)\\?"', p.read_text())}
+    assert cited, "the pattern finds the references"
+    missing = [(path, name) for path, name in cited
+               if not any(h == name or h.startswith((name + ":", name + " (")) for h in headings)]
+    assert missing == []
+
+
+def test_the_readme_layout_names_every_tasks_module_and_sparkctl_folder():
+    layout = (REPO_ROOT / "README.md").read_text().split("## Layout", 1)[1].split("\n## ", 1)[0]
+    for path in TASKS.glob("*.py"):
+        if path.stem != "__init__":
+            assert f"`{path.name}`" in layout, path.name
+    for folder in (REPO_ROOT / "sparkctl").iterdir():
+        if folder.is_dir() and (folder / "__init__.py").exists():
+            assert f"`sparkctl/{folder.name}/`" in layout, folder.name
