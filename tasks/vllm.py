@@ -19,8 +19,7 @@ from sparkctl import REPO_ROOT
 from sparkctl.config.settings import Settings
 from sparkctl.render.units import pip_args, vllm_venv
 
-# pip_args: tasks/link.py installs ray with the same options
-__all__ = ["REMOTE_SCRIPTS", "SHARED_SCRIPTS", "pip_args", "vllm"]
+__all__ = ["REMOTE_SCRIPTS", "SHARED_SCRIPTS", "venv_build", "vllm"]
 
 REMOTE_SCRIPTS = ("rollout.py", "rollout_txn.py", "rollout_gate.py", "rollout_drain.py", "rollout_peer.py",
                   "rollout_restart.py", "rollout_verdict.py", "fetch_checkpoint.py", "check_vllm_args.py",

@@ -5,6 +5,7 @@ verification, vLLM's own argument check, the watchdog and the metrics textfiles.
 Standard library only (plus, where named, the box's vLLM venv): they run with the box's python3, and nothing here
 imports the rest of sparkctl. The control side refers to them by path, except contract.py, the box boundary written
 once (phases, outcomes and exit codes, the JSON documents, every rollout.py argument and the setting it comes
-from), which both sides import, and check_vllm_args.py, which `python -m sparkctl check` also runs on the control
+from), and boxio.py, the one atomic write (the control side's hand-off, PKI and lock files too), which both sides
+import, and check_vllm_args.py, which `python -m sparkctl check` also runs on the control
 machine (how systemd reads an env file back; vLLM's own parser where vLLM is installed there).
 """

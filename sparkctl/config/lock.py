@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from sparkctl import REPO_ROOT
+from sparkctl.box.boxio import write_atomic  # the one atomic write, the box's and the control side's
 from sparkctl.config import catalog, files
 from sparkctl.config.schema import GroupData
 from sparkctl.errors import SettingError, SparkctlError
@@ -268,5 +269,5 @@ def refresh_lock(groups: list[str], endpoint: str | None = None,
         out["checkpoints"][cp.repo] = resolve(api, cp, endpoint)
     path = lock_path(config.cfg)
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(out, indent=2, sort_keys=True) + "\n")
+    write_atomic(str(path), json.dumps(out, indent=2, sort_keys=True) + "\n", 0o644)  # a reader never sees half
     return path

@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import datetime as dt
 import ipaddress
-import os
 from pathlib import Path
 
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec, ed25519
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
+
+from sparkctl.box.boxio import write_atomic  # the one atomic write, the box's and the control side's
 
 CA_DAYS = 3650
 LEAF_DAYS = 825
@@ -24,11 +25,7 @@ RENEW_BEFORE = dt.timedelta(days=30)
 
 def _write_private(path: Path, data: bytes) -> None:
     path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-    with os.fdopen(fd, "wb") as f:
-        f.write(data)
-    os.replace(tmp, path)
+    write_atomic(str(path), data, 0o600)
 
 
 def _key_pem(key) -> bytes:
@@ -112,6 +109,7 @@ def ensure_ssh_keypair(path: Path, comment: str) -> tuple[Path, str]:
         key = ed25519.Ed25519PrivateKey.generate()
         _write_private(path, key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.OpenSSH,
                                                serialization.NoEncryption()))
-        pub.write_text(key.public_key().public_bytes(serialization.Encoding.OpenSSH,
-                                                     serialization.PublicFormat.OpenSSH).decode() + f" {comment}\n")
+        write_atomic(str(pub), key.public_key().public_bytes(serialization.Encoding.OpenSSH,
+                                                             serialization.PublicFormat.OpenSSH).decode()
+                     + f" {comment}\n", 0o644)
     return path, pub.read_text().strip()

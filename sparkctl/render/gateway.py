@@ -19,6 +19,11 @@ from pathlib import Path
 
 import yaml
 
+from sparkctl.box.boxio import write_atomic  # the one atomic write, the box's and the control side's
+
+# the hand-off files are for the operator's tooling and hold no secret (the CA bundle is a path): readable by all
+HANDOFF_MODE = 0o644
+
 
 def entry(box: str, address: str, port: int, svc, ready: bool = True) -> dict:
     return {"box": box, "address": address, "port": port,
@@ -96,7 +101,5 @@ def write(out_dir: Path, endpoints: dict, docs: list[dict]) -> tuple[Path, Path]
     ep, k8s = out_dir / "endpoints.json", out_dir / "k8s-endpoints.yaml"
     for path, text in ((ep, json.dumps(endpoints, indent=2) + "\n"),
                        (k8s, yaml.safe_dump_all(docs, sort_keys=False))):
-        tmp = path.with_suffix(path.suffix + ".tmp")
-        tmp.write_text(text)
-        tmp.replace(path)
+        write_atomic(str(path), text, HANDOFF_MODE)
     return ep, k8s

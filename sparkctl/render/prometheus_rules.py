@@ -19,6 +19,7 @@ from sparkctl.config.quantities import DAY_S, GIB
 from sparkctl.config.schema import GroupData, as_group_data
 from sparkctl.config.settings import HostConfig, as_config
 from sparkctl.render import dashboard
+from sparkctl.render.gateway import HANDOFF_MODE, write_atomic
 
 
 def boxes(endpoints: dict) -> dict[str, dict]:
@@ -165,8 +166,6 @@ def write_handoff(out_dir: Path, endpoints: dict, config: HostConfig) -> list[Pa
     paths = []
     for name, text in zip(HANDOFF_FILES, texts):
         path = out_dir / name
-        tmp = path.with_suffix(path.suffix + ".tmp")
-        tmp.write_text(text)
-        tmp.replace(path)
+        write_atomic(str(path), text, HANDOFF_MODE)
         paths.append(path)
     return paths
