@@ -28,9 +28,9 @@ import time
 
 import pytest
 
-from sparkctl.config import catalog, groupdata
+from sparkctl.config import catalog, groupdata, schema, settings
 from sparkctl.config.lock import cache_dirname, refresh_lock
-from sparkctl.measure import acceptance, history, quick
+from sparkctl.measure import acceptance, history, labels, quick
 from tests.e2e.conftest import GROUPS, pyinfra, record, sim_exec
 
 HOST = "spark-1"
@@ -78,7 +78,7 @@ def test_a_draft_that_cannot_match_fails_on_the_floor_and_is_rolled_back(converg
     run = deploy("CODING_MODEL=laguna-s-2.1")  # the matching stand-in draft: accepted
     record("flip to laguna, matching draft, with acceptance", time.monotonic() - t0)
     assert run.rc == 0, run.failure()
-    line = history.select(history.read(converged_spark.host, data), model="laguna-s-2.1")[-1]
+    line = history.select(history.read(converged_spark.host, schema.validate(data)), model="laguna-s-2.1")[-1]
     sd = next(r["spec_decode"] for r in sorted(line["runs"], key=lambda r: r["streams"]) if r.get("spec_decode"))
     print(f"ACCEPTANCE matching stand-in draft: rate {sd['acceptance_rate']:.3f}, per position "
           f"{sd.get('per_position_acceptance')} (sim floor: measured_acceptance_rate in group_data/sim.py)")
@@ -111,11 +111,11 @@ def spread(values: list[float]) -> dict:
 
 
 def test_five_accepted_runs_give_the_gate_noise(converged_spark):
-    data = {**converged_spark.data, **SPEED_DATA}
+    config = settings.host_config({**converged_spark.data, **SPEED_DATA})
     runs = []
     for i in range(5):
         t0 = time.monotonic()
-        v = quick.acceptance_of(converged_spark.host, data, lines=[])  # judged alone: the figures, not a baseline
+        v = quick.acceptance_of(converged_spark.host, config, lines=[])  # judged alone: the figures, not a baseline
         record(f"quick acceptance run {i + 1}/5", time.monotonic() - t0)
         assert v.passed, v.reason()
         runs.append(v.record)
@@ -136,7 +136,7 @@ def test_five_accepted_runs_give_the_gate_noise(converged_spark):
               f"{s['worst_below_mean_pct']:17.1f}")
     # every later run, judged against the first as its baseline with the configured thresholds, must pass: the
     # thresholds sit above the gate's own noise
-    t = acceptance.Thresholds.from_settings(data)
+    t = acceptance.Thresholds.from_settings(config.cfg)
     base = history.make_line(runs[0], baseline=True, source="acceptance")
     for rec in runs[1:]:
         v = acceptance.judge(rec, t, baseline=base)
@@ -148,12 +148,12 @@ def quiet_baseline(converged_spark) -> dict:
     """spark-1's coder rolled out on the marker("baseline") configuration (judged with SPEED), and a baseline of it
     in the box's acceptance history measured now, with the other box idle (group_data/sim.py: the two boxes share
     2 cores), as a full `bench --record-baseline` would set it. Returns that history line."""
-    data = {**groupdata.load(GROUPS), **SPEED_DATA}
+    config = settings.host_config({**groupdata.load(GROUPS), **SPEED_DATA})
     run = deploy(marker("baseline"), *SPEED)
     assert run.rc == 0, run.failure()
-    quiet = quick.acceptance_of(converged_spark.host, data, lines=[])
+    quiet = quick.acceptance_of(converged_spark.host, config, lines=[])
     assert quiet.passed, quiet.reason()
-    return history.append(converged_spark.host, data, quiet.record, source="acceptance", baseline=True)
+    return history.append(converged_spark.host, config.cfg, quiet.record, source="acceptance", baseline=True)
 
 
 def test_a_throttled_coder_fails_the_speed_comparison_and_the_same_config_without_it_passes(quiet_baseline):
