@@ -14,6 +14,10 @@ result. The speed comparisons are off in the sim's data (two boxes on 2 shared c
   the decode/prefill comparison against a baseline recorded just before (`quiet_baseline`); the same configuration
   without it passes. The env marker (VLLM_EXTRA_ENV, a setting) makes the deploy roll the coder out, so that it is
   judged; the coder keeps the last marker until a plain deploy (`converged_spark`) puts it back.
+* An upgrade (a rebuilt venv: another vLLM build of the same version, with no baseline of its own) slowed the same way
+  is rolled back against the previous build's baseline (`quiet_baseline`), and the coder keeps serving that build;
+  the same upgrade unslowed is committed against it and becomes its build's baseline. Every vLLM service then runs
+  the new venv until a plain deploy (`converged_spark`) puts the group data's build back.
 
 Each test starts from the pair as the group data says (`converged_spark`). The box remembers a candidate that failed
 and does not try it again unless asked: the failing deploys ask (RETRY_FAILED), so the tests can run again.
@@ -21,6 +25,7 @@ and does not try it again unless asked: the failing deploys ask (RETRY_FAILED), 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import shlex
 import statistics
@@ -70,6 +75,20 @@ SPEED = tuple(f"{k}={v}" for k, v in SPEED_DATA.items())  # the same, as the dep
 def marker(value: str) -> str:
     """An env change the service reads: it forces a coder rollout without changing what it serves."""
     return "VLLM_EXTRA_ENV=" + json.dumps({"VLLM_ENABLE_V1_MULTIPROCESSING": "0", "SPARKCTL_E2E_MARKER": value})
+
+
+@contextlib.contextmanager
+def throttled():
+    """The coder's duty cycle (THROTTLE_LOOP) on HOST meanwhile; its processes left running afterwards."""
+    sim_exec(HOST, f"systemd-run --unit={THROTTLE} --collect sh -c {shlex.quote(THROTTLE_LOOP)}")
+    try:
+        yield
+    finally:
+        sim_exec(HOST, f"systemctl stop {THROTTLE}; systemctl kill -s CONT vllm-coder.service || true")
+
+
+def coder_exec_start() -> str:
+    return sim_exec(HOST, "grep -h ^ExecStart= /etc/systemd/system/vllm-coder.service")
 
 
 def test_a_draft_that_cannot_match_fails_on_the_floor_and_is_rolled_back(converged_spark):
@@ -158,16 +177,56 @@ def quiet_baseline(converged_spark) -> dict:
 
 def test_a_throttled_coder_fails_the_speed_comparison_and_the_same_config_without_it_passes(quiet_baseline):
     base = quiet_baseline
-    sim_exec(HOST, f"systemd-run --unit={THROTTLE} --collect sh -c {shlex.quote(THROTTLE_LOOP)}")
-    try:
+    with throttled():
         t0 = time.monotonic()
         run = deploy(marker("slow"), *SPEED, RETRY_FAILED)
         record(f"coder throttled to {THROTTLE_DUTY} while judged -> acceptance rollback", time.monotonic() - t0)
-    finally:
-        sim_exec(HOST, f"systemctl stop {THROTTLE}; systemctl kill -s CONT vllm-coder.service || true")
     assert run.rc != 0, "a slowed coder must fail acceptance"
     assert "decode tok/s" in run.output and base["history"]["id"] in run.output, run.failure()
     assert "rolled back" in run.output, run.failure()
     run = deploy(marker("fast"), *SPEED)  # the same configuration, not throttled
     assert run.rc == 0, run.failure()
     assert "acceptance passed against baseline " + base["history"]["id"] in run.output, run.failure()
+
+
+def upgraded_constraints(data: dict) -> list[str]:
+    """An upgrade the simulated Spark installs offline: the sim's constraints and pip at PIP_VERSION, which every venv
+    installs first, from the wheelhouse that pins it, so pip resolves the same wheels into a new venv. It is another
+    vLLM build of the same version (render.units.vllm_venv hashes the constraints; labels.build_labels is its
+    name), as a rebuilt image is. The comment, which pip ignores, is this run's time: a build no earlier run on a
+    kept pair (SPARKCTL_E2E_REUSE) left a baseline of, so the previous build's baseline judges it on every run."""
+    stamp = time.strftime("%Y%m%dT%H%M%S")
+    return [*data["VLLM_PIP_CONSTRAINTS"], f"pip=={data['PIP_VERSION']}  # e2e upgrade {stamp}"]
+
+
+def test_an_upgrade_slowed_while_judged_is_rolled_back_against_the_previous_build_and_unslowed_is_committed(
+        quiet_baseline, converged_spark):
+    base, data = quiet_baseline, converged_spark.data
+    constraints = upgraded_constraints(data)
+    previous = labels.build_labels(data)["vllm_build"]
+    build = labels.build_labels({**data, "VLLM_PIP_CONSTRAINTS": constraints})["vllm_build"]
+    assert base["vllm_build"] == previous != build  # the baseline is of the running build; the upgrade has none
+    against = f"the previous vLLM build {previous} baseline {base['history']['id']}"
+    # only the build differs from the baseline's configuration; RETRY_FAILED: the second run retries the same
+    # candidate, which the box remembers as failed
+    upgrade = ("VLLM_PIP_CONSTRAINTS=" + json.dumps(constraints), marker("baseline"), *SPEED, RETRY_FAILED)
+    with throttled():
+        t0 = time.monotonic()
+        run = deploy(*upgrade)
+        record(f"upgrade (new venv) throttled to {THROTTLE_DUTY} while judged -> rollback", time.monotonic() - t0)
+    assert run.rc != 0, "a slowed upgrade must fail acceptance"
+    verdict = [line for line in run.output.splitlines() if "rolled back: acceptance failed" in line]
+    assert verdict and f"(against {against})" in verdict[-1], run.failure()
+    assert f"[previous baseline {base['history']['id']}]" in verdict[-1], run.failure()  # a speed figure failed it
+    assert f"/venvs/{previous}/bin/vllm" in coder_exec_start()  # the coder runs the previous build again
+    assert cache_dirname("sim/tiny-qwen") in served_root(converged_spark)
+
+    t0 = time.monotonic()
+    run = deploy(*upgrade)  # the same upgrade, not throttled
+    record("the same upgrade, not throttled -> committed against the previous build", time.monotonic() - t0)
+    assert run.rc == 0, run.failure()
+    assert f"acceptance passed against {against}" in run.output, run.failure()
+    assert f"/venvs/{build}/bin/vllm" in coder_exec_start()
+    line = history.read(converged_spark.host, schema.validate(data))[-1]
+    assert line["vllm_build"] == build and line["history"]["baseline"], line["history"]  # its build's baseline now
+    assert line["history"]["reference"] == {"kind": "previous", "name": against, "id": base["history"]["id"]}
