@@ -14,6 +14,10 @@ result. The speed comparisons are off in the sim's data (two boxes on 2 shared c
   the decode/prefill comparison against a baseline recorded just before (`quiet_baseline`); the same configuration
   without it passes. The env marker (VLLM_EXTRA_ENV, a setting) makes the deploy roll the coder out, so that it is
   judged; the coder keeps the last marker until a plain deploy (`converged_spark`) puts it back.
+* An upgrade (a rebuilt venv: another vLLM build of the same version, with no baseline of its own) slowed the same way
+  is rolled back against the previous build's baseline (`quiet_baseline`), and the coder keeps serving that build;
+  the same upgrade unslowed is committed against it and becomes its build's baseline. Every vLLM service then runs
+  the new venv until a plain deploy (`converged_spark`) puts the group data's build back.
 
 Each test starts from the pair as the group data says (`converged_spark`). The box remembers a candidate that failed
 and does not try it again unless asked: the failing deploys ask (RETRY_FAILED), so the tests can run again.
@@ -21,6 +25,7 @@ and does not try it again unless asked: the failing deploys ask (RETRY_FAILED), 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import shlex
 import statistics
@@ -28,9 +33,9 @@ import time
 
 import pytest
 
-from sparkctl.config import catalog, groupdata
+from sparkctl.config import catalog, groupdata, schema, settings
 from sparkctl.config.lock import cache_dirname, refresh_lock
-from sparkctl.measure import acceptance, history, quick
+from sparkctl.measure import acceptance, history, labels, quick
 from tests.e2e.conftest import GROUPS, pyinfra, record, sim_exec
 
 HOST = "spark-1"
@@ -72,13 +77,27 @@ def marker(value: str) -> str:
     return "VLLM_EXTRA_ENV=" + json.dumps({"VLLM_ENABLE_V1_MULTIPROCESSING": "0", "SPARKCTL_E2E_MARKER": value})
 
 
+@contextlib.contextmanager
+def throttled():
+    """The coder's duty cycle (THROTTLE_LOOP) on HOST meanwhile; its processes left running afterwards."""
+    sim_exec(HOST, f"systemd-run --unit={THROTTLE} --collect sh -c {shlex.quote(THROTTLE_LOOP)}")
+    try:
+        yield
+    finally:
+        sim_exec(HOST, f"systemctl stop {THROTTLE}; systemctl kill -s CONT vllm-coder.service || true")
+
+
+def coder_exec_start() -> str:
+    return sim_exec(HOST, "grep -h ^ExecStart= /etc/systemd/system/vllm-coder.service")
+
+
 def test_a_draft_that_cannot_match_fails_on_the_floor_and_is_rolled_back(converged_spark):
     data = groupdata.load(GROUPS)
     t0 = time.monotonic()
     run = deploy("CODING_MODEL=laguna-s-2.1")  # the matching stand-in draft: accepted
     record("flip to laguna, matching draft, with acceptance", time.monotonic() - t0)
     assert run.rc == 0, run.failure()
-    line = history.select(history.read(converged_spark.host, data), model="laguna-s-2.1")[-1]
+    line = history.select(history.read(converged_spark.host, schema.validate(data)), model="laguna-s-2.1")[-1]
     sd = next(r["spec_decode"] for r in sorted(line["runs"], key=lambda r: r["streams"]) if r.get("spec_decode"))
     print(f"ACCEPTANCE matching stand-in draft: rate {sd['acceptance_rate']:.3f}, per position "
           f"{sd.get('per_position_acceptance')} (sim floor: measured_acceptance_rate in group_data/sim.py)")
@@ -111,11 +130,11 @@ def spread(values: list[float]) -> dict:
 
 
 def test_five_accepted_runs_give_the_gate_noise(converged_spark):
-    data = {**converged_spark.data, **SPEED_DATA}
+    config = settings.host_config({**converged_spark.data, **SPEED_DATA})
     runs = []
     for i in range(5):
         t0 = time.monotonic()
-        v = quick.acceptance_of(converged_spark.host, data, lines=[])  # judged alone: the figures, not a baseline
+        v = quick.acceptance_of(converged_spark.host, config, lines=[])  # judged alone: the figures, not a baseline
         record(f"quick acceptance run {i + 1}/5", time.monotonic() - t0)
         assert v.passed, v.reason()
         runs.append(v.record)
@@ -136,7 +155,7 @@ def test_five_accepted_runs_give_the_gate_noise(converged_spark):
               f"{s['worst_below_mean_pct']:17.1f}")
     # every later run, judged against the first as its baseline with the configured thresholds, must pass: the
     # thresholds sit above the gate's own noise
-    t = acceptance.Thresholds.from_settings(data)
+    t = acceptance.Thresholds.from_settings(config.cfg)
     base = history.make_line(runs[0], baseline=True, source="acceptance")
     for rec in runs[1:]:
         v = acceptance.judge(rec, t, baseline=base)
@@ -148,26 +167,66 @@ def quiet_baseline(converged_spark) -> dict:
     """spark-1's coder rolled out on the marker("baseline") configuration (judged with SPEED), and a baseline of it
     in the box's acceptance history measured now, with the other box idle (group_data/sim.py: the two boxes share
     2 cores), as a full `bench --record-baseline` would set it. Returns that history line."""
-    data = {**groupdata.load(GROUPS), **SPEED_DATA}
+    config = settings.host_config({**groupdata.load(GROUPS), **SPEED_DATA})
     run = deploy(marker("baseline"), *SPEED)
     assert run.rc == 0, run.failure()
-    quiet = quick.acceptance_of(converged_spark.host, data, lines=[])
+    quiet = quick.acceptance_of(converged_spark.host, config, lines=[])
     assert quiet.passed, quiet.reason()
-    return history.append(converged_spark.host, data, quiet.record, source="acceptance", baseline=True)
+    return history.append(converged_spark.host, config.cfg, quiet.record, source="acceptance", baseline=True)
 
 
 def test_a_throttled_coder_fails_the_speed_comparison_and_the_same_config_without_it_passes(quiet_baseline):
     base = quiet_baseline
-    sim_exec(HOST, f"systemd-run --unit={THROTTLE} --collect sh -c {shlex.quote(THROTTLE_LOOP)}")
-    try:
+    with throttled():
         t0 = time.monotonic()
         run = deploy(marker("slow"), *SPEED, RETRY_FAILED)
         record(f"coder throttled to {THROTTLE_DUTY} while judged -> acceptance rollback", time.monotonic() - t0)
-    finally:
-        sim_exec(HOST, f"systemctl stop {THROTTLE}; systemctl kill -s CONT vllm-coder.service || true")
     assert run.rc != 0, "a slowed coder must fail acceptance"
     assert "decode tok/s" in run.output and base["history"]["id"] in run.output, run.failure()
     assert "rolled back" in run.output, run.failure()
     run = deploy(marker("fast"), *SPEED)  # the same configuration, not throttled
     assert run.rc == 0, run.failure()
     assert "acceptance passed against baseline " + base["history"]["id"] in run.output, run.failure()
+
+
+def upgraded_constraints(data: dict) -> list[str]:
+    """An upgrade the simulated Spark installs offline: the sim's constraints and pip at PIP_VERSION, which every venv
+    installs first, from the wheelhouse that pins it, so pip resolves the same wheels into a new venv. It is another
+    vLLM build of the same version (render.units.vllm_venv hashes the constraints; labels.build_labels is its
+    name), as a rebuilt image is. The comment, which pip ignores, is this run's time: a build no earlier run on a
+    kept pair (SPARKCTL_E2E_REUSE) left a baseline of, so the previous build's baseline judges it on every run."""
+    stamp = time.strftime("%Y%m%dT%H%M%S")
+    return [*data["VLLM_PIP_CONSTRAINTS"], f"pip=={data['PIP_VERSION']}  # e2e upgrade {stamp}"]
+
+
+def test_an_upgrade_slowed_while_judged_is_rolled_back_against_the_previous_build_and_unslowed_is_committed(
+        quiet_baseline, converged_spark):
+    base, data = quiet_baseline, converged_spark.data
+    constraints = upgraded_constraints(data)
+    previous = labels.build_labels(data)["vllm_build"]
+    build = labels.build_labels({**data, "VLLM_PIP_CONSTRAINTS": constraints})["vllm_build"]
+    assert base["vllm_build"] == previous != build  # the baseline is of the running build; the upgrade has none
+    against = f"the previous vLLM build {previous} baseline {base['history']['id']}"
+    # only the build differs from the baseline's configuration; RETRY_FAILED: the second run retries the same
+    # candidate, which the box remembers as failed
+    upgrade = ("VLLM_PIP_CONSTRAINTS=" + json.dumps(constraints), marker("baseline"), *SPEED, RETRY_FAILED)
+    with throttled():
+        t0 = time.monotonic()
+        run = deploy(*upgrade)
+        record(f"upgrade (new venv) throttled to {THROTTLE_DUTY} while judged -> rollback", time.monotonic() - t0)
+    assert run.rc != 0, "a slowed upgrade must fail acceptance"
+    verdict = [line for line in run.output.splitlines() if "rolled back: acceptance failed" in line]
+    assert verdict and f"(against {against})" in verdict[-1], run.failure()
+    assert f"[previous baseline {base['history']['id']}]" in verdict[-1], run.failure()  # a speed figure failed it
+    assert f"/venvs/{previous}/bin/vllm" in coder_exec_start()  # the coder runs the previous build again
+    assert cache_dirname("sim/tiny-qwen") in served_root(converged_spark)
+
+    t0 = time.monotonic()
+    run = deploy(*upgrade)  # the same upgrade, not throttled
+    record("the same upgrade, not throttled -> committed against the previous build", time.monotonic() - t0)
+    assert run.rc == 0, run.failure()
+    assert f"acceptance passed against {against}" in run.output, run.failure()
+    assert f"/venvs/{build}/bin/vllm" in coder_exec_start()
+    line = history.read(converged_spark.host, schema.validate(data))[-1]
+    assert line["vllm_build"] == build and line["history"]["baseline"], line["history"]  # its build's baseline now
+    assert line["history"]["reference"] == {"kind": "previous", "name": against, "id": base["history"]["id"]}
