@@ -155,8 +155,8 @@ def _entry_error(err: dict, where: str) -> SettingError:
         close = difflib.get_close_matches(str(loc[-1]), choices, n=1, cutoff=0.6)
         return SettingError(path, loc[-1], sorted(choices), f"Did you mean {close[0]!r}?" if close else "")
     if err["type"] == "missing":
-        return SettingError(where + "".join(f"[{p!r}]" for p in loc), "<not set>", "a value: every entry needs role, checkpoint (repo, revision) and "
-                                               "max_model_len")
+        return SettingError(where + "".join(f"[{p!r}]" for p in loc), "<not set>",
+                            "a value: every entry needs role, checkpoint (repo, revision) and max_model_len")
     annotation, description = _annotation(loc)
     path = where + "".join(f"[{p!r}]" for p in loc)
     valid = f"a value of type {_type_name(annotation)}" + (f": {description}" if description else "")
