@@ -199,6 +199,7 @@ def upgraded_constraints(data: dict) -> list[str]:
     return [*data["VLLM_PIP_CONSTRAINTS"], f"pip=={data['PIP_VERSION']}  # e2e upgrade {stamp}"]
 
 
+@pytest.mark.e2e_extended  # a venv build and three coder rollouts of its own (~14 min here): outside CI's budget
 def test_an_upgrade_slowed_while_judged_is_rolled_back_against_the_previous_build_and_unslowed_is_committed(
         quiet_baseline, converged_spark):
     base, data = quiet_baseline, converged_spark.data
