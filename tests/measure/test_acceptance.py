@@ -142,8 +142,9 @@ def test_floors_belong_to_the_checkpoint_they_were_measured_on_and_say_what_was_
     assert acceptance.floor_of(cat["bge-m3"]) is None  # no speculative decoding
     sim = catalog.resolve(groupdata.load(["all", "gx10", "sim"])["CATALOG_OVERRIDES"])
     assert acceptance.floor_of(sim["qwen3.8-27b"]) is None  # the tiny stand-in does not inherit production's
-    tiny = acceptance.floor_of(sim["laguna-s-2.1"])  # the stand-in draft's own floor, provisional
-    assert (tiny.rate, tiny.tokens_per_step, tiny.kind("acceptance_rate")) == (0.2, 0.0, "provisional")
+    tiny = acceptance.floor_of(sim["laguna-s-2.1"])  # the stand-in draft's own floor, measured on the sim
+    assert (tiny.rate, tiny.tokens_per_step, tiny.kind("acceptance_rate")) == (1.0, 3.0, "measured")
+    assert tiny.kind("tokens_per_step") == "derived"  # 1 + the per-position rates: printed, not judged
 
 
 def test_a_provenance_the_judge_does_not_know_is_a_setting_error():
