@@ -167,3 +167,11 @@ ACCEPTANCE_PREVIOUS_PREFILL_MAX_REGRESSION = 0.4  # fraction below it for fresh 
 ACCEPTANCE_ROOFLINE_FLOOR_FRACTION = 0.0  # off: the planner's roofline is a GB10's bandwidth over a tiny model's
 # bytes (273,000 tok/s), which 2 CPU cores never approach (727-1,267 tok/s at 1 stream in the noise runs: 0.3-0.5 %)
 ACCEPTANCE_VERDICT_TIMEOUT_S = 300  # the quick run takes well under a minute here, s
+
+# --- the watchdog and systemd's restart on tiny models (a real box's values are load times of minutes) ----------
+# A tiny stand-in answers a 1-token probe in well under a second and loads in ~15-40 s: a real GX10's probe
+# cadence, stall window and restart delay (sized for minutes-long loads) only make the sim's wedge scenarios wait.
+WATCHDOG_PROBE_IDLE_S = 20  # an idle engine's 1-token loopback probe this often, s
+WATCHDOG_PROBE_TIMEOUT_S = 15  # no answer within this while idle = wedged (2 shared cores, a deploy beside it), s
+WATCHDOG_STALL_S = 60  # work pending and no engine step for this long = wedged; a busy tiny engine steps every ms, s
+SERVICE_RESTART_SEC = 5  # RestartSec=: seconds between systemd's automatic restarts of a vLLM service, s

@@ -14,6 +14,7 @@ import subprocess
 import time
 
 import httpx
+import pytest
 
 from sparkctl import REPO_ROOT
 from sparkctl.config.lock import refresh_lock
@@ -117,6 +118,8 @@ def test_killed_download_resumes_and_the_service_never_sees_partial_files(conver
     assert size == lock["files"]["model.safetensors"]["size"]
 
 
+# a failed candidate's rollback: the core set's killed-control-side flip to the same broken checkpoint rolls back too
+@pytest.mark.e2e_extended
 def test_flip_to_a_checkpoint_that_cannot_load_rolls_back(converged_spark):
     try:
         overrides = broken_candidate_overrides()

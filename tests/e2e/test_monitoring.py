@@ -81,6 +81,9 @@ def test_scrape_paths_open_only_with_the_scrape_token(converged_spark):
     assert f"0.0.0.0:{d['NODE_EXPORTER_PORT']} " not in listening and f"*:{d['NODE_EXPORTER_PORT']} " not in listening
 
 
+# a full-load window longer than WATCHDOG_STALL_S (~3 min here); tests/box/test_watchdog.py drives the real Watchdog
+# through it
+@pytest.mark.e2e_extended
 def test_coder_under_full_bench_load_is_never_restarted(converged_spark):
     sp, d = converged_spark, converged_spark.data
     before, restarts = invocation("vllm-coder.service"), watchdog_restarts(sp, "vllm-coder.service")

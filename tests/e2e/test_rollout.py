@@ -1,5 +1,6 @@
 """The rollout on the simulated Spark, Molecule-style: converge bare hosts, converge again and demand zero
-changes, flip the coding model (only the coder restarts, nothing re-downloads), reboot, and the two NVIDIA paths.
+changes, flip the coding model (one box at a time, streams in flight finish, only the coders restart, nothing
+re-downloads), reboot, and the two NVIDIA paths.
 Each test needs the pair as the group data says (`converged_spark`) or just its first converge."""
 
 from __future__ import annotations
@@ -8,13 +9,17 @@ import json
 import os
 import re
 import subprocess
+import threading
 import time
 
 import httpx
 import pytest
 
 from sparkctl import REPO_ROOT
-from tests.e2e.conftest import PAIR, pyinfra, record, sim_exec
+from sparkctl.config import groupdata, schema
+from sparkctl.measure import history
+from tests.e2e.conftest import GROUPS, PAIR, pyinfra, pyinfra_popen, record, sim_exec
+from tests.e2e.test_safe_change import ROLLOUT, box_json, chat
 
 SERVICES = ["vllm-coder.service", "vllm-embed-qwen3.service", "vllm-embed-bge-m3.service"]
 
@@ -86,27 +91,156 @@ def test_a_second_converge_changes_nothing(converged_spark):
     assert ratio < 1.8
 
 
-def test_a_flip_restarts_only_the_coder_and_downloads_nothing(converged_spark):
-    before, gets0 = main_pids("spark-1"), hub_file_gets()
-    other_before = main_pids("spark-2")
-    run = pyinfra("-y", "--limit", "spark-1", "--data", "CODING_MODEL=laguna-s-2.1", "inventory.py", "deploy.py")
-    record("flip spark-1 to laguna-s-2.1", run.seconds)
-    assert run.rc == 0, run.failure()
-    after = main_pids("spark-1")
-    assert after["vllm-coder.service"] != before["vllm-coder.service"]
-    assert {u: after[u] for u in SERVICES[1:]} == {u: before[u] for u in SERVICES[1:]}  # embedders untouched
-    assert main_pids("spark-2") == other_before  # the other box is not touched by --limit
+HOSTS = ("spark-1", "spark-2")
+# spark-1's streams in flight when its coder's rollout begins: the sim decodes ~300-450 tokens/s, so four of 3,500
+# tokens outlast the start of the drain by far, and the drain must wait for every one of them
+STREAMS, STREAM_TOKENS = 4, 3500
+
+
+def stream(spark, got: dict, max_tokens: int) -> None:
+    """One streamed chat completion on spark-1 through the proxy: its status, chunks, usage, finish reason, [DONE]."""
+    with spark.client() as c, c.stream(
+            "POST", spark.base_url("coder") + "/chat/completions",
+            headers={"Authorization": f"Bearer {spark.token}"},
+            json={"model": "coder", "messages": [{"role": "user", "content": "count"}], "max_tokens": max_tokens,
+                  "ignore_eos": True, "stream": True, "stream_options": {"include_usage": True}}) as r:
+        got["status"], got["chunks"] = r.status_code, 0
+        for line in r.iter_lines():
+            if line.startswith("data: {"):
+                chunk = json.loads(line[6:])
+                got["chunks"] += 1
+                got["usage"] = chunk.get("usage") or got.get("usage")
+                for choice in chunk.get("choices", []):
+                    got["finish"] = choice.get("finish_reason") or got.get("finish")
+            elif line == "data: [DONE]":
+                got["done"] = True
+
+
+class Prober:
+    """A 4-token chat to each box every 0.5 s through its proxy, meanwhile: (time, ok per box), and spark-1's
+    answers (time, status, Retry-After)."""
+
+    def __init__(self, spark, addresses: list[str]):
+        self.spark, self.addresses = spark, addresses
+        self.samples: list[tuple] = []
+        self.first_box: list[tuple[float, int, str | None]] = []
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self.run)
+
+    def run(self) -> None:
+        while not self.stop.is_set():
+            t = time.monotonic()
+            oks = []
+            for i, address in enumerate(self.addresses):
+                try:
+                    r = chat(self.spark, address, timeout=10)
+                    oks.append(r.status_code == 200)
+                    if i == 0:
+                        self.first_box.append((t, r.status_code, r.headers.get("Retry-After")))
+                except httpx.HTTPError:
+                    oks.append(False)
+            self.samples.append((t, *oks))
+            self.stop.wait(max(0.0, 0.5 - (time.monotonic() - t)))
+
+    def longest_gap(self, i: int) -> float:
+        longest, start = 0.0, None
+        for s in self.samples:
+            if not s[i]:
+                start = s[0] if start is None else start
+                longest = max(longest, s[0] - start + 0.5)
+            else:
+                start = None
+        return longest
+
+
+def test_the_flip_goes_one_box_at_a_time_lets_streams_finish_and_downloads_nothing(converged_spark, sim_pair):
+    """The flip as the cluster sees it: CODING_MODEL changed and the deploy rerun on the replicas pair. The boxes
+    flip one at a time (a request to each every 0.5 s never finds both down); four long streams started on spark-1 as
+    the coders' rollout begins all end with every token while new requests to the draining box get 503 with
+    Retry-After; only the coders restart, nothing is downloaded, the served name stays, and the flip is judged (the
+    matching stand-in draft's acceptance is what the sim's floor is set from). Flipping back downloads nothing."""
+    spark = converged_spark
+    before, gets0 = {h: main_pids(h) for h in HOSTS}, hub_file_gets()
+    prober = Prober(spark, [sim_pair[h].address for h in HOSTS])
+    got = [dict() for _ in range(STREAMS)]
+    lines: list[str] = []
+    rollout_began = threading.Event()
+    t0 = time.monotonic()
+    proc = pyinfra_popen("--data", "CODING_MODEL=laguna-s-2.1")
+
+    def read():
+        for line in proc.stdout:
+            lines.append(line)
+            if "Roll out vllm-coder.service" in line and "Starting" in line:
+                rollout_began.set()
+
+    reader = threading.Thread(target=read)
+    reader.start()
+    prober.thread.start()
+    try:
+        assert rollout_began.wait(900), "".join(lines)[-3000:]
+        streams = [threading.Thread(target=stream, args=(spark, g, STREAM_TOKENS)) for g in got]
+        for t in streams:
+            t.start()
+        proc.wait(timeout=2400)
+        reader.join()
+        for t in streams:
+            t.join(timeout=600)
+    finally:
+        time.sleep(2)
+        prober.stop.set()
+        prober.thread.join()
+    out = "".join(lines)
+    record("flip of the replicas pair to laguna-s-2.1, one box at a time, streams in flight", time.monotonic() - t0)
+    assert proc.returncode == 0, out[-4000:]
+
+    # one box at a time: never both down, and each box really restarted its coder
+    both_down = sum(1 for _t, a, b in prober.samples if not a and not b)
+    gaps = {h: prober.longest_gap(i + 1) for i, h in enumerate(HOSTS)}
+    print(f"flip: {len(prober.samples)} samples every 0.5 s, both boxes down in {both_down}; longest single-box gaps "
+          f"{gaps}")
+    record(f"flip, samples with both boxes down (of {len(prober.samples)})", both_down, "")
+    record("flip, longest single-box gap", max(gaps.values()))
+    assert both_down == 0
+    assert all(g > 0 for g in gaps.values()), "each box restarted its coder (else the test proves nothing)"
+
+    # the streams in flight finished, new requests to the draining box were refused with Retry-After
+    for g in got:
+        assert g.get("done") and g["usage"]["completion_tokens"] == STREAM_TOKENS and g["finish"] == "length", got
+    refused = [(t, retry) for t, status, retry in prober.first_box if status == 503]
+    assert refused, "no request was refused while spark-1 drained"
+    assert refused[0][1] == str(spark.data["DRAIN_RETRY_AFTER_S"])
+    result = box_json("spark-1", f"{ROLLOUT}/vllm-coder.result.json")
+    assert result["outcome"] == "ready" and result["drain_s"] > 0, result
+    assert re.search(r"draining: \d+ request\(s\) still running", out), out[-3000:]
+    print(f"{STREAMS} streams of {STREAM_TOKENS} tokens completed during the flip; spark-1 drain "
+          f"{result['drain_s']} s, restart {result['restart_s']} s, load (gate) {result['load_s']} s")
+    record(f"flip with {STREAMS} x {STREAM_TOKENS}-token streams in flight: spark-1's drain wait", result["drain_s"])
+
+    # only the coders restarted, nothing was downloaded, the same served name answers
+    for h in HOSTS:
+        after = main_pids(h)
+        assert after["vllm-coder.service"] != before[h]["vllm-coder.service"], h
+        assert {u: after[u] for u in SERVICES[1:]} == {u: before[h][u] for u in SERVICES[1:]}, h  # embedders
+        assert "SPARKCTL_MODEL=laguna-s-2.1" in sim_exec(h, "cat /etc/sparkctl/vllm-coder.env"), h
     assert hub_file_gets() == gets0  # Laguna and its draft were already on disk
-    env = sim_exec("spark-1", "cat /etc/sparkctl/vllm-coder.env")
-    assert "SPARKCTL_MODEL=laguna-s-2.1" in env
-    models = probe_all(converged_spark)
-    assert models["coder"]["model"] == "coder"  # same served name, same URL
-    run = pyinfra("-y", "--limit", "spark-1", "inventory.py", "deploy.py")  # back to the file's qwen3.8-27b
-    record("flip spark-1 back to qwen3.8-27b", run.seconds)
+    assert probe_all(spark)["coder"]["model"] == "coder"  # same served name, same URL
+
+    # the flip was judged (the coders served before): the matching stand-in draft passed its floor
+    data = groupdata.load(GROUPS)
+    line = history.select(history.read(spark.host, schema.validate(data)), model="laguna-s-2.1")[-1]
+    sd = next(r["spec_decode"] for r in sorted(line["runs"], key=lambda r: r["streams"]) if r.get("spec_decode"))
+    print(f"ACCEPTANCE matching stand-in draft: rate {sd['acceptance_rate']:.3f}, tokens per step "
+          f"{sd.get('tokens_per_step')}, per position {sd.get('per_position_acceptance')}")
+    record("flip to laguna: the matching stand-in draft's acceptance rate (1 stream)", sd["acceptance_rate"], "")
+
+    run = pyinfra("-y", "inventory.py", "deploy.py")  # back to the file's qwen3.8-27b
+    record("flip of the pair back to qwen3.8-27b", run.seconds)
     assert run.rc == 0, run.failure()
     assert hub_file_gets() == gets0  # flipping back downloads zero bytes
-    assert "SPARKCTL_MODEL=qwen3.8-27b" in sim_exec("spark-1", "cat /etc/sparkctl/vllm-coder.env")
-    assert main_pids("spark-1")["vllm-embed-qwen3.service"] == before["vllm-embed-qwen3.service"]
+    for h in HOSTS:
+        assert "SPARKCTL_MODEL=qwen3.8-27b" in sim_exec(h, "cat /etc/sparkctl/vllm-coder.env"), h
+        assert main_pids(h)["vllm-embed-qwen3.service"] == before[h]["vllm-embed-qwen3.service"], h
 
 
 def test_services_come_back_after_a_reboot(converged_spark):

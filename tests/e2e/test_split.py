@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from sparkctl import REPO_ROOT
 from tests.e2e.conftest import pyinfra, record, sim_exec
 
@@ -16,6 +18,8 @@ def pids(name: str) -> dict:
     return {u: sim_exec(name, f"systemctl show -P MainPID {u}").strip() for u in SERVICES}
 
 
+# a split converge and back (~3.5 min here); the core set flips the replicas and renders split (tests/render)
+@pytest.mark.e2e_extended
 def test_split_one_box_flips_and_the_other_is_untouched(converged_spark):
     before1, before2 = pids("spark-1"), pids("spark-2")
     run = pyinfra("-y", "--data", "SPARK_TOPOLOGY=split", "inventory.py", "deploy.py",

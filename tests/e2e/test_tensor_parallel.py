@@ -1,5 +1,6 @@
 """Two simulated Sparks in the tensor-parallel topology over the bridge that stands in for the CX7 link: converged
-once for this module (`tensor_parallel` fixture, from the pair as the group data says), back to replicas after it.
+once for this module (`tensor_parallel` fixture, from the pair as the group data says); the next scenario that
+needs replicas puts them back (`converged_spark`), or the end of a run on a kept pair (SPARKCTL_E2E_REUSE).
 """
 
 from __future__ import annotations
@@ -65,9 +66,7 @@ def tensor_parallel(spark_1) -> TensorParallel:
     run = pyinfra("-y", "--data", "SPARK_TOPOLOGY=tensor-parallel", "inventory.py", "deploy.py", timeout=1800)
     record("tensor-parallel over the simulated link (rollout, gated)", run.seconds)
     yield TensorParallel(run=run, hub_gets_before=gets0)
-    back = pyinfra("-y", "inventory.py", "deploy.py", timeout=1800)  # replicas again
-    record("back to replicas after tensor-parallel", back.seconds)
-    assert back.rc == 0, back.failure()
+    PAIR.disturbed()  # tensor-parallel: the next scenario that needs replicas (converged_spark) puts them back
 
 
 def test_tensor_parallel_over_the_simulated_link(tensor_parallel):
@@ -97,6 +96,8 @@ BREAK_DROPIN = "/etc/systemd/system/vllm-coder.service.d/sparkctl-e2e-tp-break.c
 BREAK_AFTER_S = 20  # long enough for the worker's transaction to see the head's candidate installed and follow it
 
 
+# two pair rollouts (~3.5 min here); tests/box/test_rollout_tp.py runs both boxes' real transactions through it
+@pytest.mark.e2e_extended
 def test_a_head_that_fails_its_gate_brings_both_boxes_back(tensor_parallel):
     """Tensor-parallel as one unit (issue 14): the head's candidate fails its gate -> the head rolls back, and
     the worker, which had followed it forward, rolls back too: both boxes on the previous configuration. The head's
@@ -143,6 +144,8 @@ def test_a_head_that_fails_its_gate_brings_both_boxes_back(tensor_parallel):
     assert watchdog_after[WORKER].get("followed_total", 0) == watchdog_before[WORKER].get("followed_total", 0)
 
 
+# a pair restart (~4 min here); tests/box/test_rollout_tp.py drives the head's real watchdog through it
+@pytest.mark.e2e_extended
 def test_a_sigstopped_worker_engine_is_caught_and_the_pair_restarted(tensor_parallel, spark_1):
     """A tensor-parallel pair is one unit for the watchdog (issue 20, item 7): the worker's engine SIGSTOPped while
     the pair serves is caught by the head's watchdog and the pair restarted through both boxes' transactions, so it
