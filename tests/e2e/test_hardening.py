@@ -50,8 +50,8 @@ def test_proxy_allow_list_on_the_real_box(converged_spark, tls):
     assert status == 200 and json.loads(body)["data"][0]["id"] == "coder"
     for method, path, *_ in ALLOWED + DENIED:
         assert request(address, ctx, method, path, None)[0] == 401, (method, path)
-    print(f"proxy: {len(ALLOWED)} allowed spellings reach vLLM, {len(DENIED)} others are nginx's 404 (401 where they are a scrape path), all 401 "
-          "without the token")
+    print(f"proxy: {len(ALLOWED)} allowed spellings reach vLLM, {len(DENIED)} others are nginx's 404 (401 where "
+          "they are a scrape path), all 401 without the token")
 
 
 def test_the_running_sshd_has_its_oom_score_and_memory_floor(converged_spark):
