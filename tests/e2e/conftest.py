@@ -43,9 +43,10 @@ REUSE = os.environ.get("SPARKCTL_E2E_REUSE") == "1"
 SCENARIO_ORDER = ("test_rollout.py", "test_bench.py", "test_faults.py", "test_split.py", "test_hardening.py",
                   "test_safe_change.py", "test_monitoring.py", "test_models.py", "test_ray_backend.py",
                   "test_acceptance.py", "test_tensor_parallel.py")
-# Scenarios marked e2e_extended (each a converge of its own that the core set already covers in kind: a Ray pair, a
-# tensor-parallel flip of a model added as data) run only with SPARKCTL_E2E_EXTENDED=1 (`make test-extended`):
-# CI runs the core set within its time budget, and says which it skipped.
+# Scenarios marked e2e_extended (coder rollouts or a converge of their own whose logic a fast test drives through the
+# real box code, or that the core set covers in kind; each says which beside its marker) run only with
+# SPARKCTL_E2E_EXTENDED=1 (`make test-extended`): CI runs the core set within its time budget, and lists the rest
+# as skipped.
 EXTENDED = os.environ.get("SPARKCTL_E2E_EXTENDED") == "1"
 
 
