@@ -92,15 +92,16 @@ def test_a_second_converge_changes_nothing(converged_spark):
 
 
 HOSTS = ("spark-1", "spark-2")
-# spark-1's streams in flight when its coder's rollout begins: the sim decodes ~300-450 tokens/s, so four of 3,500
-# tokens outlast the start of the drain by far, and the drain must wait for every one of them
-STREAMS, STREAM_TOKENS = 4, 3500
+# streams in flight on each box when the coders' rollout begins (pyinfra picks which box goes first): the sim decodes
+# ~300-450 tokens/s, so two of 3,500 tokens outlast the start of the first box's drain by far, and it must wait for
+# every one of them
+STREAMS, STREAM_TOKENS = 2, 3500
 
 
-def stream(spark, got: dict, max_tokens: int) -> None:
-    """One streamed chat completion on spark-1 through the proxy: its status, chunks, usage, finish reason, [DONE]."""
+def stream(spark, address: str, got: dict, max_tokens: int) -> None:
+    """One streamed chat completion through a box's proxy: its status, chunks, usage, finish reason, [DONE]."""
     with spark.client() as c, c.stream(
-            "POST", spark.base_url("coder") + "/chat/completions",
+            "POST", f"https://{address}:{spark.data['PROXY_PORT']}/coder/v1/chat/completions",
             headers={"Authorization": f"Bearer {spark.token}"},
             json={"model": "coder", "messages": [{"role": "user", "content": "count"}], "max_tokens": max_tokens,
                   "ignore_eos": True, "stream": True, "stream_options": {"include_usage": True}}) as r:
@@ -117,13 +118,13 @@ def stream(spark, got: dict, max_tokens: int) -> None:
 
 
 class Prober:
-    """A 4-token chat to each box every 0.5 s through its proxy, meanwhile: (time, ok per box), and spark-1's
+    """A 4-token chat to each box every 0.5 s through its proxy, meanwhile: (time, ok per box), and each box's
     answers (time, status, Retry-After)."""
 
     def __init__(self, spark, addresses: list[str]):
         self.spark, self.addresses = spark, addresses
         self.samples: list[tuple] = []
-        self.first_box: list[tuple[float, int, str | None]] = []
+        self.answers: list[list[tuple[float, int, str | None]]] = [[] for _ in addresses]
         self.stop = threading.Event()
         self.thread = threading.Thread(target=self.run)
 
@@ -135,8 +136,7 @@ class Prober:
                 try:
                     r = chat(self.spark, address, timeout=10)
                     oks.append(r.status_code == 200)
-                    if i == 0:
-                        self.first_box.append((t, r.status_code, r.headers.get("Retry-After")))
+                    self.answers[i].append((t, r.status_code, r.headers.get("Retry-After")))
                 except httpx.HTTPError:
                     oks.append(False)
             self.samples.append((t, *oks))
@@ -155,14 +155,16 @@ class Prober:
 
 def test_the_flip_goes_one_box_at_a_time_lets_streams_finish_and_downloads_nothing(converged_spark, sim_pair):
     """The flip as the cluster sees it: CODING_MODEL changed and the deploy rerun on the replicas pair. The boxes
-    flip one at a time (a request to each every 0.5 s never finds both down); four long streams started on spark-1 as
-    the coders' rollout begins all end with every token while new requests to the draining box get 503 with
-    Retry-After; only the coders restart, nothing is downloaded, the served name stays, and the flip is judged (the
-    matching stand-in draft's acceptance is what the sim's floor is set from). Flipping back downloads nothing."""
+    flip one at a time (a request to each every 0.5 s never finds both down); long streams started on each box as
+    the coders' rollout begins all end with every token (the first box to roll out waits for its own) while new
+    requests to a draining box get 503 with Retry-After; only the coders restart, nothing is downloaded, the served
+    name stays, and the flip is judged (the matching stand-in draft's acceptance is what the sim's floor is set
+    from). Flipping back downloads nothing."""
     spark = converged_spark
     before, gets0 = {h: main_pids(h) for h in HOSTS}, hub_file_gets()
-    prober = Prober(spark, [sim_pair[h].address for h in HOSTS])
-    got = [dict() for _ in range(STREAMS)]
+    addresses = {h: sim_pair[h].address for h in HOSTS}
+    prober = Prober(spark, [addresses[h] for h in HOSTS])
+    got = {h: [dict() for _ in range(STREAMS)] for h in HOSTS}
     lines: list[str] = []
     rollout_began = threading.Event()
     t0 = time.monotonic()
@@ -179,7 +181,8 @@ def test_the_flip_goes_one_box_at_a_time_lets_streams_finish_and_downloads_nothi
     prober.thread.start()
     try:
         assert rollout_began.wait(900), "".join(lines)[-3000:]
-        streams = [threading.Thread(target=stream, args=(spark, g, STREAM_TOKENS)) for g in got]
+        streams = [threading.Thread(target=stream, args=(spark, addresses[h], g, STREAM_TOKENS))
+                   for h in HOSTS for g in got[h]]
         for t in streams:
             t.start()
         proc.wait(timeout=2400)
@@ -204,18 +207,25 @@ def test_the_flip_goes_one_box_at_a_time_lets_streams_finish_and_downloads_nothi
     assert both_down == 0
     assert all(g > 0 for g in gaps.values()), "each box restarted its coder (else the test proves nothing)"
 
-    # the streams in flight finished, new requests to the draining box were refused with Retry-After
-    for g in got:
-        assert g.get("done") and g["usage"]["completion_tokens"] == STREAM_TOKENS and g["finish"] == "length", got
-    refused = [(t, retry) for t, status, retry in prober.first_box if status == 503]
-    assert refused, "no request was refused while spark-1 drained"
-    assert refused[0][1] == str(spark.data["DRAIN_RETRY_AFTER_S"])
-    result = box_json("spark-1", f"{ROLLOUT}/vllm-coder.result.json")
-    assert result["outcome"] == "ready" and result["drain_s"] > 0, result
+    # every stream in flight finished; the first box to roll out drained while its streams ran, and new requests to
+    # a draining box were refused with Retry-After
+    for h in HOSTS:
+        for g in got[h]:
+            assert g.get("done") and g["usage"]["completion_tokens"] == STREAM_TOKENS and g["finish"] == "length", got
+    results = {h: box_json(h, f"{ROLLOUT}/vllm-coder.result.json") for h in HOSTS}
+    assert all(r["outcome"] == "ready" for r in results.values()), results
+    drained = [h for h in HOSTS if results[h]["drain_s"] > 0]
+    assert drained, f"no box waited for its streams: {results}"
     assert re.search(r"draining: \d+ request\(s\) still running", out), out[-3000:]
-    print(f"{STREAMS} streams of {STREAM_TOKENS} tokens completed during the flip; spark-1 drain "
-          f"{result['drain_s']} s, restart {result['restart_s']} s, load (gate) {result['load_s']} s")
-    record(f"flip with {STREAMS} x {STREAM_TOKENS}-token streams in flight: spark-1's drain wait", result["drain_s"])
+    refused = [retry for answers in prober.answers for _t, status, retry in answers if status == 503]
+    assert refused, "no request was refused while a box drained"
+    assert set(refused) == {str(spark.data["DRAIN_RETRY_AFTER_S"])}, refused
+    first = drained[0]
+    print(f"{STREAMS} streams of {STREAM_TOKENS} tokens on each box completed during the flip; {first} drained "
+          f"{results[first]['drain_s']} s, restart {results[first]['restart_s']} s, load (gate) "
+          f"{results[first]['load_s']} s")
+    record(f"flip with {STREAMS} x {STREAM_TOKENS}-token streams in flight per box: the draining box's wait",
+           results[first]["drain_s"])
 
     # only the coders restarted, nothing was downloaded, the same served name answers
     for h in HOSTS:
