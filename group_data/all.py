@@ -269,6 +269,18 @@ ACCEPTANCE_PREVIOUS_PREFILL_MAX_REGRESSION = 0.15  # the same for fresh-prefill 
 ACCEPTANCE_PUBLISHED_DECODE_MAX_REGRESSION = 0.3  # fail when decode tok/s is more than this fraction below the
 # catalog's published figure: wider than a baseline's, it was another box of the class and 40 s windows, not 10
 ACCEPTANCE_PUBLISHED_PREFILL_MAX_REGRESSION = 0.3  # the same for fresh-prefill tok/s, fraction
+# The fixed anchors, beside the moving reference above, in every verdict: this box's anchor for the model, topology
+# and workload (its first confirmed baseline under any vLLM version, build or revision) and the catalog's published
+# figures where they apply. Each step of a chain of upgrades may pass its own limit; the sum of them may not.
+ACCEPTANCE_ANCHOR_DECODE_MAX_REGRESSION = 0.35  # fail when decode tok/s is more than this fraction below an anchor
+# (cumulative: wider than one step's 0.15, a little wider than the published tolerance 0.3 a first flip passed)
+ACCEPTANCE_ANCHOR_PREFILL_MAX_REGRESSION = 0.35  # the same for fresh-prefill tok/s, fraction
+ACCEPTANCE_PAIR_MIN_SPEEDUP = 1.0  # a tensor-parallel pair's decode and prefill must reach this multiple of what one
+# box of the same model measured (this box's history) or published (the catalog); 0: the operator accepts a pair
+# slower than one box (the check is printed, not judged)
+ACCEPTANCE_SPEC_MIN_TOKENS_PER_STEP = 1.1  # speculative decoding fails below this mean acceptance length (tokens
+# per step), catalog floor or none: a draft accepting (almost) nothing costs its forward passes and gives nothing;
+# 1.0: off (no speculation at all gives exactly 1)
 ACCEPTANCE_ROOFLINE_FLOOR_FRACTION = 0.05  # with nothing measured to compare with: fail when decode tok/s is below
 # this fraction of the planner's roofline at that stream count (0: off); the write-up's lowest is Laguna at 8
 # streams, 6.8 % of its roofline (7.4 % at 4), so only a gross failure trips it

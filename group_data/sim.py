@@ -164,6 +164,10 @@ ACCEPTANCE_PREFILL_ENABLED = False  # compare a fresh prefill with the box's bas
 # Another configuration's baseline (a changed vLLM build or revision) is this same box's, with the same noise
 ACCEPTANCE_PREVIOUS_DECODE_MAX_REGRESSION = 0.6  # fraction below the previous configuration's baseline (as above)
 ACCEPTANCE_PREVIOUS_PREFILL_MAX_REGRESSION = 0.4  # fraction below it for fresh prefill (as above)
+ACCEPTANCE_ANCHOR_DECODE_MAX_REGRESSION = 0.6  # fraction below the box's anchor: the sim's noise (as above)
+ACCEPTANCE_ANCHOR_PREFILL_MAX_REGRESSION = 0.4  # the same for fresh prefill (as above)
+ACCEPTANCE_SPEC_MIN_TOKENS_PER_STEP = 1.0  # off: the tiny qwen's ngram drafts on random weights accept next to
+# nothing by construction (its catalog tokens_per_step is 1.0); the tiny laguna's draft is judged on its floor
 ACCEPTANCE_ROOFLINE_FLOOR_FRACTION = 0.0  # off: the planner's roofline is a GB10's bandwidth over a tiny model's
 # bytes (273,000 tok/s), which 2 CPU cores never approach (727-1,267 tok/s at 1 stream in the noise runs: 0.3-0.5 %)
 ACCEPTANCE_VERDICT_TIMEOUT_S = 300  # the quick run takes well under a minute here, s

@@ -1,4 +1,4 @@
-"""The quick acceptance of a rollout (issue 12): the bench probe, shorter, plus one NIAH cell and the KV read-back.
+"""The quick acceptance of a rollout: the bench probe, shorter, plus one NIAH cell and the KV read-back.
 
 The same code as `bench` and `niah` (probe.run_probe, niah.run_cell), never a copy: a short decode window
 (ACCEPTANCE_WINDOW_S) at 1 and N streams (ACCEPTANCE_STREAMS) with the bench's requests (its workload,
@@ -9,10 +9,12 @@ plan. Every part has an ACCEPTANCE_*_ENABLED switch. The record is a bench recor
 window, streams and prefill, so no one reads it as a full bench.
 
 The deploy calls `acceptance_of(host, config)` -> acceptance.Verdict: the quick run, then `judge_record` (the box's
-history read, the reference chosen by reference.choose, the catalog's floors, acceptance.judge), which
-`bench judge RECORD.json --history FILE` also calls on a saved record. After the box confirmed the commit it calls
-`record_accepted(host, cfg, verdict)`, which appends the run to the box's history (history.py) with the reference
-it was judged against, as the baseline when its configuration and workload have none yet.
+history read, the moving reference chosen by reference.choose, the fixed anchors, a pair's one-box bound, the
+catalog's floors, acceptance.judge), which `bench judge RECORD.json --history FILE` also calls on a saved record.
+The history is read before anything is measured: one that cannot be read fails the verdict at once
+(history.HistoryError). After the box confirmed the commit it calls `record_accepted(host, cfg, verdict)`, which
+appends the run to the box's history (history.py) with the reference it was judged against: as the baseline when
+its configuration and workload have none yet, or provisional when it was judged on the roofline alone.
 """
 
 from __future__ import annotations
@@ -140,18 +142,20 @@ def acceptance_of(host, config: HostConfig, *, unit: str = "vllm-coder.service",
     """Run the quick acceptance of `host`'s coder and judge it: the Verdict the deploy turns into the box-side
     `commit` or `rollback`. Settings are checked first (SettingError before anything is measured); a probe that
     cannot measure at all raises BenchError (the caller decides: no verdict sent = the box decides by timeout).
-    lines: the box's history, when the caller already read it (tests); None: read over ssh. probe_key: the
-    waiting transaction's key that lets this probe (and only it) through the box's drain."""
+    lines: the box's history, when the caller already read it (tests); None: read over ssh first, so a history
+    that cannot be read (history.HistoryError) fails before anything is measured. probe_key: the waiting
+    transaction's key that lets this probe (and only it) through the box's drain."""
     cfg = config.cfg
     qs = QuickSettings.from_settings(cfg)
     acceptance.floor_of(coder_spec(config, cfg.CODING_MODEL))  # the catalog's floor is valid before measuring
+    lines = history.read(host, cfg) if lines is None else lines
     ep = endpoint or endpoint_for(host, cfg, probe_key=probe_key)
     source = metrics or probe.MetricsSource.ssh(host, cfg.CODER_PORT)
     kv = read_kv(host, config, unit) if qs.kv else None
     tags = {**labels.model_labels(config), **labels.build_labels(config), **labels.box_labels(host, config)}
     roofline, _why = labels.roofline_single_stream(config)
     rec = asyncio.run(run_quick(ep, source, qs, tags, kv, reporter, roofline))
-    return judge_record(rec, config, history.read(host, cfg) if lines is None else lines)
+    return judge_record(rec, config, lines)
 
 
 def coder_spec(config: HostConfig, key: str, setting: str = "CODING_MODEL") -> catalog.ModelSpec:
@@ -160,16 +164,24 @@ def coder_spec(config: HostConfig, key: str, setting: str = "CODING_MODEL") -> c
 
 def judge_record(rec: dict, config: HostConfig, lines: list[dict]) -> acceptance.Verdict:
     """The verdict on a quick-run record, given the box's history before it: the deploy's judgement, and
-    `bench judge`'s replay of a saved one. The catalog entry is the record's own model's."""
+    `bench judge`'s replay of a saved one. The catalog entry is the record's own model's. The record is read into
+    its types here (record.validate_record: non-finite or negative figures, malformed cells refused)."""
+    rec = record.validate_record(rec, "the judged record")
     t = acceptance.Thresholds.from_settings(config.cfg)
     spec = coder_spec(config, (rec.get("model") or {}).get("key"), "the record's model.key")
-    ref = reference.choose(rec, lines, reference.published_of(spec), t)
-    return acceptance.judge(rec, t, floor=acceptance.floor_of(spec), reference=ref)
+    published = reference.published_of(spec)
+    moving = reference.choose(rec, lines, published, t)
+    anchors, notes = reference.anchors(rec, lines, published, moving, t)
+    return acceptance.judge(rec, t, floor=acceptance.floor_of(spec), reference=moving, anchors=tuple(anchors),
+                            pair=reference.pair_bound(rec, lines, published, t), speculative=bool(spec.speculative),
+                            notes=tuple(notes))
 
 
 def record_accepted(host, cfg: GroupData, verdict: acceptance.Verdict) -> dict | None:
-    """After the box committed: append the run to its history (the baseline when it had none). A run kept only
-    because ACCEPTANCE_MODE is warn is not recorded: it must never become the yardstick."""
+    """After the box committed: append the run to its history (the baseline when it had none; provisional, never
+    a baseline, when a figure was judged on the roofline alone). A run kept only because ACCEPTANCE_MODE is warn is
+    not recorded: it must never become the yardstick."""
     if not verdict.passed:
         return None
-    return history.append(host, cfg, verdict.record, source="acceptance", reference=verdict.reference.tag())
+    return history.append(host, cfg, verdict.record, source="acceptance", reference=verdict.reference.tag(),
+                          provisional=verdict.provisional)

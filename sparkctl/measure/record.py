@@ -10,17 +10,36 @@ from __future__ import annotations
 
 import datetime as _dt
 import json
+import math
 import re
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError
 
 from sparkctl.config.lock import cache_dirname
 from sparkctl.errors import SparkctlError
 
 SCHEMA = "sparkctl.bench/1"
-Number = int | float  # kept as written: 40 stays 40 (the reports print it), 40.5 stays 40.5
+
+
+def _finite(x: int | float) -> int | float:
+    if not math.isfinite(x):
+        raise ValueError(f"{x} is not a finite number")
+    return x
+
+
+def _measured(x: int | float) -> int | float:
+    if _finite(x) < 0:
+        raise ValueError(f"{x} is negative: no rate, count or duration is")
+    return x
+
+
+# kept as written: 40 stays 40 (the reports print it), 40.5 stays 40.5. NaN and infinities are refused everywhere
+# (one NaN baseline would fail every later run "vs nan"); a measured figure is also never negative
+Signed = Annotated[int | float, AfterValidator(_finite)]
+Number = Annotated[int | float, AfterValidator(_measured)]
+Count = Annotated[int, Field(ge=0)]
 
 
 class BenchError(SparkctlError):
@@ -86,20 +105,20 @@ class Run(_Part):
     counter_tokens_per_s: Number
     window_s: Number | None = None
     counter_tokens: Number | None = None
-    client_tokens: int | None = None
+    client_tokens: Count | None = None
     client_tokens_per_s: Number | None = None
     per_stream_tokens_per_s: Number | None = None
-    client_tokens_bracket: list[int] | None = None
-    client_vs_counter: Number | None = None
-    counter_outside_bracket: Number | None = None
+    client_tokens_bracket: list[Count] | None = None
+    client_vs_counter: Signed | None = None
+    counter_outside_bracket: Signed | None = None
     agree: bool | None = None
     client_count_method: str | None = None
     roofline_tokens_per_s: Number | None = None
     roofline_pct: Number | None = None
     spec_decode: SpecDecode | None = None
-    requests_started: int | None = None
-    requests_finished: int | None = None
-    requests_errored: int | None = None
+    requests_started: Count | None = None
+    requests_finished: Count | None = None
+    requests_errored: Count | None = None
     ttft_s_mean: Number | None = None
     scrape_s: list[Number] | None = None
 
@@ -109,7 +128,7 @@ class Prefill(_Part):
 
     target_tokens: int = Field(gt=0)
     error: str | None = None
-    prompt_tokens: int | None = None
+    prompt_tokens: Count | None = None
     ttft_s: Number | None = None
     tokens_per_s: Number | None = None
     server_prefill_s: Number | None = None
@@ -123,17 +142,36 @@ class Prefill(_Part):
     samples_tokens_per_s: list[Number | None] | None = None  # prefill_repeats > 1: every sample's rate
 
 
+class KvCell(_Part):
+    """vLLM's reported KV capacity beside the plan's (quick.read_kv)."""
+
+    planned_tokens: Count | None = None
+    measured_tokens: Count | None = None
+
+
+class NiahCell(_Part):
+    """The gate's one NIAH cell (niah.run_cell's dict): what the verdict reads of it."""
+
+    length: int = Field(gt=0)
+    depth: float = Field(ge=0, le=100)
+    passed: bool
+    skipped: bool = False
+    error: str | None = None
+    answer: str | None = None
+    needle_value: str | None = None
+
+
 class Gate(_Part):
     """Present only on a rollout's quick acceptance run (sparkctl/measure/quick.py): its short window and few
     streams are not the full bench's, so nobody reads one as the other."""
 
     kind: Literal["acceptance"]
     window_s: Number
-    streams: list[int]
-    prefill_tokens: list[int] = []
+    streams: list[Annotated[int, Field(gt=0)]]
+    prefill_tokens: list[Annotated[int, Field(gt=0)]] = []
     prefill_repeats: int | None = None  # fresh prompts per length, the median sample reported
-    kv: dict | None = None  # {"planned_tokens", "measured_tokens"}: vLLM's reported KV capacity against the plan
-    niah: dict | None = None  # the one NIAH cell (niah.run_cell's dict)
+    kv: KvCell | None = None  # vLLM's reported KV capacity against the plan
+    niah: NiahCell | None = None  # the one NIAH cell
 
 
 class BenchRecord(_Part):
@@ -150,7 +188,7 @@ class BenchRecord(_Part):
     ignore_eos: bool | None = None
     revision: str | None = None
     vllm_version: str | None = None
-    vllm_build: str | None = None  # the venv it ran from, <version>-<hash> (labels.build_labels); absent before issue 20
+    vllm_build: str | None = None  # the venv it ran from, <version>-<hash> (labels.build_labels); absent on older records
     box: Box | None = None
     endpoint: str | None = None
     max_model_len: int | None = None
@@ -158,7 +196,7 @@ class BenchRecord(_Part):
     served_sha: str | None = None
     roofline_single_stream_tokens_per_s: Number | None = None
     problems: list[str] = []
-    gate: Gate | None = None  # a rollout's acceptance run (issue 12); absent on a full bench
+    gate: Gate | None = None  # a rollout's acceptance run; absent on a full bench
 
 
 def validate_record(record: dict, where: str = "bench record") -> dict:

@@ -1,36 +1,44 @@
-"""What a quick run's decode and prefill are judged against (issue 20): always something measured, named in the verdict.
+"""What a quick run's decode and prefill are judged against: always something measured, named in the verdict.
 
-Pure: a record, the box's history (history.py lines) and the catalog's published figures in; one Reference out, the
-first of these that exists:
+Pure: a record, the box's history (history.py lines) and the catalog's published figures in; References out.
+
+The moving reference, per figure the first of these that has it (a reference missing a stream count or a prefill
+length hands that figure to the next one; the first that exists names the verdict):
 
 1. baseline: this box's baseline of the same configuration and workload (history.baseline_for), with the limits
    ACCEPTANCE_DECODE_MAX_REGRESSION / ACCEPTANCE_PREFILL_MAX_REGRESSION;
 2. previous: after a changed vLLM version, vLLM build (its venv: labels.build_labels) or checkpoint revision, the
-   baseline of the configuration this box last accepted a run of the same model, workload and topology under,
-   with ACCEPTANCE_PREVIOUS_*. Its baseline rather than that last run: a run accepted a little slower must not lower
-   the yardstick of the next upgrade;
-3. published: a model's first flip on a box: the catalog's published figures (the write-up's probe on the
-   production GX10) when the run's checkpoint, workload and topology are theirs, with the wider
-   ACCEPTANCE_PUBLISHED_* (another box of the class);
+   baseline of the closest configuration this box accepted a run of the same model, workload and topology under
+   (fewest of version, build, revision changed, then the newest), with ACCEPTANCE_PREVIOUS_*;
+3. published: the catalog's published figures (the write-up's probe on the production GX10) when the run's
+   checkpoint, workload and topology are theirs, with the wider ACCEPTANCE_PUBLISHED_* (another box of the class);
 4. none: nothing measured to compare with: decode is judged against the planner's roofline only
-   (ACCEPTANCE_ROOFLINE_FLOOR_FRACTION), and the verdict says so and why each of the above did not apply.
+   (ACCEPTANCE_ROOFLINE_FLOOR_FRACTION), and the run is provisional (history.py) until an operator confirms it.
 
-A reference is never lined up with another workload (it is not chosen) or another stream count or prompt length
-(that figure is not compared, and the verdict says so).
+The fixed anchors, in every verdict beside the moving reference, with the cumulative ACCEPTANCE_ANCHOR_*: this
+box's anchor (`anchor_for`: the first confirmed baseline of the model, topology and workload under any version,
+build or revision) and the catalog's published figures where they apply. Each upgrade may pass its own 15 % step;
+the anchors keep five such steps from adding up to a 45 % loss. The first baseline, not the best: the best is the
+luckiest run's noise, and a yardstick raised by noise rolls back healthy runs; the first is fixed the day the box
+was accepted, and the published figures bound it from below where they apply.
+
+A tensor-parallel pair is also bounded below by one box of the same model (`pair_bound`: this box's newest
+confirmed one-box baseline, else the published figures), times ACCEPTANCE_PAIR_MIN_SPEEDUP.
+
+A line that is provisional (judged on the roofline alone, not confirmed) is never a reference. A reference is never
+lined up with another workload or another stream count or prompt length.
 """
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
-from typing import TYPE_CHECKING
+from dataclasses import asdict, dataclass, field, replace
 
 from sparkctl.measure import history
 from sparkctl.measure.record import BenchError
+from sparkctl.measure.thresholds import Thresholds
 
-if TYPE_CHECKING:
-    from sparkctl.measure.acceptance import Thresholds
-
-KINDS = ("baseline", "previous", "published", "none", "off")  # off: acceptance.SPEED_OFF, both comparisons off
+# off: acceptance.SPEED_OFF, both comparisons off; anchor, published anchor: the fixed anchors; one box: a pair's bound
+KINDS = ("baseline", "previous", "published", "none", "off", "anchor", "published anchor", "one box")
 CHANGEABLE = ("vllm_version", "vllm_build", "revision")  # what may differ from a previous configuration's run
 
 
@@ -47,11 +55,17 @@ class Reference:
     id: str | None = None  # history id of the line the figures are from
     provenance: str = ""  # where the figures come from
     passed_over: tuple[str, ...] = ()  # why each reference before this one in the order did not apply
+    fallbacks: tuple["Reference", ...] = ()  # the next references in the order, for a figure this one lacks
+    judged: bool = True  # False: its checks are printed beside the others, never failing (a pair accepted as is)
 
     @property
     def against(self) -> str:
         """A check's `against` column."""
-        return {"previous": "previous baseline", "published": "published"}.get(self.kind, self.kind)
+        return {"previous": "previous baseline"}.get(self.kind, self.kind)
+
+    def chain(self) -> tuple["Reference", ...]:
+        """This reference and the ones after it in the order."""
+        return (self, *self.fallbacks)
 
     def tag(self) -> dict:
         """What a history line records of the reference its run was judged against."""
@@ -61,6 +75,7 @@ class Reference:
         d = asdict(self)
         d["decode"] = {str(k): v for k, v in self.decode.items()}
         d["prefill"] = {str(k): v for k, v in self.prefill.items()}
+        d["fallbacks"] = [f.to_dict() for f in self.fallbacks]
         return d
 
 
@@ -96,12 +111,12 @@ def figures(line: dict) -> tuple[dict[int, float], dict[int, float]]:
 
 
 def _from_line(line: dict, kind: str, name: str, decode_limit: float, prefill_limit: float,
-               passed_over: tuple[str, ...] = ()) -> Reference:
+               passed_over: tuple[str, ...] = (), judged: bool = True) -> Reference:
     decode, prefill = figures(line)
     h = line["history"]
     return Reference(kind, name, decode, prefill, decode_limit, prefill_limit, h["id"],
                      f"this box's history ({h['source']} run of {line.get('date')}, appended {h['appended']})",
-                     passed_over)
+                     passed_over, judged=judged)
 
 
 def of_baseline(rec: dict, line: dict, t: Thresholds) -> Reference:
@@ -141,13 +156,15 @@ def previous_name(line: dict, fields: list[str]) -> str:
 
 
 def previous_for(lines: list[dict], rec: dict) -> tuple[dict, list[str]] | None:
-    """(the baseline of the configuration this box last accepted a run of rec's model, workload and topology
-    under, what changed since), or None when there is none."""
-    for line in reversed(lines):
-        fields = changed(line, rec)
-        if fields:
-            return history.baseline_for(lines, line) or line, fields
-    return None
+    """(the baseline of the closest configuration this box accepted a run of rec's model, workload and topology
+    under, what changed since), or None when there is none. Closest: the fewest of vLLM version, build and revision
+    changed, then the newest; a provisional line is no configuration's yardstick."""
+    found = [(len(fields), -i, line, fields) for i, line in enumerate(lines)
+             if history.confirmed(line) and (fields := changed(line, rec))]
+    if not found:
+        return None
+    _, _, line, fields = min(found, key=lambda f: f[:2])
+    return history.baseline_for(lines, line) or line, fields
 
 
 # ---------------------------------------------------------------------------------------------------- published
@@ -175,20 +192,99 @@ def _published(pub: Published, t: Thresholds, passed_over: tuple[str, ...]) -> R
 
 # ---------------------------------------------------------------------------------------------------- the order
 
-def choose(rec: dict, lines: list[dict], published: Published | None, t: Thresholds) -> Reference:
-    """rec's reference: the first of baseline, previous, published that exists, else none (see the module)."""
+def candidates(rec: dict, lines: list[dict], published: Published | None,
+               t: Thresholds) -> tuple[list[Reference], list[str]]:
+    """(every moving reference that exists for rec, in the order; why each one that does not was passed over)."""
+    found, passed_over = [], []
     base = history.baseline_for(lines, rec)
     if base is not None:
-        return of_baseline(rec, base, t)
-    passed_over = ("baseline: this box has none of this configuration and workload yet",)
+        found.append(of_baseline(rec, base, t))
+    else:
+        passed_over.append("baseline: this box has none of this configuration and workload yet")
     prev = previous_for(lines, rec)
     if prev is not None:
         line, fields = prev
-        return _from_line(line, "previous", previous_name(line, fields), t.previous_decode_max_regression,
-                          t.previous_prefill_max_regression, passed_over)
-    passed_over += ("previous: this box accepted no run of this model, workload and topology under another vLLM "
-                    "build or revision",)
+        found.append(_from_line(line, "previous", previous_name(line, fields), t.previous_decode_max_regression,
+                                t.previous_prefill_max_regression))
+    else:
+        passed_over.append("previous: this box accepted no run of this model, workload and topology under another "
+                           "vLLM build or revision")
     why = published_mismatch(rec, published)
     if not why:
-        return _published(published, t, passed_over)
-    return Reference("none", "the roofline and the KV plan only", passed_over=passed_over + (f"published: {why}",))
+        found.append(_published(published, t, ()))
+    else:
+        passed_over.append(f"published: {why}")
+    return found, passed_over
+
+
+def choose(rec: dict, lines: list[dict], published: Published | None, t: Thresholds) -> Reference:
+    """rec's moving reference: the first of baseline, previous, published that exists, with the ones after it as
+    its fallbacks (a figure it lacks is judged by the next that has it), else none (see the module)."""
+    found, passed_over = candidates(rec, lines, published, t)
+    if not found:
+        return Reference("none", "the roofline and the KV plan only", passed_over=tuple(passed_over))
+    first, *rest = found
+    before = tuple(p for p in passed_over if _order(p) < _order(first.kind))
+    return replace(first, passed_over=before, fallbacks=tuple(rest))
+
+
+def _order(what: str) -> int:
+    """The position in the order of a kind, or of a passed-over reason (which starts with its kind)."""
+    return next(i for i, k in enumerate(("baseline", "previous", "published")) if what.startswith(k))
+
+
+# ---------------------------------------------------------------------------------------------------- the anchors
+
+def anchor_for(lines: list[dict], rec: dict) -> dict | None:
+    """This box's anchor for rec's model, topology and workload: the first confirmed baseline of them under any
+    vLLM version, build or revision (see the module for why the first and not the best)."""
+    return next((x for x in lines if x["history"]["baseline"] and history.confirmed(x)
+                 and changed(x, rec) is not None), None)
+
+
+def _anchor_name(line: dict) -> str:
+    key = history.config_key(line)
+    return (f"this box's anchor {line['history']['id']} (vLLM {key['vllm_version']}, revision "
+            f"{str(key['revision'] or 'not recorded')[:8]}, appended {line['history']['appended'][:10]})")
+
+
+def anchors(rec: dict, lines: list[dict], published: Published | None, moving: Reference,
+            t: Thresholds) -> tuple[list[Reference], list[str]]:
+    """(the fixed anchors rec is judged against beside its moving reference, notes on those that do not apply)."""
+    out, notes = [], []
+    line = anchor_for(lines, rec)
+    if line is None:
+        notes.append("anchor: this box has no confirmed baseline of this model, topology and workload yet")
+    elif line["history"]["id"] == moving.id:
+        notes.append(f"anchor: {_anchor_name(line)} is the reference itself, with its tighter limits")
+    else:
+        out.append(_from_line(line, "anchor", _anchor_name(line), t.anchor_decode_max_regression,
+                              t.anchor_prefill_max_regression))
+    why = published_mismatch(rec, published)
+    if not why and moving.kind != "published":
+        out.append(replace(_published(published, t, ()), kind="published anchor",
+                           decode_max_regression=t.anchor_decode_max_regression,
+                           prefill_max_regression=t.anchor_prefill_max_regression))
+    return out, notes
+
+
+# ---------------------------------------------------------------------------------------------------- a pair
+
+def pair_bound(rec: dict, lines: list[dict], published: Published | None, t: Thresholds) -> Reference | None:
+    """A tensor-parallel pair's lower bound: one box of the same model, as this box measured it alone (its newest
+    confirmed one-box baseline of the workload), else as published; None on one box or when neither exists."""
+    if history.config_key(rec)["tensor_parallel_size"] == 1:
+        return None
+    limit, judged = 1 - t.pair_min_speedup, t.pair_min_speedup > 0
+    one_box = {**rec, "box": {**(rec.get("box") or {}), "tensor_parallel_size": 1}}
+    found = []
+    line = next((x for x in reversed(lines) if x["history"]["baseline"] and history.confirmed(x)
+                 and changed(x, one_box) is not None), None)
+    if line is not None:
+        found.append(_from_line(line, "one box", f"one box of this model, baseline {line['history']['id']}",
+                                limit, limit, judged=judged))
+    if published is not None and not published_mismatch(one_box, published):
+        found.append(replace(_published(published, t, ()), kind="one box", decode_max_regression=limit,
+                             prefill_max_regression=limit, judged=judged,
+                             name=f"one box of this model, the catalog's published figures for {published.model}"))
+    return replace(found[0], fallbacks=tuple(found[1:])) if found else None

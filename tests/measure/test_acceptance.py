@@ -163,7 +163,10 @@ def test_with_no_reference_the_verdict_says_roofline_and_kv_plan_only_and_judges
     v = acceptance.judge(quick_record(decode=(3.0, 12.0), prefill=10.0), T, floor=QWEN_FLOOR)
     assert v.passed and v.baseline_id is None and v.reference.kind == "none"
     assert v.reason() == ("acceptance passed against the roofline and the KV plan only (decode at 1 stream 7.0 %, "
-                          "4 streams 7.0 % of roofline; this run becomes its configuration's baseline)")
+                          "4 streams 7.0 % of roofline; provisional: decode tok/s, 1 stream, decode tok/s, 4 streams, "
+                          "prefill tok/s, 12288 tokens judged on the roofline alone, no yardstick until an operator "
+                          "confirms it (bench confirm @ID))")
+    assert v.provisional
     assert any("judged against the roofline and the KV plan only" in n for n in v.notes)
     assert not any(c.against in ("baseline", "published") for c in v.checks)
     roof = [c for c in v.checks if c.against == "roofline"]
@@ -362,10 +365,13 @@ def test_the_deploy_interface_measures_reads_the_baseline_and_judges(fake, tmp_p
     assert first.passed and first.baseline_id is None  # the box's (empty) history was read: no baseline yet
     assert first.record["gate"]["kind"] == "acceptance" and first.record["box"]["name"] == "spark-1"
     line = quick.record_accepted(host, config.cfg, first)
-    assert line["history"]["baseline"] is True
+    # nothing measured judged it (the fake's ignore_eos run is not the published workload): provisional, no yardstick
+    assert first.provisional and line["history"]["provisional"] is True and line["history"]["baseline"] is False
+    line = history.confirm(host, config.cfg, line["history"]["id"][:8])  # the operator's word makes it one
+    assert line["history"]["baseline"] is True and line["history"]["source"] == "confirm"
     fake.interval = 0.02
     slow = quick.acceptance_of(host, config, endpoint=EP, metrics=FakeMetrics(fake))
     assert slow.baseline_id == line["history"]["id"] and slow.decision == "rollback"
     assert "decode tok/s, 1 stream" in slow.reason()
     assert quick.record_accepted(host, config.cfg, slow) is None  # a failed run never joins the history
-    assert len(history.read(host, config.cfg)) == 1
+    assert len(history.read(host, config.cfg)) == 2  # the provisional run and its confirmation

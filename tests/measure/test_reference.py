@@ -109,7 +109,9 @@ def test_the_previous_configuration_is_the_newest_and_its_baseline_not_its_last_
     v = judge(rec(decode=(15.6, 62.0), vllm="0.33.0", build="0.33.0-c"), [v31, v32, v32_later])
     assert v.baseline_id == v32["history"]["id"]  # 0.32.0's yardstick, not 0.31.0's nor its slower last run
     assert not v.passed  # 4 streams -15.1 % from 0.32.0's baseline, -3.1 % from its last run: no creeping yardstick
-    assert {c.figure for c in v.failures} == {"decode tok/s, 4 streams"}
+    assert {c.figure for c in v.failures if c.against == "previous baseline"} == {"decode tok/s, 4 streams"}
+    # and 0.31.0's 30 tok/s is this box's anchor: 15.6 is 48 % below it, beyond the cumulative limit
+    assert {c.against for c in v.failures} == {"previous baseline", "anchor"}
 
 
 @pytest.mark.parametrize("other", [dict(box="spark-2"), dict(tp=2), dict(workload=("codegen", 2, "abc")),
@@ -182,8 +184,11 @@ def test_a_stream_count_the_reference_lacks_is_not_compared_and_the_verdict_says
     assert any("3 streams" in n and "never lined up with another stream count" in n for n in v.notes)
     base = rec()
     base["runs"] = base["runs"][:1]
-    v = judge(rec(decode=(18.3, 1.0)), [line(base)])  # the baseline measured 1 stream only: 4 streams not judged
-    assert v.passed and any("4 streams" in n and "not compared" in n for n in v.notes)
+    # the baseline measured 1 stream only: it hands 4 streams to the next reference that has them, the published
+    v = judge(rec(decode=(18.3, 1.0)), [line(base)])
+    assert not v.passed and any("4 streams" in n and "judged against the next reference" in n for n in v.notes)
+    (c,) = [c for c in v.failures if c.against == "published"]
+    assert (c.figure, c.measured, c.expected) == ("decode tok/s, 4 streams", 1.0, 73.0)
 
 
 # ---------------------------------------------------------------------------------------------------- 4: none
