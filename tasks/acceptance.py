@@ -1,6 +1,6 @@
-"""Acceptance, after health (issue 12): a coder rollout is kept only if the quick acceptance passes.
+"""Acceptance, after health: a coder rollout is kept only if the quick acceptance passes.
 
-The box owns the change (issue 14's transaction): after its health gate passed, the box-side rollout keeps its
+The box owns the change (its rollout transaction): after its health gate passed, the box-side rollout keeps its
 snapshot and waits up to ACCEPTANCE_VERDICT_TIMEOUT_S for a verdict; with none in time it decides alone (rolls
 back; keeps when ACCEPTANCE_MODE is warn). This step is the control side: it finds a transaction waiting, runs
 the quick acceptance through the proxy (sparkctl/measure/quick.py), sends `commit` or `rollback <reason>`, and
@@ -9,12 +9,14 @@ as that box waits (judge_waiting; the proxy step runs before the services, so a 
 too), so with two boxes the second is touched only after the first one's verdict and one box always serves; the
 Acceptance step after Health judges any transaction found waiting otherwise (a deploy that died before sending the
 verdict, rerun before the box's deadline). A deploy that changed nothing finds nothing waiting and does nothing.
-Nothing here undoes anything itself: a lost connection only means no verdict, and the box decides. After sending
+Nothing here undoes anything itself: a lost connection only means no verdict, and the box decides. Every failure
+this side can see is a verdict sent at once: a history that cannot be read (no yardstick can be trusted), a probe
+that cannot measure, even a crash of the judge, each is a failed verdict (rollback; commit in warn mode) naming why. After sending
 the verdict it follows the box's transaction to its result (the commit, or the whole rollback: drain, snapshot
 restored, restart, gate), prints it, marks the box ready in the gateway hand-off again (the
 rollout left it not ready while the candidate waited) and fails the host on a rollback, naming the failed figure.
 
-Box-side commands this assumes (rollout.py, issue 14; see sparkctl.render.units.apply_verdict_args, awaiting_verdict,
+Box-side commands this assumes (rollout.py, the box's transaction; see sparkctl.render.units.apply_verdict_args, awaiting_verdict,
 verdict_command):
     rollout.py apply SERVICE ... --verdict-timeout S --verdict-default rollback|commit
                                       -> after the health gate, keep the snapshot and wait S s for a verdict
@@ -36,7 +38,7 @@ from sparkctl.config import hosts
 from sparkctl.config.schema import GroupData
 from sparkctl.config.settings import Settings
 from sparkctl.errors import SparkctlError
-from sparkctl.measure import acceptance, quick
+from sparkctl.measure import acceptance, history, quick
 from sparkctl.render.units import rollout_env
 from tasks.common import box_command, connector_args, follow_transaction, mark_ready, ready_target
 from tasks.facts import RolloutStatus
@@ -46,7 +48,7 @@ REASON_CHARS = 900  # the rollback reason kept in the box's record of the failed
 
 
 def awaiting_verdict(status: dict) -> str | None:
-    """HOOK for the lead (wiring to issue 14's box transaction): the id of the transaction of this service that
+    """HOOK for the lead (wiring to the box's rollout transaction): the id of the transaction of this service that
     passed health and waits for the acceptance verdict, or None (nothing changed, or the rollout did not wait).
     This is how the step knows the coder's configuration changed: the box only waits when its rollout changed
     something the service reads (env, unit, vLLM install), which it knows from its stamp."""
@@ -152,17 +154,29 @@ def judge_waiting(settings: Settings, service, handoff: dict | None):
         try:
             conn = hosts.find(host.name)
             verdict = quick.acceptance_of(conn, settings, unit=service.unit, probe_key=probe_key)
+        except history.HistoryError as exc:  # no yardstick can be trusted: the verdict fails now, not at the deadline
+            return _no_verdict(state, host, settings, service, tx, handoff, f"acceptance failed: the box's history cannot be read: {exc}")
         except SparkctlError as exc:  # could not measure at all: that is the candidate's failure too
-            decision = "commit" if cfg.ACCEPTANCE_MODE == "warn" else "rollback"
-            reason = f"acceptance could not measure: {exc}"
-            logger.warning(f"{host.name}: {reason} -> {decision}")
-            return _decide(state, host, cfg, service.name, service.unit, tx, decision, reason, handoff, None, None)
+            return _no_verdict(state, host, settings, service, tx, handoff, f"acceptance could not measure: {exc}")
+        except Exception as exc:  # noqa: BLE001 - a crash sends no verdict and the box would wait for its deadline
+            logger.exception(f"{host.name}: the acceptance verdict crashed")
+            return _no_verdict(state, host, settings, service, tx, handoff,
+                               f"acceptance failed: the verdict crashed: {type(exc).__name__}: {exc}")
         logger.info(f"{host.name}: acceptance of {service.unit}\n" + "\n".join(c.line() for c in verdict.checks)
                     + ("\n" + "\n".join(verdict.notes) if verdict.notes else ""))
         (logger.info if verdict.passed else logger.warning)(f"{host.name}: {verdict.reason()}")
         return _decide(state, host, cfg, service.name, service.unit, tx, verdict.decision, verdict.reason(), handoff,
                        verdict, conn)
     return judge
+
+
+def _no_verdict(state, host_, settings: Settings, service, tx: str, handoff: dict | None, reason: str) -> bool:
+    """The verdict failed before any figure was judged (the history unreadable, nothing measured, a crash): sent to
+    the box at once as a failed verdict, never left to its deadline (warn mode keeps the flip, as for any failure)."""
+    cfg = settings.cfg
+    decision = "commit" if cfg.ACCEPTANCE_MODE == "warn" else "rollback"
+    logger.warning(f"{host_.name}: {reason} -> {decision}")
+    return _decide(state, host_, cfg, service.name, service.unit, tx, decision, reason, handoff, None, None)
 
 
 @deploy("Acceptance")

@@ -4,7 +4,8 @@ acceptance checks' CLI.
 The box keeps a history of accepted runs (sparkctl/measure/history.py): `bench history` lists it, `bench compare A
 --baseline` lines A up with the box's baseline for A's configuration and workload (refused when there is none: runs
 of other workloads are never lined up), `@ID` names a history line wherever a record file is expected, and
-`bench --record-baseline` makes a full bench the baseline. `bench gate` runs a rollout's quick acceptance
+`bench --record-baseline` makes a full bench the baseline, and `bench confirm @ID` makes a provisional run (judged on
+the roofline alone) a yardstick. `bench gate` runs a rollout's quick acceptance
 (sparkctl/measure/quick.py) and prints its verdict; the deploy calls the same function. `bench judge` replays a
 saved quick-run record's verdict offline against a history file (sparkctl/measure/judge_cli.py).
 
@@ -144,7 +145,7 @@ def _add_bench_parser(subparsers) -> None:
     p.add_argument("--record-baseline", action="store_true",
                    help="append the record to the box's history as the baseline of its configuration and workload")
     p.set_defaults(func=run_bench)
-    _add_bench_modes(p.add_subparsers(dest="bench_mode", metavar="{compare,history,gate,judge}"))
+    _add_bench_modes(p.add_subparsers(dest="bench_mode", metavar="{compare,history,confirm,gate,judge}"))
 
 
 def _add_bench_modes(modes) -> None:
@@ -166,6 +167,14 @@ def _add_bench_modes(modes) -> None:
     h.add_argument("--model", default=None, help="only this coding model (catalog key)")
     h.add_argument("--json", action="store_true", help="print the lines as JSON")
     h.set_defaults(func=run_history)
+    f = modes.add_parser("confirm", help="confirm a provisional run: it becomes a yardstick",
+                         description="An operator's confirmation of a provisional history line (a run judged on the "
+                                     "roofline alone, nothing measured to compare with): appended as its own line, "
+                                     "the baseline of its configuration and workload when that has none.")
+    f.add_argument("id", help="@ID (or ID) of the provisional line, as `bench history` shows it")
+    f.add_argument("--box", default=None, help="inventory host whose history to append to (default: the first "
+                                               "configured)")
+    f.set_defaults(func=run_confirm)
     g = modes.add_parser("gate", help="a rollout's quick acceptance now, and its verdict",
                          description=quick.__doc__.split("\n\n")[0])
     g.add_argument("--box", default=None, help="inventory host to judge (default: the first configured)")
@@ -420,6 +429,14 @@ def run_history(args) -> int:
     return 0
 
 
+def run_confirm(args) -> int:
+    host, config = _box(args)
+    line = history.confirm(host, config.cfg, args.id.lstrip("@"))
+    kind = "the baseline of its configuration and workload" if line["history"]["baseline"] else "confirmed"
+    print(f"{host.name}: {line['history']['confirms']} confirmed by line {line['history']['id']} ({kind})")
+    return 0
+
+
 def run_gate(args) -> int:
     host, config = _box(args)
     console = _console()
@@ -427,10 +444,10 @@ def run_gate(args) -> int:
     if args.record and verdict.passed:
         quick.record_accepted(host, config.cfg, verdict)
     if args.json:
-        print(json.dumps(verdict.to_dict()))
+        print(json.dumps(verdict.to_dict(), allow_nan=False))
     else:
         console.print(acceptance.verdict_table(verdict, f"{host.name} acceptance"))
-        console.print(verdict.reason())
+        console.print(verdict.reason(), markup=False)  # its [baseline <id>] tags are text
     return 0 if verdict.decision == "commit" else 1
 
 

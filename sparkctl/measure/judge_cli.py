@@ -6,7 +6,9 @@ RECORD.json is a quick-run bench record, the verdict `bench gate --json` prints 
 of the history (`bench history --json`): a record found in the history is judged against the lines appended before
 it, as it was when the deploy judged it. HISTORY.jsonl is the box's history file (a copy of
 <STATE_DIR>/<ACCEPTANCE_HISTORY_FILE>). Settings are group data (--groups) with --data overrides, as the deploy
-merges them. Exit 0 when the verdict passed, 1 when it failed, 2 when the record or settings cannot be read.
+merges them. Exit 0 when the verdict passed, 1 when it failed, 2 when the record, the history or the settings
+cannot be read (a non-finite or negative figure, a malformed cell, a byte that is not UTF-8: named with its file,
+line and field, never a traceback).
 """
 
 from __future__ import annotations
@@ -59,17 +61,17 @@ def run_judge(args: argparse.Namespace) -> int:
     config = load(args.groups, overrides=groupdata.parse_data(args.data))
     rec = read_record(args.record)
     try:
-        text = Path(args.history).read_text()
+        data = Path(args.history).read_bytes()
     except OSError as exc:
-        raise record.BenchError(f"{args.history}: the history cannot be read ({exc})") from None
-    lines = lines_before(history.parse(text, args.history), rec)
+        raise history.HistoryError(f"{args.history}: the history cannot be read ({exc})") from None
+    lines = lines_before(history.parse(data, args.history), rec)
     verdict = quick.judge_record({k: v for k, v in rec.items() if k != "history"}, config, lines)
     if args.json:
-        print(json.dumps(verdict.to_dict()))
+        print(json.dumps(verdict.to_dict(), allow_nan=False))  # figures are finite: read so
     else:
         from rich.console import Console
 
         console = Console()
         console.print(acceptance.verdict_table(verdict, f"{args.record} ({len(lines)} history lines before it)"))
-        console.print(verdict.reason())
+        console.print(verdict.reason(), markup=False)  # its [baseline <id>] tags are text, not rich markup
     return 0 if verdict.passed else 1

@@ -148,12 +148,12 @@ def acceptance_of(host, config: HostConfig, *, unit: str = "vllm-coder.service",
     cfg = config.cfg
     qs = QuickSettings.from_settings(cfg)
     acceptance.floor_of(coder_spec(config, cfg.CODING_MODEL))  # the catalog's floor is valid before measuring
-    lines = history.read(host, cfg) if lines is None else lines
     ep = endpoint or endpoint_for(host, cfg, probe_key=probe_key)
     source = metrics or probe.MetricsSource.ssh(host, cfg.CODER_PORT)
     kv = read_kv(host, config, unit) if qs.kv else None
     tags = {**labels.model_labels(config), **labels.build_labels(config), **labels.box_labels(host, config)}
     roofline, _why = labels.roofline_single_stream(config)
+    lines = history.read(host, cfg) if lines is None else lines  # before the run: unreadable, nothing is measured
     rec = asyncio.run(run_quick(ep, source, qs, tags, kv, reporter, roofline))
     return judge_record(rec, config, lines)
 

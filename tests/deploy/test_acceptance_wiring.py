@@ -184,3 +184,28 @@ def test_a_box_that_decided_alone_is_reported_not_recorded(decide):
     ok, marks, recorded = decide(host, "commit", "acceptance passed")
     assert ok and recorded == [] and marks == [True]
     assert any("kept by the box's own decision" in x for x in host.lines)
+
+
+@pytest.mark.parametrize("raised,reason", [
+    (lambda: __import__("sparkctl.measure.history", fromlist=["x"]).HistoryError(
+        "spark-1:/var/lib/sparkctl/acceptance/history.jsonl line 3: not UTF-8 (byte 0xff at offset 812)"),
+     "acceptance failed: the box's history cannot be read: spark-1:/var/lib/sparkctl/acceptance/history.jsonl "
+     "line 3: not UTF-8 (byte 0xff at offset 812)"),
+    (lambda: KeyError("depth"), "acceptance failed: the verdict crashed: KeyError: 'depth'")])
+def test_a_history_that_cannot_be_read_or_a_crash_is_a_failed_verdict_sent_at_once(monkeypatch, raised, reason):
+    """No silent wait for the box's deadline: whatever stops the judge is a rollback sent now, naming why."""
+    from tasks import acceptance as acc
+
+    seen = {}
+
+    def fails(conn, data, **k):
+        raise raised()
+
+    monkeypatch.setattr(acc.quick, "acceptance_of", fails)
+    monkeypatch.setattr(acc.hosts, "find", lambda name: object())
+    monkeypatch.setattr(acc, "_decide", lambda state, host, d, name, unit, tx, decision, reason, *rest:
+                        seen.update(tx=tx, decision=decision, reason=reason) or True)
+    settings = types.SimpleNamespace(cfg=typed({**groupdata.load(["all", "gx10"]), "ACCEPTANCE_MODE": "fail"}))
+    service = types.SimpleNamespace(name="coder", unit="vllm-coder.service")
+    assert acc.judge_waiting(settings, service, None)("state", types.SimpleNamespace(name="spark-1"), "tx-1")
+    assert seen == {"tx": "tx-1", "decision": "rollback", "reason": reason}
