@@ -471,28 +471,37 @@ def _checks(rec: dict, gate: dict, t: Thresholds, floor: Floor | None, speed: Sp
     return checks, notes, unreferenced
 
 
+def _title(v: Verdict, title: str) -> str:
+    failed = v.failed_references()
+    return (f"{title}: {'PASSED' if v.passed else 'FAILED'} -> {v.decision}"
+            + (" (ACCEPTANCE_MODE warn)" if v.mode == "warn" and not v.passed else "")
+            + (" (provisional)" if v.provisional else "") + f"\njudged against {v.reference.name}"
+            + (f"\nfailed against {'; '.join(failed)}" if failed else ""))
+
+
+def _cell(x) -> str:
+    return "-" if x is None else f"{x:.4g}"
+
+
+def _row(c: Check) -> list[str]:
+    """One check's cells, escaped: a `[baseline <id>]` in a note is shown, not read as rich markup."""
+    from rich.markup import escape
+
+    mark = ("ok" if c.passed else "[bold red]FAIL[/]") if c.judged else "info"
+    return [escape(c.figure), _cell(c.measured), _cell(c.expected),
+            escape(c.against + (f" {c.baseline_id}" if c.baseline_id else "")), _cell(c.threshold),
+            "-" if c.delta_pct is None else f"{c.delta_pct:+.1f} %", mark + escape(f" {c.note}" if c.note else "")]
+
+
 def verdict_table(v: Verdict, title: str):
-    """Every figure checked: measured, reference, limit, delta, verdict; the caption names the references. Every
-    text is escaped: a `[baseline <id>]` tag is shown, not read as rich markup."""
+    """Every figure checked: measured, reference, limit, delta, verdict; the title names the references used and
+    failed. Every text is escaped."""
     from rich.markup import escape
     from rich.table import Table
 
-    failed = v.failed_references()
-    t = Table(title=escape(f"{title}: {'PASSED' if v.passed else 'FAILED'} -> {v.decision}"
-                           + (" (ACCEPTANCE_MODE warn)" if v.mode == "warn" and not v.passed else "")
-                           + (" (provisional)" if v.provisional else "")
-                           + f"\njudged against {v.reference.name}"
-                           + (f"\nfailed against {'; '.join(failed)}" if failed else "")),
-              caption=escape("; ".join(v.notes)) or None)
+    t = Table(title=escape(_title(v, title)), caption=escape("; ".join(v.notes)) or None)
     for col in ("figure", "measured", "reference", "against", "limit", "delta", ""):
         t.add_column(col, justify="left" if col in ("figure", "against", "") else "right")
-
-    def num(x) -> str:
-        return "-" if x is None else f"{x:.4g}"
-
     for c in v.checks:
-        against = c.against + (f" {c.baseline_id}" if c.baseline_id else "")
-        mark = ("ok" if c.passed else "[bold red]FAIL[/]") if c.judged else "info"
-        t.add_row(escape(c.figure), num(c.measured), num(c.expected), escape(against), num(c.threshold),
-                  "-" if c.delta_pct is None else f"{c.delta_pct:+.1f} %", mark + escape(f" {c.note}" if c.note else ""))
+        t.add_row(*_row(c))
     return t

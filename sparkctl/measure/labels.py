@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 
 from sparkctl.capacity import planner
+from sparkctl.capacity.venv import vllm_venv
 from sparkctl.config import lock
 from sparkctl.config.settings import HostConfig, as_config
 
@@ -46,10 +47,9 @@ def model_labels(config: HostConfig) -> dict:
 
 
 def build_labels(config: HostConfig) -> dict:
-    """{"vllm_build": "<version>-<hash>"}: the versioned venv the configuration runs vLLM from (render.units.vllm_venv),
-    so a venv rebuilt with another constraint under the same version string is recognised as another build."""
-    from sparkctl.render.units import vllm_venv
-
+    """{"vllm_build": "<version>-<hash>"}: the versioned venv the configuration runs vLLM from (capacity.venv, the
+    name the rendered unit runs), so a venv rebuilt with another constraint under the same version string is
+    recognised as another build."""
     return {"vllm_build": vllm_venv(as_config(config).cfg).rstrip("/").rsplit("/", 1)[-1]}
 
 
