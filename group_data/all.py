@@ -232,7 +232,7 @@ WATCHDOG_STOP_COMMAND = "systemctl stop {unit}"  # how a service is left down af
 WATCHDOG_ROLLOUT_ACTIVE_COMMAND = "systemctl is-active --quiet sparkctl-rollout-{service}.service"
 STATUS_SSH_TIMEOUT_S = 10  # `sparkctl status`: one ssh round trip per box must finish within this, s
 
-# --- acceptance (issue 12) -------------------------------------------------------------------------------------
+# --- acceptance: a changed coder is kept only if it is as fast and as right as it should be ---------------------
 # After a rollout that changed what the coder serves passed health, the box keeps its transaction open and waits for
 # a verdict; the control side runs this quick acceptance through the proxy (the bench probe's own code, shorter)
 # and sends commit or rollback. The regression thresholds below are PROVISIONAL until set from the gate's measured
@@ -258,11 +258,12 @@ ACCEPTANCE_PREFILL_TOKENS = 12288  # its prompt length, tokens (the full bench's
 ACCEPTANCE_PREFILL_REPEATS = 3  # fresh prompts of that length, each on an idle server; the median sample is judged
 # (one sample is at the mercy of one scheduler hiccup; a 12K prefill takes seconds on the GX10, so 3 cost little)
 ACCEPTANCE_PREFILL_MAX_REGRESSION = 0.15  # fail when prefill tok/s is more than this fraction below the baseline
-# What decode and prefill are judged against (issue 20), first that exists: this box's baseline of the same
+# What decode and prefill are judged against, per figure the first that has it: this box's baseline of the same
 # configuration and workload (the limits above); after a changed vLLM version, vLLM build (its venv) or checkpoint
-# revision, the baseline of this box's previous configuration of the same model, workload and topology; for a model's
-# first flip on a box, the catalog's published figures (the write-up's probe on the production GX10); else the
-# planner's roofline only. Each has its own limits. None of these GX10 limits is measured yet (no GX10 was at hand).
+# revision, the baseline of this box's closest previous configuration of the same model, workload and topology; the
+# catalog's published figures (the write-up's probe on the production GX10); else the planner's roofline only, and
+# the run is provisional (no yardstick until an operator confirms it: `bench confirm @ID`). Each has its own
+# limits. None of these GX10 limits is measured yet (no GX10 was at hand).
 ACCEPTANCE_PREVIOUS_DECODE_MAX_REGRESSION = 0.15  # fail when decode tok/s is more than this fraction below the
 # previous configuration's baseline (an upgrade is judged as strictly as a rerun: it is the change that regresses)
 ACCEPTANCE_PREVIOUS_PREFILL_MAX_REGRESSION = 0.15  # the same for fresh-prefill tok/s, fraction

@@ -11,13 +11,13 @@ Acceptance step after Health judges any transaction found waiting otherwise (a d
 verdict, rerun before the box's deadline). A deploy that changed nothing finds nothing waiting and does nothing.
 Nothing here undoes anything itself: a lost connection only means no verdict, and the box decides. Every failure
 this side can see is a verdict sent at once: a history that cannot be read (no yardstick can be trusted), a probe
-that cannot measure, even a crash of the judge, each is a failed verdict (rollback; commit in warn mode) naming why. After sending
-the verdict it follows the box's transaction to its result (the commit, or the whole rollback: drain, snapshot
+that cannot measure, even a crash of the judge, each is a failed verdict (rollback; commit in warn mode) naming why.
+After sending the verdict it follows the box's transaction to its result (the commit, or the whole rollback: drain, snapshot
 restored, restart, gate), prints it, marks the box ready in the gateway hand-off again (the
 rollout left it not ready while the candidate waited) and fails the host on a rollback, naming the failed figure.
 
-Box-side commands this assumes (rollout.py, the box's transaction; see sparkctl.render.units.apply_verdict_args, awaiting_verdict,
-verdict_command):
+Box-side commands this assumes (rollout.py, the box's transaction; see sparkctl.render.units.apply_verdict_args,
+awaiting_verdict, verdict_command):
     rollout.py apply SERVICE ... --verdict-timeout S --verdict-default rollback|commit
                                       -> after the health gate, keep the snapshot and wait S s for a verdict
     rollout.py status SERVICE         -> JSON with "phase": "awaiting-verdict" and "tx": <transaction id> while one
@@ -155,7 +155,8 @@ def judge_waiting(settings: Settings, service, handoff: dict | None):
             conn = hosts.find(host.name)
             verdict = quick.acceptance_of(conn, settings, unit=service.unit, probe_key=probe_key)
         except history.HistoryError as exc:  # no yardstick can be trusted: the verdict fails now, not at the deadline
-            return _no_verdict(state, host, settings, service, tx, handoff, f"acceptance failed: the box's history cannot be read: {exc}")
+            return _no_verdict(state, host, settings, service, tx, handoff,
+                               f"acceptance failed: the box's history cannot be read: {exc}")
         except SparkctlError as exc:  # could not measure at all: that is the candidate's failure too
             return _no_verdict(state, host, settings, service, tx, handoff, f"acceptance could not measure: {exc}")
         except Exception as exc:  # noqa: BLE001 - a crash sends no verdict and the box would wait for its deadline

@@ -280,8 +280,10 @@ class GroupData(BaseModel):
     ACCEPTANCE_PUBLISHED_PREFILL_MAX_REGRESSION: t.Fraction
     ACCEPTANCE_ANCHOR_DECODE_MAX_REGRESSION: t.Fraction
     ACCEPTANCE_ANCHOR_PREFILL_MAX_REGRESSION: t.Fraction
-    ACCEPTANCE_PAIR_MIN_SPEEDUP: t.typed(float, "0 (a pair slower than one box accepted) or a multiple up to 2", ge=0, le=2)
-    ACCEPTANCE_SPEC_MIN_TOKENS_PER_STEP: t.typed(float, "a mean acceptance length from 1 to 2 tokens per step", ge=1, le=2)
+    ACCEPTANCE_PAIR_MIN_SPEEDUP: t.typed(float, "0 (a pair slower than one box accepted) or a multiple up to 2",
+                                         ge=0, le=2)
+    ACCEPTANCE_SPEC_MIN_TOKENS_PER_STEP: t.typed(float, "a mean acceptance length from 1 (off) to 2 tokens per step",
+                                                 ge=1, le=2)
     ACCEPTANCE_ROOFLINE_FLOOR_FRACTION: t.typed(float, "a fraction from 0 (off) up to (not including) 1", ge=0, lt=1)
     ACCEPTANCE_KV_ENABLED: bool
     ACCEPTANCE_KV_MAX_SHORTFALL: t.Fraction

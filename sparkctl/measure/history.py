@@ -4,10 +4,10 @@ Where: <STATE_DIR>/<ACCEPTANCE_HISTORY_FILE> on the box (default /var/lib/sparkc
 root-only (the file 0600 in a 0700 folder). It lives on the box, so any control machine sees the same history.
 What: append-only JSON lines; each line is a bench record (record.BenchRecord: workload, window, streams, model,
 revision, vLLM version and build, box, date; a quick acceptance run also carries its `gate` part) plus a `history`
-part: {"id": 12 hex of the record's sha256, "appended": UTC time, "baseline": bool, "source": "acceptance" | "bench" | "confirm",
-"reference": what an accepted gate run was judged against (reference.Reference.tag; absent on older lines),
-"provisional": true on a run judged on the roofline alone (absent: false), "confirms": on a confirmation line, the
-id of the provisional line it confirms}.
+part: {"id": 12 hex of the record's sha256, "appended": UTC time, "baseline": bool, "source": "acceptance" | "bench"
+| "confirm", "reference": what an accepted gate run was judged against (reference.Reference.tag; absent on older
+lines), "provisional": true on a run judged on the roofline alone (absent: false), "confirms": on a confirmation
+line, the id of the provisional line it confirms}.
 How: read and appended over ssh (HostConn.ssh_argv), the append under flock so two deploys cannot interleave lines.
 
 Baselines. Runs line up only when they measured the same thing: the same configuration (box, model key, checkpoint
@@ -284,8 +284,8 @@ def _row(x: dict, confirmations: set[str] = frozenset()) -> list[str]:
     sd = next((r["spec_decode"] for r in runs if r.get("spec_decode")), None) or {}
     rate = sd.get("acceptance_rate")
     key, work = config_key(x), workload_key(x)
-    return [x["history"]["id"], str(x.get("date", ""))[:16], _kind(x), _mark(x, confirmations), str(key["model"]), str(key["revision"] or "?")[:8],
-            _vllm_cell(key), work["workload"], f"{x.get('window_s')}", decode, prefill,
+    return [x["history"]["id"], str(x.get("date", ""))[:16], _kind(x), _mark(x, confirmations), str(key["model"]),
+            str(key["revision"] or "?")[:8], _vllm_cell(key), work["workload"], f"{x.get('window_s')}", decode, prefill,
             "-" if rate is None else f"{rate:.0%}", judged_against(x)]
 
 
@@ -298,8 +298,8 @@ def history_table(lines: list[dict], title: str):
     from rich.table import Table
 
     t = Table(title=title, caption="B = baseline of its configuration+workload; P = provisional (judged on the "
-                                   "roofline alone; no yardstick until `bench confirm @ID`), P+ = confirmed; "
-                                   "gate = a rollout's quick run; "
+                                   "roofline alone; no yardstick until `bench confirm @ID`), P+ = confirmed by a "
+                                   "later `confirms <id>` line; gate = a rollout's quick run; "
                                    "vLLM (build) = version (venv hash); judged against: baseline, previous "
                                    "(another build's or revision's baseline), published (the catalog's), none "
                                    "(roofline and KV plan only), off (speed comparisons switched off)")

@@ -188,7 +188,7 @@ class BenchRecord(_Part):
     ignore_eos: bool | None = None
     revision: str | None = None
     vllm_version: str | None = None
-    vllm_build: str | None = None  # the venv it ran from, <version>-<hash> (labels.build_labels); absent on older records
+    vllm_build: str | None = None  # the venv it ran from, <version>-<hash> (labels.build_labels); absent on old records
     box: Box | None = None
     endpoint: str | None = None
     max_model_len: int | None = None
