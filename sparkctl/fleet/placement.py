@@ -202,8 +202,7 @@ def pool_capacity(cfg: GroupData, catalog: dict[str, ModelSpec], placed: PlacedP
     plan = _engine_plan(cfg, catalog, pool, pool.embedders)
     engines = len(placed.units)
     per_engine = plan.concurrent_requests  # the plan's one engine (sparks=1, or one pair)
-    kind = "unknown" if per_engine is None else plan.source
-    concurrent_source = f"{kind}: {plan.provenance.get('kv', '')}"
+    concurrent_source = plan.provenance.get("kv", "unknown")  # "measured: <source>" or "estimate from ..."
     if pool.tensor_parallel:
         decode, decode_source = {}, ("a tensor-parallel pair was never measured; the roofline is an upper bound "
                                      "that leaves out the all-reduce over the link")
