@@ -56,6 +56,14 @@ class Fleet:
         order = {h: i for i, h in enumerate(self.hosts)}
         return tuple(sorted((u for p in self.pools for u in p.units), key=lambda u: order.get(u[0], len(order))))
 
+    def host_settings(self, box: str) -> dict:
+        """What the box's own host data must say for its pool (the deploy's per-host data): its coding model and the
+        name it is served under; "embedders": False means the box runs none (EMBEDDERS and EMBEDDER_PORTS both
+        empty, as the schema pairs them)."""
+        pool = self.pool_of(box).pool
+        return {"CODING_MODEL": pool.model, "CODER_SERVED_NAME": pool.served_name,
+                "embedders": pool.embedders and self.role(box) != "worker"}
+
     def role(self, box: str) -> str:
         """The box's part, as sparkctl.config.topology names it: single, replica, split, head or worker."""
         placed = self.pool_of(box)

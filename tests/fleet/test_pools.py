@@ -63,3 +63,12 @@ def test_a_tensor_parallel_pool_pairs_its_boxes_in_order(cfg_with):
     assert big.units == (("spark-3", "spark-4"), ("spark-5", "spark-6"))
     assert [f.role(h) for h in hosts[2:]] == ["head", "worker", "head", "worker"]
     assert len(f.units) == 4  # two boxes and two pairs
+
+
+def test_each_box_is_told_its_pools_model_served_name_and_embedders(cfg_with):
+    cfg = cfg_with(FLEET_POOLS={"qwen3.8-27b": 1, "laguna": {"model": "laguna-s-2.1", "boxes": 1, "embedders": False}})
+    f = fleet(cfg, ["spark-1", "spark-2"])
+    assert f.host_settings("spark-1") == {"CODING_MODEL": "qwen3.8-27b", "CODER_SERVED_NAME": "coder",
+                                          "embedders": True}
+    assert f.host_settings("spark-2") == {"CODING_MODEL": "laguna-s-2.1", "CODER_SERVED_NAME": "laguna",
+                                          "embedders": False}
