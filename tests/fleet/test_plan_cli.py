@@ -75,3 +75,14 @@ def test_a_pool_of_one_box_is_noted(config, cfg_with):
     plan = overview.fleet_plan(cfg_with(FLEET_POOLS={"qwen3.8-27b": 1, "laguna-s-2.1": 1}), config.catalog,
                                ["spark-1", "spark-2"])
     assert any("'laguna-s-2.1' has one box" in n for n in plan.notes)
+
+
+def test_the_readme_four_box_example(config, cfg_with):
+    """README "A fleet": FLEET_POOLS = {"qwen3.8-27b": 3, "laguna": {"model": "laguna-s-2.1", "boxes": 1}}."""
+    cfg = cfg_with(FLEET_POOLS={"qwen3.8-27b": 3, "laguna": {"model": "laguna-s-2.1", "boxes": 1}})
+    plan = overview.fleet_plan(cfg, config.catalog, ["spark-1", "spark-2", "spark-3", "spark-4"])
+    assert [(m.box, m.pool, m.headroom_gib) for m in plan.memory] == [
+        ("spark-1", "qwen3.8-27b", 26.0), ("spark-2", "qwen3.8-27b", 26.0), ("spark-3", "qwen3.8-27b", 26.0),
+        ("spark-4", "laguna", 8.0)]
+    assert [(c.pool, c.served_name) for c in plan.capacity] == [("qwen3.8-27b", "coder"), ("laguna", "laguna")]
+    assert [[b for u in w for b in u] for w in plan.waves] == [["spark-1"], ["spark-2"], ["spark-3", "spark-4"]]
