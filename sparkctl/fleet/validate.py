@@ -2,13 +2,14 @@
 what is valid. `validate_fleet` runs them all and returns the placed fleet; the check layer calls it once per run
 with the inventory's gx10 hosts in order.
 
-Refused: GX10_HOSTS naming one box twice; two boxes with one CX7 address; a failure budget outside 0-100; an empty
-pool; a pool naming an unknown model, or one without a KV budget; a tensor-parallel pool of an odd number of boxes;
-pools serving different models under one served name, or under an embedder's; a box in two pools, one not in the
-inventory, a pool short of boxes, a box in no pool (sparkctl.fleet.placement); a replicas pool whose boxes would
-serve different coding models under one served name (a box's own CODING_MODEL); ROLLOUT_WAVES not starting with
-the canary (1), shrinking, or not ending at the whole fleet; a MAX_UNAVAILABLE that could take a whole pool of two
-or more down; a placement whose memory does not fit a box.
+Refused: GX10_HOSTS naming one box twice; two boxes with one CX7 address; a failure budget outside 0-100;
+SPARK_TOPOLOGY other than replicas beside FLEET_POOLS; an empty pool; a pool naming an unknown model, or one
+without a KV budget; a tensor-parallel pool of an odd number of boxes; pools serving different models under one
+served name, or under an embedder's; a box in two pools, one not in the inventory, a pool short of boxes, a box in
+no pool (sparkctl.fleet.placement); a replicas pool whose boxes would serve different coding models under one
+served name (a box's own CODING_MODEL); ROLLOUT_WAVES not starting with the canary (1), shrinking, or not ending at
+the whole fleet; a MAX_UNAVAILABLE that could take a whole pool of two or more down; a placement whose memory does
+not fit a box.
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ def validate_fleet(cfg: GroupData, catalog: dict[str, ModelSpec], hosts: list[st
     unique_hosts(hosts)
     unique_cx7_addresses(cfg, hosts)
     fail_percentage(cfg.MAX_FAIL_PERCENTAGE)
+    one_source_of_pools(cfg)
     configured = pools.from_settings(cfg, hosts, host_models)
     for pool in configured.pools:
         pool_shape(cfg, catalog, pool, configured.explicit)
@@ -66,6 +68,13 @@ def unique_cx7_addresses(cfg: GroupData, hosts: list[str]) -> None:
 def fail_percentage(value) -> None:
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 <= value <= 100:
         raise SettingError("MAX_FAIL_PERCENTAGE", value, "a percentage from 0 to 100")
+
+
+def one_source_of_pools(cfg: GroupData) -> None:
+    """FLEET_POOLS says each box's part; a topology other than the default beside it would say another."""
+    if cfg.FLEET_POOLS and cfg.SPARK_TOPOLOGY != "replicas":
+        raise SettingError("SPARK_TOPOLOGY", cfg.SPARK_TOPOLOGY, '"replicas" (the default) while FLEET_POOLS is set',
+                           'The pools say what each box serves: a pool per model, "tensor_parallel": True for pairs')
 
 
 def _model_setting(pool: pools.Pool, explicit: bool) -> str:

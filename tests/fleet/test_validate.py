@@ -56,6 +56,9 @@ def test_todays_configurations_and_the_four_box_example_pass(config, cfg_with):
     ({"ROLLOUT_WAVES": [2, "100%"]}, FOUR, None, ["ROLLOUT_WAVES = [2, '100%']", "starting with 1"]),
     ({"ROLLOUT_WAVES": [1, 3, 2, "100%"]}, FOUR, None, ["ROLLOUT_WAVES[2] = 2", "no smaller than ROLLOUT_WAVES[1]"]),
     ({"ROLLOUT_WAVES": [1, "50%"]}, FOUR, None, ["ROLLOUT_WAVES[1] = '50%'", '"100%"']),
+    # FLEET_POOLS beside another topology
+    ({"FLEET_POOLS": {"qwen3.8-27b": 2}, "SPARK_TOPOLOGY": "split"}, FOUR[:2], None,
+     ["SPARK_TOPOLOGY = 'split'", "while FLEET_POOLS is set"]),
     # GX10_HOSTS naming one box twice; two boxes with the same CX7 address
     ({}, ["spark-1", "spark-1"], None, ["GX10_HOSTS = 'spark-1,spark-1'", "listed twice"]),
     ({"CX7_ADDRESSES": {"spark-1": ["192.168.100.10/24"], "spark-2": ["192.168.100.10/24"]}}, FOUR[:2], None,
