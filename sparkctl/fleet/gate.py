@@ -4,7 +4,7 @@
     # in each host's rollout, before its coder is touched:
     if nothing to roll out:  gate.nothing_to_do(box)         # never waits
     else:
-        while (d := gate.may_start(box)) is Decision.WAIT:  sleep a poll interval (gevent.sleep)
+        d = wait_turn(gate, box, lambda: gevent.sleep(poll_s))  # WAIT until its wave: GO or STOP
         if d is Decision.STOP: leave the box alone           # the budget was spent
         else: roll out, then gate.record(box, ok)            # a failed box has rolled itself back
 
@@ -21,6 +21,7 @@ Pure: no clock and no I/O; its methods never yield, so greenlets need no lock.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from enum import Enum
 
 from sparkctl.errors import SparkctlError
@@ -125,3 +126,10 @@ class WaveGate:
         failed = results.count(FAILED)
         rolling = len(results) - results.count(NOTHING)
         return failed > 0 and failed * 100 > self.max_fail_percentage * rolling
+
+
+def wait_turn(gate: WaveGate, box: str, sleep: Callable[[], None]) -> Decision:
+    """GO or STOP for this box, calling sleep() (the glue's: a greenlet's gevent.sleep) while its wave must wait."""
+    while (decision := gate.may_start(box)) is Decision.WAIT:
+        sleep()
+    return decision

@@ -82,3 +82,55 @@ def test_limit_keeps_only_the_limited_boxes_so_no_wave_waits_for_a_box_outside_i
         assert "no box 'a'" in str(exc)
     else:
         raise AssertionError("a box outside the waves must be refused")
+
+
+def test_thirty_two_greenlets_keep_the_waves_and_a_quarter_of_the_pool_at_most(cfg_with):
+    """The gate as the deploy drives it: one greenlet per box, some with nothing to do, rollouts of varied length,
+    over the waves planned for 32 boxes of one pool."""
+    import random
+
+    import gevent
+
+    from sparkctl.fleet import placement, pools
+    from sparkctl.fleet import waves as waves_mod
+    from sparkctl.fleet.gate import wait_turn
+
+    boxes = [f"spark-{i}" for i in range(1, 33)]
+    cfg = cfg_with()
+    fleet = placement.place(pools.from_settings(cfg, boxes), boxes)
+    waves = waves_mod.plan_waves(fleet, cfg.ROLLOUT_WAVES, cfg.MAX_UNAVAILABLE)
+    limit = waves_mod.pool_limit(cfg.MAX_UNAVAILABLE, 32)
+    gate, rng = WaveGate(waves, 0), random.Random(7)
+    idle = set(rng.sample(boxes[1:], 10))
+    in_flight, most, started, finished = set(), 0, [], []
+
+    def rollout(box):
+        nonlocal most
+        if box in idle:
+            gate.nothing_to_do(box)
+            return
+        assert wait_turn(gate, box, lambda: gevent.sleep(0.001)) is GO
+        started.append(box)
+        in_flight.add(box)
+        most = max(most, len(in_flight))
+        gevent.sleep(rng.uniform(0.001, 0.01))
+        in_flight.discard(box)
+        finished.append(box)
+        gate.record(box, ok=True)
+
+    gevent.joinall([gevent.spawn(rollout, b) for b in reversed(boxes)], timeout=30, raise_error=True)
+    assert gate.done and not gate.stopped and sorted(finished) == sorted(set(boxes) - idle)
+    assert started[0] == "spark-1" and finished[0] == "spark-1"  # the canary, alone and first
+    assert 1 < most <= limit == 8  # never more than MAX_UNAVAILABLE (25 % of the pool) out at once
+    wave_of = {b: i for i, w in enumerate(waves) for u in w for b in u}
+    assert [wave_of[b] for b in started] == sorted(wave_of[b] for b in started)  # waves in order
+
+
+def test_idle_boxes_pass_the_gate_at_once_even_when_a_wave_is_slow():
+    import gevent
+
+    gate = WaveGate(WAVES, 0)
+    assert gate.may_start("a") is GO  # the canary is rolling out, for as long as it takes
+    passed = []
+    gevent.joinall([gevent.spawn(lambda b=b: (gate.nothing_to_do(b), passed.append(b))) for b in "bcde"], timeout=1)
+    assert sorted(passed) == list("bcde")
