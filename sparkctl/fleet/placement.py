@@ -216,7 +216,8 @@ def pool_capacity(cfg: GroupData, catalog: dict[str, ModelSpec], placed: PlacedP
                                      "that leaves out the all-reduce over the link")
     else:
         published, source = _published(catalog[pool.model])
-        decode, decode_source = {s: v * engines for s, v in published.items()}, f"published per box x {engines}: {source}"
+        decode = {s: v * engines for s, v in published.items()}
+        decode_source = f"published per box x {engines}: {source}" if published else source
     return PoolCapacity(pool=pool.name, model=pool.model, served_name=pool.served_name, boxes=len(placed.boxes),
                         engines=engines, max_context=plan.max_context,
                         concurrent_requests=None if per_engine is None else per_engine * engines,

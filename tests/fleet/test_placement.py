@@ -63,3 +63,13 @@ def test_a_tensor_parallel_pool_is_planned_as_the_existing_tp_plan(config, cfg_w
     assert cap.engines == 2 and cap.boxes == 4
     assert cap.decode_tokens_per_s == {} and "never measured" in cap.decode_source
     assert cap.concurrent_source.startswith("estimate")
+
+
+def test_a_stand_in_checkpoint_inherits_no_published_figures(cfg_with):
+    """The simulated Spark's tiny stand-ins serve under the same catalog keys: production's tok/s are not theirs."""
+    from sparkctl.config.settings import load
+
+    sim = load(["all", "gx10", "sim"])
+    fleet = placement.place(pools.from_settings(sim.cfg, ["spark-1"]), ["spark-1"])
+    cap = placement.pool_capacity(sim.cfg, sim.catalog, fleet.pools[0])
+    assert cap.decode_tokens_per_s == {} and cap.decode_source == "none published for this checkpoint"
