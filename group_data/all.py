@@ -293,3 +293,21 @@ ACCEPTANCE_NIAH_LENGTH = 32768  # its context length, tokens
 ACCEPTANCE_NIAH_DEPTH = 50  # its needle depth, % of the haystack
 ACCEPTANCE_FAIL_ON_PROBLEMS = True  # a quick run whose own figures cannot be trusted (client and counter tokens
 # disagree, the prefill was not fresh) fails the gate rather than passing on numbers nobody can read
+
+# --- the fleet: rollouts in waves (README "A fleet"; sparkctl/fleet/) ---------------------------------------------
+# Batches of boxes a coder rollout takes, as Ansible's `serial:` reads them: a number of boxes or a percentage of the
+# fleet (a tensor-parallel pair counts as one), each wave done before the next starts, the last size repeated until
+# every box is done. The first must be 1 (the canary, judged by acceptance before any other box is touched), the
+# sizes may not shrink, and the last must be the whole fleet ("100%").
+ROLLOUT_WAVES = [1, "25%", "100%"]
+# at most this many boxes of any one pool out of service at once: a number, or a percentage of the pool (at least
+# one box, never the whole pool: a pool of two never loses both); NVIDIA Dynamo's default is 25 %
+MAX_UNAVAILABLE = "25%"
+MAX_FAIL_PERCENTAGE = 0  # failed boxes a wave may have, % of the boxes it rolled out (0-100); past it no further box
+# is touched and the deploy names the boxes it did not roll out (Ansible's max_fail_percentage: 0 = stop at one)
+# What one box's coder rollout takes on a GX10, [low, high] seconds, for `plan`'s wall-time estimate only:
+# drain: 0 (idle) to one agent request's whole generation (the write-up: 462K output tokens over 50 BigCodeBench
+# problems, ~9.2K a request, at ~14 tok/s per stream with eight in flight: ~660 s)
+ROLLOUT_ESTIMATE_DRAIN_S = [0, 660]
+ROLLOUT_ESTIMATE_LOAD_S = [120, 900]  # restart to serving: "GB10: 2-15 min" (HEALTH_READY_TIMEOUT_S above)
+ROLLOUT_ESTIMATE_ACCEPTANCE_S = [120, 240]  # the quick acceptance: "about 2-4 minutes on a GX10" (above)

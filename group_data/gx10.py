@@ -10,6 +10,15 @@ CODER_KV_CACHE_GIB = {  # KV-cache budget of each coding model the box keeps on 
     "laguna-s-2.1": 12,  # 1.2 concurrent 262K-token requests
 }
 
+# The fleet's pools (README "A fleet"): each pool serves one coding model, its boxes counted (placed by the planner
+# in inventory order, after the named ones) or named (inventory host names): {"qwen3.8-27b": 3, "laguna-s-2.1": 1}
+# or {"qwen3.8-27b": ["spark-1", "spark-2"]}; the long form {"model": key, "boxes": 2, "tensor_parallel": True,
+# "embedders": False, "served_name": "laguna"} makes a pool of tensor-parallel pairs, boxes without the EMBEDDERS,
+# or another OpenAI model id (default: CODER_SERVED_NAME for CODING_MODEL's pool, else the pool's name).
+# {} (the default): SPARK_TOPOLOGY's pools, as before (replicas: one pool; split: a pool per box; tensor-parallel:
+# one pair); `python -m sparkctl plan` shows the placement, each box's memory, each pool's capacity and the waves
+FLEET_POOLS = {}
+
 EMBEDDERS = [  # the two embedding models, served with --runner pooling on EMBEDDER_PORTS
     {"model": "qwen3-embedding-0.6b", "kv_cache_gib": 2},  # kv_cache_gib: its KV budget, GiB
     {"model": "bge-m3", "kv_cache_gib": 2},

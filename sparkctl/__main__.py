@@ -16,7 +16,7 @@ from sparkctl.errors import SparkctlError
 COMMAND_MODULES = [
     "sparkctl.sim.cli",  # sim up|down|status|ssh|exec|reboot
     "sparkctl.config.cli",  # lock refresh|show
-    "sparkctl.capacity.cli",  # plan
+    "sparkctl.fleet.cli",  # plan: the capacity planner's table, then the fleet (sparkctl.capacity.cli underneath)
     "sparkctl.measure.cli",  # bench, bench compare, niah, evals compare
     "sparkctl.check",  # check: the deploy's whole validation, offline
     "sparkctl.status.cli",  # status (issue 11)

@@ -291,6 +291,16 @@ class GroupData(BaseModel):
     ACCEPTANCE_NIAH_LENGTH: t.Tokens
     ACCEPTANCE_NIAH_DEPTH: t.typed(float, "a needle depth in % from 0 to 100", ge=0, le=100)
     ACCEPTANCE_FAIL_ON_PROBLEMS: bool
+    # the fleet: pools of boxes, rollouts in waves, and a rollout's wall-time estimate (sparkctl/fleet/)
+    FLEET_POOLS: Annotated[dict[t.Name, t.FleetPoolValue], Field(
+        description='a mapping of pool names to a number of boxes, a list of inventory host names, or {"model", '
+                    '"boxes", "tensor_parallel", "embedders", "served_name"}; {} for SPARK_TOPOLOGY\'s pools')]
+    ROLLOUT_WAVES: t.list_of(t.WaveSize, 'a non-empty list of batch sizes such as [1, "25%", "100%"]', 1)
+    MAX_UNAVAILABLE: t.WaveSize
+    MAX_FAIL_PERCENTAGE: t.typed(float, "a percentage from 0 to 100", ge=0, le=100)
+    ROLLOUT_ESTIMATE_DRAIN_S: t.EstimateRange
+    ROLLOUT_ESTIMATE_LOAD_S: t.EstimateRange
+    ROLLOUT_ESTIMATE_ACCEPTANCE_S: t.EstimateRange
     # per-box choices (group_data/gx10.py)
     CODING_MODEL: Annotated[str, Field(description="a coding model's catalog key")]
     CODER_KV_CACHE_GIB: Annotated[dict[str, t.GiB], Field(

@@ -8,7 +8,7 @@ import re
 import string
 from typing import Annotated
 
-from pydantic import AfterValidator, Field, WrapValidator
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, PlainValidator, WrapValidator
 
 from sparkctl.config import box_paths
 from sparkctl.config.quantities import DAY_S
@@ -204,3 +204,53 @@ def list_of(item, description: str, min_length: int = 0):
 
 
 DebPackages = list_of(DebPackage, "a list of Debian package names")
+
+
+# --- the fleet: pools of boxes and rollouts in waves (group_data/gx10.py FLEET_POOLS, all.py ROLLOUT_WAVES) ----------
+
+_WAVE_SIZE = 'a whole number of boxes from 1 to 10000, or a percentage from 1% to 100% such as "25%"'
+_WAVE_PERCENT = re.compile(r"^(100|[1-9][0-9]?)%$")
+MAX_BOXES = 10_000
+
+
+def _wave_size(value):
+    """A batch of boxes: a whole number of them, or a percentage as Ansible's `serial:` reads one ("25%")."""
+    whole = type(value) is int and 1 <= value <= MAX_BOXES
+    if not (whole or (isinstance(value, str) and _WAVE_PERCENT.match(value))):
+        raise ValueError(_WAVE_SIZE)
+    return value
+
+
+WaveSize = Annotated[int | str, PlainValidator(_wave_size), Field(description=_WAVE_SIZE)]
+
+
+def _pool_long_form(value):
+    """A FLEET_POOLS short form as its long form: 3 -> {"count": 3}; ["spark-1"] -> {"boxes": ["spark-1"]}."""
+    if type(value) is int:
+        return {"count": value}
+    if isinstance(value, list):
+        return {"boxes": value}
+    if isinstance(value, dict) and type(value.get("boxes")) is int:
+        return {**{k: v for k, v in value.items() if k != "boxes"}, "count": value["boxes"]}
+    return value
+
+
+class FleetPool(BaseModel):
+    """A FLEET_POOLS entry, its short forms (a number of boxes, a list of host names) read as this long form."""
+
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+    model: Annotated[str | None, Field(description="a coding model's catalog key (default: the pool's name)")] = None
+    count: typed(int, f"a whole number of boxes from 0 to {MAX_BOXES}", ge=0, le=MAX_BOXES) = 0
+    boxes: list_of(typed(str, "an inventory host name", min_length=1), "a list of inventory host names") = []
+    tensor_parallel: bool = False
+    embedders: bool = True
+    served_name: Annotated[Name | None, Field(
+        description="the OpenAI model id clients ask for (default: CODER_SERVED_NAME for CODING_MODEL's pool, else "
+                    "the pool's name)")] = None
+
+
+FleetPoolValue = Annotated[FleetPool, BeforeValidator(_pool_long_form), Field(
+    description='a number of boxes, a list of inventory host names, or {"model", "boxes", "tensor_parallel", '
+                '"embedders", "served_name"}')]
+EstimateRange = Annotated[list[typed(float, f"a number of seconds from 0 to {MAX_SECONDS}", ge=0, le=MAX_SECONDS)],
+                          Field(description="[low, high] in seconds", min_length=2, max_length=2)]

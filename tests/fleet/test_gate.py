@@ -1,0 +1,136 @@
+"""The wave gate as the deploy's greenlets drive it: waves in order, nothing-to-do boxes never wait, the failure
+budget stops the rollout and names the boxes left untouched."""
+
+from __future__ import annotations
+
+from sparkctl.fleet.gate import Decision, WaveGate
+
+GO, WAIT, STOP = Decision.GO, Decision.WAIT, Decision.STOP
+WAVES = [[("a",)], [("b",), ("c",)], [("d",), ("e",)]]
+
+
+def test_a_wave_starts_only_once_the_one_before_has_every_result():
+    gate = WaveGate(WAVES, 0)
+    assert [gate.may_start(b) for b in "abd"] == [GO, WAIT, WAIT]
+    gate.record("a", ok=True)
+    assert [gate.may_start(b) for b in "bcd"] == [GO, GO, WAIT]
+    gate.record("b", ok=True)
+    assert gate.may_start("d") is WAIT
+    gate.record("c", ok=True)
+    assert gate.may_start("d") is GO and gate.current_wave == 2
+
+
+def test_boxes_with_nothing_to_do_never_wait_nor_hold_a_wave_back():
+    gate = WaveGate(WAVES, 0)
+    for box in "edcb":  # the later waves report first: none of them waits
+        gate.nothing_to_do(box)
+    assert gate.may_start("a") is GO
+    gate.record("a", ok=True)
+    assert gate.done and not gate.stopped and gate.not_rolled_out() == []
+
+
+def test_a_failed_canary_stops_the_fleet_and_names_the_boxes_not_rolled_out():
+    gate = WaveGate(WAVES, 0)
+    gate.nothing_to_do("e")
+    assert gate.may_start("a") is GO
+    gate.record("a", ok=False)
+    assert gate.stopped and gate.stopped_at == 0
+    assert [gate.may_start(b) for b in "bcd"] == [STOP, STOP, STOP]
+    assert gate.not_rolled_out() == ["b", "c", "d"] and gate.failed() == ["a"]
+
+
+def test_the_budget_is_a_percentage_of_the_waves_boxes_that_roll_out():
+    waves = [[("a",)], [(b,) for b in "bcdefghijk"], [("l",)]]
+    gate = WaveGate(waves, 10)
+    gate.may_start("a")
+    gate.record("a", ok=True)
+    for b in "bcdefghijk":
+        assert gate.may_start(b) is GO
+    gate.record("b", ok=False)  # 1 of 10 = 10 %: not beyond the budget
+    assert not gate.stopped
+    gate.record("c", ok=False)  # 2 of 10: beyond it, whatever the other eight do
+    assert gate.stopped and gate.not_rolled_out() == ["l"]
+
+
+def test_a_failure_among_boxes_with_nothing_to_do_counts_against_the_boxes_that_rolled():
+    gate = WaveGate([[("a",)], [("b",), ("c",), ("d",), ("e",)]], 30)
+    gate.may_start("a")
+    gate.record("a", ok=True)
+    for b in "cde":
+        gate.nothing_to_do(b)
+    gate.may_start("b")
+    gate.record("b", ok=False)  # 1 of the 1 that rolled out: 100 %
+    assert gate.stopped
+
+
+def test_a_pair_has_its_result_when_both_boxes_report_and_fails_if_either_failed():
+    gate = WaveGate([[("h1", "w1")], [("x",)]], 0)
+    assert gate.may_start("h1") is GO and gate.may_start("w1") is GO
+    gate.record("w1", ok=True)
+    assert gate.may_start("x") is WAIT
+    gate.record("h1", ok=False)
+    assert gate.stopped and gate.not_rolled_out() == ["x"]
+
+
+def test_limit_keeps_only_the_limited_boxes_so_no_wave_waits_for_a_box_outside_it():
+    gate = WaveGate.restricted(WAVES, {"b", "d"}, 0)
+    assert gate.waves == [[("b",)], [("d",)]]
+    assert gate.may_start("b") is GO
+    try:
+        gate.may_start("a")
+    except Exception as exc:  # noqa: BLE001
+        assert "no box 'a'" in str(exc)
+    else:
+        raise AssertionError("a box outside the waves must be refused")
+
+
+def test_thirty_two_greenlets_keep_the_waves_and_a_quarter_of_the_pool_at_most(cfg_with):
+    """The gate as the deploy drives it: one greenlet per box, some with nothing to do, rollouts of varied length,
+    over the waves planned for 32 boxes of one pool."""
+    import random
+
+    import gevent
+
+    from sparkctl.fleet import placement, pools
+    from sparkctl.fleet import waves as waves_mod
+    from sparkctl.fleet.gate import wait_turn
+
+    boxes = [f"spark-{i}" for i in range(1, 33)]
+    cfg = cfg_with()
+    fleet = placement.place(pools.from_settings(cfg, boxes), boxes)
+    waves = waves_mod.plan_waves(fleet, cfg.ROLLOUT_WAVES, cfg.MAX_UNAVAILABLE)
+    limit = waves_mod.pool_limit(cfg.MAX_UNAVAILABLE, 32)
+    gate, rng = WaveGate(waves, 0), random.Random(7)
+    idle = set(rng.sample(boxes[1:], 10))
+    in_flight, most, started, finished = set(), 0, [], []
+
+    def rollout(box):
+        nonlocal most
+        if box in idle:
+            gate.nothing_to_do(box)
+            return
+        assert wait_turn(gate, box, lambda: gevent.sleep(0.001)) is GO
+        started.append(box)
+        in_flight.add(box)
+        most = max(most, len(in_flight))
+        gevent.sleep(rng.uniform(0.001, 0.01))
+        in_flight.discard(box)
+        finished.append(box)
+        gate.record(box, ok=True)
+
+    gevent.joinall([gevent.spawn(rollout, b) for b in reversed(boxes)], timeout=30, raise_error=True)
+    assert gate.done and not gate.stopped and sorted(finished) == sorted(set(boxes) - idle)
+    assert started[0] == "spark-1" and finished[0] == "spark-1"  # the canary, alone and first
+    assert 1 < most <= limit == 8  # never more than MAX_UNAVAILABLE (25 % of the pool) out at once
+    wave_of = {b: i for i, w in enumerate(waves) for u in w for b in u}
+    assert [wave_of[b] for b in started] == sorted(wave_of[b] for b in started)  # waves in order
+
+
+def test_idle_boxes_pass_the_gate_at_once_even_when_a_wave_is_slow():
+    import gevent
+
+    gate = WaveGate(WAVES, 0)
+    assert gate.may_start("a") is GO  # the canary is rolling out, for as long as it takes
+    passed = []
+    gevent.joinall([gevent.spawn(lambda b=b: (gate.nothing_to_do(b), passed.append(b))) for b in "bcde"], timeout=1)
+    assert sorted(passed) == list("bcde")
