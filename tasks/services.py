@@ -18,7 +18,8 @@ from pyinfra.api import StringCommand, deploy, operation
 from pyinfra.api.command import QuoteString
 from pyinfra.operations import files, systemd
 
-from sparkctl.config import rules
+from sparkctl.box import contract
+from sparkctl.config import box_paths, rules
 from sparkctl.config.catalog import CODER
 from sparkctl.config.schema import GroupData
 from sparkctl.config.settings import Settings, derive, host_config
@@ -35,7 +36,7 @@ from tasks.rollout import LEDGER, RolloutLedger, rollout, rollout_join
 def rollout_settings(cfg: GroupData) -> dict:
     """What the box's rollout transaction is told: every setting its arguments come from (contract.SETTINGS; the
     settings schema validated each value before this), and where its script is."""
-    return dict(script=f"{cfg.SPARKCTL_HOME}/bin/rollout.py",
+    return dict(script=box_paths.rollout_script(cfg.SPARKCTL_HOME),
                 settings=rollout_values(cfg),
                 interval=cfg.HEALTH_POLL_INTERVAL_S, env_prefix=rollout_env(cfg))
 
@@ -103,19 +104,18 @@ def tp_worker_result(settings: Settings, worker_starts: dict[str, object]) -> No
     started = worker_starts.get(name)
     extra = {"_if": started.did_change} if started is not None else {}
     rollout_join(name=f"Tensor-parallel: the worker's vllm-{name} ends with the head's result", service=name,
-                 script=f"{cfg.SPARKCTL_HOME}/bin/rollout.py", interval=cfg.HEALTH_POLL_INTERVAL_S,
+                 script=box_paths.rollout_script(cfg.SPARKCTL_HOME), interval=cfg.HEALTH_POLL_INTERVAL_S,
                  env_prefix=rollout_env(cfg), follow=started is not None, **extra)
 
 
 def stage(cfg: GroupData, service_list: list) -> None:
     """Each service's unit and env file, staged beside the live ones for the rollout to install."""
     for svc in service_list:
+        staged = contract.Paths(svc.name, cfg.ENV_DIR, contract.rollout_dir(cfg.STATE_DIR))
         files.put(name=f"Stage unit {svc.unit} (installed by the rollout)", src=StringIO(svcs.render_unit(svc, cfg)),
-                  dest=f"{cfg.ENV_DIR}/{svc.unit}.next", user="root", group="root", mode="0644",
-                  _temp_dir=cfg.ENV_DIR)
+                  dest=staged.unit_next, user="root", group="root", mode="0644", _temp_dir=cfg.ENV_DIR)
         files.put(name=f"Stage env file {svc.env_file} (root-only)", src=StringIO(svcs.render_env(svc, cfg)),
-                  dest=f"{cfg.ENV_DIR}/{svc.env_file}.next", user="root", group="root", mode="0600",
-                  _temp_dir=cfg.ENV_DIR)
+                  dest=staged.env_next, user="root", group="root", mode="0600", _temp_dir=cfg.ENV_DIR)
 
 
 def with_tp_unit(settings: Settings, service_list: list) -> list:
@@ -136,8 +136,8 @@ def prune(cfg: GroupData) -> None:
 def venv_users(cfg: GroupData) -> list[str]:
     """Every unit file that may run a venv: the vLLM units (live, staged, in a rollout snapshot) and the Ray units
     (their actors run vLLM from the coder's venv; a Ray worker runs no vLLM unit at all)."""
-    return ["/etc/systemd/system/vllm-*.service", f"{cfg.ENV_DIR}/vllm-*.service.next",
-            f"{cfg.STATE_DIR}/rollout/vllm-*.txn/unit", f"/etc/systemd/system/{ray.UNIT_GLOB}"]
+    every = contract.Paths("*", cfg.ENV_DIR, contract.rollout_dir(cfg.STATE_DIR))
+    return [every.unit, every.unit_next, every.snapshot["unit"], f"{contract.UNIT_DIR}/{ray.UNIT_GLOB}"]
 
 
 @deploy("vLLM services")

@@ -128,24 +128,21 @@ def restart_result(head: dict | None, txn: str) -> tuple[str, str]:
 
 
 # --- the restarting mark: what `status` says while a restart-only transaction takes part in a pair restart ---------
-def mark_path(state_dir: str, service: str) -> str:
-    return os.path.join(state_dir, f"vllm-{service}.restarting")
+def mark(p, own: str, pair: str) -> None:
+    """p: the service's contract.Paths."""
+    write_json(p.restarting, {"own": own, "pair": pair}, 0o644)
 
 
-def mark(state_dir: str, service: str, own: str, pair: str) -> None:
-    write_json(mark_path(state_dir, service), {"own": own, "pair": pair}, 0o644)
-
-
-def unmark(state_dir: str, service: str) -> None:
+def unmark(p) -> None:
     try:
-        os.unlink(mark_path(state_dir, service))
+        os.unlink(p.restarting)
     except FileNotFoundError:
         pass
 
 
-def restarting(state_dir: str, service: str, running: bool, current: str) -> str:
+def restarting(p, running: bool, current: str) -> str:
     """The status field: the pair restart this box's RUNNING transaction takes part in ('' for a stale mark)."""
-    m = read_json(mark_path(state_dir, service))
+    m = read_json(p.restarting)
     return m.get("pair", "") if running and m.get("own") == current else ""
 
 

@@ -40,7 +40,7 @@ class Restart:
                        "by": self.by, "restart_only": True}
 
     def finish(self, outcome: str, message: str, **extra) -> int:
-        peer.unmark(self.p.dir, self.a.service)
+        peer.unmark(self.p)
         self.result.update(rc=c.code(outcome), outcome=outcome, message=message, finished=tx.now(),
                            total_s=round(time.monotonic() - self.t0, 1), **extra)
         write_json(self.p.result, self.result, 0o644)
@@ -63,7 +63,7 @@ class Restart:
                                        f"{p.env} does not exist)")
         env = read(p.env)
         self.model, self.tp = tx.model_of(env), c.tp_unit_of(env)
-        self.result.update(model=self.model, stamp=read(p.stamp).decode().strip())
+        self.result.update(model=self.model, stamp=tx.stamp_of(p))
         if self.tp and self.a.kind != "none" and not self.a.peer_status_cmd:
             return self.not_restarting(c.REFUSED, "a tensor-parallel head restarts only together with its worker, "
                                        "and no --peer-status-cmd says how to reach it")
@@ -97,7 +97,7 @@ def lead_pair_restart(r: Restart) -> int | None:
     problem = peer.pair_problem(worker, r.tp)
     if problem:
         return r.not_restarting(c.REFUSED, problem)
-    peer.mark(r.p.dir, a.service, a.txn, a.txn)
+    peer.mark(r.p, a.txn, a.txn)
     say(f"tensor-parallel: pair restart {a.txn} of unit {r.tp[:12]}: waiting for the worker's part to start")
     verdict, why = peer.poll(a, lambda w: peer.worker_follows(w, a.txn), (peer.GO,), a.peer_timeout, say,
                              who="the worker")
@@ -140,7 +140,7 @@ def follow_pair_restart(r: Restart) -> int:
     pair, why = peer.head_restart(head, r.tp) if head is not None else ("", err)
     if not pair:
         return r.not_restarting(c.HEAD_ABSENT, f"a tensor-parallel worker restarts only with its head, and {why}")
-    peer.mark(p.dir, a.service, a.txn, pair)
+    peer.mark(p, a.txn, pair)
     say(f"tensor-parallel: {why}; restarting the worker")
     ok, why, took, restart_s = sd.restart_and_gate(p.unit_name, f"{p.unit_name} (worker)", a, say)
     if ok:

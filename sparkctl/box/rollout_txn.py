@@ -41,24 +41,15 @@ from boxio import read, read_json, write_atomic, write_json
 
 ENV_DIR = os.environ.get("SPARKCTL_ENV_DIR", "/etc/sparkctl")
 STATE_DIR = os.environ.get("SPARKCTL_STATE_DIR", "/var/lib/sparkctl")
-UNIT_DIR = os.environ.get("SPARKCTL_UNIT_DIR", "/etc/systemd/system")
+UNIT_DIR = os.environ.get("SPARKCTL_UNIT_DIR", c.UNIT_DIR)
 DRAIN_DIR = os.environ.get("SPARKCTL_DRAIN_DIR", "/etc/nginx/sparkctl-drain")
 
 
-class Paths:
+class Paths(c.Paths):
+    """One service's files (contract.Paths) under the directories this run was given (the deploy's settings)."""
+
     def __init__(self, service: str):
-        self.service = service
-        self.unit_name = f"vllm-{service}.service"
-        self.env = f"{ENV_DIR}/vllm-{service}.env"
-        self.env_next = f"{self.env}.next"
-        self.legacy_prev = f"{self.env}.prev"  # the old single-file rollback; removed on the next commit
-        self.unit = f"{UNIT_DIR}/{self.unit_name}"
-        self.unit_next = f"{ENV_DIR}/{self.unit_name}.next"  # outside systemd's search path until installed
-        self.dir = f"{STATE_DIR}/rollout"
-        base = f"{self.dir}/vllm-{service}"
-        self.stamp, self.txn, self.result = f"{base}.stamp", f"{base}.txn", f"{base}.result.json"
-        self.log, self.failed, self.current = f"{base}.log", f"{base}.failed", f"{base}.current"
-        self.state = f"{self.txn}/state.json"
+        super().__init__(service, ENV_DIR, c.rollout_dir(STATE_DIR), UNIT_DIR)
 
 
 def candidate(p: Paths) -> str:
@@ -69,14 +60,9 @@ def candidate(p: Paths) -> str:
     return h.hexdigest()
 
 
-def applied(p: Paths, cand: str, active: bool, txn_open: bool) -> str:
-    """The stamp, or the candidate when a running service's live files already are exactly the candidate under a
-    stamp of an earlier scheme (so upgrading this script restarts nothing)."""
-    stamp = read(p.stamp).decode().strip()
-    if stamp and stamp != cand and active and not txn_open and cand and read(p.unit) == read(p.unit_next) \
-            and read(p.env) == read(p.env_next):
-        return cand
-    return stamp
+def stamp_of(p: Paths) -> str:
+    """The candidate the service last committed ("" when none)."""
+    return read(p.stamp).decode().strip()
 
 
 def model_of(data: bytes) -> str:
@@ -151,11 +137,11 @@ class Txn:
         os.makedirs(p.txn, mode=0o700)
         for name, path in (("env", p.env), ("unit", p.unit)):
             if os.path.exists(path):
-                write_atomic(f"{p.txn}/{name}", read(path), 0o600)
+                write_atomic(p.snapshot[name], read(path), 0o600)
         self.state = {}
         self.set_phase(c.PREPARED, id=txn_id, candidate=cand, started=now(),
                        had_env=os.path.exists(p.env), had_unit=os.path.exists(p.unit),
-                       stamp_before=read(p.stamp).decode().strip(), model_before=model_of(read(p.env)))
+                       stamp_before=stamp_of(p), model_before=model_of(read(p.env)))
 
     @property
     def has_previous(self) -> bool:
@@ -171,7 +157,7 @@ class Txn:
         p = self.p
         for name, path, mode, had in (("unit", p.unit, 0o644, "had_unit"), ("env", p.env, 0o600, "had_env")):
             if self.state.get(had):
-                write_atomic(path, read(f"{p.txn}/{name}"), mode)
+                write_atomic(path, read(p.snapshot[name]), mode)
             elif os.path.exists(path):
                 os.unlink(path)
         sd.systemctl("daemon-reload")
@@ -249,7 +235,7 @@ def known_failure(run: Run) -> str | int | None:
 
 
 def already_running(run: Run) -> int | None:
-    if run.txn.open or not run.active or applied(run.p, run.cand, run.active, False) != run.cand:
+    if run.txn.open or not run.active or stamp_of(run.p) != run.cand:
         return None
     return run.finish(c.UNCHANGED, f"rollout: {run.p.unit_name} already runs candidate {run.cand[:12]}")
 
@@ -257,7 +243,7 @@ def already_running(run: Run) -> int | None:
 def committed_but_stopped(run: Run) -> int | None:
     """Committed before, not running now: restart it (never remembered as a failed candidate)."""
     p = run.p
-    if run.txn.open or read(p.stamp).decode().strip() != run.cand:
+    if run.txn.open or stamp_of(p) != run.cand:
         return None
     ok, why, took, _ = sd.restart_and_gate(p.unit_name, p.unit_name, run.a, run.say)
     if ok:
@@ -402,8 +388,6 @@ def commit(run: Run) -> int:
     txn, p = run.txn, run.p
     txn.set_phase(c.COMMITTED)
     write_atomic(p.stamp, f"{txn.state.get('candidate')}\n", 0o644)
-    if os.path.exists(p.legacy_prev):
-        os.unlink(p.legacy_prev)
     drain.drain_off(DRAIN_DIR, run.a.served)
     txn.close()
     if run.took is None:  # a resumed run: the gate passed in the run it resumed

@@ -63,11 +63,13 @@ def waiting_for_control(txn_dir: str, state: dict, txn_id: str) -> bool:
     return state.get("phase") == c.AWAITING_VERDICT and txn_id in ids(state) and not pending(txn_dir, state)
 
 
-def send(txn_dir: str, unit: str, tx: str, decision: str, reason: str = "") -> tuple[int, str]:
-    """`rollout.py verdict`: write the verdict for transaction tx, only if tx is the one that waits (else the
-    exit code of VERDICT_REFUSED, and nothing written)."""
+def send(p, tx: str, decision: str, reason: str = "") -> tuple[int, str]:
+    """`rollout.py verdict`: write the verdict for transaction tx of the service whose files are p
+    (contract.Paths), only if tx is the one that waits (else the exit code of VERDICT_REFUSED, and nothing
+    written)."""
     refused = c.code(c.VERDICT_REFUSED)
-    state = read_json(f"{txn_dir}/state.json")
+    txn_dir, unit = p.txn, p.unit_name
+    state = read_json(p.state)
     if state.get("phase") != c.AWAITING_VERDICT:
         return refused, (f"rollout: no transaction of {unit} waits for a verdict (phase {state.get('phase') or 'none'}"
                    f"{', transaction ' + str(state.get('id')) if state.get('id') else ''}); nothing written")

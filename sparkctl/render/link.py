@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import shlex
 
+from sparkctl.config import box_paths
 from sparkctl.config.schema import GroupData
 from sparkctl.render.units import rollout_env
 
@@ -29,5 +30,5 @@ def peer_status_command(cfg: GroupData, address: str) -> str:
 
 def peer_status_forced_command(cfg: GroupData) -> str:
     """The forced command of the peer key in a box's authorized_keys: its own read-only status of PEER_SERVICE."""
-    script = shlex.quote(f"{cfg.SPARKCTL_HOME}/bin/rollout.py")
+    script = shlex.quote(box_paths.rollout_script(cfg.SPARKCTL_HOME))
     return f"{rollout_env(cfg)} python3 {script} status {PEER_SERVICE}"

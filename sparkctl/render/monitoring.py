@@ -13,6 +13,7 @@ import json
 import shlex
 
 from sparkctl.box import contract
+from sparkctl.config import box_paths
 from sparkctl.config.catalog import CODER
 from sparkctl.config.schema import GroupData, as_group_data
 from sparkctl.errors import SettingError
@@ -26,7 +27,7 @@ WATCHDOG_UNIT = "sparkctl-watchdog.service"
 
 
 def bin_dir(cfg: GroupData) -> str:
-    return f"{cfg.SPARKCTL_HOME}/bin"
+    return box_paths.bin_dir(cfg.SPARKCTL_HOME)
 
 
 def watchdog_config_path(cfg: GroupData) -> str:
@@ -56,7 +57,9 @@ def node_exporter_defaults(cfg: GroupData) -> str:
 def facts_service(cfg: GroupData, cert_path: str) -> str:
     cfg = as_group_data(cfg)
     return render_template("sparkctl-box-facts.service.j2", d=cfg, python=BOX_PYTHON, bin_dir=bin_dir(cfg),
-                           cert_path=cert_path)
+                           cert_path=cert_path, rollout_dir=contract.rollout_dir(cfg.STATE_DIR),
+                           limits=shlex.join(contract.facts_argv({a.setting: getattr(cfg, a.setting)
+                                                                  for a in contract.FACTS_ARGS})))
 
 
 def facts_timer(cfg: GroupData) -> str:
@@ -72,7 +75,7 @@ def watchdog_service(cfg: GroupData) -> str:
 def rollout_command(cfg: GroupData) -> list[str]:
     """argv prefix of the box's rollout.py with the environment telling it where this deploy keeps things (the
     deploy's own prefix, render.units.rollout_env)."""
-    return ["/usr/bin/env", *shlex.split(rollout_env(cfg)), BOX_PYTHON, f"{bin_dir(cfg)}/rollout.py"]
+    return ["/usr/bin/env", *shlex.split(rollout_env(cfg)), BOX_PYTHON, box_paths.rollout_script(cfg.SPARKCTL_HOME)]
 
 
 def rollout_limits(cfg: GroupData) -> list[str]:
@@ -94,7 +97,7 @@ def watchdog_config(cfg: GroupData, services, role=None, peer_address: str = "")
         "window_s": cfg.WATCHDOG_WINDOW_S, "restart_command": cfg.WATCHDOG_RESTART_COMMAND,
         "stop_command": cfg.WATCHDOG_STOP_COMMAND, "rollout_active_command": cfg.WATCHDOG_ROLLOUT_ACTIVE_COMMAND,
         "rollout_command": rollout_command(cfg), "rollout_limits": rollout_limits(cfg),
-        "state_file": f"{cfg.STATE_DIR}/watchdog/state.json",
+        "state_file": contract.watchdog_state(cfg.STATE_DIR),
         "textfile": f"{cfg.TEXTFILE_DIR}/sparkctl_watchdog.prom",
         "services": [{"name": s.name, "unit": s.unit, "url": f"http://{cfg.LISTEN_ADDRESS}:{s.port}",
                       "port": s.port, "served": s.served_name, "kind": "chat" if s.role == CODER else "embed"}
