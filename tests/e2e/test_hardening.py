@@ -69,7 +69,7 @@ def test_the_running_sshd_has_its_oom_score_and_memory_floor(converged_spark):
     floor = sim_exec(HOST, f"cat /sys/fs/cgroup{cg}/memory.min 2>/dev/null || echo absent").strip()
     print(f"ssh.service memory.min: {floor}")  # absent where the test host's cgroup has no memory controller
     if floor != "absent":
-        from tasks.services import systemd_bytes
+        from tasks.oom_guard import systemd_bytes
 
         assert int(floor) == systemd_bytes("SSHD_MEMORY_MIN", converged_spark.data["SSHD_MEMORY_MIN"])
 
