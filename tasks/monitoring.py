@@ -1,4 +1,4 @@
-"""Monitoring (issue 11): the real node exporter on loopback, GPU and box facts through its textfile collector,
+"""Monitoring: the real node exporter on loopback, GPU and box facts through its textfile collector,
 and the liveness watchdog (the proxy's scrape paths and their token are written by tasks/proxy.py). Changes only
 what changed: a converged box reports nothing to do."""
 

@@ -38,7 +38,7 @@ def oom_guard(settings: Settings) -> None:
                       memory_min_setting="SSHD_MEMORY_MIN")
 
 
-def systemd_bytes(setting: str, value) -> int:
+def size_setting_bytes(setting: str, value) -> int:
     """A systemd size (MemoryMin=64M) in bytes, as systemd parses it; refuse the forms we cannot compare."""
     text = str(value)
     if not re.fullmatch(r"[1-9][0-9]*[KMGT]?", text):
@@ -57,7 +57,7 @@ def running_oom_guard(unit: str, oom_score_adj: int, memory_min: str, memory_min
     (`systemctl set-property --runtime`; the drop-in carries both across restarts and reboots). A score already
     lower (better protected) than the setting is left alone.
     """
-    adj, want_min = int(oom_score_adj), systemd_bytes(memory_min_setting, memory_min)
+    adj, want_min = int(oom_score_adj), size_setting_bytes(memory_min_setting, memory_min)
     now = host.get_fact(RunningOomGuard, unit=unit)
     if not now["pid"]:
         host.noop(f"{unit} is not running: its drop-in applies when it starts")

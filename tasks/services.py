@@ -30,11 +30,11 @@ from tasks.facts import VenvsInUse
 from tasks.rollout import LEDGER, RolloutLedger, rollout
 
 
-def rollout_settings(cfg: GroupData) -> dict:
-    """What the box's rollout transaction is told: every setting its arguments come from (contract.SETTINGS; the
-    settings schema validated each value before this), and where its script is."""
+def rollout_call(cfg: GroupData) -> dict:
+    """What every rollout op of this box is given: where the box's script is, and every setting its arguments come
+    from (contract.SETTINGS; the schema validated each value before this)."""
     return dict(script=box_paths.rollout_script(cfg.SPARKCTL_HOME),
-                settings=rollout_values(cfg),
+                setting_values=rollout_values(cfg),
                 interval=cfg.HEALTH_POLL_INTERVAL_S, env_prefix=rollout_env(cfg))
 
 
@@ -72,7 +72,7 @@ def stage(cfg: GroupData, service_list: list) -> None:
                   dest=staged.env_next, user="root", group="root", mode="0600", _temp_dir=cfg.ENV_DIR)
 
 
-def with_tp_unit(settings: Settings, service_list: list) -> list:
+def join_tp_unit(settings: Settings, service_list: list) -> list:
     """Tensor-parallel (native): head and worker are one unit, the same id in both coders' env files."""
     pair = tp_coders(settings)
     if not pair:
@@ -99,8 +99,8 @@ def services(settings: Settings, judge, service_list: list | None = None) -> Rol
     """judge(settings, service, handoff): the acceptance step's judge of a coder waiting for its verdict
     (tasks/acceptance.judge_waiting), run inside that coder's rollout op."""
     cfg = settings.cfg
-    service_list = with_tp_unit(settings, service_list if service_list is not None else settings.services)
-    common = rollout_settings(cfg)
+    service_list = join_tp_unit(settings, service_list if service_list is not None else settings.services)
+    call = rollout_call(cfg)
     stage(cfg, service_list)
     names = tuple(s.name for s in service_list)
     worker_rollouts = {}
@@ -109,7 +109,7 @@ def services(settings: Settings, judge, service_list: list | None = None) -> Rol
             worker_rollouts[svc.name] = rollout(
                 name=f"Start the rollout of {svc.unit} (tensor-parallel worker, {svc.model.key}; follows the head)",
                 service=svc.name, services=names, port=svc.port, served=svc.served_name, kind=gate_kind(svc),
-                peer=peer_facts(cfg, settings.role.head_address, "apply"), wait=False, **common)
+                peer=peer_facts(cfg, settings.role.head_address, "apply"), wait=False, **call)
     for svc in service_list:
         if svc.headless:
             continue
@@ -119,7 +119,7 @@ def services(settings: Settings, judge, service_list: list | None = None) -> Rol
         rollout(name=f"Roll out {svc.unit} ({svc.model.key})", service=svc.name, services=names,
                 port=svc.port, served=svc.served_name, kind=gate_kind(svc), handoff=handoff, _serial=True,
                 verdict_args=verdict_args, on_awaiting=judge(settings, svc, handoff) if verdict_args else None,
-                **common)
+                **call)
     for svc in service_list:  # after the rollout installed the unit
         systemd.service(name=f"Enable {svc.unit} at boot", service=svc.unit, running=None, enabled=True)
     prune(cfg)

@@ -67,14 +67,14 @@ def test_the_name_check_catches_the_previous_defaults():
 
 
 def test_systemd_sizes_in_bytes():
-    from tasks.oom_guard import systemd_bytes
+    from tasks.oom_guard import size_setting_bytes
 
-    assert systemd_bytes("SSHD_MEMORY_MIN", "64M") == 64 * 2**20
-    assert systemd_bytes("SSHD_MEMORY_MIN", "1G") == 2**30
-    assert systemd_bytes("SSHD_MEMORY_MIN", 4096) == 4096
+    assert size_setting_bytes("SSHD_MEMORY_MIN", "64M") == 64 * 2**20
+    assert size_setting_bytes("SSHD_MEMORY_MIN", "1G") == 2**30
+    assert size_setting_bytes("SSHD_MEMORY_MIN", 4096) == 4096
     for bad in ("64MB", "10%", "200%", "infinity", "", "-1M", "1g"):  # systemd's suffixes are upper case
         with pytest.raises(SettingError, match="SSHD_MEMORY_MIN"):
-            systemd_bytes("SSHD_MEMORY_MIN", bad)
+            size_setting_bytes("SSHD_MEMORY_MIN", bad)
 
 
 # --- the running sshd -------------------------------------------------------------------------------------------
