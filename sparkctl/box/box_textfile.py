@@ -220,7 +220,7 @@ def collect(model_store: str, cert: str, rollout_dir: str, limits: Limits | None
     return exp
 
 
-def main(argv: list[str] | None = None) -> int:
+def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--out", required=True)
     p.add_argument("--model-store", required=True)
@@ -229,7 +229,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--env-dir", required=True, help="ENV_DIR: the services' env files")
     for a in contract.FACTS_ARGS:  # the deploy renders the same flags from the same table (contract.facts_argv)
         p.add_argument(a.flag, dest=a.dest, type=a.type, required=True, help=f"{a.help}; from {a.setting}")
-    args = p.parse_args(argv)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
     limits = Limits(args.env_dir, args.ready_timeout, args.drain_timeout)
     write_atomic(args.out, collect(args.model_store, args.cert, args.rollout_dir, limits).text(), TEXTFILE_MODE)
     return 0
