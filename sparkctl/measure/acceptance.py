@@ -25,6 +25,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 
+from sparkctl.box import contract
 from sparkctl.errors import SettingError
 from sparkctl.measure import reference as refs
 from sparkctl.measure.maths import aggregate_roofline
@@ -147,7 +148,7 @@ class Verdict:
     @property
     def decision(self) -> str:
         """What the control side sends to the box: "commit" or "rollback"."""
-        return "commit" if self.passed or self.mode == "warn" else "rollback"
+        return contract.decision(self.passed, self.mode)
 
     def roofline_summary(self) -> str:
         pct = [f"{c.figure.rsplit(', ', 1)[-1]} {100 * c.measured / c.expected:.1f} %" for c in self.checks
