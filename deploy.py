@@ -16,9 +16,11 @@ from tasks.health import health
 from tasks.link import link, ray_retire
 from tasks.monitoring import monitoring
 from tasks.nvidia import nvidia
+from tasks.oom_guard import oom_guard
 from tasks.preflight import preflight, settings_for_host
 from tasks.proxy import proxy
-from tasks.services import oom_guard, services, tp_worker_result
+from tasks.services import services
+from tasks.tp_worker import tp_worker_result
 from tasks.vllm import vllm
 
 settings = settings_for_host()  # pure validation: no command has run yet

@@ -34,7 +34,7 @@ from pyinfra import host, logger
 from pyinfra.api import FunctionCommand, StringCommand, deploy, operation
 
 from sparkctl.box import contract
-from sparkctl.config import hosts
+from sparkctl.config import box_paths, hosts
 from sparkctl.config.schema import GroupData
 from sparkctl.config.settings import Settings
 from sparkctl.errors import SparkctlError
@@ -60,7 +60,7 @@ def awaiting_verdict(status: dict) -> str | None:
 
 def rollout_py(cfg: GroupData):
     """rollout_py(args) -> the box command running rollout.py with those arguments (contract.argv(...))."""
-    return partial(box_command, rollout_env(cfg), f"{cfg.SPARKCTL_HOME}/bin/rollout.py")
+    return partial(box_command, rollout_env(cfg), box_paths.rollout_script(cfg.SPARKCTL_HOME))
 
 
 def verdict_command(cfg: GroupData, service: str, tx: str, verdict: str, reason: str = "") -> StringCommand:
@@ -134,7 +134,7 @@ def acceptance_gate(settings: Settings, service, handoff: dict | None = None):
     if not cfg.ACCEPTANCE_ENABLED:
         host.noop("acceptance is off (ACCEPTANCE_ENABLED)")
         return
-    status = host.get_fact(RolloutStatus, script=f"{cfg.SPARKCTL_HOME}/bin/rollout.py", services=[service.name],
+    status = host.get_fact(RolloutStatus, script=box_paths.rollout_script(cfg.SPARKCTL_HOME), services=[service.name],
                            env_prefix=rollout_env(cfg)).get(service.name, {})
     tx = awaiting_verdict(status)
     if tx is None:
@@ -175,7 +175,7 @@ def _no_verdict(state, host_, settings: Settings, service, tx: str, handoff: dic
     """The verdict failed before any figure was judged (the history unreadable, nothing measured, a crash): sent to
     the box at once as a failed verdict, never left to its deadline (warn mode keeps the flip, as for any failure)."""
     cfg = settings.cfg
-    decision = "commit" if cfg.ACCEPTANCE_MODE == "warn" else "rollback"
+    decision = contract.decision(False, cfg.ACCEPTANCE_MODE)
     logger.warning(f"{host_.name}: {reason} -> {decision}")
     return _decide(state, host_, cfg, service.name, service.unit, tx, decision, reason, handoff, None, None)
 

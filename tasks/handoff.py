@@ -29,7 +29,7 @@ def write_handoff(settings: Settings):
     docs = gateway.manifests(merged, cfg.GATEWAY_NAMESPACE)
     gateway.validate_manifests(docs, cfg.GATEWAY_K8S_VERSION)
     ep, k8s = gateway.write(out, merged, docs)
-    prometheus_rules.write_handoff(out, merged, settings)  # issue 11: scrape job, alert rules, Grafana dashboard
+    prometheus_rules.write_handoff(out, merged, settings)  # the monitoring: scrape job, alert rules, dashboard
     logger.info(f"{host.name}: gateway hand-off: {ep} and {k8s} (validated against Kubernetes "
                 f"{cfg.GATEWAY_K8S_VERSION} schemas; not applied)")
     host.noop("hand-off written")

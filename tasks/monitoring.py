@@ -1,4 +1,4 @@
-"""Monitoring (issue 11): the real node exporter on loopback, GPU and box facts through its textfile collector,
+"""Monitoring: the real node exporter on loopback, GPU and box facts through its textfile collector,
 and the liveness watchdog (the proxy's scrape paths and their token are written by tasks/proxy.py). Changes only
 what changed: a converged box reports nothing to do."""
 
@@ -12,6 +12,7 @@ from pyinfra.operations import apt, files, systemd
 from pyinfra.operations.util import any_changed
 
 from sparkctl import REPO_ROOT
+from sparkctl.box import contract
 from sparkctl.config.settings import Settings
 from sparkctl.config.topology import cx7_address
 from sparkctl.errors import Refused, SparkctlError
@@ -60,7 +61,8 @@ def monitoring(settings: Settings, shared_scripts: list) -> None:
     scripts = [files.put(name=f"Upload {script}", src=str(REPO_ROOT / "sparkctl" / "box" / script),
                          dest=f"{mon.bin_dir(cfg)}/{script}", user="root", group="root", mode="0755")
                for script in mon.BOX_SCRIPTS]
-    files.directory(name=f"Create {cfg.STATE_DIR}/watchdog (root)", path=f"{cfg.STATE_DIR}/watchdog",
+    watchdog_dir = contract.watchdog_dir(cfg.STATE_DIR)
+    files.directory(name=f"Create {watchdog_dir} (root)", path=watchdog_dir,
                     user="root", group="root", mode="0755")
     units = [
         _put(f"Unit {mon.FACTS_UNIT}", mon.facts_service(cfg, f"{TLS_DIR}/server.pem"),

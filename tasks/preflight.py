@@ -29,10 +29,6 @@ def settings_for_host() -> Settings:
     return settings
 
 
-def marker_path(settings: Settings, cp) -> str:
-    return cp.marker_path(settings.cfg.MODEL_STORE)
-
-
 def check_facts(settings: Settings, arch: str, os_release: dict, gpu: dict | None, is_dgx: bool,
                 disk_free: int, pending_bytes: int, mem_total: int | None = None,
                 service_user: dict | None = None) -> list[str]:
@@ -103,7 +99,8 @@ def preflight(settings: Settings) -> dict:
     os_release = host.get_fact(OsRelease)
     gpu = host.get_fact(GpuInfo)
     is_dgx = bool(host.get_fact(File, path=cfg.DGX_RELEASE_FILE))
-    pending = [cp for cp in settings.checkpoints if not host.get_fact(File, path=marker_path(settings, cp))]
+    store = settings.cfg.MODEL_STORE
+    pending = [cp for cp in settings.checkpoints if not host.get_fact(File, path=cp.marker_path(store))]
     pending_bytes = sum(cp.total_bytes for cp in pending)
     disk_free = host.get_fact(DiskAvailable, path=cfg.MODEL_STORE)
     user = host.get_fact(SystemUser, user=cfg.SERVICE_USER)

@@ -172,12 +172,12 @@ def _unchanged(service: str, status: dict, retry_failed: bool) -> str:
 
 
 @operation()
-def rollout(service: str, services: tuple, script: str, settings: dict, interval: float, port: int, served: str,
+def rollout(service: str, services: tuple, script: str, setting_values: dict, interval: float, port: int, served: str,
             kind: str, env_prefix: str = "", handoff: dict | None = None, peer: dict | None = None,
             wait: bool = True, verdict_args: dict | None = None, on_awaiting=None):
     """Run the box's transaction for a service (drain, switch, gate, commit or roll back), unless it already
     runs exactly its staged configuration, or that configuration failed before and no retry was asked for.
-    settings: the validated values of contract.SETTINGS (tasks/services.rollout_settings); verdict_args
+    setting_values: the validated values of contract.SETTINGS (tasks/services.rollout_call); verdict_args
     (sparkctl.render.units.apply_verdict_args): after its health gate the box waits for the acceptance verdict;
     on_awaiting(state, host, txn, probe_key) -> bool (tasks/acceptance.judge_waiting) then measures and sends it
     within this op, so a serial rollout touches the next box only after this one's verdict, and a first install is
@@ -190,12 +190,12 @@ def rollout(service: str, services: tuple, script: str, settings: dict, interval
     transaction (rollout_join follows it to its result, after the head's rollout).
     """
     status = rollout_status(script, services, env_prefix).get(service, {})
-    unchanged = _unchanged(service, status, settings["ROLLOUT_RETRY_FAILED"])
+    unchanged = _unchanged(service, status, setting_values["ROLLOUT_RETRY_FAILED"])
     if unchanged:
         host.noop(unchanged)
         return
     rollout_py = partial(box_command, env_prefix, script)
-    apply_cmd = rollout_py(contract.argv("apply", settings, service=service, port=port, served=served, kind=kind,
+    apply_cmd = rollout_py(contract.argv("apply", setting_values, service=service, port=port, served=served, kind=kind,
                                          **(peer or {}), **(verdict_args or {})))
     if not wait:  # no one-box-at-a-time guard: head and worker are one unit, the head's rollout decides for both
         yield FunctionCommand(_start, (service, apply_cmd), {})

@@ -16,6 +16,8 @@ from pyinfra.facts.files import File
 from pyinfra.operations import apt, files, server
 
 from sparkctl import REPO_ROOT
+from sparkctl.box import contract
+from sparkctl.config import box_paths
 from sparkctl.config.settings import Settings
 from sparkctl.render.units import pip_args, vllm_venv
 
@@ -42,14 +44,15 @@ def vllm(settings: Settings) -> list:
     files.directory(name=f"Create {state}", path=state, user=user, group=user, mode="0750")
     for sub in ("cache", "config", "hf"):
         files.directory(name=f"Create {state}/{sub}", path=f"{state}/{sub}", user=user, group=user, mode="0750")
-    files.directory(name=f"Create {state}/rollout (root)", path=f"{state}/rollout", user="root", group="root",
+    rollout_dir = contract.rollout_dir(state)
+    files.directory(name=f"Create {rollout_dir} (root)", path=rollout_dir, user="root", group="root",
                     mode="0755")
-    for path in (home, f"{home}/bin", f"{home}/venvs"):
+    for path in (home, box_paths.bin_dir(home), f"{home}/venvs"):
         files.directory(name=f"Create {path}", path=path, user="root", group="root", mode="0755")
     files.directory(name=f"Create {cfg.ENV_DIR} (root-only)", path=cfg.ENV_DIR, user="root", group="root",
                     mode="0700")
     uploads = {script: files.put(name=f"Upload {script}", src=str(REPO_ROOT / "sparkctl" / "box" / script),
-                                 dest=f"{home}/bin/{script}", user="root", group="root", mode="0755")
+                                 dest=f"{box_paths.bin_dir(home)}/{script}", user="root", group="root", mode="0755")
                for script in REMOTE_SCRIPTS}
     files.put(name="Write pip constraints", src=StringIO("".join(f"{c}\n" for c in cfg.VLLM_PIP_CONSTRAINTS)),
               dest=f"{home}/constraints.txt", user="root", group="root", mode="0644")

@@ -4,7 +4,7 @@ no exporter has.
 
     box_textfile.py --out FILE.prom --model-store /srv/models --cert /etc/nginx/sparkctl-tls/server.pem
                     --rollout-dir /var/lib/sparkctl/rollout --env-dir /etc/sparkctl
-                    --ready-timeout 1800 --drain-timeout 1800
+                    --ready-timeout S --drain-timeout S    (contract.FACTS_ARGS, as the deploy renders them)
 
 - the model store's free space (statvfs of the path itself: it need not be its own mount point);
 - the TLS certificate's expiry (the proxy's certificate, read with the standard library's own decoder);
@@ -66,26 +66,31 @@ def cert_facts(exp: Exposition, path: str) -> None:
             "when the proxy's TLS certificate expires, unix time", expiry, {"path": path})
 
 
+def every(env_dir: str, rollout_dir: str) -> contract.Paths:
+    """The glob of every service's files (contract.Paths of service "*")."""
+    return contract.Paths("*", env_dir, rollout_dir)
+
+
 def rollout_results(directory: str) -> list[tuple[str, str, dict]]:
     """(service, path, parsed JSON) of each service's last rollout result: rollout_txn.py writes
     vllm-<service>.result.json when a transaction finishes (its open state and failure records live elsewhere)."""
     out = []
-    for path in sorted(glob.glob(os.path.join(directory, "vllm-*.result.json"))):
+    pattern = every("", directory).result
+    for path in sorted(glob.glob(pattern)):
         try:
             with open(path) as f:
                 data = json.load(f)
         except (OSError, ValueError):
             continue
         if isinstance(data, dict) and isinstance(data.get("outcome"), str):
-            service = os.path.basename(path)[len("vllm-"):-len(".result.json")]
-            out.append((service, path, data))
+            out.append((contract.service_of(path, pattern), path, data))
     return out
 
 
 def rollout_facts(exp: Exposition, directory: str) -> None:
     for service, path, data in rollout_results(directory):
         outcome = data["outcome"]
-        labels = {"unit": f"vllm-{service}.service", "result": outcome}
+        labels = {"unit": contract.unit_of(service), "result": outcome}
         exp.add("sparkctl_rollout_last_ok", "gauge", "1 when the last rollout of the service served its candidate "
                 "(ready, unchanged, restarted), 0 when it failed, was refused or rolled back",
                 int(outcome in contract.SUCCEEDED), labels)
@@ -114,12 +119,13 @@ def services(env_dir: str, rollout_dir: str) -> dict[str, str]:
     """service -> served name: every service with a live or staged env file (the live one names it: that is the
     scrape path the proxy has now), or an open transaction."""
     out: dict[str, str] = {}
-    for pattern in ("vllm-*.env", "vllm-*.env.next"):
-        for path in sorted(glob.glob(os.path.join(env_dir, pattern))):
-            name = os.path.basename(path)[len("vllm-"):].rsplit(".env", 1)[0]
+    files = every(env_dir, rollout_dir)
+    for pattern in (files.env, files.env_next):
+        for path in sorted(glob.glob(pattern)):
+            name = contract.service_of(path, pattern)
             out[name] = out.get(name) or served_of(path)
-    for path in sorted(glob.glob(os.path.join(rollout_dir, "vllm-*.txn"))):
-        out.setdefault(os.path.basename(path)[len("vllm-"):-len(".txn")], "")
+    for path in sorted(glob.glob(files.txn)):
+        out.setdefault(contract.service_of(path, files.txn), "")
     return out
 
 
@@ -156,7 +162,7 @@ def txn_state(rollout_dir: str, service: str) -> dict:
     """The transaction's recorded state (root-only: it may hold the acceptance probe's key, which never leaves
     this function's caller)."""
     try:
-        with open(os.path.join(rollout_dir, f"vllm-{service}.txn", "state.json")) as f:
+        with open(contract.Paths(service, "", rollout_dir).state) as f:
             state = json.load(f)
     except (OSError, ValueError):
         return {}
@@ -188,7 +194,7 @@ def progress_facts(exp: Exposition, rollout_dir: str, limits: Limits, running: d
     running = running_rollouts(names) if running is None else running
     for service, served in sorted(names.items()):
         state = txn_state(rollout_dir, service)
-        labels = {"served": served, "unit": f"vllm-{service}.service"}
+        labels = {"served": served, "unit": contract.unit_of(service)}
         in_progress = service in running or bool(state.get("phase"))
         exp.add("sparkctl_rollout_in_progress", "gauge", "1 while a rollout or a restart of the service runs "
                 "(its transient unit sparkctl-rollout-<service> is active, or its transaction is open), else 0",
@@ -214,16 +220,20 @@ def collect(model_store: str, cert: str, rollout_dir: str, limits: Limits | None
     return exp
 
 
-def main(argv: list[str] | None = None) -> int:
+def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--out", required=True)
     p.add_argument("--model-store", required=True)
     p.add_argument("--cert", required=True)
     p.add_argument("--rollout-dir", required=True)
     p.add_argument("--env-dir", required=True, help="ENV_DIR: the services' env files")
-    p.add_argument("--ready-timeout", type=float, required=True, help="HEALTH_READY_TIMEOUT_S, s")
-    p.add_argument("--drain-timeout", type=float, required=True, help="DRAIN_TIMEOUT_S, s")
-    args = p.parse_args(argv)
+    for a in contract.FACTS_ARGS:  # the deploy renders the same flags from the same table (contract.facts_argv)
+        p.add_argument(a.flag, dest=a.dest, type=a.type, required=True, help=f"{a.help}; from {a.setting}")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
     limits = Limits(args.env_dir, args.ready_timeout, args.drain_timeout)
     write_atomic(args.out, collect(args.model_store, args.cert, args.rollout_dir, limits).text(), TEXTFILE_MODE)
     return 0

@@ -11,10 +11,13 @@ it with the other rollout scripts), the control side as `sparkctl.box.contract`.
   over the link), FAILED_FIELDS, LAST_FIELDS, RESULT_FIELDS (vllm-<service>.result.json) and FOLLOW_FIELDS
   (`rollout.py follow`'s "@@" line).
 - TP_UNIT: the env-file line that makes the two boxes of a tensor-parallel pair one unit (tp_unit_of() reads it).
+- Paths: where the box keeps each service's files (live, staged, the transaction's state and snapshot, stamp,
+  result, log, failure records), and PROBE_HEADER, the acceptance probe's pass through a drained proxy.
+- decision(): the acceptance verdict's commit or rollback under ACCEPTANCE_MODE (warn keeps, fail undoes).
 - ARGS: every argument of every rollout.py command: its flag, where its value comes from (a group-data setting, a
   fact of the service, of its role, or of the call), its type, and the commands that take it. rollout.py's parser
   (parser()), the argv the deploy sends (argv()), the watchdog's {limits} (setting_argv()) and the transient
-  unit's argv (forward()) are all generated from it.
+  unit's argv (forward()) are all generated from it; FACTS_ARGS likewise box_textfile.py's limits (facts_argv()).
 
 An argument whose value is a setting has no default on the box: it is required, and the deploy always sends it
 (argv() refuses to render a command without it). Not a deploy-written file: a run's whole input is then its
@@ -188,10 +191,66 @@ def tp_unit_of(env: bytes) -> str:
     return ""
 
 
+# --- where the box keeps each service's files ----------------------------------------------------------------------
+UNIT_DIR = "/etc/systemd/system"  # systemd's own unit directory: the live vLLM units
+STAGED = ".next"  # a candidate file beside its live one (the unit's in ENV_DIR: outside systemd's search path)
+
+
+def rollout_dir(state_dir: str) -> str:
+    """STATE_DIR/rollout: each service's stamp, result, log, failure records and open transaction (root's)."""
+    return f"{state_dir}/rollout"
+
+
+def watchdog_dir(state_dir: str) -> str:
+    return f"{state_dir}/watchdog"
+
+
+def watchdog_state(state_dir: str) -> str:
+    """The watchdog's record of its restarts (`sparkctl status` reads it)."""
+    return f"{watchdog_dir(state_dir)}/state.json"
+
+
+def unit_of(service: str) -> str:
+    """The systemd unit of a vLLM service."""
+    return f"vllm-{service}.service"
+
+
+class Paths:
+    """One service's files on the box. Service "*" gives the glob of every service's files (service_of() reads a
+    service's name back from a path the glob found)."""
+
+    def __init__(self, service: str, env_dir: str, rollout: str, unit_dir: str = UNIT_DIR):
+        """rollout: the rollout directory, rollout_dir(STATE_DIR)."""
+        self.service = service
+        self.unit_name = unit_of(service)
+        self.env = f"{env_dir}/vllm-{service}.env"
+        self.env_next = f"{self.env}{STAGED}"
+        self.unit = f"{unit_dir}/{self.unit_name}"
+        self.unit_next = f"{env_dir}/{self.unit_name}{STAGED}"
+        self.dir = rollout
+        base = f"{self.dir}/vllm-{service}"
+        self.stamp, self.txn, self.result = f"{base}.stamp", f"{base}.txn", f"{base}.result.json"
+        self.log, self.failed, self.current = f"{base}.log", f"{base}.failed", f"{base}.current"
+        self.restarting = f"{base}.restarting"  # the pair restart a restart-only transaction takes part in
+        self.state = f"{self.txn}/state.json"  # the open transaction's phase (root-only: it holds the probe key)
+        self.snapshot = {"env": f"{self.txn}/env", "unit": f"{self.txn}/unit"}  # what the candidate replaces
+
+
+def service_of(path: str, pattern: str) -> str:
+    """The service whose file `path` is, found by `pattern` (an attribute of Paths("*", ...), as glob spelled it)."""
+    head, tail = pattern.split("*", 1)
+    return path[len(head):len(path) - len(tail)]
+
+
+# the header whose value lets the acceptance probe through while its box keeps everyone else drained: the box's
+# drain file (rollout_drain.py) exempts it, the control side's quick acceptance run sends it
+PROBE_HEADER = "X-Sparkctl-Acceptance"
+
+
 # --- arguments of rollout.py ---------------------------------------------------------------------------------------
 SERVICE, ROLE, CALL = "service", "role", "call"  # where a value comes from when it is not a setting
 KINDS = ("chat", "embed", "none")  # what the gate sends; none: a headless tensor-parallel worker (no API)
-DECISIONS = ("commit", "rollback")  # the acceptance verdict
+COMMIT, ROLLBACK = DECISIONS = ("commit", "rollback")  # the acceptance verdict
 COMMANDS = ("status", "apply", "run", "restart", "follow", "verdict")
 TXN = ("apply", "run")  # the transaction: `apply` starts it as `run` in the transient unit
 GATED = ("apply", "run", "restart")  # everything that restarts and gates a service
@@ -265,6 +324,20 @@ ARGS = (
 )
 SETTINGS = tuple(dict.fromkeys(a.setting for a in ARGS if a.setting))  # every setting the box is told
 
+# box_textfile.py's limits (the facts timer's command line): what a rollout may take, for its alerts' deadline
+FACTS = "box_textfile.py"
+FACTS_ARGS = (
+    Arg("ready_timeout", float, (FACTS,), "HEALTH_READY_TIMEOUT_S", "a (re)started service's load and gate, s"),
+    Arg("drain_timeout", float, (FACTS,), "DRAIN_TIMEOUT_S", "the wait for running requests before a restart, s"),
+)
+
+
+def decision(passed: bool, mode: str) -> str:
+    """The acceptance verdict's decision under ACCEPTANCE_MODE `mode`: keep a candidate that passed, and in warn
+    mode one that did not (its figures and failures are reported, never acted on); else roll back. What the box
+    decides alone when no verdict comes in time (--verdict-default) is decision(False, mode)."""
+    return COMMIT if passed or mode == "warn" else ROLLBACK
+
 
 def args_of(command: str) -> tuple[Arg, ...]:
     return tuple(a for a in ARGS if command in a.commands)
@@ -325,10 +398,10 @@ def render(command: str, values: Mapping[str, Any]) -> list[str]:
     return out
 
 
-def argv(command: str, settings: Mapping[str, Any], **facts: Any) -> list[str]:
-    """The control side's call: rollout.py's arguments for `command`, every setting it takes read from `settings`
-    (setting name -> validated value: a dict, or anything that answers settings["NAME"]), the facts by dest."""
-    values = {a.dest: settings[a.setting] for a in args_of(command) if a.setting}
+def argv(command: str, setting_values: Mapping[str, Any], **facts: Any) -> list[str]:
+    """The control side's call: rollout.py's arguments for `command`, every setting it takes read from
+    `setting_values` (setting name -> validated value), the facts by dest."""
+    values = {a.dest: setting_values[a.setting] for a in args_of(command) if a.setting}
     return render(command, {**values, **facts})
 
 
@@ -344,15 +417,20 @@ def options(command: str, **facts: Any) -> list[str]:
     return out
 
 
-def setting_argv(command: str, settings: Mapping[str, Any]) -> list[str]:
+def setting_argv(command: str, setting_values: Mapping[str, Any]) -> list[str]:
     """Only the options `command` takes from settings (the watchdog's {limits} of its restart command)."""
     out = []
     for a in args_of(command):
         if a.setting and a.type is not bool:
-            out += [a.flag, _text(command, a, settings[a.setting])]
-        elif a.setting and settings[a.setting] is True:
+            out += [a.flag, _text(command, a, setting_values[a.setting])]
+        elif a.setting and setting_values[a.setting] is True:
             out.append(a.flag)
     return out
+
+
+def facts_argv(setting_values: Mapping[str, Any]) -> list[str]:
+    """box_textfile.py's limit options, each from its setting (setting name -> validated value)."""
+    return [x for a in FACTS_ARGS for x in (a.flag, _text(FACTS, a, setting_values[a.setting]))]
 
 
 def forward(source: str, values: Mapping[str, Any], **facts: Any) -> list[str]:

@@ -48,7 +48,7 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import contract as c  # noqa: E402
-import rollout_gate as sd  # noqa: E402
+import rollout_gate  # noqa: E402
 import rollout_peer as peer  # noqa: E402
 import rollout_restart as rr  # noqa: E402
 import rollout_txn as tx  # noqa: E402
@@ -63,7 +63,7 @@ rollout_unit = c.rollout_unit
 
 
 def running(service: str) -> bool:
-    return sd.unit_state(rollout_unit(service)).get("ActiveState") in RUNNING
+    return rollout_gate.unit_state(rollout_unit(service)).get("ActiveState") in RUNNING
 
 
 class Say:
@@ -96,18 +96,18 @@ def service_status(p: tx.Paths, states: dict) -> dict:
     state = read_json(p.state)
     phase = state.get("phase") or c.IDLE
     running, current = states[rollout_unit(p.service)].get("ActiveState") in RUNNING, read(p.current).decode().strip()
-    return {"active": active, "applied": tx.applied(p, wanted, active, phase != c.IDLE), "wanted": wanted,
+    return {"active": active, "applied": tx.stamp_of(p), "wanted": wanted,
             "running": running, "current": current, "phase": phase,
             "tp_unit": peer.tp_unit_of(read(p.env_next)), "tp_unit_live": peer.tp_unit_of(read(p.env)),
             **verdict.status_fields(state),
             "failed": {k: known.get(k) for k in c.FAILED_FIELDS} if known else None,
             "last": {k: last.get(k) for k in c.LAST_FIELDS} if last else None,
             "invocation": unit.get("InvocationID", "") if active else "",
-            "restarting": peer.restarting(p.dir, p.service, running, current)}
+            "restarting": peer.restarting(p, running, current)}
 
 
 def status(a) -> int:
-    states = sd.show(*[u for s in a.services for u in (f"vllm-{s}.service", rollout_unit(s))])
+    states = rollout_gate.show(*[u for s in a.services for u in (tx.Paths(s).unit_name, rollout_unit(s))])
     print(json.dumps({s: service_status(tx.Paths(s), states) for s in a.services}))
     return 0
 
@@ -124,8 +124,9 @@ def start_unit(service: str, txn_id: str, header: str, description: str, run_arg
     write_atomic(p.current, f"{txn_id}\n", 0o644)
     write_atomic(p.log, f"{header}\n", 0o640)
     setenv = [f"--setenv={k}={v}" for k, v in sorted(os.environ.items()) if k.startswith("SPARKCTL_")]
-    r = sd.run("systemd-run", f"--unit={rollout_unit(service)}", "--collect", "--quiet", "--service-type=exec",
-               f"--description={description}", *setenv, sys.executable, os.path.abspath(__file__), *run_argv)
+    r = rollout_gate.run("systemd-run", f"--unit={rollout_unit(service)}", "--collect", "--quiet",
+                         "--service-type=exec", f"--description={description}", *setenv, sys.executable,
+                         os.path.abspath(__file__), *run_argv)
     return r.returncode == 0, r.stderr.strip()
 
 
@@ -226,7 +227,7 @@ def follow_until_done(service: str, txn_id: str, offset: int) -> int:
 
 def send_verdict(a) -> int:
     p = tx.Paths(a.service)
-    rc, text = verdict.send(p.txn, p.unit_name, a.tx, a.decision, a.reason)
+    rc, text = verdict.send(p, a.tx, a.decision, a.reason)
     print(text, file=sys.stderr if rc else sys.stdout)
     return rc
 

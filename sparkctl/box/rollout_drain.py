@@ -13,6 +13,7 @@ import os
 import time
 
 from boxio import write_atomic
+from contract import PROBE_HEADER
 from rollout_gate import metric_sum, systemctl
 
 BUSY = ("vllm:num_requests_running", "vllm:num_requests_waiting")
@@ -27,7 +28,6 @@ def _reload_nginx() -> tuple[bool, str]:
     return r.returncode == 0, (r.stderr or r.stdout).strip()
 
 
-PROBE_HEADER = "X-Sparkctl-Acceptance"  # sparkctl/measure/quick.py sends it: one name on both sides
 KEY_CHARS = set("0123456789abcdef")
 
 

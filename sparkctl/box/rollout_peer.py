@@ -35,7 +35,7 @@ import shlex
 import time
 
 import contract as c
-import rollout_gate as sd
+import rollout_gate
 from boxio import read_json, write_json
 
 TP_UNIT = c.TP_UNIT
@@ -46,7 +46,7 @@ WAITING, GO, COMMITTED, FAILED = "waiting", "go", "committed", "failed"
 
 def peer_status(command: str, service: str, call_timeout: float) -> tuple[dict | None, str]:
     """The other box's status of `service` (contract.STATUS_FIELDS), or None and why it could not be read."""
-    r = sd.run(*shlex.split(command), timeout=call_timeout)
+    r = rollout_gate.run(*shlex.split(command), timeout=call_timeout)
     status = c.read_status(r.stdout, service) if r.returncode == 0 else None
     if status is None:
         return None, f"the other box's status could not be read (rc {r.returncode}: {(r.stderr or '').strip()[-300:]})"
@@ -56,7 +56,7 @@ def peer_status(command: str, service: str, call_timeout: float) -> tuple[dict |
 head_status = peer_status  # the worker's transaction reads its head's
 
 
-def judge(head: dict | None, unit: str) -> tuple[str, str]:
+def head_progress(head: dict | None, unit: str) -> tuple[str, str]:
     """Pure: where the head's transaction of tensor-parallel unit `unit` stands -> (WAITING|GO|COMMITTED|FAILED,
     why). GO: its candidate is installed (the worker may restart); COMMITTED: it passed its gate and kept it."""
     if head is None:
@@ -128,24 +128,21 @@ def restart_result(head: dict | None, txn: str) -> tuple[str, str]:
 
 
 # --- the restarting mark: what `status` says while a restart-only transaction takes part in a pair restart ---------
-def mark_path(state_dir: str, service: str) -> str:
-    return os.path.join(state_dir, f"vllm-{service}.restarting")
+def mark(p, own: str, pair: str) -> None:
+    """p: the service's contract.Paths."""
+    write_json(p.restarting, {"own": own, "pair": pair}, 0o644)
 
 
-def mark(state_dir: str, service: str, own: str, pair: str) -> None:
-    write_json(mark_path(state_dir, service), {"own": own, "pair": pair}, 0o644)
-
-
-def unmark(state_dir: str, service: str) -> None:
+def unmark(p) -> None:
     try:
-        os.unlink(mark_path(state_dir, service))
+        os.unlink(p.restarting)
     except FileNotFoundError:
         pass
 
 
-def restarting(state_dir: str, service: str, running: bool, current: str) -> str:
+def restarting(p, running: bool, current: str) -> str:
     """The status field: the pair restart this box's RUNNING transaction takes part in ('' for a stale mark)."""
-    m = read_json(mark_path(state_dir, service))
+    m = read_json(p.restarting)
     return m.get("pair", "") if running and m.get("own") == current else ""
 
 
@@ -172,16 +169,17 @@ def poll(a, decide, wanted: tuple[str, ...], timeout: float, say, alive=None, wh
 
 
 def wait_for(a, unit: str, wanted: tuple[str, ...], timeout: float, say, alive=None) -> tuple[str, str]:
-    """The worker's transaction: poll the head until judge() says one of `wanted` or FAILED, or `timeout` s pass."""
-    return poll(a, lambda head: judge(head, unit), wanted, timeout, say, alive)
+    """The worker's transaction: poll the head until head_progress() says one of `wanted` or FAILED, or `timeout`
+    s pass."""
+    return poll(a, lambda head: head_progress(head, unit), wanted, timeout, say, alive)
 
 
 def worker_alive(unit_name: str):
     """A check for poll(): the worker's unit must stay active without systemd restarting it."""
-    first = sd.unit_state(unit_name)
+    first = rollout_gate.unit_state(unit_name)
 
     def check() -> str:
-        st = sd.unit_state(unit_name)
+        st = rollout_gate.unit_state(unit_name)
         if st.get("ActiveState") != "active" or st.get("NRestarts") != first.get("NRestarts"):
             return f"{unit_name} is {st.get('ActiveState')}/{st.get('SubState')} (NRestarts={st.get('NRestarts')})"
         return ""

@@ -23,7 +23,7 @@ import time
 
 import contract as c
 import rollout_drain as drain
-import rollout_gate as sd
+import rollout_gate
 import rollout_peer as peer
 import rollout_txn as tx
 from boxio import read, write_json
@@ -40,7 +40,7 @@ class Restart:
                        "by": self.by, "restart_only": True}
 
     def finish(self, outcome: str, message: str, **extra) -> int:
-        peer.unmark(self.p.dir, self.a.service)
+        peer.unmark(self.p)
         self.result.update(rc=c.code(outcome), outcome=outcome, message=message, finished=tx.now(),
                            total_s=round(time.monotonic() - self.t0, 1), **extra)
         write_json(self.p.result, self.result, 0o644)
@@ -63,7 +63,7 @@ class Restart:
                                        f"{p.env} does not exist)")
         env = read(p.env)
         self.model, self.tp = tx.model_of(env), c.tp_unit_of(env)
-        self.result.update(model=self.model, stamp=read(p.stamp).decode().strip())
+        self.result.update(model=self.model, stamp=tx.stamp_of(p))
         if self.tp and self.a.kind != "none" and not self.a.peer_status_cmd:
             return self.not_restarting(c.REFUSED, "a tensor-parallel head restarts only together with its worker, "
                                        "and no --peer-status-cmd says how to reach it")
@@ -97,7 +97,7 @@ def lead_pair_restart(r: Restart) -> int | None:
     problem = peer.pair_problem(worker, r.tp)
     if problem:
         return r.not_restarting(c.REFUSED, problem)
-    peer.mark(r.p.dir, a.service, a.txn, a.txn)
+    peer.mark(r.p, a.txn, a.txn)
     say(f"tensor-parallel: pair restart {a.txn} of unit {r.tp[:12]}: waiting for the worker's part to start")
     verdict, why = peer.poll(a, lambda w: peer.worker_follows(w, a.txn), (peer.GO,), a.peer_timeout, say,
                              who="the worker")
@@ -110,7 +110,7 @@ def lead_pair_restart(r: Restart) -> int | None:
 
 def restart_and_record(r: Restart) -> int:
     a, p, say = r.a, r.p, r.say
-    active = sd.unit_state(p.unit_name).get("ActiveState") == "active"
+    active = rollout_gate.unit_state(p.unit_name).get("ActiveState") == "active"
     say(f"restart of {p.unit_name} ({r.model}) on its committed configuration, asked by {r.by}")
     ok, why, took, restart_s = False, "", 0.0, 0.0
     try:
@@ -118,7 +118,7 @@ def restart_and_record(r: Restart) -> int:
             reloaded, err = drain.drain_on(tx.DRAIN_DIR, a.served, a.retry_after, "a restart")
             say(f"draining {a.served!r}: new requests get 503 + Retry-After {a.retry_after} s (running requests "
                 f"are not waited for)" if reloaded else f"draining {a.served!r}: nginx did not reload ({err})")
-        ok, why, took, restart_s = sd.restart_and_gate(p.unit_name, p.unit_name, a, say)
+        ok, why, took, restart_s = rollout_gate.restart_and_gate(p.unit_name, p.unit_name, a, say)
     except Exception as exc:  # noqa: BLE001 - recorded as a failed restart; the drain is lifted below regardless
         ok, why = False, f"{type(exc).__name__}: {exc}"
     finally:
@@ -129,7 +129,7 @@ def restart_and_record(r: Restart) -> int:
                         load_s=round(took, 1))
     return r.finish(c.RESTART_FAILED, f"rollout: {p.unit_name} does not come up again on its committed configuration "
                     f"({r.model}, restart asked by {r.by}): {why}; nothing else was changed.\n"
-                    f"{sd.journal(p.unit_name, a.journal)}", why=why)
+                    f"{rollout_gate.journal(p.unit_name, a.journal)}", why=why)
 
 
 def follow_pair_restart(r: Restart) -> int:
@@ -140,9 +140,9 @@ def follow_pair_restart(r: Restart) -> int:
     pair, why = peer.head_restart(head, r.tp) if head is not None else ("", err)
     if not pair:
         return r.not_restarting(c.HEAD_ABSENT, f"a tensor-parallel worker restarts only with its head, and {why}")
-    peer.mark(p.dir, a.service, a.txn, pair)
+    peer.mark(p, a.txn, pair)
     say(f"tensor-parallel: {why}; restarting the worker")
-    ok, why, took, restart_s = sd.restart_and_gate(p.unit_name, f"{p.unit_name} (worker)", a, say)
+    ok, why, took, restart_s = rollout_gate.restart_and_gate(p.unit_name, f"{p.unit_name} (worker)", a, say)
     if ok:
         verdict, why = peer.poll(a, lambda h: peer.restart_result(h, pair), (peer.COMMITTED,), a.peer_timeout, say,
                                  alive=peer.worker_alive(p.unit_name))

@@ -34,31 +34,22 @@ import time
 
 import contract as c
 import rollout_drain as drain
-import rollout_gate as sd
+import rollout_gate
 import rollout_peer as peer
 import rollout_verdict as verdict
 from boxio import read, read_json, write_atomic, write_json
 
 ENV_DIR = os.environ.get("SPARKCTL_ENV_DIR", "/etc/sparkctl")
 STATE_DIR = os.environ.get("SPARKCTL_STATE_DIR", "/var/lib/sparkctl")
-UNIT_DIR = os.environ.get("SPARKCTL_UNIT_DIR", "/etc/systemd/system")
+UNIT_DIR = os.environ.get("SPARKCTL_UNIT_DIR", c.UNIT_DIR)
 DRAIN_DIR = os.environ.get("SPARKCTL_DRAIN_DIR", "/etc/nginx/sparkctl-drain")
 
 
-class Paths:
+class Paths(c.Paths):
+    """One service's files (contract.Paths) under the directories this run was given (the deploy's settings)."""
+
     def __init__(self, service: str):
-        self.service = service
-        self.unit_name = f"vllm-{service}.service"
-        self.env = f"{ENV_DIR}/vllm-{service}.env"
-        self.env_next = f"{self.env}.next"
-        self.legacy_prev = f"{self.env}.prev"  # the old single-file rollback; removed on the next commit
-        self.unit = f"{UNIT_DIR}/{self.unit_name}"
-        self.unit_next = f"{ENV_DIR}/{self.unit_name}.next"  # outside systemd's search path until installed
-        self.dir = f"{STATE_DIR}/rollout"
-        base = f"{self.dir}/vllm-{service}"
-        self.stamp, self.txn, self.result = f"{base}.stamp", f"{base}.txn", f"{base}.result.json"
-        self.log, self.failed, self.current = f"{base}.log", f"{base}.failed", f"{base}.current"
-        self.state = f"{self.txn}/state.json"
+        super().__init__(service, ENV_DIR, c.rollout_dir(STATE_DIR), UNIT_DIR)
 
 
 def candidate(p: Paths) -> str:
@@ -69,14 +60,9 @@ def candidate(p: Paths) -> str:
     return h.hexdigest()
 
 
-def applied(p: Paths, cand: str, active: bool, txn_open: bool) -> str:
-    """The stamp, or the candidate when a running service's live files already are exactly the candidate under a
-    stamp of an earlier scheme (so upgrading this script restarts nothing)."""
-    stamp = read(p.stamp).decode().strip()
-    if stamp and stamp != cand and active and not txn_open and cand and read(p.unit) == read(p.unit_next) \
-            and read(p.env) == read(p.env_next):
-        return cand
-    return stamp
+def stamp_of(p: Paths) -> str:
+    """The candidate the service last committed ("" when none)."""
+    return read(p.stamp).decode().strip()
 
 
 def model_of(data: bytes) -> str:
@@ -151,11 +137,11 @@ class Txn:
         os.makedirs(p.txn, mode=0o700)
         for name, path in (("env", p.env), ("unit", p.unit)):
             if os.path.exists(path):
-                write_atomic(f"{p.txn}/{name}", read(path), 0o600)
+                write_atomic(p.snapshot[name], read(path), 0o600)
         self.state = {}
         self.set_phase(c.PREPARED, id=txn_id, candidate=cand, started=now(),
                        had_env=os.path.exists(p.env), had_unit=os.path.exists(p.unit),
-                       stamp_before=read(p.stamp).decode().strip(), model_before=model_of(read(p.env)))
+                       stamp_before=stamp_of(p), model_before=model_of(read(p.env)))
 
     @property
     def has_previous(self) -> bool:
@@ -165,16 +151,16 @@ class Txn:
         p = self.p
         write_atomic(p.unit, read(p.unit_next), 0o644)
         write_atomic(p.env, read(p.env_next), 0o600)
-        sd.systemctl("daemon-reload")
+        rollout_gate.systemctl("daemon-reload")
 
     def restore_snapshot(self) -> None:
         p = self.p
         for name, path, mode, had in (("unit", p.unit, 0o644, "had_unit"), ("env", p.env, 0o600, "had_env")):
             if self.state.get(had):
-                write_atomic(path, read(f"{p.txn}/{name}"), mode)
+                write_atomic(path, read(p.snapshot[name]), mode)
             elif os.path.exists(path):
                 os.unlink(path)
-        sd.systemctl("daemon-reload")
+        rollout_gate.systemctl("daemon-reload")
 
     def close(self) -> None:
         """The transaction is over: its record goes (what it decided stays in memory for the result)."""
@@ -203,12 +189,12 @@ class Run:
         p = self.p
         self.cand, self.model = candidate(p), model_of(read(p.env_next))
         self.result.update(candidate=self.cand, model=self.model)
-        self.active = sd.unit_state(p.unit_name).get("ActiveState") == "active"
+        self.active = rollout_gate.unit_state(p.unit_name).get("ActiveState") == "active"
 
     def finish(self, outcome: str, message: str, **extra) -> int:
         """Record the result (its outcome's exit code from the contract), say it, return the exit code."""
         decided = self.txn.state.get("verdict")
-        if decided:  # issue 12: who decided after the health gate, and why
+        if decided:  # the acceptance verdict: who decided after the health gate, and why
             self.result["verdict"], message = decided, verdict.annotate(message, decided)
         self.result.update(rc=c.code(outcome), outcome=outcome, message=message, finished=now(),
                            total_s=round(time.monotonic() - self.t0, 1), **extra)
@@ -249,7 +235,7 @@ def known_failure(run: Run) -> str | int | None:
 
 
 def already_running(run: Run) -> int | None:
-    if run.txn.open or not run.active or applied(run.p, run.cand, run.active, False) != run.cand:
+    if run.txn.open or not run.active or stamp_of(run.p) != run.cand:
         return None
     return run.finish(c.UNCHANGED, f"rollout: {run.p.unit_name} already runs candidate {run.cand[:12]}")
 
@@ -257,14 +243,14 @@ def already_running(run: Run) -> int | None:
 def committed_but_stopped(run: Run) -> int | None:
     """Committed before, not running now: restart it (never remembered as a failed candidate)."""
     p = run.p
-    if run.txn.open or read(p.stamp).decode().strip() != run.cand:
+    if run.txn.open or stamp_of(p) != run.cand:
         return None
-    ok, why, took, _ = sd.restart_and_gate(p.unit_name, p.unit_name, run.a, run.say)
+    ok, why, took, _ = rollout_gate.restart_and_gate(p.unit_name, p.unit_name, run.a, run.say)
     if ok:
         return run.finish(c.RESTARTED, f"rollout: {p.unit_name} was not running its committed configuration; "
                           f"restarted, ready in {took:.0f} s", load_s=round(took, 1))
     return run.finish(c.RESTART_FAILED, f"rollout: {p.unit_name} does not come up with its committed configuration "
-                      f"({why}); nothing was changed.\n{sd.journal(p.unit_name, run.a.journal)}", why=why)
+                      f"({why}); nothing was changed.\n{rollout_gate.journal(p.unit_name, run.a.journal)}", why=why)
 
 
 def staged_problem(p: Paths, kind: str) -> str:
@@ -277,7 +263,7 @@ def staged_problem(p: Paths, kind: str) -> str:
     python = os.path.join(os.path.dirname(binary), "python") if binary else ""
     if kind == "none" or not python or not os.path.exists(checker) or not os.path.exists(python):
         return ""
-    r = sd.run(python, checker, p.env_next)
+    r = rollout_gate.run(python, checker, p.env_next)
     return f"vLLM rejects the staged arguments:\n{r.stderr.strip()}" if r.returncode != 0 else ""
 
 
@@ -381,7 +367,8 @@ def head_gate(run: Run) -> tuple[bool, str, float]:
 def start_and_gate(run: Run) -> str:
     p = run.p
     run.txn.set_phase(c.STARTED)
-    ok, why, took, run.restart_s = sd.restart_and_gate(p.unit_name, f"{p.unit_name} ({run.model})", run.a, run.say)
+    ok, why, took, run.restart_s = rollout_gate.restart_and_gate(p.unit_name, f"{p.unit_name} ({run.model})", run.a,
+                                                                 run.say)
     if ok and run.tp_unit:
         ok, why, waited = head_gate(run)
         took += waited
@@ -392,7 +379,7 @@ def start_and_gate(run: Run) -> str:
 
 
 def await_verdict(run: Run) -> str:
-    """Issue 12: kept only after the acceptance verdict (rollout_verdict.wait records the phase, and goes on with
+    """Kept only after the acceptance verdict (rollout_verdict.wait records the phase, and goes on with
     the recorded wait when this run resumed it)."""
     ok, why = verdict.wait(run.txn, run.a, run.say, DRAIN_DIR, closed=run.drains)
     return c.COMMITTED if ok else run.roll_back_because(why, gated=True)
@@ -402,8 +389,6 @@ def commit(run: Run) -> int:
     txn, p = run.txn, run.p
     txn.set_phase(c.COMMITTED)
     write_atomic(p.stamp, f"{txn.state.get('candidate')}\n", 0o644)
-    if os.path.exists(p.legacy_prev):
-        os.unlink(p.legacy_prev)
     drain.drain_off(DRAIN_DIR, run.a.served)
     txn.close()
     if run.took is None:  # a resumed run: the gate passed in the run it resumed
@@ -418,7 +403,7 @@ def roll_back(run: Run) -> int:
     p, a, txn = run.p, run.a, run.txn
     txn.set_phase(c.ROLLING_BACK, why=run.why)
     if run.gated:  # recorded first: a run killed from here on finishes this rollback
-        journal_text = sd.journal(p.unit_name, a.journal)
+        journal_text = rollout_gate.journal(p.unit_name, a.journal)
         remember_failure(p, run.cand, run.model, run.why, journal_text, a.keep_failed)
         run.say(f"rollout: {p.unit_name} serving {run.model} is not healthy: {run.why}")
         run.say(f"--- last {a.journal} journal lines of {p.unit_name} ---\n{journal_text}")
@@ -432,9 +417,9 @@ def remove_first_install(run: Run) -> int:
     """Back to "not installed", exactly what was there before."""
     p, txn = run.p, run.txn
     failed_model = model_of(read(p.env))
-    sd.systemctl("stop", p.unit_name)
+    rollout_gate.systemctl("stop", p.unit_name)
     txn.restore_snapshot()
-    sd.systemctl("reset-failed", p.unit_name)
+    rollout_gate.systemctl("reset-failed", p.unit_name)
     drain.drain_off(DRAIN_DIR, run.a.served)
     txn.close()
     return run.finish(c.NO_PREVIOUS, f"rollout: {p.unit_name} ({failed_model}) failed ({run.why}) and there is no "
@@ -448,7 +433,7 @@ def restore_previous(run: Run) -> int:
     run.say(f"rollout: rolling {p.unit_name} back to the snapshot of transaction {txn.state.get('id')} "
             f"({txn.state.get('model_before')})")
     txn.restore_snapshot()
-    ok, why, took, _ = sd.restart_and_gate(p.unit_name, f"{p.unit_name} (snapshot)", a, run.say)
+    ok, why, took, _ = rollout_gate.restart_and_gate(p.unit_name, f"{p.unit_name} (snapshot)", a, run.say)
     back = model_of(read(p.env))
     drain.drain_off(DRAIN_DIR, a.served)
     if ok and txn.state.get("stamp_before"):
@@ -459,7 +444,7 @@ def restore_previous(run: Run) -> int:
                           f"box serves {back} as {a.served!r}. The failed candidate ({failed_model}) is remembered and "
                           f"not retried unless asked (ROLLOUT_RETRY_FAILED=True)", why=run.why, load_s=round(took, 1))
     return run.finish(c.ROLLBACK_FAILED, f"rollout: rollback of {p.unit_name} to {back} ALSO FAILED: {why}; the box "
-                      f"has no healthy {a.served!r}.\n{sd.journal(p.unit_name, a.journal)}", why=run.why)
+                      f"has no healthy {a.served!r}.\n{rollout_gate.journal(p.unit_name, a.journal)}", why=run.why)
 
 
 STEPS = {c.PREPARED: prepare, c.DRAINING: drain_requests, c.AWAITING_HEAD: await_head, c.INSTALLED: install,

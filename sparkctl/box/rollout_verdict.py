@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""On the box (stdlib only; imported by rollout_txn.py and rollout.py): the acceptance verdict (issue 12).
+"""On the box (stdlib only; imported by rollout_txn.py and rollout.py): the acceptance verdict.
 
 With `--verdict-timeout S` (> 0) a candidate that passed the health gate is not committed yet: the transaction
 records the phase `awaiting-verdict` (with `verdict_deadline`, unix seconds, and `verdict_default`) and waits up
@@ -26,7 +26,7 @@ import time
 
 import contract as c
 import rollout_drain as drain
-import rollout_gate as sd
+import rollout_gate
 from boxio import read_json, write_atomic
 
 VERDICT_FILE = "verdict.json"  # in the txn dir (root 0700), written atomically by `rollout.py verdict`
@@ -63,11 +63,13 @@ def waiting_for_control(txn_dir: str, state: dict, txn_id: str) -> bool:
     return state.get("phase") == c.AWAITING_VERDICT and txn_id in ids(state) and not pending(txn_dir, state)
 
 
-def send(txn_dir: str, unit: str, tx: str, decision: str, reason: str = "") -> tuple[int, str]:
-    """`rollout.py verdict`: write the verdict for transaction tx, only if tx is the one that waits (else the
-    exit code of VERDICT_REFUSED, and nothing written)."""
+def send(p, tx: str, decision: str, reason: str = "") -> tuple[int, str]:
+    """`rollout.py verdict`: write the verdict for transaction tx of the service whose files are p
+    (contract.Paths), only if tx is the one that waits (else the exit code of VERDICT_REFUSED, and nothing
+    written)."""
     refused = c.code(c.VERDICT_REFUSED)
-    state = read_json(f"{txn_dir}/state.json")
+    txn_dir, unit = p.txn, p.unit_name
+    state = read_json(p.state)
     if state.get("phase") != c.AWAITING_VERDICT:
         return refused, (f"rollout: no transaction of {unit} waits for a verdict (phase {state.get('phase') or 'none'}"
                    f"{', transaction ' + str(state.get('id')) if state.get('id') else ''}); nothing written")
@@ -119,7 +121,7 @@ def _resume(txn, a, say) -> tuple[bool, str]:
     txn.set_phase(c.AWAITING_VERDICT, id=a.txn, resumed_wait=old)
     say(f"rollout: resuming transaction {old}, which waited for its acceptance verdict (until "
         f"{_clock(float(txn.state['verdict_deadline']))}); gating {txn.p.unit_name} again")
-    ok, why, _ = sd.gate(txn.p.unit_name, a)
+    ok, why, _ = rollout_gate.gate(txn.p.unit_name, a)
     return ok, why
 
 

@@ -2,7 +2,12 @@
 """On the box (stdlib only; `sparkctl status` pipes it to `python3 -` over one ssh session): what the box says
 about itself, as one JSON object on stdout.
 
-    python3 - '{"env_dir": ..., "state_dir": ..., "cert": ..., "timeout_s": 1.0}' < status_probe.py
+    python3 - '{"state_dir": ..., "files": {...}, "cert": ..., "timeout_s": 1.0}' < status_probe.py
+
+It runs alone (piped, so it reads a box of any deploy's age), so where the box keeps each service's files comes in
+its argument, generated from the box boundary's contract (sparkctl/status/fleet.py probe_config): "files" holds the
+globs of every service's env file and result file, the watchdog's state file, the unit names ("{}": the service)
+and the rollout unit's running states.
 
 Per vLLM env file (ENV_DIR/vllm-*.env): served name, port, model key and locked revision as deployed; the unit's
 state and start time and whether a rollout or restart of it runs (its transient unit sparkctl-rollout-<service>;
@@ -30,8 +35,12 @@ import urllib.request
 
 GAUGES = {"vllm:num_requests_running": "running", "vllm:num_requests_waiting": "waiting",
           "vllm:kv_cache_usage_perc": "kv_usage"}
-ROLLOUT_UNIT = "sparkctl-rollout-{}.service"  # rollout.py's transient unit of a service (rollout.rollout_unit)
-RUNNING = ("active", "activating", "reloading")  # ActiveStates of a transient unit whose command still runs
+
+
+def service_of(path: str, pattern: str) -> str:
+    """The service whose file `path` is, found by the glob `pattern` (its one "*" is the service)."""
+    head, tail = pattern.split("*", 1)
+    return path[len(head):len(path) - len(tail)]
 
 
 def unescape(raw: str) -> str:
@@ -108,12 +117,12 @@ def read_json(path: str):
         return {"unreadable": str(exc)}
 
 
-def last_rollouts(state_dir: str) -> dict:
+def last_rollouts(state_dir: str, pattern: str) -> dict:
     """service -> its last rollout result (rollout_txn.py's vllm-<service>.result.json, one per service, rewritten
-    by each transaction or restart): the file, when it was written, its JSON as it is."""
+    by each transaction or restart; pattern: their glob): the file, when it was written, its JSON as it is."""
     out = {}
-    for path in sorted(glob.glob(os.path.join(state_dir, "rollout", "vllm-*.result.json"))):
-        service = os.path.basename(path)[len("vllm-"):-len(".result.json")]
+    for path in sorted(glob.glob(pattern)):
+        service = service_of(path, pattern)
         out[service] = {"file": os.path.relpath(path, state_dir), "mtime": os.stat(path).st_mtime,
                         "data": read_json(path)}
     return out
@@ -134,26 +143,27 @@ def probe_service(svc: dict, cfg: dict) -> None:
 
 def main(cfg: dict) -> dict:
     t0 = time.monotonic()
+    files = cfg["files"]
     services = {}
-    for path in sorted(glob.glob(os.path.join(cfg["env_dir"], "vllm-*.env"))):
-        name = os.path.basename(path)[len("vllm-"):-len(".env")]
+    for path in sorted(glob.glob(files["env"])):
+        name = service_of(path, files["env"])
         try:
             services[name] = env_file(path)
         except (OSError, ValueError) as exc:
             services[name] = {"error": str(exc)}
-    states = units([u for n in services for u in (f"vllm-{n}.service", ROLLOUT_UNIT.format(n))])
+    unit, rollout_unit = files["unit"].format, files["rollout_unit"].format
+    states = units([u for n in services for u in (unit(n), rollout_unit(n))])
     for name, svc in services.items():
-        svc["unit"] = states.get(f"vllm-{name}.service", {})
-        svc["rollout_running"] = states.get(ROLLOUT_UNIT.format(name), {}).get("ActiveState") in RUNNING
+        svc["unit"] = states.get(unit(name), {})
+        svc["rollout_running"] = states.get(rollout_unit(name), {}).get("ActiveState") in files["unit_running"]
         probe_service(svc, cfg)
-    watchdog = read_json(os.path.join(cfg["state_dir"], "watchdog", "state.json")) \
-        if os.path.exists(os.path.join(cfg["state_dir"], "watchdog", "state.json")) else None
+    watchdog = read_json(files["watchdog"]) if os.path.exists(files["watchdog"]) else None
     try:
         cert_expiry = ssl.cert_time_to_seconds(ssl._ssl._test_decode_cert(cfg["cert"])["notAfter"])
     except (OSError, ssl.SSLError, KeyError, ValueError):
         cert_expiry = None
     return {"schema": "sparkctl.status.box/2", "now": time.time(), "services": services,
-            "mem_available_bytes": mem_available(), "last_rollouts": last_rollouts(cfg["state_dir"]),
+            "mem_available_bytes": mem_available(), "last_rollouts": last_rollouts(cfg["state_dir"], files["result"]),
             "watchdog": watchdog, "cert_expiry": cert_expiry, "probe_s": round(time.monotonic() - t0, 3)}
 
 

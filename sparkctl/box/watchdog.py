@@ -178,12 +178,12 @@ class Watchdog:
             seen = f"{now - obs['read_at']:.0f} s ago" if obs["read_at"] is not None else "never"
             return "unknown", f"{err}: pending work unknown, nothing judged (last readable {seen}: " \
                 f"{counters_text(obs['counters'])})", False
-        verdict = self.judge(svc, obs, sample, now)
+        verdict = self.liveness(svc, obs, sample, now)
         if verdict[2] and worker is not None:
             obs["served_with"] = worker.get("invocation") or None
         return verdict
 
-    def judge(self, svc: dict, obs: dict, sample: tuple, now: float) -> tuple[str, str, bool]:
+    def liveness(self, svc: dict, obs: dict, sample: tuple, now: float) -> tuple[str, str, bool]:
         """The verdict from a readable /metrics sample: positive evidence only."""
         (counters, pending), before = sample, obs["counters"]
         obs["counters"], obs["read_at"] = counters, now

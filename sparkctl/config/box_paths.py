@@ -80,3 +80,13 @@ def location_problem(path: str, read_by_service: bool) -> str:
     if root:
         return f"a directory outside {root}: vLLM's sandbox (ProtectHome=, PrivateTmp=) hides it from the service"
     return ""
+
+
+def bin_dir(home: str) -> str:
+    """Where the deploy uploads the box scripts (sparkctl/box/), below SPARKCTL_HOME."""
+    return f"{home}/bin"
+
+
+def rollout_script(home: str) -> str:
+    """The box's rollout.py, as every call of it from the control side (and the peer key's forced command) names it."""
+    return f"{bin_dir(home)}/rollout.py"

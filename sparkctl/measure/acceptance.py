@@ -32,6 +32,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field, replace
 
+from sparkctl.box import contract
 from sparkctl.errors import SettingError
 from sparkctl.measure import reference as refs
 from sparkctl.measure.maths import aggregate_roofline
@@ -131,7 +132,7 @@ class Verdict:
     @property
     def decision(self) -> str:
         """What the control side sends to the box: "commit" or "rollback"."""
-        return "commit" if self.passed or self.mode == "warn" else "rollback"
+        return contract.decision(self.passed, self.mode)
 
     @property
     def provisional(self) -> bool:

@@ -25,6 +25,7 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
+from sparkctl.box.contract import PROBE_HEADER  # lets the probe through while its box keeps everyone else drained
 from sparkctl.config import catalog
 from sparkctl.config.schema import GroupData
 from sparkctl.config.secrets import read_api_token, secrets_dir
@@ -119,9 +120,6 @@ def read_kv(host, config: HostConfig, unit: str) -> dict:
 
 # ---------------------------------------------------------------------------------------------------- the interface
 
-# the header whose value lets the acceptance probe through while its box keeps everyone else drained (the box's
-# rollout_drain.PROBE_HEADER writes the nginx side; tests/box/test_rollout_verdict.py checks they are one name)
-PROBE_HEADER = "X-Sparkctl-Acceptance"
 
 
 def endpoint_for(host, cfg: GroupData, ca: str | None = None, probe_key: str = "") -> Endpoint:

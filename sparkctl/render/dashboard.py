@@ -1,4 +1,4 @@
-"""The Grafana dashboard of the hand-off (issue 11): vLLM's own panels (overview, KV cache, speculative decoding,
+"""The Grafana dashboard of the hand-off (the boxes' monitoring): vLLM's own panels (overview, KV cache, speculative decoding,
 on the metric names of vLLM's dashboards in examples/observability/dashboards/grafana/) plus what GB10 needs:
 unified memory (MemAvailable, page cache, PSI), per-process GPU memory, GPU facts, the CX7 fabric counters,
 the watchdog. Every metric it names is checked against real scrapes in tests/test_monitoring_handoff.py.

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import shlex
 
+from sparkctl.config import box_paths
 from sparkctl.config.schema import GroupData
 from sparkctl.render.units import rollout_env
 
@@ -27,7 +28,34 @@ def peer_status_command(cfg: GroupData, address: str) -> str:
     return shlex.join([*link_ssh(cfg, PEER_KEY), f"{cfg.CHECKPOINT_SYNC_USER}@{address}", "rollout-status"])
 
 
+def native_pair(cfg: GroupData, role) -> bool:
+    """This box is one of a tensor-parallel pair that runs as one unit: the native backend (with Ray the worker runs
+    no vLLM service of its own: the head's actors run there)."""
+    return role.tensor_parallel and cfg.TP_BACKEND == "native"
+
+
+def worker_wait(cfg: GroupData) -> float:
+    """How long a tensor-parallel worker's transaction waits for its head at each step, s (`apply --peer-timeout`):
+    the head's drain and its gate, its rollback's gate, and its acceptance verdict."""
+    verdict = cfg.ACCEPTANCE_VERDICT_TIMEOUT_S if cfg.ACCEPTANCE_ENABLED else 0
+    return cfg.DRAIN_TIMEOUT_S + 2 * cfg.HEALTH_READY_TIMEOUT_S + verdict
+
+
+def pair_restart_wait(cfg: GroupData) -> float:
+    """The longest one box of a pair restart waits for the other, s (`restart --peer-timeout`): the other's stop,
+    then its gate."""
+    return cfg.SERVICE_STOP_TIMEOUT_S + cfg.HEALTH_READY_TIMEOUT_S
+
+
+def peer_facts(cfg: GroupData, address: str, command: str) -> dict:
+    """rollout.py's --peer-* facts (contract dests) of one box of a native pair whose other box is at `address`:
+    how it reads the other's status and how long it waits for it, in `command` ("apply": the worker's transaction
+    follows its head's; "restart": a pair restart)."""
+    wait = worker_wait(cfg) if command == "apply" else pair_restart_wait(cfg)
+    return {"peer_status_cmd": peer_status_command(cfg, address), "peer_timeout": wait}
+
+
 def peer_status_forced_command(cfg: GroupData) -> str:
     """The forced command of the peer key in a box's authorized_keys: its own read-only status of PEER_SERVICE."""
-    script = shlex.quote(f"{cfg.SPARKCTL_HOME}/bin/rollout.py")
+    script = shlex.quote(box_paths.rollout_script(cfg.SPARKCTL_HOME))
     return f"{rollout_env(cfg)} python3 {script} status {PEER_SERVICE}"

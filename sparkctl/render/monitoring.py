@@ -13,11 +13,12 @@ import json
 import shlex
 
 from sparkctl.box import contract
+from sparkctl.config import box_paths
 from sparkctl.config.catalog import CODER
 from sparkctl.config.schema import GroupData, as_group_data
 from sparkctl.errors import SettingError
-from sparkctl.render.link import peer_status_command
-from sparkctl.render.units import render_template, rollout_env, rollout_values
+from sparkctl.render.link import native_pair, peer_facts
+from sparkctl.render.units import gate_kind, render_template, rollout_env, rollout_values
 
 BOX_PYTHON = "/usr/bin/python3"  # the box scripts are stdlib-only: the system python, not vLLM's venv
 BOX_SCRIPTS = ("textfile.py", "gpu_textfile.py", "box_textfile.py", "watchdog.py", "watchdog_pair.py")
@@ -26,7 +27,7 @@ WATCHDOG_UNIT = "sparkctl-watchdog.service"
 
 
 def bin_dir(cfg: GroupData) -> str:
-    return f"{cfg.SPARKCTL_HOME}/bin"
+    return box_paths.bin_dir(cfg.SPARKCTL_HOME)
 
 
 def watchdog_config_path(cfg: GroupData) -> str:
@@ -56,7 +57,9 @@ def node_exporter_defaults(cfg: GroupData) -> str:
 def facts_service(cfg: GroupData, cert_path: str) -> str:
     cfg = as_group_data(cfg)
     return render_template("sparkctl-box-facts.service.j2", d=cfg, python=BOX_PYTHON, bin_dir=bin_dir(cfg),
-                           cert_path=cert_path)
+                           cert_path=cert_path, rollout_dir=contract.rollout_dir(cfg.STATE_DIR),
+                           limits=shlex.join(contract.facts_argv({a.setting: getattr(cfg, a.setting)
+                                                                  for a in contract.FACTS_ARGS})))
 
 
 def facts_timer(cfg: GroupData) -> str:
@@ -72,7 +75,7 @@ def watchdog_service(cfg: GroupData) -> str:
 def rollout_command(cfg: GroupData) -> list[str]:
     """argv prefix of the box's rollout.py with the environment telling it where this deploy keeps things (the
     deploy's own prefix, render.units.rollout_env)."""
-    return ["/usr/bin/env", *shlex.split(rollout_env(cfg)), BOX_PYTHON, f"{bin_dir(cfg)}/rollout.py"]
+    return ["/usr/bin/env", *shlex.split(rollout_env(cfg)), BOX_PYTHON, box_paths.rollout_script(cfg.SPARKCTL_HOME)]
 
 
 def rollout_limits(cfg: GroupData) -> list[str]:
@@ -94,38 +97,32 @@ def watchdog_config(cfg: GroupData, services, role=None, peer_address: str = "")
         "window_s": cfg.WATCHDOG_WINDOW_S, "restart_command": cfg.WATCHDOG_RESTART_COMMAND,
         "stop_command": cfg.WATCHDOG_STOP_COMMAND, "rollout_active_command": cfg.WATCHDOG_ROLLOUT_ACTIVE_COMMAND,
         "rollout_command": rollout_command(cfg), "rollout_limits": rollout_limits(cfg),
-        "state_file": f"{cfg.STATE_DIR}/watchdog/state.json",
+        "state_file": contract.watchdog_state(cfg.STATE_DIR),
         "textfile": f"{cfg.TEXTFILE_DIR}/sparkctl_watchdog.prom",
         "services": [{"name": s.name, "unit": s.unit, "url": f"http://{cfg.LISTEN_ADDRESS}:{s.port}",
-                      "port": s.port, "served": s.served_name, "kind": "chat" if s.role == CODER else "embed"}
+                      "port": s.port, "served": s.served_name, "kind": gate_kind(s)}
                      for s in api_services(services)],
     }
-    if role is not None and role.tensor_parallel and cfg.TP_BACKEND == "native":
+    if role is not None and native_pair(cfg, role):
         watch_pair(cfg, doc, services, role.name, peer_address)
     return json.dumps(doc, indent=2, sort_keys=True) + "\n"
-
-
-def pair_restart_wait(cfg: GroupData) -> float:
-    """The longest one box of a pair restart waits for the other (--peer-timeout): the head's stop, then its gate."""
-    return cfg.SERVICE_STOP_TIMEOUT_S + cfg.HEALTH_READY_TIMEOUT_S
 
 
 def watch_pair(cfg: GroupData, doc: dict, services, role: str, peer_address: str) -> None:
     """Tensor-parallel, native backend (with Ray the worker runs no vLLM service: the head's restart recreates its
     actors): the head's coder is judged with its worker and restarted with it ({peer}); the worker's watchdog
     follows the head's pair restarts."""
-    status = peer_status_command(cfg, peer_address)
-    call = cfg.TP_PEER_CALL_TIMEOUT_S
+    peer = peer_facts(cfg, peer_address, "restart")
+    status, call = peer["peer_status_cmd"], cfg.TP_PEER_CALL_TIMEOUT_S
     if role == "head":
         coder = next(s for s in services if s.role == CODER and not s.headless)
         entry = next(e for e in doc["services"] if e["name"] == coder.name)
         entry["pair"] = {"peer_status_command": status, "call_timeout_s": call,
                          "env_file": f"{cfg.ENV_DIR}/{coder.env_file}"}
-        entry["peer_args"] = contract.options("restart", peer_status_cmd=status, peer_timeout=pair_restart_wait(cfg))
+        entry["peer_args"] = contract.options("restart", **peer)
         return
     coder = next(s for s in services if s.role == CODER)
     restart = contract.argv("restart", rollout_values(cfg), service=coder.name, port=coder.port,
-                            served=coder.served_name, kind="none", peer_status_cmd=status,
-                            peer_timeout=pair_restart_wait(cfg), reason="pair-restart", wait=True)
+                            served=coder.served_name, kind="none", reason="pair-restart", wait=True, **peer)
     doc["follow"] = {"service": coder.name, "unit": coder.unit, "peer_status_command": status,
                      "call_timeout_s": call, "restart_command": rollout_command(cfg) + restart}

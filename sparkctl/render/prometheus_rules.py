@@ -1,4 +1,4 @@
-"""The cluster's Prometheus side of the hand-off (issue 11): a scrape job for every box and the alert rules.
+"""The cluster's Prometheus side of the hand-off (the boxes' monitoring): a scrape job for every box and the alert rules.
 
 prometheus-scrape.yml  one `scrape_configs` entry (paste it under scrape_configs:): per box one target group per
                        served model (/<served>/metrics) and one for the node (/node/metrics), labelled box= and

@@ -15,6 +15,7 @@ import shlex
 import jinja2
 
 from sparkctl import REPO_ROOT
+from sparkctl.box import contract
 from sparkctl.capacity.venv import pip_args, ray_requirement, vllm_venv  # noqa: F401 - the units' names for them
 from sparkctl.config.catalog import CODER
 from sparkctl.config.schema import GroupData
@@ -118,9 +119,13 @@ def rollout_env(cfg: GroupData) -> str:
 
 def rollout_values(cfg: GroupData) -> dict:
     """{setting: value} of every setting the box's rollout.py is told (its contract's option table names them)."""
-    from sparkctl.box import contract
-
     return {name: getattr(cfg, name) for name in contract.SETTINGS}
+
+
+def gate_kind(svc: Service) -> str:
+    """What the box's health gate sends the service (contract.KINDS): a chat completion to the coder, an embedding
+    to an embedder, nothing to a tensor-parallel worker's headless engine (it has no API; its head's gate is its)."""
+    return "none" if svc.headless else "chat" if svc.role == CODER else "embed"
 
 
 def apply_verdict_args(cfg: GroupData, service) -> dict:
@@ -130,7 +135,7 @@ def apply_verdict_args(cfg: GroupData, service) -> dict:
     if not cfg.ACCEPTANCE_ENABLED or service.role != CODER or service.headless:
         return {}
     return {"verdict_timeout": cfg.ACCEPTANCE_VERDICT_TIMEOUT_S,
-            "verdict_default": "commit" if cfg.ACCEPTANCE_MODE == "warn" else "rollback"}
+            "verdict_default": contract.decision(False, cfg.ACCEPTANCE_MODE)}
 
 
 def tp_unit_id(coders: list[tuple[Service, GroupData]]) -> str:

@@ -16,6 +16,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 
 from sparkctl import REPO_ROOT
+from sparkctl.box import contract
 from sparkctl.config.hosts import HostConn
 from sparkctl.config.quantities import DAY_S, GIB
 from sparkctl.config.schema import GroupData
@@ -24,8 +25,16 @@ PROBE = REPO_ROOT / "sparkctl" / "box" / "status_probe.py"
 TLS_CERT_ON_BOX = "/etc/nginx/sparkctl-tls/server.pem"  # where tasks/proxy.py puts the chain (TLS_DIR)
 
 
+def probe_files(cfg: GroupData) -> dict:
+    """Where the probe finds each service's files on the box (the contract's layout: globs, "*" the service)."""
+    every = contract.Paths("*", cfg.ENV_DIR, contract.rollout_dir(cfg.STATE_DIR))
+    return {"env": every.env, "result": every.result, "watchdog": contract.watchdog_state(cfg.STATE_DIR),
+            "unit": contract.unit_of("{}"), "rollout_unit": contract.rollout_unit("{}"),
+            "unit_running": list(contract.UNIT_RUNNING)}
+
+
 def probe_config(cfg: GroupData) -> dict:
-    return {"env_dir": cfg.ENV_DIR, "state_dir": cfg.STATE_DIR, "cert": TLS_CERT_ON_BOX,
+    return {"state_dir": cfg.STATE_DIR, "files": probe_files(cfg), "cert": TLS_CERT_ON_BOX,
             "address": cfg.LISTEN_ADDRESS, "timeout_s": cfg.WATCHDOG_HTTP_TIMEOUT_S}
 
 

@@ -18,7 +18,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from sparkctl import REPO_ROOT
-from sparkctl.box import box_textfile, gpu_textfile
+from sparkctl.box import box_textfile, contract, gpu_textfile
 from sparkctl.config import pki
 from sparkctl.errors import SettingError
 from sparkctl.render import monitoring as mon
@@ -332,3 +332,6 @@ def test_the_facts_unit_runs_box_textfile_with_arguments_it_accepts(gx10_data, t
     assert [(s.labels, s.value) for s in got["sparkctl_rollout_in_progress"]] == \
         [({"served": coder.served_name, "unit": coder.unit}, 0)]
     assert f"--ready-timeout {data['HEALTH_READY_TIMEOUT_S']} --drain-timeout {data['DRAIN_TIMEOUT_S']}" in line
+    args = box_textfile.parser().parse_args(argv[2:])  # the flags rendered from the contract, read by its table
+    assert (args.ready_timeout, args.drain_timeout, args.rollout_dir) == \
+        (data["HEALTH_READY_TIMEOUT_S"], data["DRAIN_TIMEOUT_S"], contract.rollout_dir(data["STATE_DIR"]))

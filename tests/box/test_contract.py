@@ -3,6 +3,7 @@ argument, a setting's value, a phase, an outcome or a field of the documents the
 
 from __future__ import annotations
 
+import fnmatch
 import json
 import os
 import shlex
@@ -198,3 +199,33 @@ def test_the_readme_lists_every_outcome_with_its_exit_code():
         if len(cells) == 4 and cells[0].startswith("`") and cells[1].isdigit():
             rows[cells[0].strip("`")] = (int(cells[1]), cells[2] == "yes")
     assert rows == {o.name: (o.code, o.recorded) for o in contract.OUTCOMES}
+
+
+FILES = ("env", "env_next", "unit", "unit_next", "stamp", "txn", "result", "log", "failed", "current", "restarting",
+         "state")
+
+
+@pytest.mark.parametrize("service", ["coder", "embed-qwen3"])
+def test_every_file_of_a_service_is_found_by_its_glob_and_named_back(service):
+    """box_textfile.py, `sparkctl status` and the venv pruning find a service's files by the glob of service "*"
+    and read the service's name back from the path: the same layout the transaction writes."""
+    one = contract.Paths(service, "/etc/sparkctl", contract.rollout_dir("/var/lib/sparkctl"))
+    every = contract.Paths("*", "/etc/sparkctl", contract.rollout_dir("/var/lib/sparkctl"))
+    pairs = [(getattr(one, f), getattr(every, f)) for f in FILES] + \
+        [(one.snapshot[k], every.snapshot[k]) for k in one.snapshot]
+    for path, pattern in pairs:
+        assert fnmatch.fnmatchcase(path, pattern) and contract.service_of(path, pattern) == service, (path, pattern)
+    assert len({p for p, _ in pairs}) == len(pairs)  # no two files of a service share a path
+    assert not fnmatch.fnmatchcase(one.env_next, every.env) and not fnmatch.fnmatchcase(one.unit_next, every.unit)
+
+
+def test_the_transaction_keeps_its_files_where_the_contract_says(monkeypatch):
+    monkeypatch.setattr(rollout_txn, "ENV_DIR", "/srv/env")
+    monkeypatch.setattr(rollout_txn, "STATE_DIR", "/srv/state")
+    assert vars(rollout_txn.Paths("coder")) == vars(contract.Paths("coder", "/srv/env", "/srv/state/rollout"))
+
+
+@pytest.mark.parametrize("passed, mode, decided", [(True, "fail", "commit"), (False, "fail", "rollback"),
+                                                   (True, "warn", "commit"), (False, "warn", "commit")])
+def test_the_acceptance_decision_keeps_in_warn_mode_and_rolls_a_failure_back_otherwise(passed, mode, decided):
+    assert contract.decision(passed, mode) == decided

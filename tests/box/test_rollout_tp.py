@@ -167,18 +167,18 @@ def test_a_head_rejected_before_it_stopped_anything_leaves_both_as_they_were(pai
     assert pair.worker.live_model() == "qwen" and restarts(pair.worker) == 0 and restarts(pair.head) == 0
 
 
-def test_judge_reads_only_the_matching_unit():
+def test_head_progress_reads_only_the_matching_unit():
     sys.path.insert(0, str(Path(ROLLOUT).parent))  # the box scripts import each other by file name
     import rollout_peer as peer
     committed = {"tp_unit": "u2", "tp_unit_live": "u2", "phase": "", "running": False, "active": True,
                  "applied": "h", "wanted": "h", "failed": None, "last": {"txn": "t"}}
-    assert peer.judge(committed, "u2")[0] == peer.COMMITTED
-    assert peer.judge(committed, "u3")[0] == peer.WAITING  # an older or other unit is never taken for ours
-    assert peer.judge({**committed, "phase": "started"}, "u2")[0] == peer.GO
-    assert peer.judge({**committed, "phase": "awaiting-verdict"}, "u2")[0] == peer.GO  # not committed yet
-    assert peer.judge({**committed, "phase": "rolling-back"}, "u2")[0] == peer.FAILED
-    assert peer.judge({**committed, "failed": {"why": "x"}}, "u2")[0] == peer.FAILED
-    assert peer.judge(None, "u2")[0] == peer.WAITING
+    assert peer.head_progress(committed, "u2")[0] == peer.COMMITTED
+    assert peer.head_progress(committed, "u3")[0] == peer.WAITING  # an older or other unit is never taken for ours
+    assert peer.head_progress({**committed, "phase": "started"}, "u2")[0] == peer.GO
+    assert peer.head_progress({**committed, "phase": "awaiting-verdict"}, "u2")[0] == peer.GO  # not committed yet
+    assert peer.head_progress({**committed, "phase": "rolling-back"}, "u2")[0] == peer.FAILED
+    assert peer.head_progress({**committed, "failed": {"why": "x"}}, "u2")[0] == peer.FAILED
+    assert peer.head_progress(None, "u2")[0] == peer.WAITING
     assert peer.tp_unit_of(b"A=1\nSPARKCTL_TP_UNIT=abc\n") == "abc" and peer.tp_unit_of(b"A=1\n") == ""
 
 

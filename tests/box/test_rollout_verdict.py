@@ -190,11 +190,3 @@ def test_without_a_verdict_timeout_nothing_waits(box):
     box.stage("laguna")
     r = box.run()
     assert r.returncode == 0 and "verdict" not in box.result() and "acceptance verdict" not in r.stdout
-
-
-def test_the_probe_header_is_one_name_on_the_box_and_in_the_probe():
-    sys.path.insert(0, str(ROLLOUT.parent))
-    import rollout_drain
-
-    from sparkctl.measure import quick
-    assert rollout_drain.PROBE_HEADER == quick.PROBE_HEADER

@@ -338,7 +338,7 @@ def test_the_default_restart_command_is_one_rollout_py_accepts(token_file, tmp_p
         at = argv.index(f"{data['SPARKCTL_HOME']}/bin/rollout.py")
         assert argv[:at] == ["/usr/bin/env", f"SPARKCTL_ENV_DIR={data['ENV_DIR']}",
                              f"SPARKCTL_STATE_DIR={data['STATE_DIR']}", f"SPARKCTL_DRAIN_DIR={data['DRAIN_DIR']}",
-                             mon.BOX_PYTHON]  # the env prefix of tasks/services.py rollout_env
+                             mon.BOX_PYTHON]  # the env prefix of render/units.py rollout_env
         got = []
         monkeypatch.setattr(rollout, "restart", lambda a: got.append(a) or 0)
         assert rollout.main(argv[at + 1:]) == 0

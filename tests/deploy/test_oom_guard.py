@@ -67,14 +67,14 @@ def test_the_name_check_catches_the_previous_defaults():
 
 
 def test_systemd_sizes_in_bytes():
-    from tasks.services import systemd_bytes
+    from tasks.oom_guard import size_setting_bytes
 
-    assert systemd_bytes("SSHD_MEMORY_MIN", "64M") == 64 * 2**20
-    assert systemd_bytes("SSHD_MEMORY_MIN", "1G") == 2**30
-    assert systemd_bytes("SSHD_MEMORY_MIN", 4096) == 4096
+    assert size_setting_bytes("SSHD_MEMORY_MIN", "64M") == 64 * 2**20
+    assert size_setting_bytes("SSHD_MEMORY_MIN", "1G") == 2**30
+    assert size_setting_bytes("SSHD_MEMORY_MIN", 4096) == 4096
     for bad in ("64MB", "10%", "200%", "infinity", "", "-1M", "1g"):  # systemd's suffixes are upper case
         with pytest.raises(SettingError, match="SSHD_MEMORY_MIN"):
-            systemd_bytes("SSHD_MEMORY_MIN", bad)
+            size_setting_bytes("SSHD_MEMORY_MIN", bad)
 
 
 # --- the running sshd -------------------------------------------------------------------------------------------
@@ -91,7 +91,7 @@ class FakeHost:
 
 
 def plan(monkeypatch, fact, adj=-900, memory_min="64M"):
-    import tasks.services as ops
+    import tasks.oom_guard as ops
 
     fake = FakeHost({"can_lower": True, **fact})
     monkeypatch.setattr(ops, "host", fake)
@@ -154,7 +154,7 @@ def test_the_fact_and_the_fix_on_real_processes(tmp_path):
         assert isinstance(before.pop("can_lower"), bool)  # this machine's own CAP_SYS_RESOURCE, either way
         assert before == {"pid": listener.pid, "adj": 200, "memory_min": None}
         before["can_lower"] = True  # back down to its own earlier score: allowed without CAP_SYS_RESOURCE
-        import tasks.services as ops
+        import tasks.oom_guard as ops
 
         ops_host, ops.host = ops.host, FakeHost(before)
         try:

@@ -69,9 +69,9 @@ def test_the_running_sshd_has_its_oom_score_and_memory_floor(converged_spark):
     floor = sim_exec(HOST, f"cat /sys/fs/cgroup{cg}/memory.min 2>/dev/null || echo absent").strip()
     print(f"ssh.service memory.min: {floor}")  # absent where the test host's cgroup has no memory controller
     if floor != "absent":
-        from tasks.services import systemd_bytes
+        from tasks.oom_guard import size_setting_bytes
 
-        assert int(floor) == systemd_bytes("SSHD_MEMORY_MIN", converged_spark.data["SSHD_MEMORY_MIN"])
+        assert int(floor) == size_setting_bytes("SSHD_MEMORY_MIN", converged_spark.data["SSHD_MEMORY_MIN"])
 
 
 def test_a_rerun_leaves_the_running_sshd_alone(converged_spark):

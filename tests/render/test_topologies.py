@@ -15,7 +15,7 @@ from sparkctl import REPO_ROOT
 from sparkctl.box.check_vllm_args import unescape_env_value
 from sparkctl.check import validate_host as validate
 from sparkctl.errors import SettingError
-from sparkctl.render import gateway, units
+from sparkctl.render import gateway, link, units
 from tests.conftest import API_TOKEN, SCRAPE_TOKEN, changed
 
 PAIR = ["spark-1", "spark-2"]
@@ -131,6 +131,26 @@ def test_tensor_parallel_unit_id_is_one_for_both_boxes_and_moves_with_either(gx1
     other = changed(worker, VLLM_EXTRA_ENV={**worker.VLLM_EXTRA_ENV, "X": "1"})
     assert units.tp_unit_id([pair[0], (s["spark-2"].coder, other)]) != uid
     assert units.tp_unit_id(list(reversed(pair))) != uid  # rank order is part of it
+
+
+def test_the_pairs_waits_cover_what_the_other_box_may_take(gx10_data):
+    """The worker's transaction waits through the head's drain, its gate, a rollback's gate and the acceptance
+    verdict; a pair restart through the other box's stop and gate. Only the native backend runs a pair as one
+    unit (with Ray the worker runs no vLLM service), and only tensor-parallel."""
+    s = settings_pair(gx10_data, "tensor-parallel")
+    cfg, role = s["spark-2"].cfg, s["spark-2"].role
+    follow = link.peer_facts(cfg, role.head_address, "apply")
+    assert follow["peer_timeout"] == \
+        cfg.DRAIN_TIMEOUT_S + 2 * cfg.HEALTH_READY_TIMEOUT_S + cfg.ACCEPTANCE_VERDICT_TIMEOUT_S
+    no_verdict = link.peer_facts(changed(cfg, ACCEPTANCE_ENABLED=False), role.head_address, "apply")
+    assert no_verdict["peer_timeout"] == follow["peer_timeout"] - cfg.ACCEPTANCE_VERDICT_TIMEOUT_S
+    restart = link.peer_facts(cfg, role.head_address, "restart")
+    assert restart["peer_timeout"] == cfg.SERVICE_STOP_TIMEOUT_S + cfg.HEALTH_READY_TIMEOUT_S
+    assert follow["peer_status_cmd"] == restart["peer_status_cmd"] == link.peer_status_command(cfg, role.head_address)
+    assert link.native_pair(cfg, role)
+    assert not link.native_pair(settings_pair(gx10_data, "tensor-parallel", backend="ray")["spark-2"].cfg, role)
+    replicas = settings_pair(gx10_data, "replicas")["spark-2"]
+    assert not link.native_pair(replicas.cfg, replicas.role)
 
 
 def test_tensor_parallel_flags_and_nccl_environment(gx10_data):
