@@ -1,0 +1,144 @@
+"""The front door on the `gateway` host: vLLM's router (PyPI vllm-router) behind nginx, one router per served model.
+
+    client --TLS+bearer--> front (nginx, GATEWAY_FRONT_PORT) --/<served>/<route>--> vllm-router (loopback, one per
+    served model) --http--> bridge (nginx, 127.0.0.1:ROUTER_BRIDGE_PORT) --TLS+bearer, CA-verified--> box proxy
+
+One router per served model: in regular mode a vllm-router balances one set of workers and does not pick them by
+the request's `model` (its multi-model mode, --enable-igw, registers workers at run time over its admin API); the
+front already routes by the served model's path prefix, so one process per pool is the simple static form.
+
+The bridge exists because the router cannot present a bearer to its workers' health path (its --api-key is not sent
+on health checks) and must not hold the token: nginx on the gateway adds `Authorization: Bearer` from a root-only
+include, verifies each box against the project CA, and the router talks plain HTTP to 127.0.0.1 only. Each box is a
+path prefix of the bridge (`/<box>/`), so a worker URL is http://127.0.0.1:<bridge>/<box>/<served>.
+
+Pure functions of the typed settings; tasks/gateway.py uploads what these render.
+"""
+
+from __future__ import annotations
+
+import shlex
+from dataclasses import dataclass
+
+from sparkctl.config.schema import GroupData
+from sparkctl.errors import SettingError
+from sparkctl.render.box_files import NGINX_DIR
+from sparkctl.render.units import render_template
+
+GATEWAY_SITE = f"{NGINX_DIR}/sites-available/sparkctl-gateway.conf"
+GATEWAY_TLS_DIR = f"{NGINX_DIR}/sparkctl-gateway-tls"
+GATEWAY_TOKEN_FILE = f"{NGINX_DIR}/sparkctl-gateway-token.conf"  # the front's token maps (root-only 0600)
+BRIDGE_AUTH_FILE = f"{NGINX_DIR}/sparkctl-bridge-auth.conf"  # the bridge's Authorization header (root-only 0600)
+BOX_CA_FILE = f"{GATEWAY_TLS_DIR}/boxes-ca.pem"  # the CA the bridge verifies the boxes with
+GATEWAY_CERT, GATEWAY_KEY = f"{GATEWAY_TLS_DIR}/server.pem", f"{GATEWAY_TLS_DIR}/server.key"
+MIB = 1024 * 1024
+
+
+@dataclass(frozen=True)
+class Worker:
+    box: str  # inventory name: the bridge's path prefix
+    address: str  # where the box's proxy listens (verified against its certificate)
+
+
+@dataclass(frozen=True)
+class Pool:
+    served: str  # the served name: the front's path prefix and the boxes' own
+    role: str  # coder | embedder: which PROXY_ROUTES the front publishes
+    workers: tuple[Worker, ...]
+    port: int  # the router's loopback port
+    metrics_port: int  # its Prometheus port (loopback)
+
+    @property
+    def unit(self) -> str:
+        return f"sparkctl-router-{self.served}.service"
+
+
+def pools(cfg: GroupData, boxes: list[tuple[str, str, list]]) -> list[Pool]:
+    """One pool per served name over the boxes serving it: boxes = [(name, address, services)], the API services of
+    each gx10 host. Ports by served name in order."""
+    members: dict[str, tuple[str, list[Worker]]] = {}
+    for name, address, services in boxes:
+        for svc in services:
+            if not svc.headless:
+                members.setdefault(svc.served_name, (svc.role, []))[1].append(Worker(name, address))
+    if not members:
+        raise SettingError("GX10_HOSTS", [b[0] for b in boxes], "at least one box serving a model behind its proxy",
+                           "the gateway's routers would have no workers")
+    out = []
+    for i, served in enumerate(sorted(members)):
+        role, workers = members[served]
+        out.append(Pool(served, role, tuple(sorted(workers, key=lambda w: w.box)), cfg.ROUTER_PORT_BASE + i,
+                        cfg.ROUTER_METRICS_PORT_BASE + i))
+    return out
+
+
+def venv(cfg: GroupData) -> str:
+    return f"{cfg.ROUTER_HOME}/venvs/vllm-router-{cfg.ROUTER_VERSION}"
+
+
+def worker_url(cfg: GroupData, pool: Pool, worker: Worker) -> str:
+    return f"http://127.0.0.1:{cfg.ROUTER_BRIDGE_PORT}/{worker.box}/{pool.served}"
+
+
+def router_argv(cfg: GroupData, pool: Pool) -> list[str]:
+    """vllm-router's whole command line for one pool; it holds no secret (the bridge adds the token)."""
+    return [
+        f"{venv(cfg)}/bin/vllm-router",
+        "--host", "127.0.0.1", "--port", str(pool.port),
+        "--worker-urls", *(worker_url(cfg, pool, w) for w in pool.workers),
+        "--policy", cfg.ROUTER_POLICY,
+        "--prometheus-host", "127.0.0.1", "--prometheus-port", str(pool.metrics_port),
+        "--health-check-endpoint", cfg.ROUTER_HEALTH_PATH,
+        "--health-check-interval-secs", str(cfg.ROUTER_HEALTH_INTERVAL_S),
+        "--health-check-timeout-secs", str(cfg.ROUTER_HEALTH_TIMEOUT_S),
+        "--health-failure-threshold", str(cfg.ROUTER_HEALTH_FAILURE_THRESHOLD),
+        "--health-success-threshold", str(cfg.ROUTER_HEALTH_SUCCESS_THRESHOLD),
+        "--worker-startup-timeout-secs", str(cfg.ROUTER_WORKER_STARTUP_TIMEOUT_S),
+        "--worker-startup-check-interval", str(cfg.ROUTER_HEALTH_INTERVAL_S),
+        "--retry-max-retries", str(cfg.ROUTER_RETRIES),
+        "--retry-initial-backoff-ms", str(cfg.ROUTER_RETRY_INITIAL_BACKOFF_MS),
+        "--retry-max-backoff-ms", str(cfg.ROUTER_RETRY_MAX_BACKOFF_MS),
+        "--cb-failure-threshold", str(cfg.ROUTER_CB_FAILURE_THRESHOLD),
+        "--cb-success-threshold", str(cfg.ROUTER_CB_SUCCESS_THRESHOLD),
+        "--cb-timeout-duration-secs", str(cfg.ROUTER_CB_TIMEOUT_S),
+        "--cb-window-duration-secs", str(cfg.ROUTER_CB_WINDOW_S),
+        "--request-timeout-secs", str(cfg.ROUTER_REQUEST_TIMEOUT_S),
+        "--queue-timeout-secs", str(cfg.ROUTER_QUEUE_TIMEOUT_S),
+        "--max-payload-size", str(cfg.PROXY_MAX_BODY_MB * MIB),
+    ]
+
+
+def unit(cfg: GroupData, pool: Pool) -> str:
+    """The sandboxed systemd unit of one pool's router."""
+    return render_template("vllm-router.service.j2", d=cfg, pool=pool, exec_start=shlex.join(router_argv(cfg, pool)))
+
+
+def site(cfg: GroupData, pool_list: list[Pool], boxes: dict[str, str], token_file: str = GATEWAY_TOKEN_FILE,
+         bridge_auth_file: str = BRIDGE_AUTH_FILE, ca_file: str = BOX_CA_FILE, cert_path: str = GATEWAY_CERT,
+         key_path: str = GATEWAY_KEY, box_port: int | None = None) -> str:
+    """The gateway's nginx site: the TLS front and the loopback bridge. boxes = {inventory name: address};
+    box_port: the boxes' proxy port (PROXY_PORT unless a test runs them elsewhere)."""
+    names = sorted({w.box for p in pool_list for w in p.workers})
+    bridged = [{"name": n, "address": boxes[n], "upstream": "sparkctl_box_" + n.replace("-", "_").replace(".", "_")}
+               for n in names]
+    return render_template("nginx-gateway.conf.j2", d=cfg, pools=pool_list, boxes=bridged, token_file=token_file,
+                           bridge_auth_file=bridge_auth_file, ca_file=ca_file, cert_path=cert_path,
+                           key_path=key_path, box_port=box_port or cfg.PROXY_PORT)
+
+
+def tokens(cfg: GroupData, api_token: str, scrape_token: str, beside_box_site: bool = False) -> str:
+    """The front's token maps (root-only): the API token opens the routes, the scrape token the routers' metrics.
+    beside_box_site: this host is also a box, whose token file already sets the map hash bucket size (nginx
+    refuses it twice)."""
+    return render_template("nginx-gateway-token.conf.j2", d=cfg, token=api_token, scrape_token=scrape_token,
+                           bucket=not beside_box_site)
+
+
+def bridge_auth(api_token: str) -> str:
+    """The bridge's header (root-only): the boxes' API token, added to every request the routers send."""
+    return render_template("nginx-bridge-auth.conf.j2", token=api_token)
+
+
+def scrape_paths(cfg: GroupData, pool_list: list[Pool]) -> dict[str, int]:
+    """/<ROUTER_SCRAPE_PATH>/<served>/metrics on the front -> that router's metrics port."""
+    return {f"/{cfg.ROUTER_SCRAPE_PATH}/{p.served}/metrics": p.metrics_port for p in pool_list}
