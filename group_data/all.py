@@ -304,6 +304,8 @@ ROUTER_HEALTH_TIMEOUT_S = 5  # --health-check-timeout-secs: one health check's t
 ROUTER_HEALTH_FAILURE_THRESHOLD = 2  # consecutive failed checks before a box is out of rotation (here: 10-15 s)
 ROUTER_HEALTH_SUCCESS_THRESHOLD = 2  # consecutive passed checks before a box is back in rotation
 ROUTER_WORKER_STARTUP_TIMEOUT_S = 7200  # --worker-startup-timeout-secs: how long a starting router waits for its boxes, s
+ROUTER_STARTUP_CHECK_INTERVAL_S = 1  # --worker-startup-check-interval: a (re)starting router's checks, s (its
+# start-up waits for a healthy box: this bounds what a restart costs clients, who get the front's 503 meanwhile)
 ROUTER_RETRIES = 3  # --retry-max-retries: attempts of one request (the first included) on another box after an error
 ROUTER_RETRY_INITIAL_BACKOFF_MS = 100  # first wait before a retry, ms
 ROUTER_RETRY_MAX_BACKOFF_MS = 2000  # longest wait between retries, ms
@@ -314,4 +316,5 @@ ROUTER_CB_WINDOW_S = 60  # the window failures are counted in, s
 ROUTER_REQUEST_TIMEOUT_S = 7200  # --request-timeout-secs: longest request through the router (a long reasoning
 # generation; a 10-minute timeout once cut them silently), s
 ROUTER_QUEUE_TIMEOUT_S = 7200  # --queue-timeout-secs: longest wait in the router's queue when it is full, s
+ROUTER_RESTART_RETRY_AFTER_S = 1  # Retry-After of the front's 503 while a router is not listening (restart), s
 ROUTER_STOP_TIMEOUT_S = 30  # TimeoutStopSec= of a router unit: seconds after SIGTERM before SIGKILL, s

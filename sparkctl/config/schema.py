@@ -312,6 +312,7 @@ class GroupData(BaseModel):
     ROUTER_HEALTH_FAILURE_THRESHOLD: t.Count
     ROUTER_HEALTH_SUCCESS_THRESHOLD: t.Count
     ROUTER_WORKER_STARTUP_TIMEOUT_S: t.WholeSeconds
+    ROUTER_STARTUP_CHECK_INTERVAL_S: t.WholeSeconds
     ROUTER_RETRIES: t.Count
     ROUTER_RETRY_INITIAL_BACKOFF_MS: t.Count
     ROUTER_RETRY_MAX_BACKOFF_MS: t.Count
@@ -321,6 +322,7 @@ class GroupData(BaseModel):
     ROUTER_CB_WINDOW_S: t.WholeSeconds
     ROUTER_REQUEST_TIMEOUT_S: t.WholeSeconds
     ROUTER_QUEUE_TIMEOUT_S: t.WholeSeconds
+    ROUTER_RESTART_RETRY_AFTER_S: t.WholeSeconds
     ROUTER_STOP_TIMEOUT_S: t.WholeSeconds
 
     @model_validator(mode="after")

@@ -17,6 +17,7 @@ Pure functions of the typed settings; tasks/gateway.py uploads what these render
 
 from __future__ import annotations
 
+import re
 import shlex
 from dataclasses import dataclass
 
@@ -37,7 +38,8 @@ MIB = 1024 * 1024
 @dataclass(frozen=True)
 class Worker:
     box: str  # inventory name: the bridge's path prefix
-    address: str  # where the box's proxy listens (verified against its certificate)
+    address: str  # where the box's proxy listens
+    port: int  # its TLS port (PROXY_PORT)
 
 
 @dataclass(frozen=True)
@@ -60,7 +62,7 @@ def pools(cfg: GroupData, boxes: list[tuple[str, str, list]]) -> list[Pool]:
     for name, address, services in boxes:
         for svc in services:
             if not svc.headless:
-                members.setdefault(svc.served_name, (svc.role, []))[1].append(Worker(name, address))
+                members.setdefault(svc.served_name, (svc.role, []))[1].append(Worker(name, address, cfg.PROXY_PORT))
     if not members:
         raise SettingError("GX10_HOSTS", [b[0] for b in boxes], "at least one box serving a model behind its proxy",
                            "the gateway's routers would have no workers")
@@ -94,7 +96,7 @@ def router_argv(cfg: GroupData, pool: Pool) -> list[str]:
         "--health-failure-threshold", str(cfg.ROUTER_HEALTH_FAILURE_THRESHOLD),
         "--health-success-threshold", str(cfg.ROUTER_HEALTH_SUCCESS_THRESHOLD),
         "--worker-startup-timeout-secs", str(cfg.ROUTER_WORKER_STARTUP_TIMEOUT_S),
-        "--worker-startup-check-interval", str(cfg.ROUTER_HEALTH_INTERVAL_S),
+        "--worker-startup-check-interval", str(cfg.ROUTER_STARTUP_CHECK_INTERVAL_S),
         "--retry-max-retries", str(cfg.ROUTER_RETRIES),
         "--retry-initial-backoff-ms", str(cfg.ROUTER_RETRY_INITIAL_BACKOFF_MS),
         "--retry-max-backoff-ms", str(cfg.ROUTER_RETRY_MAX_BACKOFF_MS),
@@ -113,17 +115,16 @@ def unit(cfg: GroupData, pool: Pool) -> str:
     return render_template("vllm-router.service.j2", d=cfg, pool=pool, exec_start=shlex.join(router_argv(cfg, pool)))
 
 
-def site(cfg: GroupData, pool_list: list[Pool], boxes: dict[str, str], token_file: str = GATEWAY_TOKEN_FILE,
+def site(cfg: GroupData, pool_list: list[Pool], token_file: str = GATEWAY_TOKEN_FILE,
          bridge_auth_file: str = BRIDGE_AUTH_FILE, ca_file: str = BOX_CA_FILE, cert_path: str = GATEWAY_CERT,
-         key_path: str = GATEWAY_KEY, box_port: int | None = None) -> str:
-    """The gateway's nginx site: the TLS front and the loopback bridge. boxes = {inventory name: address};
-    box_port: the boxes' proxy port (PROXY_PORT unless a test runs them elsewhere)."""
-    names = sorted({w.box for p in pool_list for w in p.workers})
-    bridged = [{"name": n, "address": boxes[n], "upstream": "sparkctl_box_" + n.replace("-", "_").replace(".", "_")}
-               for n in names]
+         key_path: str = GATEWAY_KEY) -> str:
+    """The gateway's nginx site: the TLS front and the loopback bridge to every box of every pool."""
+    by_box = {w.box: w for p in pool_list for w in p.workers}
+    bridged = [{"name": w.box, "address": w.address, "port": w.port,
+                "upstream": "sparkctl_box_" + re.sub(r"[^A-Za-z0-9_]", "_", w.box)} for _n, w in sorted(by_box.items())]
     return render_template("nginx-gateway.conf.j2", d=cfg, pools=pool_list, boxes=bridged, token_file=token_file,
                            bridge_auth_file=bridge_auth_file, ca_file=ca_file, cert_path=cert_path,
-                           key_path=key_path, box_port=box_port or cfg.PROXY_PORT)
+                           key_path=key_path)
 
 
 def tokens(cfg: GroupData, api_token: str, scrape_token: str, beside_box_site: bool = False) -> str:
