@@ -287,7 +287,8 @@ ACCEPTANCE_FAIL_ON_PROBLEMS = True  # a quick run whose own figures cannot be tr
 # served model: a router in regular mode balances one set of workers and does not route by the request's `model`);
 # the router reaches each box through a loopback bridge (nginx again) that adds the token and verifies the box's
 # certificate, so the router itself holds no secret and never sees vLLM's port.
-GATEWAY_FRONT_PORT = 443  # the gateway's public TLS port; on a box that is also the gateway, pick another than PROXY_PORT
+GATEWAY_FRONT_PORT = 443  # the gateway's public TLS port (on a box that is also the gateway: not PROXY_PORT), TCP port
+GATEWAY_PACKAGES = ["nginx", "python3-venv"]  # Debian/Ubuntu packages the gateway host needs
 ROUTER_VERSION = "0.1.17"  # PyPI vllm-router release every router runs (its own venv per version)
 ROUTER_HOME = "/opt/sparkctl-router"  # the router venvs (venvs/vllm-router-<version>) on the gateway host
 ROUTER_USER = "vllm-router"  # system user every router runs as (no home, no shell, no secret readable)
@@ -296,14 +297,14 @@ ROUTER_POLICY = "cache_aware"  # --policy: random | round_robin | cache_aware | 
 # on the box that has it in its KV cache and falls back to the least loaded box when the load is unbalanced
 ROUTER_PORT_BASE = 30000  # the routers' loopback ports: served models in name order get this, +1, ..., TCP port
 ROUTER_METRICS_PORT_BASE = 29000  # their Prometheus ports (loopback; published on the front's scrape paths), TCP port
-ROUTER_BRIDGE_PORT = 30999  # the loopback bridge the routers reach the boxes through (plain HTTP in, TLS out), TCP port
+ROUTER_BRIDGE_PORT = 30999  # the loopback bridge the routers reach the boxes through (HTTP in, TLS out), TCP port
 ROUTER_SCRAPE_PATH = "router"  # the routers' scrape paths on the front: /<this>/<served>/metrics (scrape token)
 ROUTER_HEALTH_PATH = "/health"  # the health path the router asks each box for, below /<served> (vLLM's /health)
 ROUTER_HEALTH_INTERVAL_S = 5  # --health-check-interval-secs: seconds between two health checks of one box, s
 ROUTER_HEALTH_TIMEOUT_S = 5  # --health-check-timeout-secs: one health check's timeout, s
 ROUTER_HEALTH_FAILURE_THRESHOLD = 2  # consecutive failed checks before a box is out of rotation (here: 10-15 s)
 ROUTER_HEALTH_SUCCESS_THRESHOLD = 2  # consecutive passed checks before a box is back in rotation
-ROUTER_WORKER_STARTUP_TIMEOUT_S = 7200  # --worker-startup-timeout-secs: how long a starting router waits for its boxes, s
+ROUTER_WORKER_STARTUP_TIMEOUT_S = 7200  # --worker-startup-timeout-secs: a starting router's wait for its boxes, s
 ROUTER_STARTUP_CHECK_INTERVAL_S = 1  # --worker-startup-check-interval: a (re)starting router's checks, s (its
 # start-up waits for a healthy box: this bounds what a restart costs clients, who get the front's 503 meanwhile)
 ROUTER_RETRIES = 3  # --retry-max-retries: attempts of one request (the first included) on another box after an error

@@ -297,6 +297,7 @@ class GroupData(BaseModel):
         description="a mapping of stand-in repositories to their descriptions (sparkctl/sim/models.py)")] = None
     # the front door: vLLM's router on the gateway host
     GATEWAY_FRONT_PORT: t.Port
+    GATEWAY_PACKAGES: t.DebPackages
     ROUTER_VERSION: t.Release
     ROUTER_HOME: t.DeployDir
     ROUTER_USER: t.UnixUser

@@ -41,6 +41,11 @@ class Worker:
     address: str  # where the box's proxy listens
     port: int  # its TLS port (PROXY_PORT)
 
+    @property
+    def segment(self) -> str:
+        """The box's path prefix on the bridge (its name, kept to URL- and nginx-safe characters)."""
+        return re.sub(r"[^A-Za-z0-9._-]", "-", self.box)
+
 
 @dataclass(frozen=True)
 class Pool:
@@ -55,14 +60,14 @@ class Pool:
         return f"sparkctl-router-{self.served}.service"
 
 
-def pools(cfg: GroupData, boxes: list[tuple[str, str, list]]) -> list[Pool]:
-    """One pool per served name over the boxes serving it: boxes = [(name, address, services)], the API services of
-    each gx10 host. Ports by served name in order."""
+def pools(cfg: GroupData, boxes: list[tuple[str, str, int, list]]) -> list[Pool]:
+    """One pool per served name over the boxes serving it: boxes = [(name, address, proxy port, services)], the API
+    services of each gx10 host. Router ports by served name in order."""
     members: dict[str, tuple[str, list[Worker]]] = {}
-    for name, address, services in boxes:
+    for name, address, port, services in boxes:
         for svc in services:
             if not svc.headless:
-                members.setdefault(svc.served_name, (svc.role, []))[1].append(Worker(name, address, cfg.PROXY_PORT))
+                members.setdefault(svc.served_name, (svc.role, []))[1].append(Worker(name, address, port))
     if not members:
         raise SettingError("GX10_HOSTS", [b[0] for b in boxes], "at least one box serving a model behind its proxy",
                            "the gateway's routers would have no workers")
@@ -79,7 +84,7 @@ def venv(cfg: GroupData) -> str:
 
 
 def worker_url(cfg: GroupData, pool: Pool, worker: Worker) -> str:
-    return f"http://127.0.0.1:{cfg.ROUTER_BRIDGE_PORT}/{worker.box}/{pool.served}"
+    return f"http://127.0.0.1:{cfg.ROUTER_BRIDGE_PORT}/{worker.segment}/{pool.served}"
 
 
 def router_argv(cfg: GroupData, pool: Pool) -> list[str]:
@@ -120,7 +125,7 @@ def site(cfg: GroupData, pool_list: list[Pool], token_file: str = GATEWAY_TOKEN_
          key_path: str = GATEWAY_KEY) -> str:
     """The gateway's nginx site: the TLS front and the loopback bridge to every box of every pool."""
     by_box = {w.box: w for p in pool_list for w in p.workers}
-    bridged = [{"name": w.box, "address": w.address, "port": w.port,
+    bridged = [{"name": w.box, "segment": w.segment, "address": w.address, "port": w.port,
                 "upstream": "sparkctl_box_" + re.sub(r"[^A-Za-z0-9_]", "_", w.box)} for _n, w in sorted(by_box.items())]
     return render_template("nginx-gateway.conf.j2", d=cfg, pools=pool_list, boxes=bridged, token_file=token_file,
                            bridge_auth_file=bridge_auth_file, ca_file=ca_file, cert_path=cert_path,

@@ -33,10 +33,10 @@ class Svc:  # what pools() reads of a Service
 
 
 def fleet(cfg):
-    boxes = [("spark-1", "10.0.0.11", [Svc("coder", "coder"), Svc("embed-qwen3", "embedder")]),
-             ("spark-2", "10.0.0.12", [Svc("coder", "coder")]),
-             ("spark-3", "10.0.0.13", [Svc("laguna", "coder")]),
-             ("spark-4", "10.0.0.14", [Svc("coder", "coder", headless=True)])]
+    boxes = [("spark-1", "10.0.0.11", 443, [Svc("coder", "coder"), Svc("embed-qwen3", "embedder")]),
+             ("spark-2", "10.0.0.12", 443, [Svc("coder", "coder")]),
+             ("spark-3", "10.0.0.13", 443, [Svc("laguna", "coder")]),
+             ("spark-4", "10.0.0.14", 443, [Svc("coder", "coder", headless=True)])]
     return router.pools(cfg, boxes)
 
 
@@ -47,7 +47,7 @@ def test_one_pool_per_served_name_with_its_own_ports(cfg):
         ("embed-qwen3", ["spark-1"], cfg.ROUTER_PORT_BASE + 1, cfg.ROUTER_METRICS_PORT_BASE + 1),
         ("laguna", ["spark-3"], cfg.ROUTER_PORT_BASE + 2, cfg.ROUTER_METRICS_PORT_BASE + 2)]
     with pytest.raises(SettingError, match="GX10_HOSTS"):
-        router.pools(cfg, [("spark-4", "10.0.0.14", [Svc("coder", "coder", headless=True)])])
+        router.pools(cfg, [("spark-4", "10.0.0.14", 443, [Svc("coder", "coder", headless=True)])])
 
 
 def test_the_argv_holds_no_secret_and_reaches_boxes_only_through_the_bridge(cfg):
@@ -87,8 +87,9 @@ def _gateway_files(cfg, tmp: Path) -> str:
     cert, key, ca = pki.ensure_server_cert(tmp / "pki", "gateway", ["gateway"])
     (tmp / "gw-token.conf").write_text(router.tokens(cfg, API_TOKEN, SCRAPE_TOKEN, beside_box_site=True))
     (tmp / "bridge.conf").write_text(router.bridge_auth(API_TOKEN))
-    return router.site(cfg, fleet(cfg), token_file=str(tmp / "gw-token.conf"), bridge_auth_file=str(tmp / "bridge.conf"),
-                       ca_file=str(ca), cert_path=str(cert), key_path=str(key))
+    return router.site(cfg, fleet(cfg), token_file=str(tmp / "gw-token.conf"),
+                       bridge_auth_file=str(tmp / "bridge.conf"), ca_file=str(ca), cert_path=str(cert),
+                       key_path=str(key))
 
 
 @nginx
@@ -127,8 +128,8 @@ def test_nginx_accepts_the_gateway_beside_a_box_site_on_the_same_host(cfg, tmp_p
     gw_site = _gateway_files(s.cfg, tmp_path)
     cert, key, _ca = pki.ensure_server_cert(tmp_path / "pki", "spark-1", ["spark-1"])
     (tmp_path / "box-token.conf").write_text(box_files.tokens(s.cfg, API_TOKEN, SCRAPE_TOKEN))
-    box_site = box_files.site(s.cfg, [x for x in s.services if not x.headless], token_file=str(tmp_path / "box-token.conf"),
-                              cert_path=str(cert), key_path=str(key))
+    box_site = box_files.site(s.cfg, [x for x in s.services if not x.headless],
+                              token_file=str(tmp_path / "box-token.conf"), cert_path=str(cert), key_path=str(key))
     r = harness.nginx_test(tmp_path, box_site + "\n" + gw_site)
     assert r.returncode == 0, r.stderr
 

@@ -61,7 +61,8 @@ class _Handler(BaseHTTPRequestHandler):
         self.send_header("Transfer-Encoding", "chunked")
         self.end_headers()
         for i in range(CHUNKS):
-            doc = {"id": "cmpl-1", "object": "chat.completion.chunk", "model": req.get("model"), "x_box": self.server.name,
+            doc = {"id": "cmpl-1", "object": "chat.completion.chunk", "model": req.get("model"),
+                   "x_box": self.server.name,
                    "choices": [{"index": 0, "delta": {"content": f"t{i} "}, "finish_reason": None}]}
             self._chunk(f"data: {json.dumps(doc)}\n\n".encode())
             time.sleep(CHUNK_GAP_S)
