@@ -12,7 +12,9 @@ from __future__ import annotations
 
 from io import StringIO
 
-from pyinfra import host, inventory
+import json
+
+from pyinfra import host, inventory, logger
 from pyinfra.api import StringCommand, deploy, operation
 from pyinfra.api.command import QuoteString
 from pyinfra.facts.files import File
@@ -23,9 +25,10 @@ from sparkctl.check import validate_host
 from sparkctl.config import secrets
 from sparkctl.config.settings import HostConfig, host_config
 from sparkctl.errors import Refused, SparkctlError
-from sparkctl.render import router
+from sparkctl.render import prometheus_rules, router
+from sparkctl.render.gateway import HANDOFF_MODE, write_atomic
 from sparkctl.render.box_files import NGINX_DIR
-from tasks.common import tls_material
+from tasks.common import handoff_dir, tls_material
 
 __all__ = ["gateway", "gateway_config"]
 
@@ -108,6 +111,26 @@ def _routers(config: HostConfig, pools: list[router.Pool], venv_changed) -> None
                         _if=changed)
 
 
+@operation()
+def write_router_handoff(config: HostConfig, pools: list[router.Pool]):
+    """On the control machine, after the routers: router.json (the one URL per served model) and the hand-off's
+    scrape config with the routers' job. Changes nothing on the gateway."""
+    if not host.state.is_executing:
+        host.noop("written after the routers")
+        return
+    out = handoff_dir(config.cfg)
+    out.mkdir(parents=True, exist_ok=True)
+    _cert, _key, ca = tls_material(config)
+    doc = router.handoff(config.cfg, host.name, config.address, pools, str(ca) if ca else None)
+    write_atomic(str(out / router.ROUTER_HANDOFF), json.dumps(doc, indent=2) + "\n", HANDOFF_MODE)
+    ep = out / "endpoints.json"
+    prometheus_rules.write_scrape(out, json.loads(ep.read_text()) if ep.exists() else {}, config.cfg)
+    logger.info(f"{host.name}: gateway hand-off: {out / router.ROUTER_HANDOFF} ("
+                f"{', '.join(m['base_url'] for m in doc['models'].values())})")
+    host.noop("router hand-off written")
+    yield from ()  # an operation is a generator; this one never changes the host
+
+
 @deploy("Gateway: vLLM's router")
 def gateway() -> None:
     config, pools = gateway_config()
@@ -127,3 +150,5 @@ def gateway() -> None:
     server.shell(name="Check the nginx configuration, then reload nginx", commands=["nginx -t -q",
                  "systemctl reload nginx"], _if=changed)
     _routers(config, pools, venv)
+    write_router_handoff(name="Gateway hand-off: router.json and the routers' scrape job (control machine)",
+                         config=config, pools=pools)

@@ -148,3 +148,34 @@ def bridge_auth(api_token: str) -> str:
 def scrape_paths(cfg: GroupData, pool_list: list[Pool]) -> dict[str, int]:
     """/<ROUTER_SCRAPE_PATH>/<served>/metrics on the front -> that router's metrics port."""
     return {f"/{cfg.ROUTER_SCRAPE_PATH}/{p.served}/metrics": p.metrics_port for p in pool_list}
+
+
+ROUTER_HANDOFF = "router.json"  # the gateway's part of the hand-off (control machine), beside endpoints.json
+
+
+def handoff(cfg: GroupData, gateway: str, address: str, pool_list: list[Pool], ca: str | None) -> dict:
+    """What the gateway step records for the hand-off: the one URL per served model and the routers' scrape paths;
+    ca: the generated CA clients verify the front with (None: the operator's certificate, the system's trust)."""
+    base = f"https://{address}:{cfg.GATEWAY_FRONT_PORT}"
+    return {"schema": "sparkctl.router/1", "gateway": gateway, "address": address, "port": cfg.GATEWAY_FRONT_PORT,
+            "ca_bundle": ca,
+            "models": {p.served: {"base_url": f"{base}/{p.served}/v1", "boxes": [w.box for w in p.workers],
+                                  "metrics_path": f"/{cfg.ROUTER_SCRAPE_PATH}/{p.served}/metrics"}
+                       for p in pool_list}}
+
+
+def scrape_job(doc: dict, cfg: GroupData) -> dict:
+    """The hand-off's Prometheus job for the routers: one target group per served model on the gateway's front,
+    with the same scrape token and CA as the boxes' job."""
+    target = f"{doc['address']}:{doc['port']}"
+    groups = [{"targets": [target], "labels": {"__metrics_path__": m["metrics_path"], "gateway": doc["gateway"],
+                                               "service": served}}
+              for served, m in sorted(doc["models"].items())]
+    job = {"job_name": f"{cfg.PROMETHEUS_JOB_NAME}-router", "scheme": "https",
+           "scrape_interval": f"{cfg.PROMETHEUS_SCRAPE_INTERVAL_S}s",
+           "scrape_timeout": f"{cfg.PROMETHEUS_SCRAPE_TIMEOUT_S}s",
+           "authorization": {"type": "Bearer", "credentials_file": cfg.PROMETHEUS_TOKEN_FILE},
+           "static_configs": groups}
+    if doc.get("ca_bundle"):
+        job["tls_config"] = {"ca_file": cfg.PROMETHEUS_CA_FILE}
+    return job

@@ -13,6 +13,7 @@ GW = "@fake/gateway"
 
 def fake_with(kind: str, tmp, gateway: str | None) -> dict:
     mp = pytest.MonkeyPatch()
+    mp.setenv("SPARKCTL_TEST_HANDOFF", str(tmp / "handoff"))
     if gateway:
         mp.setenv("FAKE_GATEWAY", gateway)
     else:
@@ -24,8 +25,13 @@ def fake_with(kind: str, tmp, gateway: str | None) -> dict:
 
 
 @pytest.fixture(scope="module")
-def with_gw(tmp_path_factory):
-    return fake_with("dgx", tmp_path_factory.mktemp("gw"), "1")
+def gw_tmp(tmp_path_factory):
+    return tmp_path_factory.mktemp("gw")
+
+
+@pytest.fixture(scope="module")
+def with_gw(gw_tmp):
+    return fake_with("dgx", gw_tmp, "1")
 
 
 def test_the_gateway_host_runs_the_gateway_step_and_nothing_else(with_gw):
@@ -56,3 +62,18 @@ def test_a_box_that_is_also_the_gateway_runs_both(tmp_path):
                                                                   for o in ops)
     # the box's proxy step owns the distribution's default site; the gateway's step leaves it alone
     assert not any(o.startswith("Gateway: vLLM's router | Disable the distribution's default site") for o in ops)
+
+
+def test_the_gateway_records_the_one_url_and_the_routers_scrape_job(with_gw, gw_tmp):
+    import json
+
+    import yaml
+
+    doc = json.loads((gw_tmp / "handoff" / "router.json").read_text())
+    assert doc["models"]["coder"]["base_url"] == "https://@fake/gateway:443/coder/v1"
+    assert doc["models"]["coder"]["boxes"] == ["@fake/gx10"]
+    jobs = yaml.safe_load((gw_tmp / "handoff" / "prometheus-scrape.yml").read_text())
+    router_job = next(j for j in jobs if j["job_name"] == "sparkctl-router")
+    paths = sorted(g["labels"]["__metrics_path__"] for g in router_job["static_configs"])
+    assert paths == ["/router/coder/metrics", "/router/embed-bge-m3/metrics", "/router/embed-qwen3/metrics"]
+    assert router_job["authorization"]["credentials_file"] and router_job["tls_config"]["ca_file"]
