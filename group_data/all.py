@@ -297,6 +297,10 @@ ROUTER_POLICY = "cache_aware"  # --policy: random | round_robin | cache_aware | 
 # on the box that has it in its KV cache and falls back to the least loaded box when the load is unbalanced
 ROUTER_PORT_BASE = 30000  # the routers' loopback ports: served models in name order get this, +1, ..., TCP port
 ROUTER_METRICS_PORT_BASE = 29000  # their Prometheus ports (loopback; published on the front's scrape paths), TCP port
+# each served model has a standby router too: nginx sends to it only while the primary does not answer, so the deploy
+# restarts one, then the other, and no request is refused (the primary keeps the cache-aware state that routes)
+ROUTER_STANDBY_PORT_BASE = 30100  # the standby routers' loopback ports, as ROUTER_PORT_BASE, TCP port
+ROUTER_STANDBY_METRICS_PORT_BASE = 29100  # their Prometheus ports, TCP port
 ROUTER_BRIDGE_PORT = 30999  # the loopback bridge the routers reach the boxes through (HTTP in, TLS out), TCP port
 ROUTER_SCRAPE_PATH = "router"  # the routers' scrape paths on the front: /<this>/<served>/metrics (scrape token)
 ROUTER_HEALTH_PATH = "/health"  # the health path the router asks each box for, below /<served> (vLLM's /health)
@@ -318,4 +322,6 @@ ROUTER_REQUEST_TIMEOUT_S = 7200  # --request-timeout-secs: longest request throu
 # generation; a 10-minute timeout once cut them silently), s
 ROUTER_QUEUE_TIMEOUT_S = 7200  # --queue-timeout-secs: longest wait in the router's queue when it is full, s
 ROUTER_RESTART_RETRY_AFTER_S = 1  # Retry-After of the front's 503 while a router is not listening (restart), s
-ROUTER_STOP_TIMEOUT_S = 30  # TimeoutStopSec= of a router unit: seconds after SIGTERM before SIGKILL, s
+ROUTER_READY_TIMEOUT_S = 300  # the deploy's wait for a restarted router to listen (it does once a box is healthy), s
+ROUTER_STOP_TIMEOUT_S = 7200  # TimeoutStopSec= of a router unit: on SIGTERM vllm-router stops listening and finishes
+# the requests it holds (its twin takes new ones meanwhile); a long generation may take this long, s

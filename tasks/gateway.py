@@ -13,6 +13,7 @@ from __future__ import annotations
 from io import StringIO
 
 import json
+import shlex
 
 from pyinfra import host, inventory, logger
 from pyinfra.api import StringCommand, deploy, operation
@@ -98,17 +99,29 @@ def _nginx(config: HostConfig, pools: list[router.Pool], beside_box: bool) -> bo
 
 
 def _routers(config: HostConfig, pools: list[router.Pool], venv_changed) -> None:
-    """One unit per pool; each restarted only when its unit or the venv changed, one after the other."""
+    """Two units per pool (primary, standby); when either unit or the venv changed, the primary restarts first and
+    the standby only once the primary listens again: nginx sends to whichever answers, so no request is refused."""
     cfg = config.cfg
-    units = {p.unit: files.put(name=f"Router unit {p.unit}", src=StringIO(router.unit(cfg, p)),
-                               dest=f"/etc/systemd/system/{p.unit}", user="root", group="root", mode="0644")
-             for p in pools}
+    units = {(p.served, standby): files.put(
+        name=f"Router unit {p.standby_unit if standby else p.unit}", src=StringIO(router.unit(cfg, p, standby)),
+        dest=f"/etc/systemd/system/{p.standby_unit if standby else p.unit}", user="root", group="root", mode="0644")
+        for p in pools for standby in (False, True)}
     systemd.daemon_reload(name="systemd daemon-reload (router units)", _if=any_changed(*units.values()))
     for p in pools:
-        changed = any_changed(units[p.unit], venv_changed)
-        systemd.service(name=f"{p.unit} enabled and running", service=p.unit, running=True, enabled=True)
-        systemd.service(name=f"Restart {p.unit} (its unit or venv changed)", service=p.unit, restarted=True,
-                        _if=changed)
+        for unit in (p.unit, p.standby_unit):
+            systemd.service(name=f"{unit} enabled and running", service=unit, running=True, enabled=True)
+        server.shell(name=f"Restart {p.served}'s routers one at a time (a unit or the venv changed)",
+                     commands=[f"systemctl restart {p.unit}", _listening(cfg, p.port),
+                               f"systemctl restart {p.standby_unit}", _listening(cfg, p.standby_port)],
+                     _if=any_changed(units[(p.served, False)], units[(p.served, True)], venv_changed))
+
+
+def _listening(cfg, port: int) -> str:
+    """Wait until a router listens (it does once a box answers its health check), or fail the step."""
+    loop = (f"for i in $(seq {cfg.ROUTER_READY_TIMEOUT_S}); do (exec 3<>/dev/tcp/127.0.0.1/{port}) 2>/dev/null "
+            f"&& exit 0; sleep 1; done; echo 'router on 127.0.0.1:{port} not listening after "
+            f"{cfg.ROUTER_READY_TIMEOUT_S} s (no box healthy?)' >&2; exit 1")
+    return f"bash -c {shlex.quote(loop)}"
 
 
 @operation()

@@ -305,6 +305,8 @@ class GroupData(BaseModel):
                            "sticky_least_loaded"]
     ROUTER_PORT_BASE: t.UserPort
     ROUTER_METRICS_PORT_BASE: t.UserPort
+    ROUTER_STANDBY_PORT_BASE: t.UserPort
+    ROUTER_STANDBY_METRICS_PORT_BASE: t.UserPort
     ROUTER_BRIDGE_PORT: t.UserPort
     ROUTER_SCRAPE_PATH: t.Name
     ROUTER_HEALTH_PATH: t.pattern(r"^/[A-Za-z0-9._/-]*$", "an absolute URL path such as /health")
@@ -324,6 +326,7 @@ class GroupData(BaseModel):
     ROUTER_REQUEST_TIMEOUT_S: t.WholeSeconds
     ROUTER_QUEUE_TIMEOUT_S: t.WholeSeconds
     ROUTER_RESTART_RETRY_AFTER_S: t.WholeSeconds
+    ROUTER_READY_TIMEOUT_S: t.WholeSeconds
     ROUTER_STOP_TIMEOUT_S: t.WholeSeconds
 
     @model_validator(mode="after")

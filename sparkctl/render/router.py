@@ -52,12 +52,22 @@ class Pool:
     served: str  # the served name: the front's path prefix and the boxes' own
     role: str  # coder | embedder: which PROXY_ROUTES the front publishes
     workers: tuple[Worker, ...]
-    port: int  # the router's loopback port
+    port: int  # the primary router's loopback port
     metrics_port: int  # its Prometheus port (loopback)
+    standby_port: int  # the standby router's: nginx sends to it only while the primary does not answer
+    standby_metrics_port: int
 
     @property
     def unit(self) -> str:
         return f"sparkctl-router-{self.served}.service"
+
+    @property
+    def standby_unit(self) -> str:
+        return f"sparkctl-router-{self.served}-standby.service"
+
+    def ports(self, standby: bool) -> tuple[int, int]:
+        """(router port, metrics port) of the primary or the standby."""
+        return (self.standby_port, self.standby_metrics_port) if standby else (self.port, self.metrics_port)
 
 
 def pools(cfg: GroupData, boxes: list[tuple[str, str, int, list]]) -> list[Pool]:
@@ -75,7 +85,8 @@ def pools(cfg: GroupData, boxes: list[tuple[str, str, int, list]]) -> list[Pool]
     for i, served in enumerate(sorted(members)):
         role, workers = members[served]
         out.append(Pool(served, role, tuple(sorted(workers, key=lambda w: w.box)), cfg.ROUTER_PORT_BASE + i,
-                        cfg.ROUTER_METRICS_PORT_BASE + i))
+                        cfg.ROUTER_METRICS_PORT_BASE + i, cfg.ROUTER_STANDBY_PORT_BASE + i,
+                        cfg.ROUTER_STANDBY_METRICS_PORT_BASE + i))
     return out
 
 
@@ -87,14 +98,16 @@ def worker_url(cfg: GroupData, pool: Pool, worker: Worker) -> str:
     return f"http://127.0.0.1:{cfg.ROUTER_BRIDGE_PORT}/{worker.segment}/{pool.served}"
 
 
-def router_argv(cfg: GroupData, pool: Pool) -> list[str]:
-    """vllm-router's whole command line for one pool; it holds no secret (the bridge adds the token)."""
+def router_argv(cfg: GroupData, pool: Pool, standby: bool = False) -> list[str]:
+    """vllm-router's whole command line for one pool's primary or standby; it holds no secret (the bridge adds the
+    token)."""
+    port, metrics_port = pool.ports(standby)
     return [
         f"{venv(cfg)}/bin/vllm-router",
-        "--host", "127.0.0.1", "--port", str(pool.port),
+        "--host", "127.0.0.1", "--port", str(port),
         "--worker-urls", *(worker_url(cfg, pool, w) for w in pool.workers),
         "--policy", cfg.ROUTER_POLICY,
-        "--prometheus-host", "127.0.0.1", "--prometheus-port", str(pool.metrics_port),
+        "--prometheus-host", "127.0.0.1", "--prometheus-port", str(metrics_port),
         "--health-check-endpoint", cfg.ROUTER_HEALTH_PATH,
         "--health-check-interval-secs", str(cfg.ROUTER_HEALTH_INTERVAL_S),
         "--health-check-timeout-secs", str(cfg.ROUTER_HEALTH_TIMEOUT_S),
@@ -115,9 +128,11 @@ def router_argv(cfg: GroupData, pool: Pool) -> list[str]:
     ]
 
 
-def unit(cfg: GroupData, pool: Pool) -> str:
-    """The sandboxed systemd unit of one pool's router."""
-    return render_template("vllm-router.service.j2", d=cfg, pool=pool, exec_start=shlex.join(router_argv(cfg, pool)))
+def unit(cfg: GroupData, pool: Pool, standby: bool = False) -> str:
+    """The sandboxed systemd unit of one pool's primary (or standby) router."""
+    port, metrics_port = pool.ports(standby)
+    return render_template("vllm-router.service.j2", d=cfg, pool=pool, standby=standby, port=port,
+                           metrics_port=metrics_port, exec_start=shlex.join(router_argv(cfg, pool, standby)))
 
 
 def site(cfg: GroupData, pool_list: list[Pool], token_file: str = GATEWAY_TOKEN_FILE,
@@ -127,7 +142,8 @@ def site(cfg: GroupData, pool_list: list[Pool], token_file: str = GATEWAY_TOKEN_
     by_box = {w.box: w for p in pool_list for w in p.workers}
     bridged = [{"name": w.box, "segment": w.segment, "address": w.address, "port": w.port,
                 "upstream": "sparkctl_box_" + re.sub(r"[^A-Za-z0-9_]", "_", w.box)} for _n, w in sorted(by_box.items())]
-    return render_template("nginx-gateway.conf.j2", d=cfg, pools=pool_list, boxes=bridged, token_file=token_file,
+    return render_template("nginx-gateway.conf.j2", d=cfg, pools=pool_list, boxes=bridged,
+                           scrape=scrape_paths(cfg, pool_list), token_file=token_file,
                            bridge_auth_file=bridge_auth_file, ca_file=ca_file, cert_path=cert_path,
                            key_path=key_path)
 
@@ -146,8 +162,13 @@ def bridge_auth(api_token: str) -> str:
 
 
 def scrape_paths(cfg: GroupData, pool_list: list[Pool]) -> dict[str, int]:
-    """/<ROUTER_SCRAPE_PATH>/<served>/metrics on the front -> that router's metrics port."""
-    return {f"/{cfg.ROUTER_SCRAPE_PATH}/{p.served}/metrics": p.metrics_port for p in pool_list}
+    """The front's scrape paths -> metrics port: /<ROUTER_SCRAPE_PATH>/<served>/metrics (the primary) and
+    /<ROUTER_SCRAPE_PATH>/<served>/standby/metrics."""
+    out = {}
+    for p in pool_list:
+        out[f"/{cfg.ROUTER_SCRAPE_PATH}/{p.served}/metrics"] = p.metrics_port
+        out[f"/{cfg.ROUTER_SCRAPE_PATH}/{p.served}/standby/metrics"] = p.standby_metrics_port
+    return out
 
 
 ROUTER_HANDOFF = "router.json"  # the gateway's part of the hand-off (control machine), beside endpoints.json
@@ -160,7 +181,8 @@ def handoff(cfg: GroupData, gateway: str, address: str, pool_list: list[Pool], c
     return {"schema": "sparkctl.router/1", "gateway": gateway, "address": address, "port": cfg.GATEWAY_FRONT_PORT,
             "ca_bundle": ca,
             "models": {p.served: {"base_url": f"{base}/{p.served}/v1", "boxes": [w.box for w in p.workers],
-                                  "metrics_path": f"/{cfg.ROUTER_SCRAPE_PATH}/{p.served}/metrics"}
+                                  "metrics_paths": {"primary": f"/{cfg.ROUTER_SCRAPE_PATH}/{p.served}/metrics",
+                                                    "standby": f"/{cfg.ROUTER_SCRAPE_PATH}/{p.served}/standby/metrics"}}
                        for p in pool_list}}
 
 
@@ -168,9 +190,9 @@ def scrape_job(doc: dict, cfg: GroupData) -> dict:
     """The hand-off's Prometheus job for the routers: one target group per served model on the gateway's front,
     with the same scrape token and CA as the boxes' job."""
     target = f"{doc['address']}:{doc['port']}"
-    groups = [{"targets": [target], "labels": {"__metrics_path__": m["metrics_path"], "gateway": doc["gateway"],
-                                               "service": served}}
-              for served, m in sorted(doc["models"].items())]
+    groups = [{"targets": [target], "labels": {"__metrics_path__": path, "gateway": doc["gateway"],
+                                               "service": served, "router": role}}
+              for served, m in sorted(doc["models"].items()) for role, path in sorted(m["metrics_paths"].items())]
     job = {"job_name": f"{cfg.PROMETHEUS_JOB_NAME}-router", "scheme": "https",
            "scrape_interval": f"{cfg.PROMETHEUS_SCRAPE_INTERVAL_S}s",
            "scrape_timeout": f"{cfg.PROMETHEUS_SCRAPE_TIMEOUT_S}s",

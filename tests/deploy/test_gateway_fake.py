@@ -75,5 +75,6 @@ def test_the_gateway_records_the_one_url_and_the_routers_scrape_job(with_gw, gw_
     jobs = yaml.safe_load((gw_tmp / "handoff" / "prometheus-scrape.yml").read_text())
     router_job = next(j for j in jobs if j["job_name"] == "sparkctl-router")
     paths = sorted(g["labels"]["__metrics_path__"] for g in router_job["static_configs"])
-    assert paths == ["/router/coder/metrics", "/router/embed-bge-m3/metrics", "/router/embed-qwen3/metrics"]
+    assert paths == sorted(f"/router/{s}{r}/metrics" for s in ("coder", "embed-bge-m3", "embed-qwen3")
+                           for r in ("", "/standby"))
     assert router_job["authorization"]["credentials_file"] and router_job["tls_config"]["ca_file"]

@@ -137,26 +137,37 @@ class Gateway:
     boxes: dict[str, Box]
     pool: router.Pool
     site: str
-    argv: list[str]
-    router_proc: subprocess.Popen | None
+    exe: Path
     log: Path
     cfg: object
+    procs: dict = dataclasses.field(default_factory=dict)  # standby (bool) -> its router process
+
+    @property
+    def router_proc(self) -> subprocess.Popen | None:
+        return self.procs.get(False)
 
     def client(self, token: str | None) -> httpx.Client:
         headers = {"Authorization": f"Bearer {token}"} if token else {}
         return httpx.Client(base_url=self.url, verify=self.ctx, headers=headers, timeout=30)
 
-    def start_router(self) -> None:
-        self.router_proc = subprocess.Popen(self.argv, stdout=self.log.open("ab"), stderr=subprocess.STDOUT)
+    def start_router(self, standby: bool = False) -> None:
+        """The primary (or standby) router as its unit runs it: the rendered argv, this venv's executable."""
+        argv = [str(self.exe), *router.router_argv(self.cfg, self.pool, standby)[1:]]
+        self.procs[standby] = subprocess.Popen(argv, stdout=self.log.open("ab"), stderr=subprocess.STDOUT)
 
-    def stop_router(self, sig: int = signal.SIGTERM) -> None:
-        if self.router_proc and self.router_proc.poll() is None:
-            self.router_proc.send_signal(sig)
+    def stop_router(self, standby: bool = False, sig: int = signal.SIGTERM) -> None:
+        proc = self.procs.get(standby)
+        if proc and proc.poll() is None:
+            proc.send_signal(sig)
             try:
-                self.router_proc.wait(timeout=30)
+                proc.wait(timeout=30)
             except subprocess.TimeoutExpired:
-                self.router_proc.kill()
-                self.router_proc.wait(timeout=10)
+                proc.kill()
+                proc.wait(timeout=10)
+
+    def wait_listening(self, standby: bool = False) -> None:
+        port, _metrics = self.pool.ports(standby)
+        wait_for(f"router (standby={standby}) listening", lambda: _listening(port), proc=self.procs[standby])
 
 
 def _settings(tmp: Path, overrides: dict):
@@ -203,6 +214,7 @@ def gateway(tmp: Path, exe: Path, **overrides):
     from tests.conftest import API_TOKEN, SCRAPE_TOKEN
 
     ports = dict(GATEWAY_FRONT_PORT=free_port(), ROUTER_PORT_BASE=free_port(), ROUTER_METRICS_PORT_BASE=free_port(),
+                 ROUTER_STANDBY_PORT_BASE=free_port(), ROUTER_STANDBY_METRICS_PORT_BASE=free_port(),
                  ROUTER_BRIDGE_PORT=free_port())
     settings = _settings(tmp, {**FAST_HEALTH, **ports, **overrides})
     cfg = settings.cfg
@@ -213,8 +225,9 @@ def gateway(tmp: Path, exe: Path, **overrides):
     try:
         for name in BOXES:
             boxes[name] = _box(tmp, name, settings, ca_pki)
-        pool = router.Pool(SERVED, "coder", tuple(router.Worker(b.name, "127.0.0.1", b.port) for b in boxes.values()),
-                           cfg.ROUTER_PORT_BASE, cfg.ROUTER_METRICS_PORT_BASE)
+        workers = tuple(router.Worker(b.name, "127.0.0.1", b.port) for b in boxes.values())
+        pool = router.Pool(SERVED, "coder", workers, cfg.ROUTER_PORT_BASE, cfg.ROUTER_METRICS_PORT_BASE,
+                           cfg.ROUTER_STANDBY_PORT_BASE, cfg.ROUTER_STANDBY_METRICS_PORT_BASE)
         gtmp = tmp / "gateway"
         gtmp.mkdir()
         cert, key, ca = pki.ensure_server_cert(ca_pki, "gateway", ["127.0.0.1", "gateway"])
@@ -227,15 +240,18 @@ def gateway(tmp: Path, exe: Path, **overrides):
         assert checked.returncode == 0, checked.stderr
         gproc = subprocess.Popen(["nginx", "-p", str(gtmp), "-c", str(gtmp / "nginx.conf")], stderr=subprocess.DEVNULL)
         wait_for("the gateway's nginx", lambda: _listening(cfg.GATEWAY_FRONT_PORT), proc=gproc)
-        argv = [str(exe), *router.router_argv(cfg, pool)[1:]]
         gw = Gateway(f"https://127.0.0.1:{cfg.GATEWAY_FRONT_PORT}", ssl.create_default_context(cafile=str(ca)),
-                     boxes, pool, site, argv, None, gtmp / "router.log", cfg)
-        gw.start_router()
+                     boxes, pool, site, exe, gtmp / "router.log", cfg)
+        for standby in (False, True):
+            gw.start_router(standby)
+        for standby in (False, True):
+            gw.wait_listening(standby)
         wait_until_routed(gw)
         yield gw
     finally:
         if gw is not None:
-            gw.stop_router()
+            for standby in (False, True):
+                gw.stop_router(standby)
         if gproc is not None:
             gproc.terminate()
             gproc.wait(timeout=10)

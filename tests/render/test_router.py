@@ -67,8 +67,8 @@ def test_the_real_router_parses_the_argv(cfg):
     if exe is None:
         pytest.skip(why)
     py = exe.parent / "python"
-    for pool in fleet(cfg):
-        argv = router.router_argv(cfg, pool)[1:]
+    for pool, standby in [(p, s) for p in fleet(cfg) for s in (False, True)]:
+        argv = router.router_argv(cfg, pool, standby)[1:]
         code = ("import json, sys; from vllm_router.launch_router import parse_router_args; "
                 "a = parse_router_args(json.loads(sys.argv[1])); "
                 "print(json.dumps({k: getattr(a, k) for k in ('policy', 'worker_urls', 'prometheus_port', "
@@ -76,7 +76,7 @@ def test_the_real_router_parses_the_argv(cfg):
         r = subprocess.run([str(py), "-c", code, json.dumps(argv)], capture_output=True, text=True, timeout=60)
         assert r.returncode == 0, r.stderr
         got = json.loads(r.stdout.strip().splitlines()[-1])
-        assert got["policy"] == cfg.ROUTER_POLICY and got["prometheus_port"] == pool.metrics_port
+        assert got["policy"] == cfg.ROUTER_POLICY and got["prometheus_port"] == pool.ports(standby)[1]
         assert got["request_timeout_secs"] == cfg.ROUTER_REQUEST_TIMEOUT_S
         assert got["health_check_endpoint"] == cfg.ROUTER_HEALTH_PATH and len(got["worker_urls"]) == len(pool.workers)
         assert got["retry_max_retries"] == cfg.ROUTER_RETRIES and got["cb_failure_threshold"] == \
@@ -136,7 +136,8 @@ def test_nginx_accepts_the_gateway_beside_a_box_site_on_the_same_host(cfg, tmp_p
 
 @pytest.mark.skipif(shutil.which("systemd-analyze") is None, reason="systemd-analyze not installed")
 def test_systemd_accepts_each_router_unit(cfg, tmp_path):
-    texts = {p.unit: router.unit(cfg, p) for p in fleet(cfg)}
+    texts = {**{p.unit: router.unit(cfg, p) for p in fleet(cfg)},
+             **{p.standby_unit: router.unit(cfg, p, standby=True) for p in fleet(cfg)}}
     assert check_tools.systemd(tmp_path / "root", texts) == []
     for text in texts.values():
         assert f"User={cfg.ROUTER_USER}" in text and "ProtectSystem=strict" in text and "Restart=always" in text

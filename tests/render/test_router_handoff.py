@@ -76,7 +76,11 @@ def test_the_scrape_config_gains_the_routers_job_once_a_gateway_recorded_it(tmp_
     (tmp_path / router.ROUTER_HANDOFF).write_text(json.dumps(doc))
     jobs = prometheus_rules.scrape_configs(tmp_path, eps, cfg)
     assert [j["job_name"] for j in jobs] == ["sparkctl", "sparkctl-router"]
-    assert [(g["targets"], g["labels"]["__metrics_path__"]) for g in jobs[1]["static_configs"]] == [
-        (["10.0.0.5:443"], "/router/coder/metrics"), (["10.0.0.5:443"], "/router/laguna/metrics")]
+    assert [(g["targets"], g["labels"]["__metrics_path__"], g["labels"]["router"])
+            for g in jobs[1]["static_configs"]] == [
+        (["10.0.0.5:443"], "/router/coder/metrics", "primary"),
+        (["10.0.0.5:443"], "/router/coder/standby/metrics", "standby"),
+        (["10.0.0.5:443"], "/router/laguna/metrics", "primary"),
+        (["10.0.0.5:443"], "/router/laguna/standby/metrics", "standby")]
     path = prometheus_rules.write_scrape(tmp_path, eps, cfg)
     assert yaml.safe_load(path.read_text()) == jobs
