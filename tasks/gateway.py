@@ -50,6 +50,8 @@ def gateway_config() -> tuple[HostConfig, list[router.Pool]]:
             members.append((h.name, s.address, s.cfg.PROXY_PORT,
                             [svc for svc in s.services if not svc.headless] if s.role.serves_api else []))
         config = host_config({**boxes[0].data.dict(), **host.data.dict()}, host.name)
+        if "gx10" in host.groups:
+            router.check_beside_box(config.cfg)
         return config, router.pools(config.cfg, members)
     except SparkctlError as exc:
         raise Refused(f"{host.name}: {exc}") from None

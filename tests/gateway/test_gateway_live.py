@@ -244,6 +244,7 @@ def test_a_router_restarted_while_a_box_is_down_serves_and_takes_the_box_back(gw
         gw.start_router()
         h.wait_until_routed(gw)
         gw.start_router(standby=True)
+        gw.wait_listening(standby=True)
         served = time.monotonic() - t0
         out = wait_healthy(gw, "box-b", False, health_window(gw.cfg) + 5)
         print(f"\nrouter restarted with box-b down: serving after {served:.1f} s, box-b out {out:.1f} s later")
@@ -269,6 +270,7 @@ def test_a_stream_in_flight_when_the_primary_stops_ends_complete(gw, monkeypatch
         except httpx.HTTPError as exc:
             outcome.append(f"cut after {len(got)} events: {type(exc).__name__}")
 
+    gw.wait_listening(standby=True)
     t = threading.Thread(target=stream)
     t.start()
     time.sleep(1.0)
