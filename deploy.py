@@ -9,8 +9,11 @@ on here. Bad settings are refused before any command reaches the host; see READM
 settings and the two-Spark topologies.
 """
 
+from pyinfra import host
+
 from tasks.acceptance import acceptance_step, judge_waiting
 from tasks.checkpoints import checkpoints
+from tasks.gateway import gateway
 from tasks.handoff import handoff
 from tasks.health import health
 from tasks.link import link, ray_retire
@@ -23,18 +26,21 @@ from tasks.services import services
 from tasks.tp_worker import tp_worker_result
 from tasks.vllm import vllm
 
-settings = settings_for_host()  # pure validation: no command has run yet
-facts = preflight(settings)
-nvidia(settings, is_dgx=facts["is_dgx"], gpu=facts["gpu"])
-shared_scripts = vllm(settings)  # box modules the monitoring step's scripts import too
-link(settings)
-checkpoints(settings)
-oom_guard(settings)
-proxy(settings)  # before the services: a coder is judged through it as soon as its box waits for a verdict
-rollouts = services(settings, judge=judge_waiting)  # what its rollouts learn while they execute, for later steps
-monitoring(settings, shared_scripts)
-health(settings, rollouts.ledger.known_failed)
-acceptance_step(settings)
-tp_worker_result(settings, rollouts.worker_starts)
-ray_retire(settings)  # Ray units a configuration no longer runs, once its services run without them
-handoff(settings)
+if "gx10" in host.groups:
+    settings = settings_for_host()  # pure validation: no command has run yet
+    facts = preflight(settings)
+    nvidia(settings, is_dgx=facts["is_dgx"], gpu=facts["gpu"])
+    shared_scripts = vllm(settings)  # box modules the monitoring step's scripts import too
+    link(settings)
+    checkpoints(settings)
+    oom_guard(settings)
+    proxy(settings)  # before the services: a coder is judged through it as soon as its box waits for a verdict
+    rollouts = services(settings, judge=judge_waiting)  # what its rollouts learn while they execute, for later steps
+    monitoring(settings, shared_scripts)
+    health(settings, rollouts.ledger.known_failed)
+    acceptance_step(settings)
+    tp_worker_result(settings, rollouts.worker_starts)
+    ray_retire(settings)  # Ray units a configuration no longer runs, once its services run without them
+    handoff(settings)
+if "gateway" in host.groups:
+    gateway()  # the front door: vLLM's router behind the same TLS and token, after the boxes it routes to

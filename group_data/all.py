@@ -311,3 +311,48 @@ MAX_FAIL_PERCENTAGE = 0  # failed boxes a wave may have, % of the boxes it rolle
 ROLLOUT_ESTIMATE_DRAIN_S = [0, 660]
 ROLLOUT_ESTIMATE_LOAD_S = [120, 900]  # restart to serving: "GB10: 2-15 min" (HEALTH_READY_TIMEOUT_S above)
 ROLLOUT_ESTIMATE_ACCEPTANCE_S = [120, 240]  # the quick acceptance: "about 2-4 minutes on a GX10" (above)
+
+# --- the front door: vLLM's router on the `gateway` host (README "A fleet") ------------------------------------
+# Clients use https://<gateway>:GATEWAY_FRONT_PORT/<served>/v1/... with the same bearer token as the boxes. nginx
+# checks the token and passes each served model's allow-listed routes to its own vllm-router (one process per
+# served model: a router in regular mode balances one set of workers and does not route by the request's `model`);
+# the router reaches each box through a loopback bridge (nginx again) that adds the token and verifies the box's
+# certificate, so the router itself holds no secret and never sees vLLM's port.
+GATEWAY_FRONT_PORT = 443  # the gateway's public TLS port (on a box that is also the gateway: not PROXY_PORT), TCP port
+GATEWAY_PACKAGES = ["nginx", "python3-venv"]  # Debian/Ubuntu packages the gateway host needs
+ROUTER_VERSION = "0.1.17"  # PyPI vllm-router release every router runs (its own venv per version)
+ROUTER_HOME = "/opt/sparkctl-router"  # the router venvs (venvs/vllm-router-<version>) on the gateway host
+ROUTER_USER = "vllm-router"  # system user every router runs as (no home, no shell, no secret readable)
+ROUTER_POLICY = "cache_aware"  # --policy: random | round_robin | cache_aware | kv_aware | power_of_two |
+# consistent_hash | sticky_least_loaded (vllm-router 0.1.17 --help); cache_aware keeps a session's growing prefix
+# on the box that has it in its KV cache and falls back to the least loaded box when the load is unbalanced
+ROUTER_PORT_BASE = 30000  # the routers' loopback ports: served models in name order get this, +1, ..., TCP port
+ROUTER_METRICS_PORT_BASE = 29000  # their Prometheus ports (loopback; published on the front's scrape paths), TCP port
+# each served model has a standby router too: nginx sends to it only while the primary does not answer, so the deploy
+# restarts one, then the other, and no request is refused (the primary keeps the cache-aware state that routes)
+ROUTER_STANDBY_PORT_BASE = 30100  # the standby routers' loopback ports, as ROUTER_PORT_BASE, TCP port
+ROUTER_STANDBY_METRICS_PORT_BASE = 29100  # their Prometheus ports, TCP port
+ROUTER_BRIDGE_PORT = 30999  # the loopback bridge the routers reach the boxes through (HTTP in, TLS out), TCP port
+ROUTER_SCRAPE_PATH = "router"  # the routers' scrape paths on the front: /<this>/<served>/metrics (scrape token)
+ROUTER_HEALTH_PATH = "/health"  # the health path the router asks each box for, below /<served> (vLLM's /health)
+ROUTER_HEALTH_INTERVAL_S = 5  # --health-check-interval-secs: seconds between two health checks of one box, s
+ROUTER_HEALTH_TIMEOUT_S = 5  # --health-check-timeout-secs: one health check's timeout, s
+ROUTER_HEALTH_FAILURE_THRESHOLD = 2  # consecutive failed checks before a box is out of rotation (here: 10-15 s)
+ROUTER_HEALTH_SUCCESS_THRESHOLD = 2  # consecutive passed checks before a box is back in rotation
+ROUTER_WORKER_STARTUP_TIMEOUT_S = 7200  # --worker-startup-timeout-secs: a starting router's wait for its boxes, s
+ROUTER_STARTUP_CHECK_INTERVAL_S = 1  # --worker-startup-check-interval: a (re)starting router's checks, s (its
+# start-up waits for a healthy box: this bounds what a restart costs clients, who get the front's 503 meanwhile)
+ROUTER_RETRIES = 3  # --retry-max-retries: attempts of one request (the first included) on another box after an error
+ROUTER_RETRY_INITIAL_BACKOFF_MS = 100  # first wait before a retry, ms
+ROUTER_RETRY_MAX_BACKOFF_MS = 2000  # longest wait between retries, ms
+ROUTER_CB_FAILURE_THRESHOLD = 5  # circuit breaker: consecutive failures of one box that open its circuit
+ROUTER_CB_SUCCESS_THRESHOLD = 2  # successes in half-open state that close it again
+ROUTER_CB_TIMEOUT_S = 30  # how long an open circuit stays open before a half-open try, s
+ROUTER_CB_WINDOW_S = 60  # the window failures are counted in, s
+ROUTER_REQUEST_TIMEOUT_S = 7200  # --request-timeout-secs: longest request through the router (a long reasoning
+# generation; a 10-minute timeout once cut them silently), s
+ROUTER_QUEUE_TIMEOUT_S = 7200  # --queue-timeout-secs: longest wait in the router's queue when it is full, s
+ROUTER_RESTART_RETRY_AFTER_S = 1  # Retry-After of the front's 503 while a router is not listening (restart), s
+ROUTER_READY_TIMEOUT_S = 300  # the deploy's wait for a restarted router to listen (it does once a box is healthy), s
+ROUTER_STOP_TIMEOUT_S = 7200  # TimeoutStopSec= of a router unit: on SIGTERM vllm-router stops listening and finishes
+# the requests it holds (its twin takes new ones meanwhile); a long generation may take this long, s

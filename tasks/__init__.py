@@ -2,10 +2,11 @@
 
 The steps, in the order deploy.py runs them (module.function where the two differ): preflight, nvidia, vllm, link
 (the CX7 link and Ray: tensor-parallel only), checkpoints, oom_guard, proxy, services, monitoring, health,
-acceptance.acceptance_step, tp_worker.tp_worker_result, link.ray_retire, handoff. Each takes the host's Settings,
-built once by the check layer (preflight.settings_for_host: sparkctl.check.validate_host) and read as
-`settings.cfg.SETTING`; what one step needs from another is returned by it and handed on in deploy.py. The logic
-they apply lives in the sparkctl package; these modules only turn it into operations.
+acceptance.acceptance_step, tp_worker.tp_worker_result, link.ray_retire, handoff (on gx10 hosts), gateway (on the
+`gateway` group's hosts: vLLM's router as the front door). Each takes the host's Settings, built once by the check
+layer (preflight.settings_for_host: sparkctl.check.validate_host) and read as `settings.cfg.SETTING`; what one step
+needs from another is returned by it and handed on in deploy.py. The logic they apply lives in the sparkctl
+package; these modules only turn it into operations.
 
 Not steps: facts.py (the facts the steps read), common.py (pyinfra helpers several steps share: failing a host,
 following the box's transaction, marking the gateway hand-off ready, the proxy's TLS material) and rollout.py (the

@@ -47,3 +47,10 @@ if os.environ.get("FAKE_HOSTS") == "2":  # two Sparks; FAKE_MODELS="laguna-s-2.1
                                       **_responses}
 else:
     gx10 = [("@fake/gx10", _data)]
+if os.environ.get("FAKE_GATEWAY"):  # the front door: "1" a host of its own, "box" the (first) box is the gateway too
+    _handoff = {"GATEWAY_HANDOFF_DIR": os.environ.get("SPARKCTL_TEST_HANDOFF", "handoff")}
+    if os.environ["FAKE_GATEWAY"] == "box":
+        gx10[0][1].update(_handoff, GATEWAY_FRONT_PORT=8443)
+        gateway = [gx10[0][0]]
+    else:
+        gateway = [("@fake/gateway", {**_data, **_handoff})]

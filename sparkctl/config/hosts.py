@@ -87,6 +87,14 @@ def real_hosts(env: dict | None = None) -> list[HostConn]:
             for n in names]
 
 
+def gateway_hosts(env: dict | None = None) -> list[HostConn]:
+    """GATEWAY_HOSTS=<host>[,...]: the `gateway` group (vLLM's router as the front door), reached with the same
+    GX10_SSH_* settings as the boxes; a box may be one too."""
+    env = os.environ if env is None else env
+    names = [h.strip() for h in env.get("GATEWAY_HOSTS", "").split(",") if h.strip()]
+    return real_hosts({**env, "GX10_HOSTS": ",".join(names)})
+
+
 def sim_hosts(path: Path = SIM_HOSTS_FILE) -> list[HostConn]:
     if not path.exists():
         return []

@@ -311,6 +311,39 @@ class GroupData(BaseModel):
     SIM_TINY_MEMORY: Annotated[dict[str, Any] | None, Field(description="a mapping of MemoryFacts fields")] = None
     SIM_CHECKPOINTS: Annotated[dict[str, dict[str, Any]] | None, Field(
         description="a mapping of stand-in repositories to their descriptions (sparkctl/sim/models.py)")] = None
+    # the front door: vLLM's router on the gateway host
+    GATEWAY_FRONT_PORT: t.Port
+    GATEWAY_PACKAGES: t.DebPackages
+    ROUTER_VERSION: t.Release
+    ROUTER_HOME: t.DeployDir
+    ROUTER_USER: t.UnixUser
+    ROUTER_POLICY: Literal["random", "round_robin", "cache_aware", "kv_aware", "power_of_two", "consistent_hash",
+                           "sticky_least_loaded"]
+    ROUTER_PORT_BASE: t.UserPort
+    ROUTER_METRICS_PORT_BASE: t.UserPort
+    ROUTER_STANDBY_PORT_BASE: t.UserPort
+    ROUTER_STANDBY_METRICS_PORT_BASE: t.UserPort
+    ROUTER_BRIDGE_PORT: t.UserPort
+    ROUTER_SCRAPE_PATH: t.Name
+    ROUTER_HEALTH_PATH: t.pattern(r"^/[A-Za-z0-9._/-]*$", "an absolute URL path such as /health")
+    ROUTER_HEALTH_INTERVAL_S: t.WholeSeconds
+    ROUTER_HEALTH_TIMEOUT_S: t.WholeSeconds
+    ROUTER_HEALTH_FAILURE_THRESHOLD: t.Count
+    ROUTER_HEALTH_SUCCESS_THRESHOLD: t.Count
+    ROUTER_WORKER_STARTUP_TIMEOUT_S: t.WholeSeconds
+    ROUTER_STARTUP_CHECK_INTERVAL_S: t.WholeSeconds
+    ROUTER_RETRIES: t.Count
+    ROUTER_RETRY_INITIAL_BACKOFF_MS: t.Count
+    ROUTER_RETRY_MAX_BACKOFF_MS: t.Count
+    ROUTER_CB_FAILURE_THRESHOLD: t.Count
+    ROUTER_CB_SUCCESS_THRESHOLD: t.Count
+    ROUTER_CB_TIMEOUT_S: t.WholeSeconds
+    ROUTER_CB_WINDOW_S: t.WholeSeconds
+    ROUTER_REQUEST_TIMEOUT_S: t.WholeSeconds
+    ROUTER_QUEUE_TIMEOUT_S: t.WholeSeconds
+    ROUTER_RESTART_RETRY_AFTER_S: t.WholeSeconds
+    ROUTER_READY_TIMEOUT_S: t.WholeSeconds
+    ROUTER_STOP_TIMEOUT_S: t.WholeSeconds
 
     @model_validator(mode="after")
     def _cross_field(self):

@@ -9,10 +9,12 @@ In `split` both boxes serve "coder" with different models: the gateway routes by
 Kubernetes manifests (optional, never applied): per served model a Service without selector plus an
 EndpointSlice listing the boxes, so the cluster the boxes joined as capacity reaches them by name. They are
 validated offline against the Kubernetes JSON schemas (kubernetes-validate).
+llm-d (optional): llmd-endpoints-<served>.yaml per served model, the file-discovery list of its ready boxes.
 """
 
 from __future__ import annotations
 
+import ipaddress
 import json
 import re
 from pathlib import Path
@@ -96,10 +98,49 @@ def validate_manifests(docs: list[dict], k8s_version: str) -> None:
         kubernetes_validate.validate(doc, k8s_version, strict=True)
 
 
+LLMD_PREFIX = "llmd-endpoints-"  # llmd-endpoints-<served>.yaml: llm-d's file-discovery list of one pool
+
+
+def llmd_endpoints(endpoints: dict) -> dict[str, dict]:
+    """Per served model, llm-d's file-discovery document (its EPP runs without Kubernetes on it and reloads it on
+    an atomic rename): the boxes ready to serve it (a draining box is left out, so the EPP deletes it), each an
+    IPv4 literal as the plugin requires (a box known by a DNS name only is left out: the EndpointSlice has it)."""
+    out = {}
+    for served, items in endpoints["models"].items():
+        eps = [{"name": k8s_name(e["box"]), "address": e["address"], "port": str(e["port"]),
+                "labels": {"served-model": served, "model": e["model"], "box": e["box"], "scheme": "https",
+                           "path-prefix": f"/{served}/v1"}}
+               for e in items if e.get("ready", True) and _ipv4(e["address"])]
+        out[served] = {"endpoints": eps}
+    return out
+
+
+def _ipv4(text: str) -> bool:
+    try:
+        return isinstance(ipaddress.ip_address(text), ipaddress.IPv4Address)
+    except ValueError:
+        return False
+
+
 def write(out_dir: Path, endpoints: dict, docs: list[dict]) -> tuple[Path, Path]:
     out_dir.mkdir(parents=True, exist_ok=True)
     ep, k8s = out_dir / "endpoints.json", out_dir / "k8s-endpoints.yaml"
     for path, text in ((ep, json.dumps(endpoints, indent=2) + "\n"),
                        (k8s, yaml.safe_dump_all(docs, sort_keys=False))):
         write_atomic(str(path), text, HANDOFF_MODE)
+    write_llmd(out_dir, endpoints)
     return ep, k8s
+
+
+def write_llmd(out_dir: Path, endpoints: dict) -> list[Path]:
+    """Each pool's llm-d endpoints file, replaced by an atomic rename; a pool no longer served loses its file."""
+    docs = llmd_endpoints(endpoints)
+    paths = []
+    for served, doc in sorted(docs.items()):
+        path = out_dir / f"{LLMD_PREFIX}{served}.yaml"
+        write_atomic(str(path), yaml.safe_dump(doc, sort_keys=False), HANDOFF_MODE)
+        paths.append(path)
+    for old in out_dir.glob(f"{LLMD_PREFIX}*.yaml"):
+        if old.name[len(LLMD_PREFIX):-len(".yaml")] not in docs:
+            old.unlink()
+    return paths

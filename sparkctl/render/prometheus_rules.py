@@ -18,7 +18,7 @@ import yaml
 from sparkctl.config.quantities import DAY_S, GIB
 from sparkctl.config.schema import GroupData, as_group_data
 from sparkctl.config.settings import HostConfig, as_config
-from sparkctl.render import dashboard
+from sparkctl.render import dashboard, router
 from sparkctl.render.gateway import HANDOFF_MODE, write_atomic
 
 
@@ -153,13 +153,29 @@ def rules(endpoints: dict, config: HostConfig) -> dict:
                         "rules": rollout_alerts(j, cfg) + alerts + spec_acceptance_alerts(endpoints, config)}]}
 
 
+def scrape_configs(out_dir: Path, endpoints: dict, cfg: GroupData) -> list[dict]:
+    """The boxes' job, and the gateway routers' job when a gateway recorded its part (router.json) in out_dir."""
+    jobs = [scrape_job(endpoints, cfg)] if "models" in endpoints else []  # (none yet: the gateway came first)
+    doc = out_dir / router.ROUTER_HANDOFF
+    if doc.exists():
+        jobs.append(router.scrape_job(json.loads(doc.read_text()), cfg))
+    return jobs
+
+
+def write_scrape(out_dir: Path, endpoints: dict, cfg: GroupData) -> Path:
+    """prometheus-scrape.yml alone (the gateway step, after it recorded its part), replaced atomically."""
+    path = out_dir / HANDOFF_FILES[0]
+    write_atomic(str(path), yaml.safe_dump(scrape_configs(out_dir, endpoints, cfg), sort_keys=False), HANDOFF_MODE)
+    return path
+
+
 HANDOFF_FILES = ("prometheus-scrape.yml", "prometheus-rules.yml", "grafana-dashboard.json")
 
 
 def write_handoff(out_dir: Path, endpoints: dict, config: HostConfig) -> list[Path]:
     """The monitoring part of the gateway hand-off, beside endpoints.json (each file replaced atomically)."""
     config = as_config(config)
-    texts = [yaml.safe_dump([scrape_job(endpoints, config.cfg)], sort_keys=False),
+    texts = [yaml.safe_dump(scrape_configs(out_dir, endpoints, config.cfg), sort_keys=False),
              yaml.safe_dump(rules(endpoints, config), sort_keys=False, width=1000),
              json.dumps(dashboard.dashboard(config.cfg), indent=1) + "\n"]
     out_dir.mkdir(parents=True, exist_ok=True)

@@ -47,6 +47,11 @@ ALLOWED = [
     ("POST", "/embed-qwen3/v1/embeddings", "/v1/embeddings"),
     ("GET", "/embed-bge-m3/v1/models", "/v1/models"),
     ("GET", "/embed-bge-m3/version", "/version"),
+    # the gateway router's health path (ROUTER_HEALTH_PATH below each served name): vLLM's /health, GET only
+    ("GET", "/coder/health", "/health"),
+    ("HEAD", "/coder/health", "/health"),
+    ("GET", "/embed-qwen3/health", "/health"),
+    ("GET", "/coder/./health", "/health"),
     # spellings nginx normalises to an allowed route: they reach that route's fixed path, never anything else
     ("GET", "//coder//v1/models", "/v1/models"),
     ("GET", "/coder/./v1/models", "/v1/models"),
@@ -63,7 +68,8 @@ DENIED = [
     ("GET", "//coder//metrics"), ("GET", "/coder/v1/../metrics"), ("GET", "/coder/v1/%2e%2e/metrics"),
     ("GET", "/coder/v1/%2E%2E/metrics"), ("GET", "/coder/v1/models/../../metrics"), ("GET", "/coder/metrics;x"),
     ("GET", "/coder/docs"), ("GET", "/coder/docs/"), ("GET", "/coder/redoc"), ("GET", "/coder/openapi.json"),
-    ("OPTIONS", "/coder/openapi.json"), ("GET", "/coder/load"), ("GET", "/coder/health"), ("GET", "/coder/ping"),
+    ("OPTIONS", "/coder/openapi.json"), ("GET", "/coder/load"), ("GET", "/coder/health/"), ("GET", "/coder/health%2F"),
+    ("GET", "/coder/v1/health"), ("GET", "/health"), ("GET", "/coder/healthz"), ("GET", "/coder/ping"),
     ("POST", "/coder/ping"), ("GET", "/coder/server_info"), ("POST", "/coder/pause"), ("POST", "/coder/sleep"),
     ("POST", "/coder/collective_rpc"), ("POST", "/coder/reset_prefix_cache"), ("POST", "/coder/detokenize"),
     ("POST", "/coder/v1/load_lora_adapter"), ("POST", "/coder/invocations"), ("POST", "/coder/pooling"),
@@ -268,8 +274,16 @@ def test_every_configured_route_is_published_and_only_those(proxy):
     exact = sorted(line.split()[2] for line in locations if line.startswith("location = "))
     served = (("coder", "coder"), ("embed-qwen3", "embedder"), ("embed-bge-m3", "embedder"))
     scrape = [f"/{name}/metrics" for name, _ in served] + ["/node/metrics"]  # scrape token only (issue 11)
-    assert exact == sorted([f"/{name}{r}" for name, role in served for r in routes[role]] + scrape)
+    health = [f"/{name}/health" for name, _ in served]  # the gateway router's health checks
+    assert exact == sorted([f"/{name}{r}" for name, role in served for r in routes[role]] + scrape + health)
     assert [line for line in locations if not line.startswith("location = ")] == ["location / {"]  # the 404
+
+
+def test_the_health_path_takes_only_get(proxy):
+    """Anything but GET/HEAD on the health path is refused before vLLM (a draining box failing it: tests/gateway)."""
+    proxy.clear()
+    status, _h, _b = request(proxy.address, proxy.ctx, "POST", "/coder/health", TOKEN)
+    assert status == 403 and proxy.hits() == []
 
 
 def test_the_table_catches_a_prefix_proxy(tmp_path):
