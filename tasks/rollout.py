@@ -8,12 +8,24 @@ import json
 from dataclasses import dataclass, field
 from functools import partial
 
+import gevent
 from pyinfra import host, logger
 from pyinfra.api import FunctionCommand, StringCommand, operation
 
 from sparkctl.box import contract
+from sparkctl.fleet.gate import Decision, WaveGate, describe_stop, rollout_gate, wait_turn
 from tasks.common import box_command, connector_args, follow_transaction, mark_ready
 from tasks.facts import RolloutStatus
+
+
+@dataclass(frozen=True)
+class WavePlan:
+    """How this run's rollouts take the fleet: the waves over the units that have something to roll out, the
+    failure budget per wave, and how often a box waiting for its wave looks again."""
+
+    waves: object  # with_work -> the ordered waves of units (sparkctl.fleet.waves.plan_waves over the placed fleet)
+    max_fail_percentage: float  # MAX_FAIL_PERCENTAGE
+    poll_s: float  # HEALTH_POLL_INTERVAL_S: a waiting box's look at the gate
 
 
 @dataclass
@@ -21,12 +33,16 @@ class RolloutLedger:
     """What the rollout operations learn while pyinfra executes, for the ops after them.
 
     pyinfra runs deploy.py once per host while it prepares (every step has returned by then), and only afterwards
-    executes the operations, host after host for a `_serial` op; what a FunctionCommand learns at execute time can
-    therefore not be a step's return value. `rolling` must be shared ACROSS hosts: it is the one-box-at-a-time
-    guard, a later box reads that an earlier one failed. The rest is keyed by box. One object per deploy run (the
-    pyinfra process), handed on explicitly: services() returns it, deploy.py gives it to health()."""
+    executes the operations, every host's greenlet at once for one op; what a FunctionCommand learns at execute
+    time can therefore not be a step's return value. `expected`, `checked` and `gates` must be shared ACROSS hosts:
+    the boxes that prepared a rollout, which of them have one to run, and the wave gate their greenlets pass (each
+    waits for its wave, a failed wave stops the rest). The rest is keyed by box. One object per deploy run (the pyinfra process), handed on explicitly:
+    services() returns it, deploy.py gives it to health()."""
 
-    rolling: dict[str, str] = field(default_factory=dict)  # service -> box whose rollout started, not yet gated
+    plan: WavePlan | None = None  # set by the services step while it prepares
+    expected: dict[str, set[str]] = field(default_factory=dict)  # service -> boxes that prepared its rollout op
+    checked: dict[str, dict[str, bool]] = field(default_factory=dict)  # service -> box -> it has a rollout to run
+    gates: dict[str, WaveGate] = field(default_factory=dict)  # service -> its gate, built when the op first executes
     known_failed: dict[str, list[str]] = field(default_factory=dict)  # box -> one line per service left as it was
     status: dict[tuple, dict] = field(default_factory=dict)  # (box, executing, ...) -> rollout.py status: one call
     detached: dict[tuple[str, str], str] = field(default_factory=dict)  # (box, service) -> txn of rollout(wait=False)
@@ -42,16 +58,48 @@ def rollout_status(script: str, services: tuple, env_prefix: str) -> dict:
     return LEDGER.status[key]
 
 
-def _guard(state, host, service: str) -> bool:
-    """Execution time, one box after another: never touch a box after an earlier one failed this rollout."""
-    earlier = LEDGER.rolling.get(service)
-    if earlier and earlier != host.name:
-        host.log_styled(f"not rolling out vllm-{service} here: it failed on {earlier} (rolled back there), so this "
-                        f"box stays on its previous configuration; fix the candidate and rerun", fg="red",
-                        log_func=logger.error)
+def check_in(service: str, has_work: bool) -> None:
+    """Execution time, first thing in a box's rollout op: whether it has something to roll out. What the box runs
+    is known only now (its candidate was staged by the ops before), so the gate waits for every box's word."""
+    LEDGER.checked.setdefault(service, {})[host.name] = has_work
+
+
+def _gate(state, service: str) -> WaveGate:
+    """The service's wave gate, built once every active box that prepared this op has checked in (every box's
+    greenlet runs this op at once, and checks in after one status read): boxes with nothing to roll out are then
+    known, and never waited for."""
+    if service not in LEDGER.gates:
+        active = {h.name for h in state.inventory.get_active_hosts()}
+        while not (LEDGER.expected.get(service, set()) & active) <= set(LEDGER.checked.get(service, {})):
+            gevent.sleep(LEDGER.plan.poll_s)
+        if service not in LEDGER.gates:  # another greenlet may have built it meanwhile
+            work = {b for b, has_work in LEDGER.checked[service].items() if has_work}
+            LEDGER.gates[service] = rollout_gate(LEDGER.plan.waves(work), work, active,
+                                                 LEDGER.plan.max_fail_percentage)
+    return LEDGER.gates[service]
+
+
+def _wave_turn(state, host, service: str) -> bool:
+    """Execution time: wait for this box's wave; refuse to touch it once an earlier wave spent the failure budget."""
+    gate = _gate(state, service)
+    if wait_turn(gate, host.name, lambda: gevent.sleep(LEDGER.plan.poll_s)) is Decision.STOP:
+        host.log_styled(f"not rolling out vllm-{service} here: {describe_stop(gate)}; this box stays on its previous "
+                        f"configuration; fix the candidate and rerun", fg="red", log_func=logger.error)
         return False
-    LEDGER.rolling[service] = host.name
+    boxes, number = gate.wave_of(host.name)
+    if len(gate.waves) > 1:
+        host.log(f"vllm-{service}: wave {number} of {len(gate.waves)} ({', '.join(boxes)})")
     return True
+
+
+def _follow_in_wave(state, host, service: str, *args, **kwargs) -> bool:
+    """_follow, its result recorded in the wave gate whatever happens (a wave waits for every box's result)."""
+    ok = False
+    try:
+        ok = bool(_follow(state, host, service, *args, **kwargs))
+    finally:
+        _gate(state, service).record(host.name, ok)
+    return ok
 
 
 def _apply(host, kw: dict, service: str, apply_cmd: StringCommand) -> dict | None:
@@ -82,10 +130,7 @@ def _follow(state, host, service: str, apply_cmd: StringCommand, rollout_py, int
             return False
         done = _ended(state, host, service, started, result, wanted, handoff, on_awaiting)
         if done is not None:
-            if done:
-                LEDGER.rolling.pop(service, None)
             return done
-    LEDGER.rolling.pop(service, None)
     return True
 
 
@@ -117,7 +162,7 @@ def _awaiting(state, host, service: str, started: dict, result: dict, ours: bool
                         f"box decides alone; rerun then, or decide now: rollout.py verdict {service} --tx "
                         f"{started['txn']} commit|rollback", fg="red", log_func=logger.error)
         return False
-    if on_awaiting is not None:  # judged here, inside the serial rollout: one box at a time
+    if on_awaiting is not None:  # judged here, inside the box's wave: the next wave waits for this verdict
         host.log(f"vllm-{service}: passed its health gate; the box keeps its snapshot and waits for the "
                  f"acceptance verdict until {result.get('deadline')}")
         return bool(on_awaiting(state, host, started["txn"], result.get("probe_key", "")))
@@ -180,7 +225,7 @@ def rollout(service: str, services: tuple, script: str, setting_values: dict, in
     setting_values: the validated values of contract.SETTINGS (tasks/services.rollout_call); verdict_args
     (sparkctl.render.units.apply_verdict_args): after its health gate the box waits for the acceptance verdict;
     on_awaiting(state, host, txn, probe_key) -> bool (tasks/acceptance.judge_waiting) then measures and sends it
-    within this op, so a serial rollout touches the next box only after this one's verdict, and a first install is
+    within this op, so the next wave touches its boxes only after this one's verdict, and a first install is
     judged while its verdict deadline is fresh (the proxy step runs before the services).
 
     "Exactly that" = the stamp rollout.py recorded after its last healthy start equals the hash of the staged unit
@@ -189,8 +234,15 @@ def rollout(service: str, services: tuple, script: str, setting_values: dict, in
     peer: rollout.py's --peer-* facts (a tensor-parallel worker following its head); wait=False only starts the
     transaction (rollout_join follows it to its result, after the head's rollout).
     """
-    status = rollout_status(script, services, env_prefix).get(service, {})
-    unchanged = _unchanged(service, status, setting_values["ROLLOUT_RETRY_FAILED"])
+    try:
+        status = rollout_status(script, services, env_prefix).get(service, {})
+        unchanged = _unchanged(service, status, setting_values["ROLLOUT_RETRY_FAILED"])
+    except Exception:
+        if wait and host.state.is_executing:
+            check_in(service, False)  # this box fails here; its wave must not wait for it
+        raise
+    if wait and host.state.is_executing:
+        check_in(service, not unchanged)
     if unchanged:
         host.noop(unchanged)
         return
@@ -200,8 +252,8 @@ def rollout(service: str, services: tuple, script: str, setting_values: dict, in
     if not wait:  # no one-box-at-a-time guard: head and worker are one unit, the head's rollout decides for both
         yield FunctionCommand(_start, (service, apply_cmd), {})
         return
-    yield FunctionCommand(_guard, (service,), {})
-    yield FunctionCommand(_follow, (service, apply_cmd, rollout_py, interval),
+    yield FunctionCommand(_wave_turn, (service,), {})
+    yield FunctionCommand(_follow_in_wave, (service, apply_cmd, rollout_py, interval),
                           {"wanted": status.get("wanted", ""), "handoff": handoff, "on_awaiting": on_awaiting})
 
 

@@ -4,7 +4,9 @@ Both are only staged here, as <ENV_DIR>/<env>.next and <ENV_DIR>/<unit>.next (ou
 the box-side transaction (sparkctl/box/rollout.py, a transient systemd unit) snapshots what they replace,
 drains the served model at the proxy, installs them, restarts, gates on a real request, and commits or restores
 exactly that snapshot. A flip therefore changes only the coder's staged env file, and only the coder restarts.
-Rollouts go one box at a time (`_serial`): the next box is touched only after the previous one passed its gate.
+Rollouts go in waves over the fleet (ROLLOUT_WAVES, MAX_UNAVAILABLE, MAX_FAIL_PERCENTAGE; tasks/rollout.py): a canary
+first, then batches, never more of a pool at once than MAX_UNAVAILABLE (a pair: one box at a time), each wave
+judged before the next is touched, and no further box after a wave spends its failure budget.
 """
 
 from __future__ import annotations
@@ -25,9 +27,11 @@ from sparkctl.render import ray
 from sparkctl.render import units as svcs
 from sparkctl.render.link import native_pair, peer_facts
 from sparkctl.render.units import apply_verdict_args, gate_kind, rollout_env, rollout_values
+from sparkctl.errors import Refused
+from sparkctl.fleet.waves import rollout_waves
 from tasks.common import ready_target
 from tasks.facts import VenvsInUse
-from tasks.rollout import LEDGER, RolloutLedger, rollout
+from tasks.rollout import LEDGER, RolloutLedger, WavePlan, rollout
 
 
 def rollout_call(cfg: GroupData) -> dict:
@@ -103,6 +107,7 @@ def services(settings: Settings, judge, service_list: list | None = None) -> Rol
     call = rollout_call(cfg)
     stage(cfg, service_list)
     names = tuple(s.name for s in service_list)
+    plan_waves(settings, [s.name for s in service_list if not s.headless])
     worker_rollouts = {}
     for svc in service_list:  # tensor-parallel: the worker's transaction starts first and waits for the head's
         if svc.headless:
@@ -113,17 +118,34 @@ def services(settings: Settings, judge, service_list: list | None = None) -> Rol
     for svc in service_list:
         if svc.headless:
             continue
-        # one box at a time: a served model is never down on every box at once
+        # in waves (tasks/rollout.py): a served model is never down on every box of its pool at once
         handoff = ready_target(cfg, svc.served_name) if settings.role.serves_api else None
         verdict_args = apply_verdict_args(cfg, svc)  # the coder waits for its acceptance verdict, judged in this op
         rollout(name=f"Roll out {svc.unit} ({svc.model.key})", service=svc.name, services=names,
-                port=svc.port, served=svc.served_name, kind=gate_kind(svc), handoff=handoff, _serial=True,
+                port=svc.port, served=svc.served_name, kind=gate_kind(svc), handoff=handoff,
                 verdict_args=verdict_args, on_awaiting=judge(settings, svc, handoff) if verdict_args else None,
                 **call)
     for svc in service_list:  # after the rollout installed the unit
         systemd.service(name=f"Enable {svc.unit} at boot", service=svc.unit, running=None, enabled=True)
     prune(cfg)
     return Rollouts(LEDGER, worker_rollouts)
+
+
+def plan_waves(settings: Settings, services: list[str]) -> None:
+    """Prepare time, every box: how this run's rollouts take the fleet (built once, from the first box's settings:
+    the wave settings are group data), and that this box's greenlet will check in at each service's gate. Every
+    box of a wave waits in its own greenlet, so pyinfra must run them all at once."""
+    cfg = settings.cfg
+    if LEDGER.plan is None:
+        hosts = [h.name for h in inventory.get_group("gx10")]
+        LEDGER.plan = WavePlan(rollout_waves(cfg, hosts), cfg.MAX_FAIL_PERCENTAGE, cfg.HEALTH_POLL_INTERVAL_S)
+    boxes = len(list(inventory.get_active_hosts()))
+    if host.state.pool.size < boxes:
+        raise Refused(f"pyinfra runs {host.state.pool.size} hosts at once (--parallel) but {boxes} are in this "
+                      f"deploy: a rollout in waves (ROLLOUT_WAVES) keeps every box's greenlet waiting for its wave; "
+                      f"drop --parallel or raise it to at least {boxes}")
+    for name in services:
+        LEDGER.expected.setdefault(name, set()).add(settings.host_name)
 
 
 @operation()

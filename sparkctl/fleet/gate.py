@@ -69,6 +69,11 @@ class WaveGate:
         self._started.add(unit)
         return Decision.GO
 
+    def wave_of(self, box: str) -> tuple[list[str], int]:
+        """The boxes of this box's wave, and its number from 1: for the log."""
+        index = self._wave[self._known(box)]
+        return [b for u in self.waves[index] for b in u], index + 1
+
     # --- state ------------------------------------------------------------------------------------------------------
     @property
     def current_wave(self) -> int:
@@ -133,3 +138,19 @@ def wait_turn(gate: WaveGate, box: str, sleep: Callable[[], None]) -> Decision:
     while (decision := gate.may_start(box)) is Decision.WAIT:
         sleep()
     return decision
+
+
+def rollout_gate(waves: list[list[Unit]], work: set[str], active: set[str], max_fail_percentage: float) -> WaveGate:
+    """The gate one service's rollout op passes, over the waves plan_waves(..., with_work=work) gave: each unit cut
+    down to its boxes that run this op (a tensor-parallel pair's worker only follows its head, so the head alone
+    reports for the pair) and are still active (a box that failed an earlier step never reaches the gate, and must
+    not hold its wave back)."""
+    kept = [[tuple(b for b in unit if b in work and b in active) for unit in wave] for wave in waves]
+    return WaveGate([[u for u in wave if u] for wave in kept], max_fail_percentage)
+
+
+def describe_stop(gate: WaveGate, setting: str = "MAX_FAIL_PERCENTAGE") -> str:
+    """Why a box is left alone once the budget is spent, naming the failed boxes and every box not rolled out."""
+    return (f"wave {(gate.stopped_at or 0) + 1} of {len(gate.waves)} failed on {', '.join(gate.failed()) or '?'} "
+            f"(each rolled itself back), beyond {setting} = {gate.max_fail_percentage:g} %: no further box is "
+            f"touched; not rolled out: {', '.join(gate.not_rolled_out()) or 'none'}")

@@ -15,8 +15,11 @@ grow (its last size repeats). Each wave finishes (every box judged) before the n
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Callable
 
-from sparkctl.fleet.placement import Fleet
+from sparkctl.config.schema import GroupData
+from sparkctl.fleet.placement import Fleet, place
+from sparkctl.fleet.pools import from_settings
 
 Unit = tuple[str, ...]
 
@@ -71,3 +74,10 @@ def plan_waves(fleet: Fleet, waves: list, max_unavailable: int | str, with_work:
 def wave_boxes(waves: list[list[Unit]]) -> list[list[str]]:
     """The waves as lists of box names."""
     return [[b for unit in wave for b in unit] for wave in waves]
+
+
+def rollout_waves(cfg: GroupData, hosts: list[str]) -> Callable[[set[str]], list[list[Unit]]]:
+    """What the deploy's rollouts need of the fleet: with_work -> the waves over the units with a box in with_work,
+    for the inventory's gx10 hosts in order (FLEET_POOLS placed, or today's topology read as pools)."""
+    fleet = place(from_settings(cfg, hosts), hosts)
+    return lambda with_work: plan_waves(fleet, cfg.ROLLOUT_WAVES, cfg.MAX_UNAVAILABLE, with_work)
