@@ -3,7 +3,7 @@
 The steps, in the order deploy.py runs them (module.function where the two differ): preflight, nvidia, vllm, link
 (the CX7 link and Ray: tensor-parallel only), checkpoints, services.oom_guard, proxy, services, monitoring, health,
 acceptance.acceptance_step, services.tp_worker_result, link.ray_retire, handoff. Each takes the host's Settings, built once by the check layer
-(preflight.settings_for_host: sparkctl.check.validate_host) and read as `settings.cfg.SETTING`; what one step needs
+(preflight.settings_for_host: check/validate.py's validate_host) and read as `settings.cfg.SETTING`; what one step needs
 from another is returned by it and handed on in deploy.py. The logic they apply lives in the sparkctl package;
 these modules only turn it into operations.
 
@@ -11,4 +11,7 @@ Not steps: facts.py (the facts the steps read), common.py (pyinfra helpers sever
 following the box's transaction, marking the gateway hand-off ready, the proxy's TLS material) and rollout.py (the
 services step's rollout operations and the ledger they fill while they execute). A step imports none of another
 step's private names; errors (sparkctl.errors.Refused) and box paths (sparkctl.render) live in the package.
+
+May import: sparkctl.config, sparkctl.check, sparkctl.render, sparkctl.measure, sparkctl.box.contract (the box
+boundary), sparkctl.errors, and pyinfra.
 """

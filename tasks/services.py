@@ -18,10 +18,11 @@ from pyinfra.api import StringCommand, deploy, operation
 from pyinfra.api.command import QuoteString
 from pyinfra.operations import files, systemd
 
-from sparkctl.config import rules
+from sparkctl.check import rules
 from sparkctl.config.catalog import CODER
 from sparkctl.config.schema import GroupData
-from sparkctl.config.settings import Settings, derive, host_config
+from sparkctl.check.load import host_config
+from sparkctl.config.settings import Settings, derive
 from sparkctl.render import box_files, ray
 from sparkctl.render import units as svcs
 from sparkctl.render.link import peer_status_command

@@ -18,7 +18,8 @@ import json
 
 from sparkctl.capacity import kv, plan, report
 from sparkctl.config import catalog as catalog_mod
-from sparkctl.config.settings import HostConfig, load
+from sparkctl.check.load import load
+from sparkctl.config.settings import HostConfig
 from sparkctl.errors import SettingError
 
 

@@ -66,7 +66,7 @@ def check_dir(folder: Path) -> None:
 def parse_data_value(text: str):
     """A --data value as pyinfra's CLI parses it (pyinfra_cli/util.py parse_cli_arg, pyinfra 3.10): true/false,
     an int, JSON, else the string. Copied, not imported: importing pyinfra_cli monkey-patches the stdlib (gevent);
-    tests/config/test_check.py checks it against pyinfra's own function."""
+    tests/check/test_check.py checks it against pyinfra's own function."""
     if text.lower() == "false":
         return False
     if text.lower() == "true":

@@ -57,7 +57,7 @@ def _is_interface(text: str) -> bool:
 
 def _is_regex(text: str) -> bool:
     """Quotable for earlyoom's EARLYOOM_ARGS ('...'); whether glibc compiles it as earlyoom does is checked by the
-    check layer (sparkctl/check_render.py), with the real regcomp."""
+    check layer (sparkctl/check/render.py), with the real regcomp."""
     return bool(text) and "'" not in text
 
 

@@ -30,9 +30,8 @@ HF_TOKEN_ENV = "SPARK_HF_TOKEN_FILE"
 
 
 def secrets_dir(cfg: schema.GroupData) -> Path:
-    """SECRETS_DIR, relative to the repository unless absolute. cfg: the typed settings (TRANSITIONAL: or the raw
-    group data the e2e scenarios and measure/quick.py still pass)."""
-    d = Path(schema.as_group_data(cfg).SECRETS_DIR)
+    """SECRETS_DIR, relative to the repository unless absolute."""
+    d = Path(cfg.SECRETS_DIR)
     return d if d.is_absolute() else REPO_ROOT / d
 
 

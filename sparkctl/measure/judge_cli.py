@@ -16,7 +16,7 @@ import json
 from pathlib import Path
 
 from sparkctl.config import groupdata
-from sparkctl.config.settings import load
+from sparkctl.check.load import load
 from sparkctl.measure import acceptance, history, quick, record
 
 

@@ -9,7 +9,7 @@ import copy
 import pytest
 
 from sparkctl.config import catalog, catalog_entries, groupdata
-from sparkctl.config.settings import host_config
+from sparkctl.check.load import host_config
 from sparkctl.errors import SettingError
 
 # a new coding model written as an operator would, in group_data/gx10.py

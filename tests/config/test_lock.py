@@ -17,8 +17,8 @@ from sparkctl import REPO_ROOT
 from sparkctl.config import catalog, lock
 from sparkctl.errors import SettingError, SparkctlError
 from sparkctl.sim import models
-from tests.config.test_bad_input import Case, _fake_run, _lock
-from tests.config.test_bad_input import test_check_refuses_with_a_clear_message as check_refuses
+from tests.check.test_bad_input import Case, _fake_run, _lock
+from tests.check.test_bad_input import test_check_refuses_with_a_clear_message as check_refuses
 from tests.conftest import FAKE_LOCK
 
 QWEN = "unsloth/Qwen3.8-27B-NVFP4"

@@ -29,7 +29,7 @@ import pytest
 
 from sparkctl import REPO_ROOT
 from sparkctl.config import catalog, groupdata, hosts, secrets
-from sparkctl.config.lock import refresh_lock
+from sparkctl.config.lock_refresh import refresh_lock
 
 BIN = Path(sys.executable).parent
 GROUPS = ["all", "gx10", "sim"]

@@ -33,8 +33,10 @@ import time
 
 import pytest
 
-from sparkctl.config import catalog, groupdata, schema, settings
-from sparkctl.config.lock import cache_dirname, refresh_lock
+from sparkctl.check.load import host_config
+from sparkctl.config import catalog, groupdata, schema
+from sparkctl.config.lock import cache_dirname
+from sparkctl.config.lock_refresh import refresh_lock
 from sparkctl.measure import acceptance, history, labels, quick
 from tests.e2e.conftest import GROUPS, pyinfra, record, sim_exec
 
@@ -122,7 +124,7 @@ def spread(values: list[float]) -> dict:
 
 @pytest.mark.e2e_extended  # a calibration (the sim's thresholds are set from it), not a behaviour: ~1.5 min here
 def test_five_accepted_runs_give_the_gate_noise(converged_spark):
-    config = settings.host_config({**converged_spark.data, **SPEED_DATA})
+    config = host_config({**converged_spark.data, **SPEED_DATA})
     runs = []
     for i in range(5):
         t0 = time.monotonic()
@@ -159,7 +161,7 @@ def quiet_baseline(converged_spark) -> dict:
     """spark-1's coder rolled out on the marker("baseline") configuration (judged with SPEED), and a baseline of it
     in the box's acceptance history measured now, with the other box idle (group_data/sim.py: the two boxes share
     2 cores), as a full `bench --record-baseline` would set it. Returns that history line."""
-    config = settings.host_config({**groupdata.load(GROUPS), **SPEED_DATA})
+    config = host_config({**groupdata.load(GROUPS), **SPEED_DATA})
     run = deploy(marker("baseline"), *SPEED)
     assert run.rc == 0, run.failure()
     quiet = quick.acceptance_of(converged_spark.host, config, lines=[])

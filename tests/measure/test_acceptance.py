@@ -13,7 +13,7 @@ import dataclasses
 import pytest
 
 from sparkctl.config import catalog, groupdata
-from sparkctl.config.settings import host_config
+from sparkctl.check.load import host_config
 from sparkctl.errors import SettingError
 from sparkctl.measure import acceptance, history, quick, record
 from tests.conftest import typed

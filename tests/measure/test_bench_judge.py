@@ -9,7 +9,7 @@ import json
 
 import pytest
 
-from sparkctl.config.settings import host_config
+from sparkctl.check.load import host_config
 from sparkctl.__main__ import main
 from sparkctl.measure import history, quick, record
 from tests.measure.test_history import LocalHost

@@ -16,7 +16,7 @@ import pytest
 
 from sparkctl import REPO_ROOT
 from sparkctl.__main__ import main
-from sparkctl.check import validate_host
+from sparkctl.check.validate import validate_host
 from sparkctl.config.groupdata import parse_data_value
 from sparkctl.config import pki, schema
 from sparkctl.config.hosts import HostConn

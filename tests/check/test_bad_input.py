@@ -31,7 +31,7 @@ from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from sparkctl import REPO_ROOT
 from sparkctl.__main__ import main
-from sparkctl.check import validate_host as validate
+from sparkctl.check.validate import validate_host as validate
 from sparkctl.config import groupdata, pki
 from sparkctl.config.quantities import GIB
 from tasks.preflight import check_facts
