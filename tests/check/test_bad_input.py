@@ -208,6 +208,14 @@ def _append(line):
     return lambda text: text + line + "\n"
 
 
+def _secrets_dir(mode: int):
+    def prepare(tmp):
+        (tmp / "secrets").mkdir()
+        (tmp / "secrets").chmod(mode)
+        return {}, {}
+    return prepare
+
+
 def _gx10_fifo(gd: Path):
     (gd / "gx10.py").unlink()
     os.mkfifo(gd / "gx10.py", 0o600)
@@ -402,8 +410,7 @@ CASES = [
     Case("a needle beyond the context", ["ACCEPTANCE_NIAH_LENGTH = 262144", "fits qwen3.8-27b's context"],
          data={"ACCEPTANCE_NIAH_LENGTH": 262_144}),
     # --- configs the box's own validators reject (nginx -t, systemd-analyze verify on the control machine) ---------
-    Case("a fractional nginx timeout in group data", ["PROXY_READ_TIMEOUT_S = 7200.0", "nginx -t",
-                                                      "proxy_read_timeout 7200.0s;"],
+    Case("a fractional nginx timeout in group data", ["PROXY_READ_TIMEOUT_S = 7200.0", "whole number of seconds"],
          gx10_py=_append("PROXY_READ_TIMEOUT_S = 7200.0  # an operator's edit"), fake=True),
     Case("a duplicate route", ["PROXY_ROUTES", "nginx -t", "duplicate location"],
          data={"PROXY_ROUTES": {"coder": ["/v1/models", "/v1/models"], "embedder": ["/v1/models"]}}, fake=True),
@@ -507,6 +514,47 @@ CASES = [
     Case("a lowered scrape interval is blamed on the interval", ["PROMETHEUS_SCRAPE_INTERVAL_S = 5",
                                                                  "at least PROMETHEUS_SCRAPE_TIMEOUT_S"],
          data={"PROMETHEUS_SCRAPE_INTERVAL_S": 5}),
+    # --- what a tired operator still got through to the box ---------------------------------------------------------
+    Case("an embedder KV budget of a kilobyte on a real box", ["EMBEDDERS[0].kv_cache_gib",
+                                                                "at least EMBEDDER_KV_FLOOR_GIB = 1 GiB"],
+         data={"EMBEDDERS": [{"model": "qwen3-embedding-0.6b", "kv_cache_gib": 1e-6},
+                             {"model": "bge-m3", "kv_cache_gib": 2}]}, cli=True),
+    Case("system packages without nginx", ["SYSTEM_PACKAGES", "nginx, earlyoom, libnuma1", "the TLS proxy"],
+         data={"SYSTEM_PACKAGES": ["python3-venv", "libnuma1", "curl", "earlyoom", "rsync"]}, cli=True),
+    Case("system packages without earlyoom and libnuma1", ["SYSTEM_PACKAGES", "the OOM guard", "_C extension"],
+         data={"SYSTEM_PACKAGES": ["python3-venv", "curl", "nginx", "rsync"]}),
+    Case("no GPU devices for a CUDA vLLM", ["NVIDIA_DEVICES = []", "DevicePolicy=closed", "CPU build"],
+         data={"NVIDIA_DEVICES": []}, cli=True, fake=True),
+    Case("the proxy timeout floor lowered", ["PROXY_TIMEOUT_FLOOR_S = 60", "from 7200"],
+         data={"PROXY_TIMEOUT_FLOOR_S": 60}),
+    Case("a setting defined twice in gx10.py", ["group_data/gx10.py line", "CODING_MODEL", "already set on line 6",
+                                                "one definition of each setting"],
+         gx10_py=_append('CODING_MODEL = "laguna-s-2.1"  # a second line'), fake=True),
+    Case("a readiness wait of 1 s on a real box", ["HEALTH_READY_TIMEOUT_S = 1", "at least 900 s",
+                                                   "BOX_TIMEOUT_FLOORS_S"], data={"HEALTH_READY_TIMEOUT_S": 1},
+         cli=True),
+    Case("a verdict wait of 1 s on a real box", ["ACCEPTANCE_VERDICT_TIMEOUT_S = 1", "at least 240 s"],
+         data={"ACCEPTANCE_VERDICT_TIMEOUT_S": 1}),
+    Case("a drain of 60 s on a real box", ["DRAIN_TIMEOUT_S = 60", "at least 1500 s"], data={"DRAIN_TIMEOUT_S": 60}),
+    Case("an environment value ending in a backslash", ["VLLM_EXTRA_ENV['X']", "not ending in a backslash"],
+         data={"VLLM_EXTRA_ENV": {"X": "a\\"}}, cli=True),
+    Case("a vLLM version the requirement contradicts", ["VLLM_VERSION = '0.31.0'", "VLLM_PIP_REQUIREMENT",
+                                                         "==0.32.0"], data={"VLLM_VERSION": "0.31.0"}),
+    Case("a requirement that contradicts the vLLM version", ["VLLM_PIP_REQUIREMENT = 'vllm==0.30.1'",
+                                                             "agrees with VLLM_VERSION"],
+         data={"VLLM_PIP_REQUIREMENT": "vllm==0.30.1"}),
+    Case("a CUDA version its packages contradict", ["CUDA_VERSION = '12.8'", "CUDA_PACKAGES[0]", "cuda-toolkit-13-0"],
+         data={"CUDA_VERSION": "12.8"}),
+    Case("the hand-off written to /", ["GATEWAY_HANDOFF_DIR = '/'", "a directory of the hand-off's own"],
+         data={"GATEWAY_HANDOFF_DIR": "/"}, cli=True),
+    Case("a secrets directory anyone can write", ["SECRETS_DIR", "0777", "only its owner can write"],
+         prepare=_secrets_dir(0o777), cli=True),
+    Case("a lock file size of -1", [".size = -1", "whole number of bytes"],
+         prepare=_lock(lambda e: next(iter(e["files"].values())).update(size=-1))),
+    Case("a lock file size of true", [".size = True", "whole number of bytes"],
+         prepare=_lock(lambda e: next(iter(e["files"].values())).update(size=True))),
+    Case("a fractional nginx timeout", ["PROXY_READ_TIMEOUT_S = 7200.5", "whole number of seconds",
+                                        "nginx refuses a fraction"], data={"PROXY_READ_TIMEOUT_S": 7200.5}, cli=True),
     # --- the command line ----------------------------------------------------------------------------------------
     Case("--data without =", ["--data", "CODING_MODEL", "KEY=VALUE"], raw=["CODING_MODEL"]),  # pyinfra's
     # own CLI raises ValueError for this one, before our code runs
