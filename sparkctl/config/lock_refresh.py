@@ -33,12 +33,22 @@ def refresh_lock(groups: list[str], endpoint: str | None = None,
     for cp in sorted(checkpoints_of(config.catalog) + list(extra or []), key=lambda c: c.repo):
         try:
             out["checkpoints"][cp.repo] = resolve(api, cp, endpoint)
-        except (httpx.TransportError, OSError) as exc:
+        except transport_errors() as exc:
             raise SparkctlError(unreachable(endpoint, groups, cp.repo, exc)) from None
     path = lock_path(config.cfg)
     path.parent.mkdir(parents=True, exist_ok=True)
     write_atomic(str(path), json.dumps(out, indent=2, sort_keys=True) + "\n", 0o644)  # a reader never sees half
     return path
+
+
+def transport_errors() -> tuple[type[BaseException], ...]:
+    """The connection errors of the HTTP client huggingface_hub uses (httpx2 in its 2.x releases, httpx before)."""
+    errors: list[type[BaseException]] = [httpx.TransportError, OSError]
+    try:
+        import httpx2
+    except ImportError:
+        return tuple(errors)
+    return (*errors, httpx2.TransportError)
 
 
 def unreachable(endpoint: str, groups: list[str], repo: str, exc: Exception) -> str:

@@ -34,6 +34,7 @@ from sparkctl.__main__ import main
 from sparkctl.check.validate import validate_host as validate
 from sparkctl.config import groupdata, pki
 from sparkctl.config.quantities import GIB
+from sparkctl.errors import SettingError
 from tasks.preflight import check_facts
 from tests.conftest import API_TOKEN, FAKE_LOCK, SCRAPE_TOKEN
 
@@ -721,6 +722,18 @@ def test_short_proxy_timeout_is_a_warning_naming_the_floor(gx10_data):
     gx10_data["PROXY_READ_TIMEOUT_S"] = 600
     s = validate(gx10_data, "gx10")
     assert any("PROXY_READ_TIMEOUT_S = 600" in w and "7200" in w for w in s.warnings)
+
+
+def test_a_wait_below_its_floor_is_a_warning_on_the_simulated_spark(token_file, tmp_path):
+    """The simulated Spark's group data says its waits only warn (BOX_TIMEOUT_FLOOR_MODE in group_data/sim.py), with
+    its own floors; the same value with the real box's mode is refused: the difference is data, not code."""
+    data = {**groupdata.load(["all", "gx10", "sim"]), "MODEL_LOCK_FILE": FAKE_LOCK,
+            "SECRETS_DIR": str(tmp_path / "secrets"), "DRAIN_TIMEOUT_S": 5}
+    s = validate(data, "spark-1")
+    assert [w for w in s.warnings if "DRAIN_TIMEOUT_S = 5 s is below the 60 s this box needs" in w]
+    with pytest.raises(SettingError, match="DRAIN_TIMEOUT_S = 5 is not valid; expected at least 60 s"):
+        validate({**data, "BOX_TIMEOUT_FLOOR_MODE": "fail"}, "spark-1")
+    assert validate({**data, "DRAIN_TIMEOUT_S": 60}, "spark-1").warnings == ()
 
 
 SYSTEM_USER = {"entry": {"uid": 998, "home": "/var/lib/sparkctl", "shell": "/usr/sbin/nologin"}, "uid_min": 1000,
