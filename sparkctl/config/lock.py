@@ -130,13 +130,7 @@ def locked(lock: dict, cp: catalog.Checkpoint, path: Path) -> LockedCheckpoint:
     if not isinstance(sha, str) or not SHA_RE.match(sha):
         raise SettingError(f"{name}[{cp.repo!r}].sha", sha, "a 40-hex commit sha", refresh)
     files = entry.get("files")
-    if not files or not isinstance(files, dict) or not all(isinstance(f, dict) for f in files.values()):
-        raise SettingError(f"{name}[{cp.repo!r}].files", files, "the file listing at that commit "
-                           '({"<path>": {"size": <bytes>, ...}})', refresh)
-    for path, meta in files.items():
-        if type(meta.get("size")) is not int or meta["size"] < 0:  # bool is an int to isinstance
-            raise SettingError(f"{name}[{cp.repo!r}].files[{path!r}].size", meta.get("size"),
-                               "a whole number of bytes, 0 or more", refresh)
+    _check_listing(f"{name}[{cp.repo!r}].files", files, refresh)
     undigested = files_without_digest(files)
     if undigested:
         raise SettingError(f"{name}[{cp.repo!r}].files[{undigested[0]!r}]", files[undigested[0]], DIGEST_RULE,
@@ -144,6 +138,17 @@ def locked(lock: dict, cp: catalog.Checkpoint, path: Path) -> LockedCheckpoint:
                            f"the box could not tell a corrupt copy from a good one. {refresh}")
     config = entry.get("config") if isinstance(entry.get("config"), dict) else None
     return LockedCheckpoint(repo=cp.repo, revision=cp.revision, sha=sha, files=entry["files"], config=config)
+
+
+def _check_listing(name: str, files, refresh: str) -> None:
+    """A lock entry's file listing: {path: {"size": bytes, ...}}, every size a whole number of bytes."""
+    if not files or not isinstance(files, dict) or not all(isinstance(f, dict) for f in files.values()):
+        raise SettingError(name, files, 'the file listing at that commit ({"<path>": {"size": <bytes>, ...}})',
+                           refresh)
+    for path, meta in files.items():
+        if type(meta.get("size")) is not int or meta["size"] < 0:  # bool is an int to isinstance
+            raise SettingError(f"{name}[{path!r}].size", meta.get("size"), "a whole number of bytes, 0 or more",
+                               refresh)
 
 
 def has_digest(meta: dict) -> bool:

@@ -312,7 +312,7 @@ def check_tls_pair(cfg: schema.GroupData, address: str, now=None) -> None:
                            f"{address}", f"It names {names or 'nothing'}; clients connect to https://{address}")
 
 
-# --- scrape token (issue 11): what the cluster's Prometheus sends to /<served>/metrics and /node/metrics ---
+# --- scrape token: what the cluster's Prometheus sends to /<served>/metrics and /node/metrics ---
 SCRAPE_TOKEN_ENV = "SPARK_SCRAPE_TOKEN_FILE"
 
 

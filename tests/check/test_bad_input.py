@@ -1,5 +1,5 @@
 """Bad input is refused before the host is touched, with a message naming the setting, the value and what is
-valid, and no traceback (issue 18: one or more cases of each class the issue lists, aimed at the class). Table-driven:
+valid, and no traceback (one or more cases of each class of bad input, aimed at the class). Table-driven:
 each case changes a valid configuration in one way, the way an operator (or an attacker) would (`--data KEY=VALUE`,
 an edited group_data file, a secret file, a TLS pair), and runs it
 
@@ -293,7 +293,7 @@ CASES = [
          data={"SPARK_TOPOLOGY": "mesh"}),
     Case("tensor-parallel on one box", ["SPARK_TOPOLOGY", "tensor-parallel", "two hosts"],
          data={"SPARK_TOPOLOGY": "tensor-parallel"}),
-    # --- flags the deploy owns (issue 18): in every spelling vLLM accepts, naming where they are set instead -----
+    # --- flags the deploy owns: in every spelling vLLM accepts, naming where they are set instead -----
     Case("owned flag: vLLM on every interface", ["VLLM_COMMON_ARGS[0] = '--host'", "no flag the deploy sets itself",
                                                  "LISTEN_ADDRESS"],
          data={"VLLM_COMMON_ARGS": ["--host", "0.0.0.0"]}, cli=True, fake=True),
@@ -611,7 +611,7 @@ CODE_FRAGMENT = re.compile(r"\b(t|cfg|d|s|self)\.[A-Z][A-Za-z_]+|lambda|<functio
 def _assert_refused(status: int, err: str, case: Case) -> None:
     assert status == 2, err
     assert "Traceback" not in err
-    assert not CODE_FRAGMENT.search(err), err  # words for an operator, not code (issue 18: "t.GiB")
+    assert not CODE_FRAGMENT.search(err), err  # words for an operator, not code (never "t.GiB")
     for w in case.words:
         assert w in err, f"{w!r} missing from: {err}"
 
@@ -694,17 +694,17 @@ def test_deploy_refuses_before_any_command(case, fake_runs):
         assert w in out["log"], f"{w!r} missing from: {out['error']}"
 
 
-ISSUE_CLASSES = ("flags the deploy owns", "paths by meaning", "ports and users", "guards that can be inverted",
-                 "numbers without a bound", "configs the box's own validators reject", "files that are not what",
-                 "secrets, and their strength", "messages that name the culprit")
+BAD_INPUT_CLASSES = ("flags the deploy owns", "paths by meaning", "ports and users", "guards that can be inverted",
+                     "numbers without a bound", "configs the box's own validators reject", "files that are not what",
+                     "secrets, and their strength", "messages that name the culprit", "what a tired operator")
 
 
 def test_every_class_of_the_issue_has_cases():
-    """Issue 18's classes each have cases in the table, at least one of them also through the CLI or the deploy."""
+    """The classes of bad input each have cases in the table, at least one of them also through the CLI or the deploy."""
     text = Path(__file__).read_text()
     table = text[text.index("CASES = ["):text.index("\n]\n", text.index("CASES = ["))]
     sections = {s.splitlines()[0]: s for s in table.split("    # --- ")[1:]}
-    for title in ISSUE_CLASSES:
+    for title in BAD_INPUT_CLASSES:
         section = next((body for head, body in sections.items() if head.startswith(title)), "")
         assert "Case(" in section, f"no case for {title!r}"
         assert "cli=True" in section or "fake=True" in section, f"{title!r}: none through the CLI or the deploy"

@@ -1,4 +1,4 @@
-"""Models as data (issue 19): one pydantic model validates the built-in catalog entries, group data's CATALOG_MODELS
+"""Models as data: one pydantic model validates the built-in catalog entries, group data's CATALOG_MODELS
 and CATALOG_OVERRIDES alike; every mistake is refused before the host is touched, naming the entry and the field it
 is in (never another setting), with the closest names for a typo."""
 

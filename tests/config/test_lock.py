@@ -1,4 +1,4 @@
-"""Every file verified by content (issue 20): the lock refuses an entry without a digest the box can check, naming
+"""Every file verified by content: the lock refuses an entry without a digest the box can check, naming
 the lock file, the checkpoint and the file, before the host is touched (`sparkctl check` and the @fake deploy);
 `lock refresh` records a digest for every file the stand-in hub lists (the simulated Spark's lock writer) and
 writes nothing when an endpoint lists a file without one."""

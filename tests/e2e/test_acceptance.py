@@ -34,10 +34,11 @@ import time
 import pytest
 
 from sparkctl.check.load import host_config
-from sparkctl.config import catalog, groupdata, schema
+from sparkctl.config import catalog, groupdata
 from sparkctl.config.lock import cache_dirname
 from sparkctl.config.lock_refresh import refresh_lock
 from sparkctl.measure import acceptance, history, labels, quick
+from tests.conftest import typed
 from tests.e2e.conftest import GROUPS, pyinfra, record, sim_exec
 
 HOST = "spark-1"
@@ -224,6 +225,6 @@ def test_an_upgrade_slowed_while_judged_is_rolled_back_against_the_previous_buil
     assert run.rc == 0, run.failure()
     assert f"acceptance passed against {against}" in run.output, run.failure()
     assert f"/venvs/{build}/bin/vllm" in coder_exec_start()
-    line = history.read(converged_spark.host, schema.validate(data))[-1]
+    line = history.read(converged_spark.host, typed(data))[-1]
     assert line["vllm_build"] == build and line["history"]["baseline"], line["history"]  # its build's baseline now
     assert line["history"]["reference"] == {"kind": "previous", "name": against, "id": base["history"]["id"]}
