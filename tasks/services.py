@@ -19,9 +19,9 @@ from pyinfra.api.command import QuoteString
 from pyinfra.operations import files, systemd
 
 from sparkctl.check import rules
+from sparkctl.check.load import host_config
 from sparkctl.config.catalog import CODER
 from sparkctl.config.schema import GroupData
-from sparkctl.check.load import host_config
 from sparkctl.config.settings import Settings, derive
 from sparkctl.render import box_files, ray
 from sparkctl.render import units as svcs

@@ -13,8 +13,8 @@ from sparkctl import REPO_ROOT
 from sparkctl.check import rules
 from sparkctl.config import groupdata, schema
 from sparkctl.config.hosts import HostConn
-from sparkctl.config.settings import HostConfig, with_catalog
 from sparkctl.config.schema import GroupData
+from sparkctl.config.settings import HostConfig, with_catalog
 
 SHIPPED_GROUPS = ["all", "gx10"]  # the shipped group data of a real box: what the rules blame a change against
 

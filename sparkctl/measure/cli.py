@@ -31,9 +31,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from sparkctl import REPO_ROOT
+from sparkctl.check.load import load
 from sparkctl.config import hosts
 from sparkctl.config.secrets import read_api_token, secrets_dir
-from sparkctl.check.load import load
 from sparkctl.config.settings import HostConfig
 from sparkctl.errors import SettingError, SparkctlError
 from sparkctl.measure import (

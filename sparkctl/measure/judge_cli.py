@@ -15,8 +15,8 @@ import argparse
 import json
 from pathlib import Path
 
-from sparkctl.config import groupdata
 from sparkctl.check.load import load
+from sparkctl.config import groupdata
 from sparkctl.measure import acceptance, history, quick, record
 
 

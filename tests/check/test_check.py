@@ -17,8 +17,8 @@ import pytest
 from sparkctl import REPO_ROOT
 from sparkctl.__main__ import main
 from sparkctl.check.validate import validate_host
-from sparkctl.config.groupdata import parse_data_value
 from sparkctl.config import pki, schema
+from sparkctl.config.groupdata import parse_data_value
 from sparkctl.config.hosts import HostConn
 from sparkctl.errors import SettingError
 from tests.conftest import FAKE_LOCK

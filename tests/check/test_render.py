@@ -12,9 +12,9 @@ import pytest
 
 from sparkctl.check import render as check_render
 from sparkctl.check import tools as check_tools
-from sparkctl.check.validate import validate_host
 from sparkctl.check.blame import culprits
 from sparkctl.check.load import shipped
+from sparkctl.check.validate import validate_host
 from sparkctl.config import groupdata
 from sparkctl.errors import SettingError
 from sparkctl.render import box_files

@@ -8,8 +8,8 @@ import copy
 
 import pytest
 
-from sparkctl.config import catalog, catalog_entries, groupdata
 from sparkctl.check.load import host_config
+from sparkctl.config import catalog, catalog_entries, groupdata
 from sparkctl.errors import SettingError
 
 # a new coding model written as an operator would, in group_data/gx10.py

@@ -12,12 +12,12 @@ from pydantic import ValidationError
 
 from sparkctl import REPO_ROOT
 from sparkctl.__main__ import main
-from sparkctl.check.validate import validate_host
 from sparkctl.check.load import host_config, load
+from sparkctl.check.validate import validate_host
 from sparkctl.config import catalog, groupdata, hosts, lock
 from sparkctl.config.schema import GroupData
 from sparkctl.errors import SettingError
-from tests.conftest import FAKE_LOCK, changed, typed
+from tests.conftest import FAKE_LOCK, changed
 
 
 def test_settings_are_typed_as_validated_and_frozen(gx10_cfg):

@@ -14,11 +14,11 @@ import jinja2
 import pytest
 
 from sparkctl.box.check_vllm_args import unescape_env_value
+from sparkctl.check.load import host_config
 from sparkctl.check.validate import validate_host as validate
 from sparkctl.config import catalog, groupdata, pki
-from sparkctl.check.load import host_config
-from sparkctl.config.settings import derive
 from sparkctl.config.quantities import GIB
+from sparkctl.config.settings import derive
 from sparkctl.errors import SettingError
 from sparkctl.render import units
 from tests.conftest import FAKE_LOCK
