@@ -9,6 +9,7 @@ import json
 from pathlib import Path
 
 import httpx
+import httpx2
 
 from sparkctl.box.boxio import write_atomic  # the one atomic write, the box's and the control side's
 from sparkctl.check.load import load
@@ -16,6 +17,9 @@ from sparkctl.config import catalog
 from sparkctl.config.lock import LOCK_VERSION, checkpoints_of, lock_path, resolve
 from sparkctl.config.secrets import read_hf_token
 from sparkctl.errors import SparkctlError
+
+# a connection that fails, in huggingface_hub's own HTTP client (httpx2) or httpx
+HUB_UNREACHABLE = (httpx2.TransportError, httpx.TransportError)
 
 
 def refresh_lock(groups: list[str], endpoint: str | None = None,
@@ -33,22 +37,12 @@ def refresh_lock(groups: list[str], endpoint: str | None = None,
     for cp in sorted(checkpoints_of(config.catalog) + list(extra or []), key=lambda c: c.repo):
         try:
             out["checkpoints"][cp.repo] = resolve(api, cp, endpoint)
-        except transport_errors() as exc:
+        except HUB_UNREACHABLE as exc:
             raise SparkctlError(unreachable(endpoint, groups, cp.repo, exc)) from None
     path = lock_path(config.cfg)
     path.parent.mkdir(parents=True, exist_ok=True)
     write_atomic(str(path), json.dumps(out, indent=2, sort_keys=True) + "\n", 0o644)  # a reader never sees half
     return path
-
-
-def transport_errors() -> tuple[type[BaseException], ...]:
-    """The connection errors of the HTTP client huggingface_hub uses (httpx2 in its 2.x releases, httpx before)."""
-    errors: list[type[BaseException]] = [httpx.TransportError, OSError]
-    try:
-        import httpx2
-    except ImportError:
-        return tuple(errors)
-    return (*errors, httpx2.TransportError)
 
 
 def unreachable(endpoint: str, groups: list[str], repo: str, exc: Exception) -> str:
