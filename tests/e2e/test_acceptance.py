@@ -201,8 +201,8 @@ def test_an_upgrade_slowed_while_judged_is_rolled_back_against_the_previous_buil
         quiet_baseline, converged_spark):
     base, data = quiet_baseline, converged_spark.data
     constraints = upgraded_constraints(data)
-    previous = labels.build_labels(data)["vllm_build"]
-    build = labels.build_labels({**data, "VLLM_PIP_CONSTRAINTS": constraints})["vllm_build"]
+    previous = labels.build_labels(host_config(data))["vllm_build"]
+    build = labels.build_labels(host_config({**data, "VLLM_PIP_CONSTRAINTS": constraints}))["vllm_build"]
     assert base["vllm_build"] == previous != build  # the baseline is of the running build; the upgrade has none
     against = f"the previous vLLM build {previous} baseline {base['history']['id']}"
     # only the build differs from the baseline's configuration; RETRY_FAILED: the second run retries the same
