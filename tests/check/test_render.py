@@ -65,7 +65,8 @@ def test_a_refused_line_of_a_unit_names_its_setting(gx10_data):
 
 def test_a_validator_not_installed_is_skipped_and_said_so(gx10_data, monkeypatch):
     monkeypatch.setattr(check_tools, "available", lambda tool: False)
-    notes = validate_host({**gx10_data, "PROXY_READ_TIMEOUT_S": 7200.0}, "gx10").notes
+    twice = {"coder": ["/v1/models", "/v1/models"], "embedder": ["/v1/models"]}  # what only nginx -t refuses
+    notes = validate_host({**gx10_data, "PROXY_ROUTES": twice}, "gx10").notes
     assert "nginx -t: skipped (nginx is not installed on this control machine)" in notes
     assert "systemd-analyze verify: skipped (systemd-analyze is not installed on this control machine)" in notes
 
