@@ -116,14 +116,16 @@ CATALOG_OVERRIDES = {  # tiny stand-in checkpoints and CPU-friendly flags under 
     "qwen3-embedding-0.6b": {
         "checkpoint": {"repo": "sim/all-minilm-l6-v2", "revision": "main"},  # the real all-MiniLM-L6-v2
         "max_model_len": 256,
-        # its layers (6, 12 heads of 32), in place of the real embedder's the catalog gives
-        "memory": {"resident_gib": 2.0, "full_attention_layers": 6, "kv_heads": 12, "head_dim": 32, **SIM_TINY_MEMORY},
+        # its layers (6, 12 heads of 32), so the check can tell its KV budget holds one request
+        "memory": {"resident_gib": 2.0, "full_attention_layers": 6, "kv_heads": 12, "head_dim": 32,
+                   **SIM_TINY_MEMORY},
     },
     "bge-m3": {
         "checkpoint": {"repo": "sim/tiny-bert", "revision": "main"},
         "max_model_len": 512,
-        # its layers (SIM_CHECKPOINTS: 2, 2 heads of 32), in place of the real embedder's the catalog gives
-        "memory": {"resident_gib": 2.0, "full_attention_layers": 2, "kv_heads": 2, "head_dim": 32, **SIM_TINY_MEMORY},
+        # its layers (SIM_CHECKPOINTS: 2, 2 heads of 32), so the check can tell its KV budget holds one request
+        "memory": {"resident_gib": 2.0, "full_attention_layers": 2, "kv_heads": 2, "head_dim": 32,
+                   **SIM_TINY_MEMORY},
     },
 }
 

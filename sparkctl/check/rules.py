@@ -300,7 +300,7 @@ def pair_restart(s: GroupData, shipped: Shipped) -> None:
 
 
 
-# --- what the deploy itself relies on ----------------------------------------------------------------------------------
+# --- what the deploy itself relies on --------------------------------------------------------------------------
 
 # packages the deploy configures or vLLM links: SYSTEM_PACKAGES without one leaves a step with nothing to configure
 DEPLOY_PACKAGES = {"nginx": "the TLS proxy (tasks/proxy.py)", "earlyoom": "the OOM guard (tasks/services.py)",

@@ -700,7 +700,8 @@ BAD_INPUT_CLASSES = ("flags the deploy owns", "paths by meaning", "ports and use
 
 
 def test_every_class_of_the_issue_has_cases():
-    """The classes of bad input each have cases in the table, at least one of them also through the CLI or the deploy."""
+    """The classes of bad input each have cases in the table, at least one of them also through the CLI or the
+    deploy."""
     text = Path(__file__).read_text()
     table = text[text.index("CASES = ["):text.index("\n]\n", text.index("CASES = ["))]
     sections = {s.splitlines()[0]: s for s in table.split("    # --- ")[1:]}

@@ -50,7 +50,8 @@ def test_blame_follows_the_line_to_the_setting(gx10_cfg):
 
     assert culprits(render, gx10_cfg, 1, shipped()) == ["PROXY_READ_TIMEOUT_S"]
     assert set(culprits(render, gx10_cfg, 2, shipped())) == {"PROXY_SEND_TIMEOUT_S", "PROXY_PORT"}
-    assert culprits(render, changed(gx10_cfg, PROXY_PORT=8443), 2, shipped())[0] == "PROXY_PORT"  # the one the operator changed
+    changed_port = changed(gx10_cfg, PROXY_PORT=8443)
+    assert culprits(render, changed_port, 2, shipped())[0] == "PROXY_PORT"  # the one the operator changed
     assert culprits(render, gx10_cfg, 3, shipped()) == []
 
 
