@@ -15,6 +15,10 @@ DGX_RELEASE_FILE = "/etc/dgx-release"  # present on DGX OS: driver + CUDA come w
 BOX_USABLE_MEMORY_GIB = 121.6  # unified memory CUDA sees on a GX10, GiB
 BOX_MEMORY_BANDWIDTH_GBPS = 273  # LPDDR5x bandwidth, GB/s (1e9 bytes/s); the decode roofline's numerator
 OS_RESERVE_GIB = 6.0  # kept free for the OS, sshd, nginx, page cache, GiB
+# The least KV budget an embedder gets when nothing tells its layers (the built-in embedders' entries type none, and
+# an unrefreshed lock has no config.json): a few thousand tokens of a small embedder's KV, half the shipped 2 GiB;
+# with its layer facts the check holds the budget to one full request instead, GiB
+EMBEDDER_KV_FLOOR_GIB = 1.0
 PLAN_MEASURED_TOLERANCE = 0.25  # planned vs measured KV capacity, relative gap (fraction): above it the health
 # table warns (vLLM's startup log) and the plan flags its estimate against the catalog's production measurement
 
@@ -91,6 +95,14 @@ HEALTH_LISTENER_TIMEOUT_S = 10  # curl --max-time of one on-box readiness try of
 # A generation of 20-30K tokens is normal here; the 27B coder decodes ~20 tokens/s on a GX10 (273 GB/s over
 # ~14 GB of weights read per token), so one that has just started needs ~1500 s: 1800 s lets it finish.
 DRAIN_TIMEOUT_S = 1800  # longest wait for vllm:num_requests_running (+ waiting) to reach 0 before a restart, s
+# The least each wait above needs on this box, from what their comments say it takes: `check` refuses a wait set
+# below its floor (BOX_TIMEOUT_FLOOR_MODE = "fail"), or warns about it ("warn": the simulated Spark, group_data/sim.py)
+BOX_TIMEOUT_FLOORS_S = {  # setting -> its floor, s
+    "HEALTH_READY_TIMEOUT_S": 900,  # a GB10 loads a model in 2-15 min
+    "ACCEPTANCE_VERDICT_TIMEOUT_S": 240,  # the quick acceptance run takes 2-4 min on a GX10
+    "DRAIN_TIMEOUT_S": 1500,  # a generation that has just started needs ~1500 s to finish (above)
+}
+BOX_TIMEOUT_FLOOR_MODE = "fail"  # fail: a wait below its floor is refused | warn: it is reported and kept
 DRAIN_RETRY_AFTER_S = 30  # Retry-After the proxy sends with its 503 while a served model drains, s
 DRAIN_DIR = "/etc/nginx/sparkctl-drain"  # box: <served>.conf here = the proxy answers 503 for that model
 ROLLOUT_RETRY_FAILED = False  # True: try again a candidate the box remembers as failed (or --data ...=True)
@@ -111,7 +123,7 @@ PROXY_PORT = 443  # the one public port: TLS, bearer token, one path prefix per 
 PROXY_SERVER_NAME = "_"  # nginx server_name
 PROXY_READ_TIMEOUT_S = 7200  # proxy_read_timeout: a 10-minute value once cut long reasoning silently, s
 PROXY_SEND_TIMEOUT_S = 7200  # proxy_send_timeout / send_timeout, s
-PROXY_TIMEOUT_FLOOR_S = 7200  # timeouts below this are warned about before deploy, s
+PROXY_TIMEOUT_FLOOR_S = 7200  # timeouts below this are warned about before deploy (7200 at least: the lesson above), s
 PROXY_MAX_BODY_MB = 64  # client_max_body_size: a 262K-token prompt (~1 MB text) plus images, MiB
 TLS_CERT_FILE = ""  # control-machine path of the server certificate chain (PEM); empty: generate a local CA
 TLS_KEY_FILE = ""  # control-machine path of its private key (PEM)

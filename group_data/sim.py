@@ -116,12 +116,16 @@ CATALOG_OVERRIDES = {  # tiny stand-in checkpoints and CPU-friendly flags under 
     "qwen3-embedding-0.6b": {
         "checkpoint": {"repo": "sim/all-minilm-l6-v2", "revision": "main"},  # the real all-MiniLM-L6-v2
         "max_model_len": 256,
-        "memory": {"resident_gib": 2.0, **SIM_TINY_MEMORY},
+        # its layers (6, 12 heads of 32), so the check can tell its KV budget holds one request
+        "memory": {"resident_gib": 2.0, "full_attention_layers": 6, "kv_heads": 12, "head_dim": 32,
+                   **SIM_TINY_MEMORY},
     },
     "bge-m3": {
         "checkpoint": {"repo": "sim/tiny-bert", "revision": "main"},
         "max_model_len": 512,
-        "memory": {"resident_gib": 2.0, **SIM_TINY_MEMORY},
+        # its layers (SIM_CHECKPOINTS: 2, 2 heads of 32), so the check can tell its KV budget holds one request
+        "memory": {"resident_gib": 2.0, "full_attention_layers": 2, "kv_heads": 2, "head_dim": 32,
+                   **SIM_TINY_MEMORY},
     },
 }
 
@@ -136,6 +140,10 @@ RAY_DASHBOARD = False
 
 # --- measuring on 2 CPU cores ------------------------------------------------------------------------------------
 HEALTH_READY_TIMEOUT_S = 600  # CPU vLLM is ready in ~15-40 s; leave room for three starting at once
+# the least each wait needs here (tiny stand-ins load, answer and finish in seconds), s; a scenario may set a wait
+# shorter still: below its floor it is warned about, not refused
+BOX_TIMEOUT_FLOORS_S = {"HEALTH_READY_TIMEOUT_S": 60, "ACCEPTANCE_VERDICT_TIMEOUT_S": 60, "DRAIN_TIMEOUT_S": 60}
+BOX_TIMEOUT_FLOOR_MODE = "warn"
 BENCH_WINDOW_S = 10  # decode window, s
 BENCH_MAX_TOKENS = 256  # per probe request
 BENCH_PREFILL_TOKENS = 3000  # must fit the tiny models' 4096-token context

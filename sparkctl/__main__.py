@@ -18,7 +18,7 @@ COMMAND_MODULES = [
     "sparkctl.config.cli",  # lock refresh|show
     "sparkctl.fleet.cli",  # plan: the capacity planner's table, then the fleet (sparkctl.capacity.cli underneath)
     "sparkctl.measure.cli",  # bench, bench compare, niah, evals compare
-    "sparkctl.check",  # check: the deploy's whole validation, offline
+    "sparkctl.check.cli",  # check: the deploy's whole validation, offline
     "sparkctl.status.cli",  # status (issue 11)
 ]
 

@@ -4,7 +4,7 @@ The steps, in the order deploy.py runs them (module.function where the two diffe
 (the CX7 link and Ray: tensor-parallel only), checkpoints, oom_guard, proxy, services, monitoring, health,
 acceptance.acceptance_step, tp_worker.tp_worker_result, link.ray_retire, handoff (on gx10 hosts), gateway (on the
 `gateway` group's hosts: vLLM's router as the front door). Each takes the host's Settings, built once by the check
-layer (preflight.settings_for_host: sparkctl.check.validate_host) and read as `settings.cfg.SETTING`; what one step
+layer (preflight.settings_for_host: check/validate.py's validate_host) and read as `settings.cfg.SETTING`; what one step
 needs from another is returned by it and handed on in deploy.py. The logic they apply lives in the sparkctl
 package; these modules only turn it into operations.
 
@@ -13,4 +13,7 @@ following the box's transaction, marking the gateway hand-off ready, the proxy's
 services step's rollout operations and the ledger they fill while they execute). A step imports none of another
 step's private names; errors (sparkctl.errors.Refused) and box paths (sparkctl.render, the box boundary's
 sparkctl/box/contract.py, sparkctl/config/box_paths.py) live in the package.
+
+May import: sparkctl.config, sparkctl.check, sparkctl.render, sparkctl.measure, sparkctl.fleet, sparkctl.box.contract
+(the box boundary), sparkctl.errors, and pyinfra.
 """

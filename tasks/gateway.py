@@ -22,9 +22,10 @@ from pyinfra.facts.files import File
 from pyinfra.operations import apt, files, server, systemd
 from pyinfra.operations.util import any_changed
 
-from sparkctl.check import validate_host
+from sparkctl.check.load import host_config
+from sparkctl.check.validate import validate_host
 from sparkctl.config import secrets
-from sparkctl.config.settings import HostConfig, host_config
+from sparkctl.config.settings import HostConfig
 from sparkctl.errors import Refused, SparkctlError
 from sparkctl.render import prometheus_rules, router
 from sparkctl.render.gateway import HANDOFF_MODE, write_atomic

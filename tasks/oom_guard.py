@@ -12,7 +12,7 @@ from pyinfra.api import StringCommand, deploy, operation
 from pyinfra.api.command import QuoteString
 from pyinfra.operations import files, systemd
 
-from sparkctl.config import rules
+from sparkctl.check import rules
 from sparkctl.config.settings import Settings
 from sparkctl.errors import SettingError
 from sparkctl.render import box_files

@@ -7,7 +7,7 @@ from pyinfra.api import deploy
 from pyinfra.facts.files import File
 from pyinfra.facts.server import Arch, OsRelease
 
-from sparkctl.check import validate_host
+from sparkctl.check.validate import validate_host
 from sparkctl.config.quantities import GIB
 from sparkctl.config.settings import Settings
 from sparkctl.errors import Refused, SparkctlError

@@ -20,9 +20,10 @@ from pyinfra.api.command import QuoteString
 from pyinfra.operations import files, systemd
 
 from sparkctl.box import contract
+from sparkctl.check.load import host_config
 from sparkctl.config import box_paths
 from sparkctl.config.schema import GroupData
-from sparkctl.config.settings import Settings, derive, host_config
+from sparkctl.config.settings import Settings, derive
 from sparkctl.render import ray
 from sparkctl.render import units as svcs
 from sparkctl.render.link import native_pair, peer_facts

@@ -1,11 +1,13 @@
-"""Shared fixtures: group data as the deploy sees it (raw, and typed through the real schema), a throw-away bearer
-token, a resolved test lock."""
+"""Shared fixtures: group data as the deploy sees it (raw, and typed through the check layer every entry point
+uses), a throw-away bearer token, a resolved test lock. The one way a test builds typed settings: `typed(data)`, or
+`changed(cfg, SETTING=value)` from typed ones (the gx10_cfg fixture is the shipped real box's)."""
 
 from __future__ import annotations
 
 import pytest
 
 from sparkctl import REPO_ROOT
+from sparkctl.check import load
 from sparkctl.config import groupdata, schema
 
 FAKE_LOCK = str(REPO_ROOT / "tests" / "fixtures" / "fake.lock.json")
@@ -54,10 +56,10 @@ def gx10_data(token_file, tmp_path):
 
 
 def typed(data: dict) -> schema.GroupData:
-    """The typed settings of raw group data, through the real validation (what the check layer builds): a test
-    that changes a setting changes the dict and validates it again, so a value the schema refuses never reaches
-    the code under test."""
-    return schema.validate(data)
+    """The typed settings of raw group data, through the real validation (the schema's types and every cross-field
+    rule, as every entry point reads them): a test that changes a setting changes the dict and validates it again,
+    so a value the check refuses never reaches the code under test."""
+    return load.typed(data)
 
 
 def changed(cfg: schema.GroupData, **settings) -> schema.GroupData:

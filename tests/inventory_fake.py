@@ -31,6 +31,7 @@ if os.environ.get("FAKE_ROLLOUT_AWAITS") == "serving":  # ... and it was serving
                   '"running": false, "phase": "", "failed": null, "last": null}}', **_responses}
 _data = {"fake_delay": 0, "fake_delay_jitter": 0, "fake_responses": _responses,
          "HEALTH_READY_TIMEOUT_S": 0,  # no box answers a fake connector: fail the health step at once
+         "BOX_TIMEOUT_FLOOR_MODE": "warn",  # ... which is far below what a real box needs: warned about, kept
          "MODEL_LOCK_FILE": "tests/fixtures/fake.lock.json",
          "SECRETS_DIR": os.environ.get("SPARKCTL_TEST_SECRETS", "secrets")}
 _pair = {"CX7_ADDRESSES": {"@fake/spark-1": ["192.168.100.10/24", "192.168.101.10/24"],

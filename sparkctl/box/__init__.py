@@ -8,4 +8,6 @@ once (phases, outcomes and exit codes, the JSON documents, every rollout.py argu
 from), and boxio.py, the one atomic write (the control side's hand-off, PKI and lock files too), which both sides
 import, and check_vllm_args.py, which `python -m sparkctl check` also runs on the control
 machine (how systemd reads an env file back; vLLM's own parser where vLLM is installed there).
+
+May import: nothing of sparkctl beyond this folder (the standard library, and where named the box's vLLM venv).
 """

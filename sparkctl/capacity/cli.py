@@ -17,8 +17,9 @@ import argparse
 import json
 
 from sparkctl.capacity import kv, plan, report
+from sparkctl.check.load import load
 from sparkctl.config import catalog as catalog_mod
-from sparkctl.config.settings import HostConfig, load
+from sparkctl.config.settings import HostConfig
 from sparkctl.errors import SettingError
 
 

@@ -1,6 +1,7 @@
 """The plan for a box (or several): what the weights leave free on a unified-memory box, and how many full-context
 requests the KV cache then holds at once. Pure logic: no pyinfra, no printing (`sparkctl.capacity.report` writes
-the JSON, the table and the refusal; the deploy's preflight calls `check_fits`).
+the JSON and the table; a refused plan is a PlanError that carries the plan and says why; the deploy's preflight
+calls `check_fits`).
 
 Memory model (GiB = 2**30 bytes; one box)
 -----------------------------------------
@@ -67,11 +68,9 @@ from sparkctl.capacity.kv import (
     spec_method,
 )
 from sparkctl.capacity.measured import Measured, disagreement, measured_for
-from sparkctl.capacity.report import refusal_message
 from sparkctl.config.catalog import CODER, ModelSpec, lookup
 from sparkctl.config.quantities import GB, GIB
-from sparkctl.config.schema import GroupData, as_group_data
-from sparkctl.config.topology import TOPOLOGIES
+from sparkctl.config.schema import TOPOLOGIES, GroupData
 from sparkctl.errors import SettingError, SparkctlError
 
 _EPS = 1e-9
@@ -81,7 +80,12 @@ NO_BUDGET = "no CODER_KV_CACHE_GIB entry: all the box has left"
 
 
 class PlanError(SparkctlError):
-    """A configuration whose memory does not add up; the message lists the numbers and the settings to change."""
+    """A configuration whose memory does not add up: it carries the refused plan, and its message lists the numbers
+    and the settings to change."""
+
+    def __init__(self, plan: ModelPlan):
+        self.plan = plan
+        super().__init__(_refusal_message(plan))
 
 
 # --- one model on the box ---------------------------------------------------------------------------------------------
@@ -469,15 +473,59 @@ def check_fits(cfg: GroupData, catalog: dict[str, ModelSpec], coding_model: str,
     """The deploy's preflight: the plan of what this host will run, or PlanError naming what does not add up.
 
     Checks the KV budget the deploy passes (CODER_KV_CACHE_GIB[coding_model], or kv_gib); with SPARK_TOPOLOGY
-    "tensor-parallel" the weights are split over two boxes. cfg: the typed settings (TRANSITIONAL: or the raw dict
-    measure/quick.py still passes).
+    "tensor-parallel" the weights are split over two boxes. cfg: the typed settings.
     """
-    cfg = as_group_data(cfg)
     tp_sparks = 2 if cfg.SPARK_TOPOLOGY == "tensor-parallel" else 1
     kv = configured_kv_gib(cfg, coding_model) if kv_gib is None else float(kv_gib)
     plan = plan_model(cfg, catalog, coding_model, kv_gib=kv, sparks=tp_sparks,
                       topology="tensor-parallel" if tp_sparks > 1 else "replicas", config=config)
     plan = replace(plan, kv_setting=f"CODER_KV_CACHE_GIB[{coding_model!r}]" if kv_gib is None else "kv_gib")
     if not plan.fits:
-        raise PlanError(refusal_message(plan))
+        raise PlanError(plan)
     return plan
+
+
+# --- why a plan is refused (PlanError's message) -----------------------------------------------------------------
+
+
+def _refusal_message(plan: ModelPlan) -> str:
+    """Why a plan is refused: every number of the sum, the largest KV budget that fits, the settings to change."""
+    box = plan.box
+    key = plan.name
+    lines = [f"{plan.title} ({key}) cannot run as configured:"]
+    rows = [("usable memory (BOX_USABLE_MEMORY_GIB)", box.usable_gib),
+            ("OS reserve (OS_RESERVE_GIB)", -box.os_reserve_gib)]
+    for e in box.embedders:
+        rows.append((f"embedder {e.name} ({e.setting}: {e.resident_gib:g} resident + {e.kv_gib:g} KV)",
+                     -e.total_gib))
+    rows.append((f"{key} resident (weights + runtime{', per box' if plan.tp > 1 else ''})", -plan.resident_gib))
+    rows.append(("= free for its KV cache", plan.free_gib))
+    rows.append((f"{key} KV budget ({plan.kv_setting})", -plan.kv_gib))
+    rows.append(("= headroom", plan.headroom_gib))
+    width = max(len(r[0]) for r in rows)
+    lines += [f"  {label:<{width}} {value:8.1f} GiB" for label, value in rows]
+    needed = box.os_reserve_gib + box.embedders_gib + plan.footprint_gib
+    lines.append(f"  total {needed:.1f} GiB needed vs {box.usable_gib:.1f} GiB usable")
+    lines += [f"  - {p}" for p in plan.problems]
+    fit = floor_to(plan.max_kv_gib)
+    lines.append(f"Largest KV budget that fits: {fit:.1f} GiB" + (
+        f" (smallest that holds one {plan.max_context:,}-token request: {ceil_to(plan.min_kv_gib):.1f} GiB)"
+        if plan.min_kv_gib is not None else "") + ".")
+    lines.append(f"Change CODER_KV_CACHE_GIB[{key!r}] in group_data/gx10.py (group_data/sim.py on the simulated "
+                 f"Spark), or free memory: EMBEDDERS (fewer, or a smaller kv_cache_gib) or OS_RESERVE_GIB in "
+                 f"group_data/all.py.")
+    return "\n".join(lines + _topology_advice(plan))
+
+
+def _topology_advice(plan: ModelPlan) -> list[str]:
+    """A model too big for one box: the topology that would fit it, with the arithmetic."""
+    where = plan.placement
+    if where is None or plan.tp > 1 or where.verdict == "one box":
+        return []
+    if where.verdict.startswith("unknown"):
+        return []
+    if where.verdict.startswith("two boxes"):
+        return [f"{plan.name} does not fit one box beside the embedders ({where.one_box}).",
+                f"It fits across two boxes in tensor-parallel ({where.two_boxes}): put two boxes in the inventory "
+                f"and set SPARK_TOPOLOGY = \"tensor-parallel\" (README \"A second Spark\")."]
+    return [f"{plan.name} fits neither one box ({where.one_box}) nor two in tensor-parallel ({where.two_boxes})."]

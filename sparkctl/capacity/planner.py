@@ -31,11 +31,11 @@ from sparkctl.capacity.plan import (
     plan_box,
     plan_model,
 )
-from sparkctl.capacity.report import SCHEMA, plan_json, refusal_message
+from sparkctl.capacity.report import SCHEMA, plan_json
 from sparkctl.config.quantities import GIB
 
 __all__ = [
     "GIB", "KvCapacity", "KvLayout", "find_local_config", "kv_capacity", "layout_from_catalog", "layout_from_config",
     "load_config", "model_layout", "TOPOLOGIES", "Box", "BoxPlan", "EmbedderUse", "ModelPlan", "Placement", "PlanError", "box_from_data",
-    "check_fits", "coding_models", "plan_box", "plan_model", "SCHEMA", "plan_json", "refusal_message",
+    "check_fits", "coding_models", "plan_box", "plan_model", "SCHEMA", "plan_json",
 ]

@@ -1,5 +1,5 @@
-"""The plan's report: the stable JSON (schema sparkctl.plan/1), the table `python -m sparkctl plan` prints, and the
-message that refuses a configuration whose memory does not add up.
+"""The plan's report: the stable JSON (schema sparkctl.plan/1) and the table `python -m sparkctl plan` prints (the
+message that refuses a configuration whose memory does not add up is PlanError's own, in plan.py).
 
 JSON (`plan_json`, printed by `python -m sparkctl plan --json`; stable, additions only)
 ----------------------------------------------------------------------------------------
@@ -60,9 +60,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from sparkctl.capacity.kv import ceil_to, floor_to
 
-if TYPE_CHECKING:  # the plan imports this module (its refusal); the types are for reading only
+
+if TYPE_CHECKING:  # the plan's types, for reading only
     from sparkctl.capacity.plan import Box, BoxPlan, ModelPlan
 
 SCHEMA = "sparkctl.plan/1"
@@ -123,52 +123,6 @@ def model_json(m: ModelPlan) -> dict:
         "placement": ({"verdict": m.placement.verdict.partition(":")[0], "one_box": m.placement.one_box,
                        "two_boxes": m.placement.two_boxes} if m.placement else None),
     }
-
-
-# --- the refusal ------------------------------------------------------------------------------------------------------
-
-
-def refusal_message(plan: ModelPlan) -> str:
-    """Why a plan is refused: every number of the sum, the largest KV budget that fits, the settings to change."""
-    box = plan.box
-    key = plan.name
-    lines = [f"{plan.title} ({key}) cannot run as configured:"]
-    rows = [("usable memory (BOX_USABLE_MEMORY_GIB)", box.usable_gib),
-            ("OS reserve (OS_RESERVE_GIB)", -box.os_reserve_gib)]
-    for e in box.embedders:
-        rows.append((f"embedder {e.name} ({e.setting}: {e.resident_gib:g} resident + {e.kv_gib:g} KV)",
-                     -e.total_gib))
-    rows.append((f"{key} resident (weights + runtime{', per box' if plan.tp > 1 else ''})", -plan.resident_gib))
-    rows.append(("= free for its KV cache", plan.free_gib))
-    rows.append((f"{key} KV budget ({plan.kv_setting})", -plan.kv_gib))
-    rows.append(("= headroom", plan.headroom_gib))
-    width = max(len(r[0]) for r in rows)
-    lines += [f"  {label:<{width}} {value:8.1f} GiB" for label, value in rows]
-    needed = box.os_reserve_gib + box.embedders_gib + plan.footprint_gib
-    lines.append(f"  total {needed:.1f} GiB needed vs {box.usable_gib:.1f} GiB usable")
-    lines += [f"  - {p}" for p in plan.problems]
-    fit = floor_to(plan.max_kv_gib)
-    lines.append(f"Largest KV budget that fits: {fit:.1f} GiB" + (
-        f" (smallest that holds one {plan.max_context:,}-token request: {ceil_to(plan.min_kv_gib):.1f} GiB)"
-        if plan.min_kv_gib is not None else "") + ".")
-    lines.append(f"Change CODER_KV_CACHE_GIB[{key!r}] in group_data/gx10.py (group_data/sim.py on the simulated "
-                 f"Spark), or free memory: EMBEDDERS (fewer, or a smaller kv_cache_gib) or OS_RESERVE_GIB in "
-                 f"group_data/all.py.")
-    return "\n".join(lines + _topology_advice(plan))
-
-
-def _topology_advice(plan: ModelPlan) -> list[str]:
-    """A model too big for one box: the topology that would fit it, with the arithmetic."""
-    where = plan.placement
-    if where is None or plan.tp > 1 or where.verdict == "one box":
-        return []
-    if where.verdict.startswith("unknown"):
-        return []
-    if where.verdict.startswith("two boxes"):
-        return [f"{plan.name} does not fit one box beside the embedders ({where.one_box}).",
-                f"It fits across two boxes in tensor-parallel ({where.two_boxes}): put two boxes in the inventory "
-                f"and set SPARK_TOPOLOGY = \"tensor-parallel\" (README \"A second Spark\")."]
-    return [f"{plan.name} fits neither one box ({where.one_box}) nor two in tensor-parallel ({where.two_boxes})."]
 
 
 # --- the table --------------------------------------------------------------------------------------------------------

@@ -6,7 +6,7 @@ are one directory. The deploy creates its own directories with an owner and a mo
 0700, STATE_DIR the service user's), so `/` and the system's own directories are refused as one of them (the
 schema's types); where they may sit on the box (not under a directory that is virtual, wiped at boot or
 world-writable, nor where vLLM's sandbox hides them) is a rule of the deploy's layout, checked before the box is
-touched (sparkctl/config/rules.py box_layout). Pure: no I/O.
+touched (sparkctl/check/rules.py box_layout). Pure: no I/O.
 """
 
 from __future__ import annotations

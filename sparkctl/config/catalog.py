@@ -83,13 +83,13 @@ class MemoryFacts(BaseModel):
     calibrated: dict[str, str] = {}  # {fact: why}: layer facts calibrated to a production figure
     measured_decode_tokens_per_s: Annotated[float, Field(ge=0)] = 0.0  # bench probe, single stream; 0: none
     measured_on: str = ""  # checkpoint repo the measured_* figures belong to ("": the entry's own)
-    # acceptance floors (issue 12): speculative decoding on this box, the bench probe's code workload, 1 stream
+    # acceptance floors: speculative decoding on this box, the bench probe's code workload, 1 stream
     measured_acceptance_rate: Annotated[float, Field(ge=0, le=1)] = 0.0  # 0: no floor recorded
     measured_acceptance_per_position: Annotated[tuple[Annotated[float, Field(ge=0, le=1)], ...], Lax] = ()
     measured_acceptance_source: str = ""
     measured_acceptance_on: str = ""  # checkpoint repo the acceptance figures belong to; "": measured_on's
     acceptance_provenance: dict[str, str] = {}  # {figure: measured | derived | provisional}
-    # published bench-probe figures (issue 20): the reference of a model's first flip on a box
+    # published bench-probe figures: the reference of a model's first flip on a box
     published_decode_tokens_per_s: dict[int, float] = {}  # {streams: aggregate decode tok/s}
     published_prefill_tokens_per_s: dict[int, float] = {}  # {prompt tokens: fresh-prefill tok/s}
     published_workload: dict[str, Any] = {}  # as history.workload_key fields

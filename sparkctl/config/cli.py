@@ -4,9 +4,10 @@ from __future__ import annotations
 
 import argparse
 
-from sparkctl.config.lock import load, lock_path, refresh_lock
+from sparkctl.check.load import load as load_settings
+from sparkctl.config.lock import load, lock_path
+from sparkctl.config.lock_refresh import refresh_lock
 from sparkctl.config.quantities import GIB
-from sparkctl.config.settings import load as load_settings
 
 
 def _cmd_refresh(args) -> int:
@@ -34,7 +35,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     lsub = p.add_subparsers(dest="lock_command", required=True)
     r = lsub.add_parser("refresh", help="ask the Hub what each catalog revision points at (every catalog entry's "
                                         "checkpoints, with their config.json's planner facts); rewrite the lock")
-    r.add_argument("--groups", default="all,gx10", help="group data to read (default: all,gx10 = a real box)")
+    r.add_argument("--groups", default="all,gx10", help="group data to read (default: all,gx10 = a real box; the "
+                                                        "simulated Spark's: all,gx10,sim)")
     r.add_argument("--endpoint", help="Hub endpoint (default: the HF_ENDPOINT setting)")
     r.set_defaults(func=_cmd_refresh)
     s = lsub.add_parser("show", help="print the lock")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import json
 import os
 import traceback
@@ -40,6 +41,7 @@ def read_file(path: Path) -> dict:
     except SyntaxError as exc:
         raise SettingError(f"{name} line {exc.lineno}", (exc.text or "").strip(), what,
                            f"Python cannot parse it: {exc.msg}") from None
+    _defined_once(text, name)
     namespace: dict = {"__file__": str(path)}
     try:
         exec(code, namespace)  # noqa: S102 - group data is Python by pyinfra's design; pyinfra executes it too
@@ -49,6 +51,22 @@ def read_file(path: Path) -> dict:
         source = text.splitlines()[line - 1].strip() if 0 < line <= len(text.splitlines()) else ""
         raise SettingError(f"{name} line {line}", source, what, f"{type(exc).__name__}: {exc}") from None
     return {k: v for k, v in namespace.items() if not k.startswith("__")}
+
+
+def _defined_once(text: str, name: str) -> None:
+    """Each setting is assigned once at the top of a file: a second line would win silently over the first (and its
+    comment), so which value runs is refused rather than guessed."""
+    first: dict[str, int] = {}
+    for node in ast.parse(text).body:
+        targets = node.targets if isinstance(node, ast.Assign) else [node.target] if isinstance(node, ast.AnnAssign) \
+            else []
+        for target in targets:
+            if isinstance(target, ast.Name) and target.id in first:
+                raise SettingError(f"{name} line {node.lineno}", target.id, "one definition of each setting per file",
+                                   f"{target.id} is already set on line {first[target.id]}: the later line would "
+                                   f"win silently; keep one")
+            if isinstance(target, ast.Name):
+                first[target.id] = node.lineno
 
 
 def check_dir(folder: Path) -> None:
@@ -66,7 +84,7 @@ def check_dir(folder: Path) -> None:
 def parse_data_value(text: str):
     """A --data value as pyinfra's CLI parses it (pyinfra_cli/util.py parse_cli_arg, pyinfra 3.10): true/false,
     an int, JSON, else the string. Copied, not imported: importing pyinfra_cli monkey-patches the stdlib (gevent);
-    tests/config/test_check.py checks it against pyinfra's own function."""
+    tests/check/test_check.py checks it against pyinfra's own function."""
     if text.lower() == "false":
         return False
     if text.lower() == "true":

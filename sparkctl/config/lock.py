@@ -1,9 +1,9 @@
 """The checkpoint lock: every catalog revision resolved once to a commit sha and the file listing at that commit.
 
-A branch name is not a pin. `python -m sparkctl lock refresh` asks the Hub (or HF_ENDPOINT) what each
-checkpoint's revision points at now and records the commit and the files the box will download (names, sizes,
-LFS sha256, git blob ids). Deploys read only the lock; refreshing it is an explicit, reviewable act (a diff in git).
-Every file is verified by content on the box, so every entry must carry a digest the box can check: an LFS
+A branch name is not a pin. `python -m sparkctl lock refresh` (config/lock_refresh.py) asks the Hub (or HF_ENDPOINT)
+what each checkpoint's revision points at now and records the commit and the files the box will download (names,
+sizes, LFS sha256, git blob ids). Deploys read only the lock; refreshing it is an explicit, reviewable act (a diff
+in git). Every file is verified by content on the box, so every entry must carry a digest the box can check: an LFS
 file's sha256, or a git blob id (sha1); an entry with neither is refused by the lock and by the box.
 
 Beside the listing, `lock refresh` records the facts the capacity planner needs from the checkpoint's config.json
@@ -25,7 +25,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from sparkctl import REPO_ROOT
-from sparkctl.box.boxio import write_atomic  # the one atomic write, the box's and the control side's
 from sparkctl.config import catalog, files
 from sparkctl.config.schema import GroupData
 from sparkctl.errors import SettingError, SparkctlError
@@ -131,10 +130,7 @@ def locked(lock: dict, cp: catalog.Checkpoint, path: Path) -> LockedCheckpoint:
     if not isinstance(sha, str) or not SHA_RE.match(sha):
         raise SettingError(f"{name}[{cp.repo!r}].sha", sha, "a 40-hex commit sha", refresh)
     files = entry.get("files")
-    if not files or not isinstance(files, dict) or not all(
-            isinstance(f, dict) and isinstance(f.get("size"), int) for f in files.values()):
-        raise SettingError(f"{name}[{cp.repo!r}].files", files, "the file listing at that commit "
-                           '({"<path>": {"size": <bytes>, ...}})', refresh)
+    _check_listing(f"{name}[{cp.repo!r}].files", files, refresh)
     undigested = files_without_digest(files)
     if undigested:
         raise SettingError(f"{name}[{cp.repo!r}].files[{undigested[0]!r}]", files[undigested[0]], DIGEST_RULE,
@@ -142,6 +138,17 @@ def locked(lock: dict, cp: catalog.Checkpoint, path: Path) -> LockedCheckpoint:
                            f"the box could not tell a corrupt copy from a good one. {refresh}")
     config = entry.get("config") if isinstance(entry.get("config"), dict) else None
     return LockedCheckpoint(repo=cp.repo, revision=cp.revision, sha=sha, files=entry["files"], config=config)
+
+
+def _check_listing(name: str, files, refresh: str) -> None:
+    """A lock entry's file listing: {path: {"size": bytes, ...}}, every size a whole number of bytes."""
+    if not files or not isinstance(files, dict) or not all(isinstance(f, dict) for f in files.values()):
+        raise SettingError(name, files, 'the file listing at that commit ({"<path>": {"size": <bytes>, ...}})',
+                           refresh)
+    for path, meta in files.items():
+        if type(meta.get("size")) is not int or meta["size"] < 0:  # bool is an int to isinstance
+            raise SettingError(f"{name}[{path!r}].size", meta.get("size"), "a whole number of bytes, 0 or more",
+                               refresh)
 
 
 def has_digest(meta: dict) -> bool:
@@ -249,25 +256,3 @@ def with_facts(resolved: dict[str, catalog.ModelSpec], cfg: GroupData) -> dict[s
     return {key: spec.model_copy(update={"target_facts": _facts(entries, spec.checkpoint, where),
                                          "draft_facts": _facts(entries, spec.draft, where)})
             for key, spec in resolved.items()}
-
-
-def refresh_lock(groups: list[str], endpoint: str | None = None,
-                 extra: list[catalog.Checkpoint] | None = None) -> Path:
-    """Resolve every checkpoint of every catalog entry of these groups' data (plus `extra` ones, e.g. a candidate
-    checkpoint not yet in the catalog) to a commit, its listing and its config.json's planner facts, so a model only
-    planned is planned from its own files too; write their lock file."""
-    from huggingface_hub import HfApi
-
-    from sparkctl.config.secrets import read_hf_token
-    from sparkctl.config.settings import load
-
-    config = load(groups)
-    endpoint = endpoint or config.cfg.HF_ENDPOINT
-    api = HfApi(endpoint=endpoint, token=read_hf_token(config.cfg) or False)
-    out = {"version": LOCK_VERSION, "endpoint": endpoint, "checkpoints": {}}
-    for cp in sorted(checkpoints_of(config.catalog) + list(extra or []), key=lambda c: c.repo):
-        out["checkpoints"][cp.repo] = resolve(api, cp, endpoint)
-    path = lock_path(config.cfg)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    write_atomic(str(path), json.dumps(out, indent=2, sort_keys=True) + "\n", 0o644)  # a reader never sees half
-    return path

@@ -3,30 +3,31 @@
 group_data/*.py stay the documented source of the values (pyinfra reads them); this validates what pyinfra merged
 for a host (host.data.dict(): group data, inventory host data, `--data` overrides). An unknown key is refused with
 the closest known names (a typo such as CODING_MODLE would otherwise be silently ignored), so every new setting
-must be added here too (tests/config/test_check.py fails when group data and this schema disagree).
+must be added here too (tests/check/test_check.py fails when group data and this schema disagree).
 
 `validate(data)` raises SettingError naming the setting, the value and what is valid; no pydantic traceback reaches
-an operator. Field descriptions are the "what is valid" text of those messages.
+an operator. Field descriptions are the "what is valid" text of those messages. Types only: a rule relating two
+settings lives in sparkctl/check/rules.py, and every entry point runs both (sparkctl/check/load.py).
 """
 
 from __future__ import annotations
 
 import difflib
-import ipaddress
 import re
 from functools import lru_cache
 from typing import Annotated, Any, Literal, get_args, get_origin
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from pydantic.fields import FieldInfo
 
-from sparkctl.config import catalog, rules, topology
 from sparkctl.config import schema_types as t
 from sparkctl.errors import SettingError
 
 # keys of the inventory's per-host data that are not settings: sparkctl/config/hosts.py HostConn.data of a
 # simulated Spark (.sim/hosts.json); its ssh_* keys are pyinfra's own connector keys (pyinfra_keys())
 INVENTORY_KEYS = frozenset({"flavor"})
+BOX_WAITS = ("HEALTH_READY_TIMEOUT_S", "ACCEPTANCE_VERDICT_TIMEOUT_S", "DRAIN_TIMEOUT_S")  # BOX_TIMEOUT_FLOORS_S's keys
+TOPOLOGIES = ("replicas", "split", "tensor-parallel")  # SPARK_TOPOLOGY: how a pair serves (config/topology.py)
 
 
 # a plain URL path: nothing nginx would read as syntax or a pattern (PROXY_ROUTES goes into the site verbatim)
@@ -61,14 +62,6 @@ class GroupData(BaseModel):
 
     model_config = ConfigDict(extra="forbid", strict=True, allow_inf_nan=False, frozen=True)
 
-    def __getitem__(self, name: str):
-        """TRANSITIONAL: cfg["SETTING"] only while other branches are merged (measure/quick.py, history.py and
-        acceptance.py, render/monitoring.py's rollout_command/rollout_limits still read data["SETTING"]); remove
-        once every read is an attribute. An unknown name is a KeyError; there is no .get (no fallbacks)."""
-        if name not in type(self).model_fields:
-            raise KeyError(name)
-        return getattr(self, name)
-
     # what the box is
     EXPECTED_ARCH: t.list_of(t.Text, "a non-empty list of `uname -m` values", 1)
     EXPECTED_OS: t.list_of(t.Text, 'a non-empty list of "<ID> <VERSION_ID>" values', 1)
@@ -80,6 +73,7 @@ class GroupData(BaseModel):
     BOX_MEMORY_BANDWIDTH_GBPS: t.typed(float, "a bandwidth in GB/s greater than 0 and at most 100000", gt=0,
                                        le=100_000)
     OS_RESERVE_GIB: t.GiBOrZero
+    EMBEDDER_KV_FLOOR_GIB: t.GiB
     PLAN_MEASURED_TOLERANCE: t.Fraction
     # NVIDIA driver and CUDA
     NVIDIA_DRIVER_BRANCH: t.Count
@@ -121,8 +115,9 @@ class GroupData(BaseModel):
     CODER_MAX_NUM_SEQS: t.typed(int, "a whole number of sequences from 1 to 1024", ge=1, le=1024)
     CODER_MAX_NUM_BATCHED_TOKENS: t.Tokens
     VLLM_COMMON_ARGS: t.list_of(t.Text, "a list of `vllm serve` arguments")
-    VLLM_EXTRA_ENV: Annotated[dict[t.EnvName, str], Field(
-        description="a mapping of environment variable names to string values")]
+    VLLM_EXTRA_ENV: Annotated[dict[t.EnvName, t.pattern(r"^(.*[^\\])?$", "a value not ending in a backslash "
+                                                        "(systemd would join the next line of the env file to it)")],
+                              Field(description="a mapping of environment variable names to string values")]
     VLLM_ENGINE_READY_TIMEOUT_S: t.WholeSeconds
     SERVICE_RESTART_SEC: t.Seconds
     SERVICE_START_LIMIT_INTERVAL_S: t.WholeSeconds
@@ -154,9 +149,11 @@ class GroupData(BaseModel):
     # TLS proxy
     PROXY_PORT: t.Port
     PROXY_SERVER_NAME: t.ServerNames
-    PROXY_READ_TIMEOUT_S: t.Seconds
-    PROXY_SEND_TIMEOUT_S: t.Seconds
-    PROXY_TIMEOUT_FLOOR_S: t.Seconds
+    PROXY_READ_TIMEOUT_S: t.NginxSeconds
+    PROXY_SEND_TIMEOUT_S: t.NginxSeconds
+    PROXY_TIMEOUT_FLOOR_S: t.typed(float, f"a number of seconds from {t.LONG_GENERATION_S} to {t.MAX_SECONDS} (two "
+                                          f"10-minute timeouts once cut long reasoning generations silently)",
+                                   ge=t.LONG_GENERATION_S, le=t.MAX_SECONDS)
     PROXY_MAX_BODY_MB: t.typed(int, "a whole number of MiB from 1 to 1024", ge=1, le=1024)
     PROXY_ROUTES: Annotated[ProxyRoutes, Field(description="{\"coder\": [paths], \"embedder\": [paths]}")]
     TLS_CERT_FILE: t.typed(str, "a control-machine path of a PEM certificate chain, or empty")
@@ -173,7 +170,7 @@ class GroupData(BaseModel):
     SSHD_OOM_SCORE_ADJUST: t.OomScore
     VLLM_OOM_SCORE_ADJUST: t.OomScore
     # two Sparks
-    SPARK_TOPOLOGY: Literal[topology.TOPOLOGIES]
+    SPARK_TOPOLOGY: Literal[TOPOLOGIES]
     TP_HEAD: t.typed(str, "an inventory host name, or empty for the first host")
     TP_BACKEND: Literal["native", "ray"]
     TP_MASTER_PORT: t.UserPort
@@ -209,7 +206,7 @@ class GroupData(BaseModel):
     BENCH_SETTLE_S: t.Seconds
     BENCH_IDLE_TIMEOUT_S: t.Seconds
     NIAH_MAX_TOKENS: t.Tokens
-    # monitoring (issue 11): node exporter, box facts, scrape paths, the hand-off's Prometheus job and alerts
+    # monitoring: node exporter, box facts, scrape paths, the hand-off's Prometheus job and alerts
     MONITORING_PACKAGES: t.DebPackages
     NODE_EXPORTER_PORT: t.UserPort
     NODE_EXPORTER_DEFAULTS_FILE: t.pattern(r"^/etc/default/[A-Za-z0-9][A-Za-z0-9._-]*$",
@@ -235,7 +232,7 @@ class GroupData(BaseModel):
     ALERT_SPEC_ACCEPTANCE_FRACTION: t.Fraction
     ALERT_SPEC_ACCEPTANCE_WINDOW_S: t.WholeSeconds
     ALERT_FOR_S: t.WholeSeconds
-    # the liveness watchdog (issue 11)
+    # the liveness watchdog
     WATCHDOG_INTERVAL_S: t.Seconds
     WATCHDOG_STALL_S: t.Seconds
     WATCHDOG_PROBE_IDLE_S: t.Seconds
@@ -248,10 +245,13 @@ class GroupData(BaseModel):
     WATCHDOG_STOP_COMMAND: t.command_template(("service", "unit"))
     WATCHDOG_ROLLOUT_ACTIVE_COMMAND: t.command_template(("service", "unit"))
     STATUS_SSH_TIMEOUT_S: t.Seconds
-    # safe change: drained, gated, reversible rollouts (issue 14)
+    # safe change: drained, gated, reversible rollouts
     VLLM_VENVS_KEEP: t.typed(int, "a whole number of venvs from 1 to 100", ge=1, le=100)
     DRAIN_TIMEOUT_S: t.typed(float, f"a number of seconds from 0 to {t.MAX_SECONDS} (0: do not drain)", ge=0,
                              le=t.MAX_SECONDS)
+    BOX_TIMEOUT_FLOORS_S: Annotated[dict[Literal[BOX_WAITS], t.Seconds], Field(
+        description=f"a mapping of {', '.join(BOX_WAITS)} to the least seconds each needs on this box")]
+    BOX_TIMEOUT_FLOOR_MODE: Annotated[Literal["fail", "warn"], Field(description="one of fail, warn")]
     DRAIN_RETRY_AFTER_S: t.WholeSeconds
     DRAIN_DIR: t.DeployDir
     ROLLOUT_RETRY_FAILED: bool
@@ -259,7 +259,7 @@ class GroupData(BaseModel):
     ROLLOUT_GATE_MAX_TOKENS: t.Tokens
     ROLLOUT_GATE_REQUEST_TIMEOUT_S: t.Seconds
     ROLLOUT_WORKER_SETTLE_S: t.Seconds
-    # the acceptance gate after a flip (issue 12)
+    # the acceptance gate after a flip
     ACCEPTANCE_ENABLED: bool
     ACCEPTANCE_MODE: Annotated[Literal["fail", "warn"], Field(description="one of fail, warn")]
     ACCEPTANCE_VERDICT_TIMEOUT_S: t.WholeSeconds
@@ -344,93 +344,6 @@ class GroupData(BaseModel):
     ROUTER_RESTART_RETRY_AFTER_S: t.WholeSeconds
     ROUTER_READY_TIMEOUT_S: t.WholeSeconds
     ROUTER_STOP_TIMEOUT_S: t.WholeSeconds
-
-    @model_validator(mode="after")
-    def _cross_field(self):
-        _cross_field_rules(self)
-        return self
-
-
-# --- cross-field rules: raise SettingError naming the setting the operator changed ---------------------------------
-
-
-def _close(name: str, choices) -> str:
-    by_lower = {c.lower(): c for c in choices}
-    found = difflib.get_close_matches(name.lower(), list(by_lower), n=3, cutoff=0.6)
-    return f"Did you mean {', '.join(repr(by_lower[f]) for f in found)}?" if found else ""
-
-
-def _model_key(setting: str, key, role: str, roles: dict[str, str]) -> None:
-    valid = sorted(k for k, r in roles.items() if r == role)
-    if key not in valid:
-        raise SettingError(setting, key, valid, _close(str(key), valid))
-
-
-def _model_keys(s: GroupData) -> None:
-    roles = catalog.key_roles(s.CATALOG_MODELS)  # the built-in entries and group data's, each entry checked
-    _model_key("CODING_MODEL", s.CODING_MODEL, catalog.CODER, roles)
-    for i, e in enumerate(s.EMBEDDERS):
-        _model_key(f"EMBEDDERS[{i}].model", e.model, catalog.EMBEDDER, roles)
-        for j in range(i):
-            if s.EMBEDDERS[j].model == e.model:
-                raise SettingError(f"EMBEDDERS[{i}].model", e.model,
-                                   f"an embedder not already listed as EMBEDDERS[{j}] (two services, one unit name)")
-    for key in s.CODER_KV_CACHE_GIB:
-        _model_key(f"CODER_KV_CACHE_GIB key {key!r}", key, catalog.CODER, roles)
-    if s.CODING_MODEL not in s.CODER_KV_CACHE_GIB:
-        raise SettingError(f"CODER_KV_CACHE_GIB[{s.CODING_MODEL!r}]", None,
-                           f"a KV budget in GiB for CODING_MODEL = {s.CODING_MODEL!r}")
-
-
-def _ports(s: GroupData) -> None:
-    ports = [("CODER_PORT", s.CODER_PORT), *((f"EMBEDDER_PORTS[{i}]", p) for i, p in enumerate(s.EMBEDDER_PORTS)),
-             ("PROXY_PORT", s.PROXY_PORT), ("TP_MASTER_PORT", s.TP_MASTER_PORT), ("RAY_PORT", s.RAY_PORT),
-             ("NODE_EXPORTER_PORT", s.NODE_EXPORTER_PORT)]
-    seen: dict[int, tuple[str, int]] = {}
-    for item in ports:
-        if item[1] in seen:
-            (name, value), (other, _) = rules.blame(seen[item[1]], item)
-            raise SettingError(name, value, f"a port not already used by {other}")
-        seen[item[1]] = item
-
-
-def _scrape_timeout(s: GroupData) -> None:
-    if s.PROMETHEUS_SCRAPE_TIMEOUT_S > s.PROMETHEUS_SCRAPE_INTERVAL_S:
-        (name, value), (other, other_value) = rules.blame(
-            ("PROMETHEUS_SCRAPE_TIMEOUT_S", s.PROMETHEUS_SCRAPE_TIMEOUT_S),
-            ("PROMETHEUS_SCRAPE_INTERVAL_S", s.PROMETHEUS_SCRAPE_INTERVAL_S))
-        bound = "at most" if name == "PROMETHEUS_SCRAPE_TIMEOUT_S" else "at least"
-        raise SettingError(name, value, f"{bound} {other} = {other_value} s",
-                           "Prometheus refuses a scrape timeout longer than its interval")
-
-
-def _link_keys(s: GroupData) -> None:
-    if s.TP_PEER_KEY == s.CHECKPOINT_SYNC_KEY:
-        (name, value), (other, _) = rules.blame(("CHECKPOINT_SYNC_KEY", s.CHECKPOINT_SYNC_KEY),
-                                                ("TP_PEER_KEY", s.TP_PEER_KEY))
-        raise SettingError(name, value, f"a key name other than {other}'s",
-                           "The head pins each key to one forced command: one key cannot both copy checkpoints and "
-                           "read the rollout status")
-
-
-def _exposure(s: GroupData) -> None:
-    if not ipaddress.ip_address(s.LISTEN_ADDRESS).is_loopback and not s.LISTEN_ADDRESS_NOT_LOOPBACK_OK:
-        raise SettingError("LISTEN_ADDRESS", s.LISTEN_ADDRESS, "a loopback address such as 127.0.0.1",
-                           "vLLM has no TLS and no token: only the proxy may be reachable. To expose it anyway, set "
-                           "LISTEN_ADDRESS_NOT_LOOPBACK_OK = True")
-    if bool(s.TLS_CERT_FILE) != bool(s.TLS_KEY_FILE):
-        name, other = ("TLS_CERT_FILE", "TLS_KEY_FILE") if s.TLS_CERT_FILE else ("TLS_KEY_FILE", "TLS_CERT_FILE")
-        raise SettingError(name, getattr(s, name), f"set together with {other} (both set, or both empty to "
-                                                   f"generate a local CA)", f"{other} is empty")
-
-
-CROSS_FIELD_RULES = (_model_keys, rules.embedder_ports, _ports, _scrape_timeout, _link_keys, _exposure,
-                     *rules.CROSS_FIELD_RULES)
-
-
-def _cross_field_rules(s: GroupData) -> None:
-    for rule in CROSS_FIELD_RULES:
-        rule(s)
 
 
 # --- strings end up in unit, env and nginx files: one line each -----------------------------------------------------
@@ -581,17 +494,10 @@ def validate(data: dict) -> GroupData:
     except ValidationError as exc:
         errors = sorted(exc.errors(include_url=False), key=_order)
         raise _error(errors[0], data) from None
-    rules.reserved_ports(cfg, _ssh_port(data))
     return cfg
 
 
-def _ssh_port(data: dict) -> int:
+def ssh_port(data: dict) -> int:
     """The port the deploy reaches sshd on (pyinfra's ssh_port host data; 22 by default)."""
     port = data.get("ssh_port")
     return port if isinstance(port, int) and not isinstance(port, bool) else 22
-
-
-def as_group_data(value) -> GroupData:
-    """TRANSITIONAL: a GroupData as it is, or a raw mapping validated into one, for the callers not yet converted
-    (measure/quick.py and the e2e scenarios pass group data as a dict). Remove with GroupData.__getitem__."""
-    return value if isinstance(value, GroupData) else validate(value)

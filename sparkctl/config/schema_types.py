@@ -57,7 +57,7 @@ def _is_interface(text: str) -> bool:
 
 def _is_regex(text: str) -> bool:
     """Quotable for earlyoom's EARLYOOM_ARGS ('...'); whether glibc compiles it as earlyoom does is checked by the
-    check layer (sparkctl/check_render.py), with the real regcomp."""
+    check layer (sparkctl/check/render.py), with the real regcomp."""
     return bool(text) and "'" not in text
 
 
@@ -109,6 +109,9 @@ def command_template(needs: tuple[str, ...], placeholders: tuple[str, ...] = WAT
 
 Seconds = typed(float, f"a number of seconds greater than 0 and at most {MAX_SECONDS}", gt=0, le=MAX_SECONDS)
 WholeSeconds = typed(int, f"a whole number of seconds from 1 to {MAX_SECONDS}", ge=1, le=MAX_SECONDS)
+NginxSeconds = typed(int, f"a whole number of seconds from 1 to {MAX_SECONDS} (nginx refuses a fraction such as "
+                          "7200.5s)", ge=1, le=MAX_SECONDS)
+LONG_GENERATION_S = 7200  # the proxy timeout production learned long reasoning generations need, s
 Count = typed(int, f"a whole number from 1 to {MAX_COUNT:,}", ge=1, le=MAX_COUNT)
 Streams = typed(int, "a whole number of concurrent streams from 1 to 1024", ge=1, le=1024)
 Tokens = typed(int, f"a whole number of tokens from 1 to {MAX_TOKENS:,}", ge=1, le=MAX_TOKENS)

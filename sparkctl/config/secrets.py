@@ -16,6 +16,7 @@ import math
 import os
 import re
 import secrets as _stdlib_secrets
+import stat
 import string
 from pathlib import Path
 
@@ -30,9 +31,8 @@ HF_TOKEN_ENV = "SPARK_HF_TOKEN_FILE"
 
 
 def secrets_dir(cfg: schema.GroupData) -> Path:
-    """SECRETS_DIR, relative to the repository unless absolute. cfg: the typed settings (TRANSITIONAL: or the raw
-    group data the e2e scenarios and measure/quick.py still pass)."""
-    d = Path(schema.as_group_data(cfg).SECRETS_DIR)
+    """SECRETS_DIR, relative to the repository unless absolute."""
+    d = Path(cfg.SECRETS_DIR)
     return d if d.is_absolute() else REPO_ROOT / d
 
 
@@ -58,6 +58,23 @@ def check_private(path: Path, setting: str, st=None) -> None:
     if mode & 0o077:
         raise SettingError(setting, str(path), "a file only its owner can read (mode 0600 or 0400)",
                            f"It is mode {mode:04o}: chmod 600 {path}")
+
+
+def check_secrets_dir(cfg: schema.GroupData) -> None:
+    """SECRETS_DIR, when it exists, is a directory no one but its owner can write: whoever can write it can swap
+    the token or the TLS key the deploy uploads."""
+    path = secrets_dir(cfg)
+    try:
+        st = path.lstat()
+    except FileNotFoundError:
+        return
+    if not stat.S_ISDIR(st.st_mode):
+        raise SettingError("SECRETS_DIR", str(path), "a directory (or none yet: the deploy creates it, mode 0700)")
+    mode = st.st_mode & 0o777
+    if mode & 0o022:
+        raise SettingError("SECRETS_DIR", str(path), "a directory only its owner can write (mode 0700)",
+                           f"It is mode {mode:04o}: anyone who can write it can replace a token or the TLS key. "
+                           f"chmod 700 {path}")
 
 
 def _read(path: Path, setting: str, root: Path | None = None, how: str = "") -> str:
@@ -295,7 +312,7 @@ def check_tls_pair(cfg: schema.GroupData, address: str, now=None) -> None:
                            f"{address}", f"It names {names or 'nothing'}; clients connect to https://{address}")
 
 
-# --- scrape token (issue 11): what the cluster's Prometheus sends to /<served>/metrics and /node/metrics ---
+# --- scrape token: what the cluster's Prometheus sends to /<served>/metrics and /node/metrics ---
 SCRAPE_TOKEN_ENV = "SPARK_SCRAPE_TOKEN_FILE"
 
 

@@ -1,7 +1,7 @@
 """A host's settings, validated and typed once, and what the box will run.
 
-Two layers, both built through the check layer (sparkctl/check.py; `load` and `host_config` here are its first
-half, which config/ itself also uses):
+Two layers, both built only through the check layer (sparkctl/check/load.py: `load` and `host_config`, what every
+entry point reads; sparkctl/check/validate.py: the deploy's whole validation):
 
 HostConfig  what every tool reads: the typed settings (`cfg`, a frozen schema.GroupData), the catalog resolved once
             with CATALOG_MODELS and CATALOG_OVERRIDES (and what the lock recorded of each checkpoint's own files,
@@ -17,12 +17,10 @@ Bad input raises SettingError naming the setting, the value and what is valid.
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from sparkctl.config import catalog, groupdata, lock, schema, topology
+from sparkctl.config import catalog, lock, schema, topology
 from sparkctl.config.catalog import CODER, EMBEDDER, ModelSpec
-from sparkctl.config.hosts import HostConn
 from sparkctl.config.quantities import GIB
 from sparkctl.config.service import Service
 from sparkctl.errors import SettingError
@@ -51,7 +49,7 @@ class Settings(HostConfig):
     api_token: str = field(repr=False, default="")
     hf_token: str = field(repr=False, default="")
     warnings: tuple[str, ...] = ()
-    notes: tuple[str, ...] = ()  # what the offline validators checked and skipped (sparkctl/check_render.py)
+    notes: tuple[str, ...] = ()  # what the offline validators checked and skipped (sparkctl/check/render.py)
 
     @property
     def services(self) -> list[Service]:
@@ -61,32 +59,10 @@ class Settings(HostConfig):
         return [self.coder, *self.embedders]
 
 
-# --- the first half of the check layer: load, validate, resolve the catalog ----------------------------------------
+# --- the catalog of a host's typed settings ---------------------------------------------------------------------------
 
 
-def host_config(data: Mapping, host_name: str = "", address: str = "") -> HostConfig:
-    """A host's merged data (group data, host data, --data), checked against the schema, with its catalog."""
-    cfg = schema.validate(data)
-    return _with_catalog(cfg, host_name, address or str(data.get("ssh_hostname") or host_name))
-
-
-def load(groups: list[str] | None = None, host: HostConn | None = None, overrides: Mapping | None = None
-         ) -> HostConfig:
-    """What a tool off the deploy path reads (plan, bench, niah, status, sim, lock): group data merged as pyinfra
-    merges it (groups < the inventory host's own data < overrides), validated; default groups: the configured box."""
-    data = {**groupdata.load(groups), **(host.data if host else {}), **(overrides or {})}
-    return host_config(data, host.name if host else "", host.address if host else "")
-
-
-def as_config(value) -> HostConfig:
-    """TRANSITIONAL: the HostConfig of what a module not yet converted passes (measure/quick.py hands on the raw
-    dict or a GroupData); a HostConfig is returned as it is. Remove with GroupData.__getitem__."""
-    if isinstance(value, HostConfig):
-        return value
-    return _with_catalog(schema.as_group_data(value), "", "")
-
-
-def _with_catalog(cfg: schema.GroupData, host_name: str, address: str) -> HostConfig:
+def with_catalog(cfg: schema.GroupData, host_name: str, address: str) -> HostConfig:
     """The catalog (built-in entries, CATALOG_MODELS, CATALOG_OVERRIDES), with what the lock recorded of each
     checkpoint's own files when the lock has them."""
     resolved = lock.with_facts(catalog.resolve(cfg.CATALOG_OVERRIDES, cfg.CATALOG_MODELS), cfg)
@@ -122,7 +98,7 @@ def locked_checkpoints(config: HostConfig) -> dict[str, lock.LockedCheckpoint]:
 
 
 def derive(config: HostConfig, hosts: list[str] | None = None) -> Settings:
-    """The services this host runs and their locked checkpoints (no secrets read: check.validate_host adds them).
+    """The services this host runs and their locked checkpoints (no secrets read: check/validate.py adds them).
 
     hosts: the inventory's gx10 hosts in order (the topology decides this host's part from it)."""
     cfg = config.cfg

@@ -12,14 +12,10 @@ Pure logic (no pyinfra): the deploy passes the inventory's ordered host names.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
+from sparkctl.config.schema import GroupData
 from sparkctl.errors import SettingError
 
-if TYPE_CHECKING:  # the schema imports TOPOLOGIES from here
-    from sparkctl.config.schema import GroupData
-
-TOPOLOGIES = ("replicas", "split", "tensor-parallel")  # the schema's SPARK_TOPOLOGY values; the planner's what-ifs
 
 
 @dataclass(frozen=True)

@@ -32,9 +32,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from sparkctl import REPO_ROOT
+from sparkctl.check.load import load
 from sparkctl.config import hosts
 from sparkctl.config.secrets import read_api_token, secrets_dir
-from sparkctl.config.settings import HostConfig, load
+from sparkctl.config.settings import HostConfig
 from sparkctl.errors import SettingError, SparkctlError
 from sparkctl.measure import (
     acceptance,
@@ -204,7 +205,7 @@ def _add_niah_parser(subparsers) -> None:
 
 @dataclass
 class Target:
-    config: HostConfig  # the box's typed settings and catalog (sparkctl.config.settings.load)
+    config: HostConfig  # the box's typed settings and catalog (sparkctl.check.load)
     endpoint: Endpoint
     metrics: probe.MetricsSource
     labels: dict

@@ -17,8 +17,8 @@ import argparse
 import json
 from pathlib import Path
 
+from sparkctl.check.load import load
 from sparkctl.config import groupdata
-from sparkctl.config.settings import load
 from sparkctl.measure import acceptance, history, quick, record
 
 

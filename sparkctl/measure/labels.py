@@ -1,8 +1,5 @@
 """What a bench or NIAH record says it measured: the configured model and its locked revision, the box, and the
 planner's decode roofline (the host's HostConfig: typed settings and catalog; the lock file; the planner).
-
-TRANSITIONAL: each public function also takes the raw group data measure/quick.py and the e2e scenarios still pass
-(sparkctl.config.settings.as_config validates it); remove with GroupData.__getitem__.
 """
 
 from __future__ import annotations
@@ -12,14 +9,14 @@ import json
 from sparkctl.capacity import planner
 from sparkctl.capacity.venv import vllm_venv
 from sparkctl.config import lock
-from sparkctl.config.settings import HostConfig, as_config
+from sparkctl.config.settings import HostConfig
 
 
 def read_lock(config: HostConfig) -> dict:
     """The lock file's {"checkpoints": {repo: {...}}} part, read defensively ({} when absent or malformed): a
     record without a revision label is still a measurement, so a missing lock never stops the probe."""
     try:
-        raw = json.loads(lock.lock_path(as_config(config).cfg).read_text())
+        raw = json.loads(lock.lock_path(config.cfg).read_text())
     except (OSError, ValueError):
         return {}
     checkpoints = raw.get("checkpoints") if isinstance(raw, dict) else None
@@ -35,7 +32,6 @@ def _checkpoint_label(ckpt, locked: dict) -> dict:
 
 def model_labels(config: HostConfig) -> dict:
     """{"model": {...}, "revision": <locked sha or None>} for the configured coding model."""
-    config = as_config(config)
     spec, served = config.coding_model, config.cfg.CODER_SERVED_NAME
     locked = read_lock(config)
     ckpt = _checkpoint_label(spec.checkpoint, locked)
@@ -50,11 +46,11 @@ def build_labels(config: HostConfig) -> dict:
     """{"vllm_build": "<version>-<hash>"}: the versioned venv the configuration runs vLLM from (capacity.venv, the
     name the rendered unit runs), so a venv rebuilt with another constraint under the same version string is
     recognised as another build."""
-    return {"vllm_build": vllm_venv(as_config(config).cfg).rstrip("/").rsplit("/", 1)[-1]}
+    return {"vllm_build": vllm_venv(config.cfg).rstrip("/").rsplit("/", 1)[-1]}
 
 
 def box_labels(host, config: HostConfig) -> dict:
-    cfg = as_config(config).cfg
+    cfg = config.cfg
     return {"box": {"name": host.name, "address": host.address, "simulated": bool(host.simulated),
                     "usable_memory_gib": cfg.BOX_USABLE_MEMORY_GIB,
                     "memory_bandwidth_gbps": cfg.BOX_MEMORY_BANDWIDTH_GBPS,
@@ -66,7 +62,6 @@ def roofline_single_stream(config: HostConfig) -> tuple[float | None, str]:
     """The planner's single-stream decode roofline of the coding model, or (None, why not): the roofline is a label,
     a model without one (no weight bytes per decode step in the catalog) only drops the roofline column. The typed
     settings always let the planner size the configured model."""
-    config = as_config(config)
     key = config.cfg.CODING_MODEL
     value = planner.plan_box(config.cfg, config.catalog, coding_model=key).model(key).roofline_tokens_per_s
     return (float(value), "sparkctl.capacity.planner") if value else (None, f"the planner has no roofline for {key!r}")

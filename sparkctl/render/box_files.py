@@ -1,7 +1,7 @@
 """The system files the deploy writes besides the vLLM units and env files (sparkctl/render/units.py) and the
 monitoring ones (monitoring.py): the proxy's nginx site and token file, earlyoom's arguments, sshd's memory floor,
 the CX7 link's netplan file (the Ray units: ray.py). The tasks upload what these render; `python -m sparkctl check` renders
-the same and runs the real validators on it (sparkctl/check_render.py). Pure functions of the typed settings.
+the same and runs the real validators on it (sparkctl/check/render.py). Pure functions of the typed settings.
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ def tokens(cfg: GroupData, api_token: str, scrape_token: str) -> str:
     return render_template("nginx-token.conf.j2", d=cfg, token=api_token, scrape_token=scrape_token)
 
 
-# /proc/<pid>/comm names (the kernel keeps 15 characters) earlyoom's regexes are held to (sparkctl/check_render.py):
+# /proc/<pid>/comm names (the kernel keeps 15 characters) earlyoom's regexes are held to (sparkctl/check/render.py):
 EARLYOOM_VLLM = ("vllm", "VLLM::EngineCor", "VLLM::Worker_TP")  # vLLM's API server, engine, workers: killed first
 EARLYOOM_VITAL = ("systemd", "systemd-journal", "systemd-logind", "systemd-udevd", "dbus-daemon", "sshd",
                   "sshd-session", "nginx")  # what keeps the box reachable and serving: --avoid covers each

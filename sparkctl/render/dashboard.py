@@ -6,7 +6,7 @@ the watchdog. Every metric it names is checked against real scrapes in tests/tes
 
 from __future__ import annotations
 
-from sparkctl.config.schema import GroupData, as_group_data
+from sparkctl.config.schema import GroupData
 
 RATE = "[$__rate_interval]"
 SEL = 'job="{job}", box=~"$box"'
@@ -119,18 +119,16 @@ def _box_row(cfg: GroupData) -> tuple:
 
 def panels_spec(cfg: GroupData) -> list[tuple]:
     """(row title, [(panel title, unit, [(expr, legend)])]) in the order shown. $V / $N: the vLLM / node selector."""
-    return [_vllm_overview(), _kv_cache(), _speculative(), _unified_memory(), _box_row(as_group_data(cfg))]
+    return [_vllm_overview(), _kv_cache(), _speculative(), _unified_memory(), _box_row(cfg)]
 
 
 def expressions(cfg: GroupData) -> list[str]:
     """Every PromQL expression of the dashboard, selectors filled in (what the tests parse)."""
-    cfg = as_group_data(cfg)
     job = cfg.PROMETHEUS_JOB_NAME
     return [_q(expr, job) for _row, panels in panels_spec(cfg) for _t, _u, targets in panels for expr, _l in targets]
 
 
 def dashboard(cfg: GroupData) -> dict:
-    cfg = as_group_data(cfg)
     job = cfg.PROMETHEUS_JOB_NAME
     ds = {"type": "prometheus", "uid": "${datasource}"}
     panels, y, pid = [], 0, 1

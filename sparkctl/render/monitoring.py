@@ -3,8 +3,7 @@ timer, the watchdog's unit and configuration (a tensor-parallel pair's part too:
 proxy's scrape paths with their token.
 
 Pure functions of the typed settings (`cfg`, sparkctl.config.schema.GroupData: every value already checked);
-rendering uses templates/ exactly as the tests do. TRANSITIONAL: the public ones also take the raw group data the
-box tests still pass (schema.as_group_data validates it); remove with GroupData.__getitem__.
+rendering uses templates/ exactly as the tests do.
 """
 
 from __future__ import annotations
@@ -15,7 +14,7 @@ import shlex
 from sparkctl.box import contract
 from sparkctl.config import box_paths
 from sparkctl.config.catalog import CODER
-from sparkctl.config.schema import GroupData, as_group_data
+from sparkctl.config.schema import GroupData
 from sparkctl.errors import SettingError
 from sparkctl.render.link import native_pair, peer_facts
 from sparkctl.render.units import gate_kind, render_template, rollout_env, rollout_values
@@ -41,7 +40,6 @@ def api_services(services) -> list:
 
 def scrape_targets(cfg: GroupData, services) -> list[dict]:
     """One scrape path per vLLM service (its served name) plus the node's; refused when they collide."""
-    cfg = as_group_data(cfg)
     node = cfg.SCRAPE_NODE_PATH
     targets = [{"path": s.served_name, "port": s.port, "service": s.name} for s in api_services(services)]
     if any(t["path"] == node for t in targets):
@@ -51,11 +49,10 @@ def scrape_targets(cfg: GroupData, services) -> list[dict]:
 
 
 def node_exporter_defaults(cfg: GroupData) -> str:
-    return render_template("node-exporter.default.j2", d=as_group_data(cfg))
+    return render_template("node-exporter.default.j2", d=cfg)
 
 
 def facts_service(cfg: GroupData, cert_path: str) -> str:
-    cfg = as_group_data(cfg)
     return render_template("sparkctl-box-facts.service.j2", d=cfg, python=BOX_PYTHON, bin_dir=bin_dir(cfg),
                            cert_path=cert_path, rollout_dir=contract.rollout_dir(cfg.STATE_DIR),
                            limits=shlex.join(contract.facts_argv({a.setting: getattr(cfg, a.setting)
@@ -63,11 +60,10 @@ def facts_service(cfg: GroupData, cert_path: str) -> str:
 
 
 def facts_timer(cfg: GroupData) -> str:
-    return render_template("sparkctl-box-facts.timer.j2", d=as_group_data(cfg))
+    return render_template("sparkctl-box-facts.timer.j2", d=cfg)
 
 
 def watchdog_service(cfg: GroupData) -> str:
-    cfg = as_group_data(cfg)
     return render_template("sparkctl-watchdog.service.j2", d=cfg, python=BOX_PYTHON, bin_dir=bin_dir(cfg),
                            config_path=watchdog_config_path(cfg))
 
@@ -86,10 +82,9 @@ def rollout_limits(cfg: GroupData) -> list[str]:
 
 def watchdog_config(cfg: GroupData, services, role=None, peer_address: str = "") -> str:
     """The watchdog's whole configuration (settings, not defaults in the script); the schema checked every value,
-    the command templates' placeholders included ({peer} in a tensor-parallel pair's restart: config/rules.py).
+    the command templates' placeholders included ({peer} in a tensor-parallel pair's restart: check/rules.py).
     role, peer_address: this box's part in the topology and the other box's link address (tensor-parallel: the pair
     is watched as one unit)."""
-    cfg = as_group_data(cfg)
     doc = {
         "interval_s": cfg.WATCHDOG_INTERVAL_S, "stall_s": cfg.WATCHDOG_STALL_S,
         "probe_idle_s": cfg.WATCHDOG_PROBE_IDLE_S, "probe_timeout_s": cfg.WATCHDOG_PROBE_TIMEOUT_S,

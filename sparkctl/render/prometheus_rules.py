@@ -5,7 +5,7 @@ prometheus-scrape.yml  one `scrape_configs` entry (paste it under scrape_configs
                        service=; the scrape token from `authorization.credentials_file`, the CA from tls_config.
 prometheus-rules.yml   a rule file (add it to rule_files:): the alerts README "Monitoring" explains.
 Both come from endpoints.json (sparkctl/render/gateway.py) and the settings (a HostConfig: the typed settings and
-its catalog; TRANSITIONAL: or the raw group data the hand-off tests still pass); both pass `promtool check`.
+its catalog); both pass `promtool check`.
 """
 
 from __future__ import annotations
@@ -16,8 +16,8 @@ from pathlib import Path
 import yaml
 
 from sparkctl.config.quantities import DAY_S, GIB
-from sparkctl.config.schema import GroupData, as_group_data
-from sparkctl.config.settings import HostConfig, as_config
+from sparkctl.config.schema import GroupData
+from sparkctl.config.settings import HostConfig
 from sparkctl.render import dashboard, router
 from sparkctl.render.gateway import HANDOFF_MODE, write_atomic
 
@@ -33,7 +33,6 @@ def boxes(endpoints: dict) -> dict[str, dict]:
 
 
 def scrape_job(endpoints: dict, cfg: GroupData) -> dict:
-    cfg = as_group_data(cfg)
     groups = []
     for box, info in boxes(endpoints).items():
         target = f"{info['address']}:{info['port']}"
@@ -61,7 +60,6 @@ def _alert(name: str, expr: str, for_s: int, severity: str, summary: str, action
 
 def spec_acceptance_alerts(endpoints: dict, config: HostConfig) -> list[dict]:
     """One per (box, served model) with speculative decoding: mean acceptance length far below the catalog's."""
-    config = as_config(config)
     cat, cfg = config.catalog, config.cfg
     job, window = cfg.PROMETHEUS_JOB_NAME, f"{cfg.ALERT_SPEC_ACCEPTANCE_WINDOW_S}s"
     rules = []
@@ -111,7 +109,6 @@ def rollout_alerts(j: str, cfg: GroupData) -> list[dict]:
 
 
 def rules(endpoints: dict, config: HostConfig) -> dict:
-    config = as_config(config)
     cfg = config.cfg
     j = f'job="{cfg.PROMETHEUS_JOB_NAME}"'
     alerts = [
@@ -174,7 +171,6 @@ HANDOFF_FILES = ("prometheus-scrape.yml", "prometheus-rules.yml", "grafana-dashb
 
 def write_handoff(out_dir: Path, endpoints: dict, config: HostConfig) -> list[Path]:
     """The monitoring part of the gateway hand-off, beside endpoints.json (each file replaced atomically)."""
-    config = as_config(config)
     texts = [yaml.safe_dump(scrape_configs(out_dir, endpoints, config.cfg), sort_keys=False),
              yaml.safe_dump(rules(endpoints, config), sort_keys=False, width=1000),
              json.dumps(dashboard.dashboard(config.cfg), indent=1) + "\n"]

@@ -4,4 +4,6 @@ Each instance is real systemd 252 (Debian 12) as PID 1 of its own pid/mount/uts/
 overlay of one cached rootfs, in its own network namespace bridged to the host (10.250.0.0/24). Beside them, on
 the host: an allow-listed apt proxy, a stand-in Hugging Face endpoint serving tiny git-backed models, and a
 stand-in NVIDIA apt repository. Entry points: `python -m sparkctl sim ...` (cli.py) and the Python API (api.py).
+
+May import: sparkctl.config, sparkctl.check.load (how every command reads the settings), sparkctl.errors.
 """

@@ -64,14 +64,14 @@ def running_names() -> list[str]:
 def sim_settings():
     """The simulated Spark's settings (group data all, gx10, sim), validated: the stand-in hub's HF_ENDPOINT, the
     lock file and the secrets folder `up` writes to."""
-    from sparkctl.config.settings import load
+    from sparkctl.check.load import load
 
     return load(LOCK_GROUPS)
 
 
 def refresh_lock() -> str:
     """Write the simulated lock file from the stand-in hub."""
-    from sparkctl.config.lock import refresh_lock as _refresh
+    from sparkctl.config.lock_refresh import refresh_lock as _refresh
 
     endpoint = sim_settings().cfg.HF_ENDPOINT
     saved = {k: os.environ.get(k) for k in ("NO_PROXY", "no_proxy")}

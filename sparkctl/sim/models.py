@@ -337,7 +337,7 @@ def minilm_repo() -> dict[str, bytes]:
 def descriptions(raw: dict | None = None) -> dict[str, StandIn]:
     """SIM_CHECKPOINTS (group_data/sim.py unless given), each description checked; a mistake names its field."""
     if raw is None:
-        from sparkctl.config.settings import load
+        from sparkctl.check.load import load
         raw = load(["all", "gx10", "sim"]).cfg.SIM_CHECKPOINTS
     if not isinstance(raw, dict) or not raw:
         raise SettingError("SIM_CHECKPOINTS", raw, "a mapping of stand-in repositories 'sim/<name>' to descriptions")

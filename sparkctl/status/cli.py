@@ -10,8 +10,8 @@ import json
 from rich.console import Console
 from rich.table import Table
 
+from sparkctl.check.load import load
 from sparkctl.config import hosts
-from sparkctl.config.settings import load
 from sparkctl.errors import SparkctlError
 from sparkctl.status import fleet
 

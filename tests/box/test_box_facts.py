@@ -119,8 +119,9 @@ def test_monitoring_units_pass_systemd_analyze_verify(groups, token_file, tmp_pa
     from tests.conftest import FAKE_LOCK
     data = groupdata.load(groups)
     data.update(MODEL_LOCK_FILE=FAKE_LOCK, SECRETS_DIR=str(tmp_path))
-    rendered = {mon.FACTS_UNIT: mon.facts_service(data, "/etc/nginx/sparkctl-tls/server.pem"),
-                mon.FACTS_TIMER: mon.facts_timer(data), mon.WATCHDOG_UNIT: mon.watchdog_service(data)}
+    cfg = typed(data)
+    rendered = {mon.FACTS_UNIT: mon.facts_service(cfg, "/etc/nginx/sparkctl-tls/server.pem"),
+                mon.FACTS_TIMER: mon.facts_timer(cfg), mon.WATCHDOG_UNIT: mon.watchdog_service(cfg)}
     root = systemd_root(tmp_path, rendered, [mon.BOX_PYTHON])
     for unit in rendered:
         rc, out = verify(root, unit)
@@ -130,8 +131,8 @@ def test_monitoring_units_pass_systemd_analyze_verify(groups, token_file, tmp_pa
     assert verify(broken, mon.FACTS_TIMER) != (0, "")  # the check is real
 
 
-def test_node_exporter_binds_loopback_with_the_memory_collectors(gx10_data):
-    text = mon.node_exporter_defaults(gx10_data)
+def test_node_exporter_binds_loopback_with_the_memory_collectors(gx10_data, gx10_cfg):
+    text = mon.node_exporter_defaults(gx10_cfg)
     args = text.split('ARGS="', 1)[1].split('"', 1)[0].split()
     assert f"--web.listen-address=127.0.0.1:{gx10_data['NODE_EXPORTER_PORT']}" in args
     assert {"--collector.meminfo", "--collector.pressure", "--collector.textfile"} <= set(args)
@@ -140,14 +141,14 @@ def test_node_exporter_binds_loopback_with_the_memory_collectors(gx10_data):
 
 def test_watchdog_config_and_scrape_targets_refuse_bad_settings(gx10_data):
     s = settings_for(gx10_data)
-    cfg = json.loads(mon.watchdog_config(gx10_data, s.services))
+    cfg = json.loads(mon.watchdog_config(typed(gx10_data), s.services))
     assert [x["unit"] for x in cfg["services"]] == [svc.unit for svc in s.services]
     with pytest.raises(SettingError, match="WATCHDOG_STALL_S"):
-        mon.watchdog_config({**gx10_data, "WATCHDOG_STALL_S": 0}, s.services)
+        mon.watchdog_config(typed({**gx10_data, "WATCHDOG_STALL_S": 0}), s.services)
     with pytest.raises(SettingError, match="WATCHDOG_RESTART_COMMAND"):
-        mon.watchdog_config({**gx10_data, "WATCHDOG_RESTART_COMMAND": "systemctl restart"}, s.services)
+        mon.watchdog_config(typed({**gx10_data, "WATCHDOG_RESTART_COMMAND": "systemctl restart"}), s.services)
     with pytest.raises(SettingError, match="SCRAPE_NODE_PATH"):
-        mon.scrape_targets({**gx10_data, "SCRAPE_NODE_PATH": "coder"}, s.services)
+        mon.scrape_targets(typed({**gx10_data, "SCRAPE_NODE_PATH": "coder"}), s.services)
 
 
 def test_deploy_installs_node_exporter_after_its_loopback_arguments(tmp_path):
@@ -323,7 +324,8 @@ def test_the_facts_unit_runs_box_textfile_with_arguments_it_accepts(gx10_data, t
         (tmp_path / d).mkdir(parents=True)
     coder = standin_settings(data).coder
     (tmp_path / "env" / coder.env_file).write_text(units.render_env(coder, typed(data)))
-    line = next(x for x in mon.facts_service(data, str(tmp_path / "none.pem")).splitlines() if "box_textfile" in x)
+    line = next(x for x in mon.facts_service(typed(data), str(tmp_path / "none.pem")).splitlines()
+                if "box_textfile" in x)
     argv = shlex.split(line.split("=", 1)[1])
     argv[:2] = [sys.executable, str(REPO_ROOT / "sparkctl/box" / Path(argv[1]).name)]
     r = subprocess.run(argv, capture_output=True, text=True, timeout=60)

@@ -16,6 +16,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from sparkctl.box.watchdog import Watchdog, parse_metrics
 from sparkctl.config import groupdata
 from sparkctl.render import monitoring as mon
+from tests.conftest import typed
 from tests.render.test_render import settings_for
 
 METRICS = """# TYPE vllm:num_requests_running gauge
@@ -311,7 +312,7 @@ def deployed_config(tmp_path, **overrides) -> tuple[dict, dict]:
     data = groupdata.load(["all", "gx10"])
     from tests.conftest import FAKE_LOCK
     data.update(MODEL_LOCK_FILE=FAKE_LOCK, SECRETS_DIR=str(tmp_path), **overrides)
-    return data, json.loads(mon.watchdog_config(data, settings_for(data).services))
+    return data, json.loads(mon.watchdog_config(typed(data), settings_for(data).services))
 
 
 def test_deployed_configuration_drives_the_watchdog(token_file, tmp_path):

@@ -17,10 +17,10 @@ from sparkctl import REPO_ROOT
 from sparkctl.__main__ import main
 from sparkctl.capacity import facts, kv, planner
 from sparkctl.capacity import plan as plan_mod
-from sparkctl.check import validate_host
+from sparkctl.check.load import host_config
+from sparkctl.check.validate import validate_host
 from sparkctl.config import catalog, groupdata, lock
 from sparkctl.config.quantities import GIB, KIB
-from sparkctl.config.settings import host_config
 from sparkctl.sim import models
 from tests.conftest import FAKE_LOCK
 

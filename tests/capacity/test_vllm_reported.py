@@ -7,8 +7,8 @@ from pathlib import Path
 import pytest
 
 from sparkctl.capacity import planner, vllm_reported
+from sparkctl.check.load import host_config
 from sparkctl.config import groupdata
-from sparkctl.config.settings import host_config
 
 FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "planner"
 

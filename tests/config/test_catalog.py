@@ -1,4 +1,4 @@
-"""Models as data (issue 19): one pydantic model validates the built-in catalog entries, group data's CATALOG_MODELS
+"""Models as data: one pydantic model validates the built-in catalog entries, group data's CATALOG_MODELS
 and CATALOG_OVERRIDES alike; every mistake is refused before the host is touched, naming the entry and the field it
 is in (never another setting), with the closest names for a typo."""
 
@@ -8,8 +8,8 @@ import copy
 
 import pytest
 
+from sparkctl.check.load import host_config
 from sparkctl.config import catalog, catalog_entries, groupdata
-from sparkctl.config.settings import host_config
 from sparkctl.errors import SettingError
 
 # a new coding model written as an operator would, in group_data/gx10.py

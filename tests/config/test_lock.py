@@ -1,4 +1,4 @@
-"""Every file verified by content (issue 20): the lock refuses an entry without a digest the box can check, naming
+"""Every file verified by content: the lock refuses an entry without a digest the box can check, naming
 the lock file, the checkpoint and the file, before the host is touched (`sparkctl check` and the @fake deploy);
 `lock refresh` records a digest for every file the stand-in hub lists (the simulated Spark's lock writer) and
 writes nothing when an endpoint lists a file without one."""
@@ -6,6 +6,7 @@ writes nothing when an endpoint lists a file without one."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -15,10 +16,11 @@ import pytest
 
 from sparkctl import REPO_ROOT
 from sparkctl.config import catalog, lock
+from sparkctl.config.lock_refresh import refresh_lock
 from sparkctl.errors import SettingError, SparkctlError
 from sparkctl.sim import models
-from tests.config.test_bad_input import Case, _fake_run, _lock
-from tests.config.test_bad_input import test_check_refuses_with_a_clear_message as check_refuses
+from tests.check.test_bad_input import Case, _fake_run, _lock
+from tests.check.test_bad_input import test_check_refuses_with_a_clear_message as check_refuses
 from tests.conftest import FAKE_LOCK
 
 QWEN = "unsloth/Qwen3.8-27B-NVFP4"
@@ -82,6 +84,7 @@ RESOLVE = """
 import json, sys
 from huggingface_hub import HfApi
 from sparkctl.config import catalog, lock
+from sparkctl.config.lock_refresh import refresh_lock
 cp = catalog.Checkpoint(repo="acme/tiny", revision="main")
 print(json.dumps(lock.resolve(HfApi(endpoint=sys.argv[1]), cp, sys.argv[1])))
 """
@@ -114,3 +117,20 @@ def test_lock_refresh_refuses_an_endpoint_that_lists_a_file_without_a_digest():
     with pytest.raises(SparkctlError, match=r"https://mirror\.invalid lists 1 file\(s\) of acme/tiny@a{40} without "
                                             r"a sha256 or git blob id \(config\.json\); nothing was written"):
         lock.resolve(api, cp, "https://mirror.invalid")
+
+
+def test_lock_refresh_names_an_unreachable_hub_and_the_groups_that_reach_one(tmp_path):
+    """`lock refresh` on a machine that does not reach the endpoint (following "Adding a model" on the simulated
+    Spark with the real box's groups): a clear error naming the endpoint and --groups, no traceback, nothing
+    written; in process and through the real CLI."""
+    shipped = (REPO_ROOT / "models.lock.json").read_bytes()
+    closed = "http://127.0.0.1:9"  # the discard port: nothing listens there
+    r = subprocess.run([sys.executable, "-m", "sparkctl", "lock", "refresh", "--endpoint", closed], cwd=REPO_ROOT,
+                       capture_output=True, text=True, timeout=120, env={**os.environ, "HF_HUB_OFFLINE": "0"})
+    assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
+    for words in (f"cannot reach the Hub at {closed}", "group data all,gx10", "--groups all,gx10,sim",
+                  "nothing was written"):
+        assert words in r.stderr, r.stderr
+    with pytest.raises(SparkctlError, match=f"cannot reach the Hub at {closed}"):
+        refresh_lock(["all", "gx10"], closed)
+    assert (REPO_ROOT / "models.lock.json").read_bytes() == shipped

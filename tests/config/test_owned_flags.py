@@ -8,7 +8,7 @@ import dataclasses
 
 import pytest
 
-from sparkctl.check import validate_host
+from sparkctl.check.validate import validate_host
 from sparkctl.config import catalog
 from sparkctl.config.owned_flags import BY_LONG, check_owned_flags, owner_of
 from sparkctl.errors import SettingError

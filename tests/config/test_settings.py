@@ -12,11 +12,12 @@ from pydantic import ValidationError
 
 from sparkctl import REPO_ROOT
 from sparkctl.__main__ import main
-from sparkctl.check import validate_host
-from sparkctl.config import catalog, groupdata, hosts, lock, settings
+from sparkctl.check.load import host_config, load
+from sparkctl.check.validate import validate_host
+from sparkctl.config import catalog, groupdata, hosts, lock
 from sparkctl.config.schema import GroupData
 from sparkctl.errors import SettingError
-from tests.conftest import FAKE_LOCK, changed, typed
+from tests.conftest import FAKE_LOCK, changed
 
 
 def test_settings_are_typed_as_validated_and_frozen(gx10_cfg):
@@ -30,12 +31,9 @@ def test_settings_are_typed_as_validated_and_frozen(gx10_cfg):
         changed(gx10_cfg, DRAIN_TIMEOUT_S=-1)
 
 
-def test_the_transitional_item_access_names_only_settings(gx10_cfg):
-    assert gx10_cfg["CODER_PORT"] == gx10_cfg.CODER_PORT == 8000
-    with pytest.raises(KeyError):
-        gx10_cfg["CODER_PROT"]
-    with pytest.raises(KeyError):
-        gx10_cfg["model_dump"]  # a method is not a setting
+def test_settings_are_read_as_attributes_only(gx10_cfg):
+    with pytest.raises(TypeError):
+        gx10_cfg["CODER_PORT"]  # no item access: a setting is an attribute, checked by the type checker too
     assert not hasattr(gx10_cfg, "get")  # no fallback can be written against it
 
 
@@ -65,7 +63,7 @@ def test_tools_load_settings_without_a_lock_or_secrets(monkeypatch, tmp_path, ca
     monkeypatch.setenv("SPARK_API_TOKEN_FILE", str(tmp_path / "no-token"))
     monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
     monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "hf"))
-    config = settings.load(["all", "gx10"])
+    config = load(["all", "gx10"])
     assert config.cfg.MODEL_LOCK_FILE == "models.lock.json" and config.coding_model.key == "qwen3.8-27b"
     assert main(["plan", "--groups", "all,gx10", "--json"]) == 0
     assert '"schema": "sparkctl.plan/1"' in capsys.readouterr().out
@@ -77,26 +75,33 @@ def test_a_tool_merges_the_inventory_hosts_own_data(monkeypatch):
     monkeypatch.setenv("SPARK_CODING_MODELS", "spark-2=laguna-s-2.1")
     monkeypatch.setenv("GX10_HOSTS", "spark-1,spark-2")
     host = hosts.find("spark-2")
-    config = settings.load(["all", "gx10"], host)
+    config = load(["all", "gx10"], host)
     assert config.cfg.CODING_MODEL == "laguna-s-2.1" and (config.host_name, config.address) == ("spark-2", "spark-2")
     with pytest.raises(SettingError, match="CODER_PORT = 0 is not valid"):
-        settings.load(["all", "gx10"], host, overrides={"CODER_PORT": 0})
+        load(["all", "gx10"], host, overrides={"CODER_PORT": 0})
 
 
-def test_the_transitional_adapters_validate_a_raw_mapping(gx10_data, gx10_cfg):
-    assert settings.as_config(gx10_cfg).cfg is gx10_cfg
-    config = settings.as_config(gx10_data)
+def test_every_entry_point_reads_settings_through_the_check_layer(gx10_data, gx10_cfg):
+    """The cross-field rules run wherever settings are read, not only in `check`: what `plan`, `bench`, `status`,
+    `sim` and `lock` read refuses two services on one port as the deploy does; and nothing but the check layer
+    builds the typed settings or their catalog."""
+    config = host_config(gx10_data)
     assert config.cfg == gx10_cfg and config.catalog == lock.with_facts(
         catalog.resolve(gx10_data["CATALOG_OVERRIDES"], gx10_data["CATALOG_MODELS"]), gx10_cfg)
-    with pytest.raises(SettingError, match="PROXY_PORT"):
-        settings.as_config({**gx10_data, "PROXY_PORT": "443"})
+    with pytest.raises(SettingError, match="PROXY_PORT = 8000 is not valid; expected a port not already used by "
+                                           "CODER_PORT"):
+        host_config({**gx10_data, "PROXY_PORT": 8000})
+    with pytest.raises(SettingError, match="PROXY_PORT = 8000"):
+        load(["all", "gx10"], overrides={"PROXY_PORT": 8000})
+    assert set(offenders(r"\bschema\.validate\(|\bwith_catalog\(")) == {"sparkctl/check/load.py",
+                                                                         "sparkctl/config/settings.py"}
 
 
 # --- no code reads a setting past the typed object --------------------------------------------------------------------
 
 SOURCES = [p for p in [*(REPO_ROOT / "sparkctl").rglob("*.py"), *(REPO_ROOT / "tasks").rglob("*.py"),
                        REPO_ROOT / "deploy.py"] if "sparkctl/box/" not in str(p)]  # stdlib-only box scripts
-# TRANSITIONAL: modules another branch is rewriting now; the lead empties this list when it merges them
+# modules another branch is rewriting now; the lead empties this list when it merges them
 NOT_YET_CONVERTED: dict[str, str] = {}  # files still reading raw group data (none left)
 
 

@@ -29,7 +29,8 @@ import pytest
 
 from sparkctl import REPO_ROOT
 from sparkctl.config import catalog, groupdata, hosts, secrets
-from sparkctl.config.lock import refresh_lock
+from sparkctl.config.lock_refresh import refresh_lock
+from tests.conftest import typed
 
 BIN = Path(sys.executable).parent
 GROUPS = ["all", "gx10", "sim"]
@@ -229,8 +230,8 @@ def first_converge(sim_pair) -> Run:
 def spark_1(first_converge, sim_pair) -> Spark:
     """How a client reaches spark-1 (address, settings, token, CA); says nothing of what the pair serves now."""
     data = groupdata.load(GROUPS)
-    return Spark(host=sim_pair["spark-1"], data=data, token=secrets.read_api_token(data),
-                 ca=str(secrets.secrets_dir(data) / "pki" / "ca.pem"))
+    return Spark(host=sim_pair["spark-1"], data=data, token=secrets.read_api_token(typed(data)),
+                 ca=str(secrets.secrets_dir(typed(data)) / "pki" / "ca.pem"))
 
 
 @pytest.fixture

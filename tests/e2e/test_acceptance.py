@@ -33,9 +33,12 @@ import time
 
 import pytest
 
-from sparkctl.config import catalog, groupdata, schema, settings
-from sparkctl.config.lock import cache_dirname, refresh_lock
+from sparkctl.check.load import host_config
+from sparkctl.config import catalog, groupdata
+from sparkctl.config.lock import cache_dirname
+from sparkctl.config.lock_refresh import refresh_lock
 from sparkctl.measure import acceptance, history, labels, quick
+from tests.conftest import typed
 from tests.e2e.conftest import GROUPS, pyinfra, record, sim_exec
 
 HOST = "spark-1"
@@ -122,7 +125,7 @@ def spread(values: list[float]) -> dict:
 
 @pytest.mark.e2e_extended  # a calibration (the sim's thresholds are set from it), not a behaviour: ~1.5 min here
 def test_five_accepted_runs_give_the_gate_noise(converged_spark):
-    config = settings.host_config({**converged_spark.data, **SPEED_DATA})
+    config = host_config({**converged_spark.data, **SPEED_DATA})
     runs = []
     for i in range(5):
         t0 = time.monotonic()
@@ -159,7 +162,7 @@ def quiet_baseline(converged_spark) -> dict:
     """spark-1's coder rolled out on the marker("baseline") configuration (judged with SPEED), and a baseline of it
     in the box's acceptance history measured now, with the other box idle (group_data/sim.py: the two boxes share
     2 cores), as a full `bench --record-baseline` would set it. Returns that history line."""
-    config = settings.host_config({**groupdata.load(GROUPS), **SPEED_DATA})
+    config = host_config({**groupdata.load(GROUPS), **SPEED_DATA})
     run = deploy(marker("baseline"), *SPEED)
     assert run.rc == 0, run.failure()
     quiet = quick.acceptance_of(converged_spark.host, config, lines=[])
@@ -198,8 +201,8 @@ def test_an_upgrade_slowed_while_judged_is_rolled_back_against_the_previous_buil
         quiet_baseline, converged_spark):
     base, data = quiet_baseline, converged_spark.data
     constraints = upgraded_constraints(data)
-    previous = labels.build_labels(data)["vllm_build"]
-    build = labels.build_labels({**data, "VLLM_PIP_CONSTRAINTS": constraints})["vllm_build"]
+    previous = labels.build_labels(host_config(data))["vllm_build"]
+    build = labels.build_labels(host_config({**data, "VLLM_PIP_CONSTRAINTS": constraints}))["vllm_build"]
     assert base["vllm_build"] == previous != build  # the baseline is of the running build; the upgrade has none
     against = f"the previous vLLM build {previous} baseline {base['history']['id']}"
     # only the build differs from the baseline's configuration; RETRY_FAILED: the second run retries the same
@@ -222,6 +225,6 @@ def test_an_upgrade_slowed_while_judged_is_rolled_back_against_the_previous_buil
     assert run.rc == 0, run.failure()
     assert f"acceptance passed against {against}" in run.output, run.failure()
     assert f"/venvs/{build}/bin/vllm" in coder_exec_start()
-    line = history.read(converged_spark.host, schema.validate(data))[-1]
+    line = history.read(converged_spark.host, typed(data))[-1]
     assert line["vllm_build"] == build and line["history"]["baseline"], line["history"]  # its build's baseline now
     assert line["history"]["reference"] == {"kind": "previous", "name": against, "id": base["history"]["id"]}

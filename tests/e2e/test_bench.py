@@ -16,6 +16,7 @@ from pathlib import Path
 import pytest
 
 from sparkctl.__main__ import main
+from sparkctl.check.load import host_config
 from sparkctl.measure import client, labels, niah, probe, record, report, workloads
 from tests.e2e.conftest import PAIR
 
@@ -33,14 +34,14 @@ def probe_record(spark_1, tmp_path_factory):
     served = data["CODER_SERVED_NAME"]
     ep = client.Endpoint(sp.base_url(served), served, token=sp.token, ca=sp.ca)
     source = probe.MetricsSource.ssh(sp.host, data["CODER_PORT"])
-    tags = {**labels.model_labels(data), **labels.box_labels(sp.host, data)}
+    tags = {**labels.model_labels(host_config(data)), **labels.box_labels(sp.host, host_config(data))}
     settings = probe.ProbeSettings(
         workload=workloads.load(), streams=[1, 2], window_s=4.0, max_tokens=int(data["BENCH_MAX_TOKENS"]),
         prefill_tokens=[int(data["BENCH_PREFILL_TOKENS"])], ignore_eos=True,  # tiny random weights: run to max
         timeout_s=float(data["BENCH_CLIENT_TIMEOUT_S"]), settle_s=float(data["BENCH_SETTLE_S"]),
         idle_timeout_s=float(data["BENCH_IDLE_TIMEOUT_S"]),
         agreement_tolerance=float(data["BENCH_AGREEMENT_TOLERANCE"]))
-    roofline, _why = labels.roofline_single_stream(data)
+    roofline, _why = labels.roofline_single_stream(host_config(data))
     rec = asyncio.run(probe.run_probe(ep, source, settings, tags, roofline_single=roofline))
     out = tmp_path_factory.mktemp("bench")
     path = record.write_record(rec, out / "bench.json")

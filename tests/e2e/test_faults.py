@@ -17,7 +17,7 @@ import httpx
 import pytest
 
 from sparkctl import REPO_ROOT
-from sparkctl.config.lock import refresh_lock
+from sparkctl.config.lock_refresh import refresh_lock
 from sparkctl.measure import prometheus
 from tests.e2e.conftest import GROUPS, PAIR, broken_candidate_overrides, pyinfra, pyinfra_popen, record, sim_exec
 

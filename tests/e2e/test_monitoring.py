@@ -13,6 +13,7 @@ import httpx
 import pytest
 
 from sparkctl.config import secrets
+from tests.conftest import typed
 from tests.e2e.conftest import PAIR, record, sim_exec
 
 HOST = "spark-1"
@@ -29,7 +30,7 @@ def invocation(unit: str) -> str:
 
 
 def watchdog_restarts(spark, unit: str) -> float:
-    text = scrape(spark, f"{spark.data['SCRAPE_NODE_PATH']}/metrics", secrets.read_scrape_token(spark.data)).text
+    text = scrape(spark, f"{spark.data['SCRAPE_NODE_PATH']}/metrics", secrets.read_scrape_token(typed(spark.data))).text
     lines = [x for x in text.splitlines() if x.startswith("sparkctl_watchdog_restarts_total{") and unit in x]
     return float(lines[0].rsplit(" ", 1)[1]) if lines else 0.0
 
@@ -56,7 +57,7 @@ def wait_for(predicate, timeout: float, what: str, interval: float = 1.0):
 
 def test_scrape_paths_open_only_with_the_scrape_token(converged_spark):
     sp, d = converged_spark, converged_spark.data
-    scrape_token = secrets.read_scrape_token(d)
+    scrape_token = secrets.read_scrape_token(typed(d))
     for served in ("coder", "embed-qwen3", "embed-bge-m3"):
         r = scrape(sp, f"{served}/metrics", scrape_token)
         assert r.status_code == 200 and "vllm:num_requests_running" in r.text, served

@@ -16,9 +16,9 @@ import time
 
 import pytest
 
-from sparkctl.config import schema
 from sparkctl.config.schema import GroupData
 from sparkctl.render import ray, units
+from tests.conftest import typed
 from tests.e2e.conftest import pyinfra, record, sim_exec
 from tests.e2e.test_faults import chat_ok, wait_for
 
@@ -46,7 +46,7 @@ def main_pid(host: str, unit: str) -> str:
 
 @pytest.mark.e2e_extended  # a tensor-parallel converge over Ray of its own and back
 def test_ray_cluster_of_two_sparks_through_the_real_units(converged_spark):
-    cfg = schema.validate({**converged_spark.data, "SPARK_TOPOLOGY": "tensor-parallel", "TP_BACKEND": "ray"})
+    cfg = typed({**converged_spark.data, "SPARK_TOPOLOGY": "tensor-parallel", "TP_BACKEND": "ray"})
     t0 = time.monotonic()
     try:
         run = pyinfra("-y", *RAY, "inventory.py", "deploy.py", timeout=1800)
@@ -60,7 +60,7 @@ def test_ray_cluster_of_two_sparks_through_the_real_units(converged_spark):
         back = pyinfra("-y", "inventory.py", "deploy.py", timeout=1800)  # replicas (native) again
         record("back to replicas after Ray: the Ray units retired", back.seconds)
     assert back.rc == 0, back.failure()
-    assert_ray_retired(schema.validate(converged_spark.data), coder)
+    assert_ray_retired(typed(converged_spark.data), coder)
     record("tensor-parallel over Ray scenario (whole)", time.monotonic() - t0)
 
 

@@ -16,8 +16,9 @@ import httpx
 import pytest
 
 from sparkctl import REPO_ROOT
-from sparkctl.config import groupdata, schema
+from sparkctl.config import groupdata
 from sparkctl.measure import history
+from tests.conftest import typed
 from tests.e2e.conftest import GROUPS, PAIR, pyinfra, pyinfra_popen, record, sim_exec
 from tests.e2e.test_safe_change import ROLLOUT, box_json, chat
 
@@ -238,7 +239,7 @@ def test_the_flip_goes_one_box_at_a_time_lets_streams_finish_and_downloads_nothi
 
     # the flip was judged (the coders served before): the matching stand-in draft passed its floor
     data = groupdata.load(GROUPS)
-    line = history.select(history.read(spark.host, schema.validate(data)), model="laguna-s-2.1")[-1]
+    line = history.select(history.read(spark.host, typed(data)), model="laguna-s-2.1")[-1]
     sd = next(r["spec_decode"] for r in sorted(line["runs"], key=lambda r: r["streams"]) if r.get("spec_decode"))
     print(f"ACCEPTANCE matching stand-in draft: rate {sd['acceptance_rate']:.3f}, tokens per step "
           f"{sd.get('tokens_per_step')}, per position {sd.get('per_position_acceptance')}")

@@ -14,7 +14,7 @@ import time
 import httpx
 import pytest
 
-from sparkctl.config.lock import refresh_lock
+from sparkctl.config.lock_refresh import refresh_lock
 from tests.e2e.conftest import GROUPS, broken_candidate_overrides, pyinfra, pyinfra_popen, record, sim_exec
 
 HOST = "spark-1"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from sparkctl.config.settings import load
+from sparkctl.check.load import load
 from tests.conftest import changed
 
 

@@ -67,7 +67,7 @@ def test_a_tensor_parallel_pool_is_planned_as_the_existing_tp_plan(config, cfg_w
 
 def test_a_stand_in_checkpoint_inherits_no_published_figures(cfg_with):
     """The simulated Spark's tiny stand-ins serve under the same catalog keys: production's tok/s are not theirs."""
-    from sparkctl.config.settings import load
+    from sparkctl.check.load import load
 
     sim = load(["all", "gx10", "sim"])
     fleet = placement.place(pools.from_settings(sim.cfg, ["spark-1"]), ["spark-1"])

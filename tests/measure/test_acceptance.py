@@ -12,8 +12,8 @@ import dataclasses
 
 import pytest
 
+from sparkctl.check.load import host_config
 from sparkctl.config import catalog, groupdata
-from sparkctl.config.settings import host_config
 from sparkctl.errors import SettingError
 from sparkctl.measure import acceptance, history, quick, record
 from tests.conftest import typed

@@ -9,8 +9,8 @@ import json
 
 import pytest
 
-from sparkctl.config.settings import host_config
 from sparkctl.__main__ import main
+from sparkctl.check.load import host_config
 from sparkctl.measure import history, quick, record
 from tests.measure.test_history import LocalHost
 from tests.measure.test_reference import ALL, rec

@@ -12,8 +12,8 @@ import httpx
 import pytest
 from rich.console import Console
 
+from sparkctl.check.load import host_config
 from sparkctl.config import groupdata
-from sparkctl.config.settings import host_config
 from sparkctl.measure import client, maths, probe, prometheus, record, report
 from sparkctl.measure.workloads import load
 

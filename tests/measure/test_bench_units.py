@@ -231,7 +231,7 @@ def test_haystack_is_deterministic_and_digit_free():
 
 
 def test_model_labels_read_the_lock(tmp_path):
-    from sparkctl.config.settings import host_config
+    from sparkctl.check.load import host_config
 
     def labels_with(lock_file) -> dict:
         return labels.model_labels(host_config({**groupdata.load(["all", "gx10"]), "MODEL_LOCK_FILE": str(lock_file)}))
@@ -248,7 +248,7 @@ def test_model_labels_read_the_lock(tmp_path):
 
 def test_roofline_is_the_planners():
     from sparkctl.capacity import planner
-    from sparkctl.config.settings import host_config
+    from sparkctl.check.load import host_config
 
     config = host_config(groupdata.load(["all", "gx10"]))
     value, source = labels.roofline_single_stream(config)
@@ -264,7 +264,7 @@ def test_roofline_is_the_planners():
 
 
 def test_roofline_omitted_with_the_reason_when_the_model_has_none():
-    from sparkctl.config.settings import host_config
+    from sparkctl.check.load import host_config
 
     no_weights = {"qwen3.8-27b": {"memory": {"bytes_read_per_step_gb": 0.0}}}
     config = host_config({**groupdata.load(["all", "gx10"]), "CATALOG_OVERRIDES": no_weights})

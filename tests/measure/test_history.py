@@ -140,7 +140,7 @@ def test_a_failing_remote_command_is_a_clear_error(box):
 def cli_box(box, monkeypatch, tmp_path):
     from sparkctl.measure import cli
 
-    from sparkctl.config.settings import host_config
+    from sparkctl.check.load import host_config
 
     host, data = box
     monkeypatch.setattr(cli.hosts, "find", lambda name=None: host)

@@ -10,7 +10,7 @@ import json
 
 import pytest
 
-from sparkctl.config.settings import host_config
+from sparkctl.check.load import host_config
 from sparkctl.config import groupdata
 from sparkctl.measure import history, labels, quick, reference
 from tests.measure.test_acceptance import quick_record

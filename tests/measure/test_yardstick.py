@@ -19,7 +19,7 @@ import json
 import pytest
 
 from sparkctl.__main__ import main
-from sparkctl.config.settings import host_config
+from sparkctl.check.load import host_config
 from sparkctl.measure import acceptance, history, quick, record
 from tests.measure.test_acceptance import T
 from tests.measure.test_bench_judge import box  # noqa: F401 - the fixture

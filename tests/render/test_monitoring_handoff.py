@@ -19,11 +19,13 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from sparkctl import REPO_ROOT
 from sparkctl.box import box_textfile, watchdog
+from sparkctl.check.load import host_config
 from sparkctl.config import pki
 from sparkctl.render import dashboard, prometheus_rules
 from sparkctl.sim.config import STANDINS
 from tests.box.test_box_facts import facts_text, interrupted_flip
 from tests.box.test_rollout_box import box  # noqa: F401  (the fixture)
+from tests.conftest import typed
 
 FIXTURES = REPO_ROOT / "tests" / "fixtures"
 ENDPOINTS = json.loads((FIXTURES / "prometheus" / "endpoints.json").read_text())
@@ -37,7 +39,7 @@ def promtool(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess
 
 def rules_file(tmp_path: Path, data: dict) -> Path:
     path = tmp_path / "rules.yml"
-    path.write_text(yaml.safe_dump(prometheus_rules.rules(ENDPOINTS, data), sort_keys=False, width=1000))
+    path.write_text(yaml.safe_dump(prometheus_rules.rules(ENDPOINTS, host_config(data)), sort_keys=False, width=1000))
     return path
 
 
@@ -46,7 +48,7 @@ def test_scrape_job_passes_promtool_check_config(gx10_data, tmp_path):
     (tmp_path / "token").write_text("t")
     (tmp_path / "ca.pem").write_text((pki.ensure_server_cert(tmp_path / "pki", "b", ["10.0.0.5"])[2]).read_text())
     data = dict(gx10_data, PROMETHEUS_TOKEN_FILE=str(tmp_path / "token"), PROMETHEUS_CA_FILE=str(tmp_path / "ca.pem"))
-    paths = prometheus_rules.write_handoff(tmp_path / "handoff", ENDPOINTS, data)
+    paths = prometheus_rules.write_handoff(tmp_path / "handoff", ENDPOINTS, host_config(data))
     job = yaml.safe_load(paths[0].read_text())
     config = {"global": {"scrape_interval": "15s"}, "rule_files": [str(paths[1])], "scrape_configs": job}
     (tmp_path / "prometheus.yml").write_text(yaml.safe_dump(config))
@@ -63,7 +65,7 @@ def test_scrape_job_passes_promtool_check_config(gx10_data, tmp_path):
 
 
 def test_operator_certificate_means_no_ca_file(gx10_data):
-    job = prometheus_rules.scrape_job({**ENDPOINTS, "ca_bundle": None}, gx10_data)
+    job = prometheus_rules.scrape_job({**ENDPOINTS, "ca_bundle": None}, typed(gx10_data))
     assert "tls_config" not in job and job["authorization"]["credentials_file"] == gx10_data["PROMETHEUS_TOKEN_FILE"]
 
 
@@ -90,8 +92,8 @@ def grafana_to_promql(expr: str) -> str:
 
 @needs_promtool
 def test_every_dashboard_expression_parses(gx10_data, tmp_path):
-    exprs = dashboard.expressions(gx10_data)
-    board = dashboard.dashboard(gx10_data)
+    exprs = dashboard.expressions(typed(gx10_data))
+    board = dashboard.dashboard(typed(gx10_data))
     assert len(exprs) == sum(len(p.get("targets", [])) for p in board["panels"])
     recording = {"groups": [{"name": "dashboard", "rules": [{"record": f"dashboard:panel_{i}",
                                                              "expr": grafana_to_promql(e)}
@@ -163,9 +165,9 @@ def real_scrapes(tmp_path, box, gx10_data) -> set[str]:  # noqa: F811  (box: the
 
 
 def test_every_metric_a_panel_or_rule_names_is_in_a_real_scrape(gx10_data, real_scrapes):
-    rules = prometheus_rules.rules(ENDPOINTS, gx10_data)["groups"][0]["rules"]
+    rules = prometheus_rules.rules(ENDPOINTS, host_config(gx10_data))["groups"][0]["rules"]
     named = {}
-    for expr in dashboard.expressions(gx10_data) + [r["expr"] for r in rules]:
+    for expr in dashboard.expressions(typed(gx10_data)) + [r["expr"] for r in rules]:
         for name in metric_names(expr):
             named.setdefault(name, expr)
     missing = {n: e for n, e in named.items() if n not in real_scrapes}
@@ -176,7 +178,7 @@ def test_every_metric_a_panel_or_rule_names_is_in_a_real_scrape(gx10_data, real_
 
 
 def test_the_readme_alert_table_lists_exactly_the_alerts_the_rules_have(gx10_data):
-    rules = prometheus_rules.rules(ENDPOINTS, gx10_data)["groups"][0]["rules"]
+    rules = prometheus_rules.rules(ENDPOINTS, host_config(gx10_data))["groups"][0]["rules"]
     readme = (REPO_ROOT / "README.md").read_text()
     table = set(re.findall(r"^\| `(Spark[A-Za-z]+)` \|", readme, re.M))
     assert table == {r["alert"] for r in rules}

@@ -316,14 +316,16 @@ def test_the_table_catches_a_prefix_proxy(tmp_path):
 ])
 def test_routes_that_are_not_plain_paths_are_refused(routes):
     """PROXY_ROUTES goes into the site verbatim: the settings schema refuses anything but plain paths per role."""
-    from sparkctl.config import groupdata, schema
+    from sparkctl.config import groupdata
     from sparkctl.errors import SettingError
+    from tests.conftest import typed
 
     with pytest.raises(SettingError, match=r"PROXY_ROUTES"):
-        schema.validate({**groupdata.load(["all", "gx10"]), "PROXY_ROUTES": routes})
+        typed({**groupdata.load(["all", "gx10"]), "PROXY_ROUTES": routes})
 
 
 def test_the_shipped_routes_pass_the_check():
-    from sparkctl.config import groupdata, schema
+    from sparkctl.config import groupdata
+    from tests.conftest import typed
 
-    schema.validate(groupdata.load(["all", "gx10"]))
+    typed(groupdata.load(["all", "gx10"]))

@@ -9,7 +9,7 @@ import subprocess
 
 import pytest
 
-from sparkctl.check import validate_host as validate
+from sparkctl.check.validate import validate_host as validate
 from sparkctl.config import groupdata
 from sparkctl.render import ray, units
 from tasks.services import venv_users

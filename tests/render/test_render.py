@@ -14,10 +14,11 @@ import jinja2
 import pytest
 
 from sparkctl.box.check_vllm_args import unescape_env_value
-from sparkctl.check import validate_host as validate
+from sparkctl.check.load import host_config
+from sparkctl.check.validate import validate_host as validate
 from sparkctl.config import catalog, groupdata, pki
-from sparkctl.config.settings import derive, host_config
 from sparkctl.config.quantities import GIB
+from sparkctl.config.settings import derive
 from sparkctl.errors import SettingError
 from sparkctl.render import units
 from tests.conftest import FAKE_LOCK
@@ -33,7 +34,7 @@ def settings_for(data: dict, model: str | None = None):
 
 def standin_settings(data: dict):
     """Settings for a box stood in by a temporary directory (its paths under /tmp): what the check layer derives,
-    without the deploy's layout rule that refuses a real box's directories there (sparkctl/config/rules.py)."""
+    without the deploy's layout rule that refuses a real box's directories there (sparkctl/check/rules.py)."""
     return derive(host_config(data, "test-box"))
 
 

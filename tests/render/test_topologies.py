@@ -13,7 +13,7 @@ import pytest
 
 from sparkctl import REPO_ROOT
 from sparkctl.box.check_vllm_args import unescape_env_value
-from sparkctl.check import validate_host as validate
+from sparkctl.check.validate import validate_host as validate
 from sparkctl.errors import SettingError
 from sparkctl.render import gateway, link, units
 from tests.conftest import API_TOKEN, SCRAPE_TOKEN, changed

@@ -3,14 +3,14 @@ installs, Ray included (TP_BACKEND = "ray"), and a wheelhouse made for more is n
 
 from __future__ import annotations
 
-from sparkctl.config import settings
+from sparkctl.check.load import load
 from sparkctl.render import units
 from sparkctl.sim import config, wheelhouse
 from tests.conftest import changed
 
 
 def test_the_wheelhouse_holds_what_the_simulated_spark_installs():
-    cfg = settings.load(["all", "gx10", "sim"]).cfg
+    cfg = load(["all", "gx10", "sim"]).cfg
     assert cfg.PIP_NO_INDEX and cfg.PIP_FIND_LINKS == [config.WHEELHOUSE_MOUNT]
     wanted = set(config.WHEELHOUSE_REQUIREMENTS)
     assert {cfg.VLLM_PIP_REQUIREMENT, f"pip=={cfg.PIP_VERSION}"} <= wanted

@@ -1,5 +1,5 @@
 """Render every file the deploy writes to a box, with the functions the tasks use, and run the real validators on
-the control machine before the box is touched (part of sparkctl/check.py validate_host: `python -m sparkctl check`
+the control machine before the box is touched (part of check/validate.py validate_host: `python -m sparkctl check`
 and the deploy's preflight run it alike).
 
 | what                                   | validator                                                              |
@@ -30,9 +30,10 @@ from dataclasses import dataclass
 from functools import lru_cache
 from pathlib import Path
 
-from sparkctl import check_tools
 from sparkctl.box.check_vllm_args import unescape_env_value
-from sparkctl.check_blame import culprits, describe
+from sparkctl.check import tools
+from sparkctl.check.blame import culprits, describe
+from sparkctl.check.load import shipped
 from sparkctl.config import pki
 from sparkctl.config.schema import GroupData
 from sparkctl.config.settings import Settings
@@ -107,14 +108,14 @@ def _validated(tool: str, root: Path, files: dict[str, BoxFile], cfg: GroupData,
         raise _refusal(tool, files[problem.name], cfg, problem)
 
 
-def _refusal(tool: str, f: BoxFile, cfg: GroupData, problem: check_tools.Problem) -> SettingError:
+def _refusal(tool: str, f: BoxFile, cfg: GroupData, problem: tools.Problem) -> SettingError:
     text = f.render(cfg).splitlines()
     line = text[problem.line - 1].strip() if problem.line and problem.line <= len(text) else ""
     secret = f.path == box_files.TOKEN_FILE  # the token file's lines and nginx's words about them hold a token
     where = f"{f.path} line {problem.line}" if problem.line else f.path
     said = f"{where} (not shown: it holds the tokens)" if secret else \
         f"{where}{f' `{line}`' if line else ''}: {problem.message}"
-    names = culprits(f.render, cfg, problem.line)
+    names = culprits(f.render, cfg, problem.line, shipped())
     if not names:
         return SettingError(f"the rendered {f.path}", line if not secret else "<secret>", f"a file {tool} accepts",
                             said)
@@ -131,17 +132,17 @@ def _earlyoom(s: Settings) -> str:
     given = {argv[i]: argv[i + 1] for i in range(len(argv) - 1) if argv[i] in ("--prefer", "--avoid")}
     names = EARLYOOM_VLLM + EARLYOOM_NEVER_PREFER
     for flag, setting in (("--prefer", "EARLYOOM_PREFER"), ("--avoid", "EARLYOOM_AVOID")):
-        if check_tools.posix_matches(given[flag], names) is None:
+        if tools.posix_matches(given[flag], names) is None:
             raise SettingError(setting, given[flag], "a POSIX extended regular expression (glibc's regcomp compiles "
                                                      "it as earlyoom does)", "regcomp refuses it")
-    preferred = check_tools.posix_matches(given["--prefer"], names)
+    preferred = tools.posix_matches(given["--prefer"], names)
     wrong = sorted(preferred & set(EARLYOOM_NEVER_PREFER))
     if wrong or not preferred & set(EARLYOOM_VLLM):
         raise SettingError("EARLYOOM_PREFER", given["--prefer"], f"a pattern matching vLLM's processes "
                            f"({', '.join(EARLYOOM_VLLM)}) and none of {', '.join(EARLYOOM_NEVER_PREFER)}",
                            f"It matches {', '.join(wrong)}: earlyoom would kill it first" if wrong else
                            "It matches no vLLM process: earlyoom would not kill vLLM first")
-    missed = sorted(set(EARLYOOM_VITAL) - check_tools.posix_matches(given["--avoid"], names))
+    missed = sorted(set(EARLYOOM_VITAL) - tools.posix_matches(given["--avoid"], names))
     if missed:
         raise SettingError("EARLYOOM_AVOID", given["--avoid"], f"a pattern matching every process the box needs "
                            f"({', '.join(EARLYOOM_VITAL)})", f"It misses {', '.join(missed)}")
@@ -182,23 +183,23 @@ def _netplan(s: Settings, root: Path) -> str:
     """netplan generate where it is installed; else the file must at least be the YAML netplan reads."""
     name = Path(s.cfg.CX7_NETPLAN_FILE).name
     f = BoxFile(s.cfg.CX7_NETPLAN_FILE, lambda c: box_files.netplan(c, s.host_name))
-    if check_tools.available("netplan"):
-        _validated("netplan generate", root / "netplan", {name: f}, s.cfg, check_tools.netplan)
+    if tools.available("netplan"):
+        _validated("netplan generate", root / "netplan", {name: f}, s.cfg, tools.netplan)
         return "netplan generate: the CX7 link's file"
     import yaml
 
     try:
         doc = yaml.safe_load(f.render(s.cfg))
     except yaml.YAMLError as exc:
-        raise _refusal("a YAML parser", f, s.cfg, check_tools.Problem(name, None, str(exc))) from None
+        raise _refusal("a YAML parser", f, s.cfg, tools.Problem(name, None, str(exc))) from None
     network = doc.get("network") if isinstance(doc, dict) else None
     if not isinstance(network, dict) or network.get("version") != 2:
-        raise _refusal("netplan", f, s.cfg, check_tools.Problem(name, None, "no network: version: 2"))
+        raise _refusal("netplan", f, s.cfg, tools.Problem(name, None, "no network: version: 2"))
     return "netplan generate: skipped (netplan is not installed on this control machine); the YAML parsed"
 
 
 def _with_tool(root: Path, exe: str, tool: str, files: dict[str, BoxFile], cfg: GroupData, run) -> str:
-    if not check_tools.available(exe):
+    if not tools.available(exe):
         return f"{tool}: skipped ({exe} is not installed on this control machine)"
     _validated(tool, root / exe, files, cfg, run)
     shown = [Path(f.path).name for f in files.values() if not f.path.startswith(box_files.TLS_DIR)]
@@ -213,11 +214,11 @@ def check_box_files(s: Settings, scrape_token: str) -> tuple[str, ...]:
     with tempfile.TemporaryDirectory(prefix="sparkctl-check-") as tmp:  # 0700: the token file is written here
         root = Path(tmp)
         notes = [_with_tool(root, "systemd-analyze", "systemd-analyze verify", _units(s), s.cfg,
-                            check_tools.systemd)]
+                            tools.systemd)]
         if s.role.serves_api:
             notes.append(_with_tool(root, "nginx", "nginx -t", _proxy(s, root / "nginx", scrape_token), s.cfg,
-                                    check_tools.nginx))
-        notes.append(_earlyoom(s) if check_tools.glibc_regex_available() else
+                                    tools.nginx))
+        notes.append(_earlyoom(s) if tools.glibc_regex_available() else
                      "earlyoom: skipped (no glibc regex on this control machine)")
         notes.append(_vllm_args(s))
         if s.role.tensor_parallel and s.cfg.CX7_MANAGE_NETPLAN:

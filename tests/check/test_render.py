@@ -1,4 +1,4 @@
-"""The check renders every file the deploy writes and runs the real validators on it (sparkctl/check_render.py):
+"""The check renders every file the deploy writes and runs the real validators on it (sparkctl/check/render.py):
 the shipped configurations pass in every topology, a refused line is blamed on the setting that produced it, a
 validator that is not installed is reported as skipped (never as passed), the token file's contents never reach a
 message, and vLLM's own parser is used when it is installed here."""
@@ -10,9 +10,11 @@ import shutil
 
 import pytest
 
-from sparkctl import check_render, check_tools
-from sparkctl.check import validate_host
-from sparkctl.check_blame import culprits
+from sparkctl.check import render as check_render
+from sparkctl.check import tools as check_tools
+from sparkctl.check.blame import culprits
+from sparkctl.check.load import shipped
+from sparkctl.check.validate import validate_host
 from sparkctl.config import groupdata
 from sparkctl.errors import SettingError
 from sparkctl.render import box_files
@@ -46,10 +48,11 @@ def test_blame_follows_the_line_to_the_setting(gx10_cfg):
     def render(cfg):
         return f"a {cfg.PROXY_READ_TIMEOUT_S}\nb {cfg.PROXY_SEND_TIMEOUT_S} {cfg.PROXY_PORT}\nc constant\n"
 
-    assert culprits(render, gx10_cfg, 1) == ["PROXY_READ_TIMEOUT_S"]
-    assert set(culprits(render, gx10_cfg, 2)) == {"PROXY_SEND_TIMEOUT_S", "PROXY_PORT"}
-    assert culprits(render, changed(gx10_cfg, PROXY_PORT=8443), 2)[0] == "PROXY_PORT"  # the one the operator changed
-    assert culprits(render, gx10_cfg, 3) == []
+    assert culprits(render, gx10_cfg, 1, shipped()) == ["PROXY_READ_TIMEOUT_S"]
+    assert set(culprits(render, gx10_cfg, 2, shipped())) == {"PROXY_SEND_TIMEOUT_S", "PROXY_PORT"}
+    changed_port = changed(gx10_cfg, PROXY_PORT=8443)
+    assert culprits(render, changed_port, 2, shipped())[0] == "PROXY_PORT"  # the one the operator changed
+    assert culprits(render, gx10_cfg, 3, shipped()) == []
 
 
 @needs_tools
@@ -63,7 +66,8 @@ def test_a_refused_line_of_a_unit_names_its_setting(gx10_data):
 
 def test_a_validator_not_installed_is_skipped_and_said_so(gx10_data, monkeypatch):
     monkeypatch.setattr(check_tools, "available", lambda tool: False)
-    notes = validate_host({**gx10_data, "PROXY_READ_TIMEOUT_S": 7200.0}, "gx10").notes
+    twice = {"coder": ["/v1/models", "/v1/models"], "embedder": ["/v1/models"]}  # what only nginx -t refuses
+    notes = validate_host({**gx10_data, "PROXY_ROUTES": twice}, "gx10").notes
     assert "nginx -t: skipped (nginx is not installed on this control machine)" in notes
     assert "systemd-analyze verify: skipped (systemd-analyze is not installed on this control machine)" in notes
 

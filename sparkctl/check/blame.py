@@ -1,7 +1,7 @@
 """Which setting produced a rendered line a validator refused: change each setting in turn, render the file again
 with the same function, and keep the settings whose change changes that line. Of those, the ones the operator
 changed (they differ from the shipped group data) come first: a line reading two settings is blamed on the one
-that is not as shipped. Used by sparkctl/check_render.py only when a validator refused something.
+that is not as shipped. Used by check/render.py only when a validator refused something.
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from collections.abc import Callable
 
 from pydantic import BaseModel
 
-from sparkctl.config import rules
+from sparkctl.check.rules import Shipped
 from sparkctl.config.schema import GroupData
 
 _SKIP = object()
@@ -42,7 +42,7 @@ def _line_changed(before: list[str], after: list[str], line: int | None) -> bool
                for tag, i1, i2, _j1, _j2 in difflib.SequenceMatcher(None, before, after, autojunk=False).get_opcodes())
 
 
-def culprits(render: Callable[[GroupData], str], cfg: GroupData, line: int | None) -> list[str]:
+def culprits(render: Callable[[GroupData], str], cfg: GroupData, line: int | None, shipped: Shipped) -> list[str]:
     """The settings whose value the given line of render(cfg) depends on, the ones the operator changed first."""
     before = render(cfg).splitlines()
     found = []
@@ -56,7 +56,7 @@ def culprits(render: Callable[[GroupData], str], cfg: GroupData, line: int | Non
             continue
         if _line_changed(before, after, line):
             found.append(name)
-    return sorted(found, key=lambda n: not rules.changed(n, getattr(cfg, n)))
+    return sorted(found, key=lambda n: not shipped.changed(n, getattr(cfg, n)))
 
 
 def describe(value):

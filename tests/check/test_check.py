@@ -16,9 +16,9 @@ import pytest
 
 from sparkctl import REPO_ROOT
 from sparkctl.__main__ import main
-from sparkctl.check import validate_host
-from sparkctl.config.groupdata import parse_data_value
+from sparkctl.check.validate import validate_host
 from sparkctl.config import pki, schema
+from sparkctl.config.groupdata import parse_data_value
 from sparkctl.config.hosts import HostConn
 from sparkctl.errors import SettingError
 from tests.conftest import FAKE_LOCK
@@ -34,7 +34,7 @@ def run_check(*args: str, env: dict | None = None) -> tuple[subprocess.Completed
 
 
 def test_shipped_real_box_configuration_passes(token_file):
-    """How long it takes is a benchmark's business (issue 18: a 3 s limit here failed at 3.04 s on a loaded
+    """How long it takes is a benchmark's business (a 3 s limit here failed at 3.04 s on a loaded
     machine), not this test's."""
     r, _seconds = run_check("--data", f"MODEL_LOCK_FILE={FAKE_LOCK}")
     assert r.returncode == 0, r.stderr

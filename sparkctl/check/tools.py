@@ -1,4 +1,4 @@
-"""The real validators, run on the control machine on files rendered for a box (sparkctl/check_render.py decides
+"""The real validators, run on the control machine on files rendered for a box (check/render.py decides
 what to render and whom to blame): nginx -t in a private prefix, systemd-analyze verify in a private root,
 earlyoom's regexes through glibc's own regcomp/regexec (what earlyoom calls), netplan generate, and vLLM's argument
 parser when vLLM is installed here. Each takes {name: text}, writes them below a private directory, and returns
@@ -61,9 +61,6 @@ def _located(output: str, files: dict[str, Path], pattern: str) -> list[Problem]
 
 
 # --- nginx -t ------------------------------------------------------------------------------------------------------
-
-NGINX_FILES = ("site.conf", "token.conf", "server.pem", "server.key")
-
 
 def nginx(root: Path, texts: dict[str, str]) -> list[Problem]:
     """nginx -t on the site inside a bare http block (the distribution's nginx.conf adds nothing it depends on),

