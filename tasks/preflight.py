@@ -8,6 +8,7 @@ from pyinfra.facts.files import File
 from pyinfra.facts.server import Arch, OsRelease
 
 from sparkctl.check.validate import validate_host
+from sparkctl.config.hosts import per_host_models
 from sparkctl.config.quantities import GIB
 from sparkctl.config.settings import Settings
 from sparkctl.errors import Refused, SparkctlError
@@ -19,7 +20,8 @@ def settings_for_host() -> Settings:
     data; bad input stops the deploy here, before any command runs."""
     try:
         hosts = [h.name for h in inventory.get_group("gx10")]
-        settings = validate_host(host.data.dict(), host.name, hosts=hosts)  # address: ssh_hostname, else the name
+        settings = validate_host(host.data.dict(), host.name, hosts=hosts,  # address: ssh_hostname, else the name
+                                 host_models=per_host_models())  # a box's own CODING_MODEL (SPARK_CODING_MODELS)
     except SparkctlError as exc:
         raise Refused(f"{host.name}: {exc}") from None
     for w in settings.warnings:

@@ -58,10 +58,10 @@ def rollout_status(script: str, services: tuple, env_prefix: str) -> dict:
     return LEDGER.status[key]
 
 
-def check_in(service: str, has_work: bool) -> None:
+def check_in(service: str, box: str, has_work: bool) -> None:
     """Execution time, first thing in a box's rollout op: whether it has something to roll out. What the box runs
     is known only now (its candidate was staged by the ops before), so the gate waits for every box's word."""
-    LEDGER.checked.setdefault(service, {})[host.name] = has_work
+    LEDGER.checked.setdefault(service, {})[box] = has_work
 
 
 def _gate(state, service: str) -> WaveGate:
@@ -239,10 +239,10 @@ def rollout(service: str, services: tuple, script: str, setting_values: dict, in
         unchanged = _unchanged(service, status, setting_values["ROLLOUT_RETRY_FAILED"])
     except Exception:
         if wait and host.state.is_executing:
-            check_in(service, False)  # this box fails here; its wave must not wait for it
+            check_in(service, host.name, False)  # this box fails here; its wave must not wait for it
         raise
     if wait and host.state.is_executing:
-        check_in(service, not unchanged)
+        check_in(service, host.name, not unchanged)
     if unchanged:
         host.noop(unchanged)
         return

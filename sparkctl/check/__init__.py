@@ -4,6 +4,6 @@ validation of a host (validate.py: what tasks/preflight.py runs before the first
 writes rendered and run through the real validators (render.py, tools.py), a refused line blamed on its setting
 (blame.py), and `python -m sparkctl check` (cli.py).
 
-May import: sparkctl.config, sparkctl.capacity, sparkctl.render, sparkctl.box.check_vllm_args (vLLM's own argument
+May import: sparkctl.config, sparkctl.capacity, sparkctl.fleet, sparkctl.render, sparkctl.box.check_vllm_args (vLLM's own argument
 check and how systemd reads an env file back), sparkctl.errors. No pyinfra, nothing on a box.
 """

@@ -37,15 +37,17 @@ def run(args: argparse.Namespace) -> int:
     if not configured:
         print(f"no {'simulated Spark is booted' if args.sim else 'GX10_HOSTS set'}: checking one nominal box "
               f"{names[0]!r} ({', '.join(groups)})")
-    failed = [h for h in targets if not check_one(h, {**base, **h.pyinfra_data(), **overrides}, names)]
+    data = {h.name: {**base, **h.pyinfra_data(), **overrides} for h in targets}
+    models = {h.name: h.data["CODING_MODEL"] for h in targets if "CODING_MODEL" in h.data}  # a box's own
+    failed = [h for h in targets if not check_one(h, data[h.name], names, models)]
     return 2 if failed else 0
 
 
-def check_one(h: hosts.HostConn, data: dict, names: list[str]) -> bool:
+def check_one(h: hosts.HostConn, data: dict, names: list[str], models: dict[str, str] | None = None) -> bool:
     """One inventory host's whole validation, printed; data in pyinfra's order (--data > host data > group data);
     the address: ssh_hostname, as the deploy's."""
     try:
-        s = validate_host(data, h.name, hosts=names)
+        s = validate_host(data, h.name, hosts=names, host_models=models)
     except SparkctlError as exc:
         print(f"sparkctl check: {h.name}: {exc}", file=sys.stderr)
         return False

@@ -18,17 +18,20 @@ from sparkctl.check import rules
 from sparkctl.check.load import host_config, shipped
 from sparkctl.check.render import check_box_files
 from sparkctl.config import secrets
-from sparkctl.config.settings import Settings, derive
+from sparkctl.config.settings import HostConfig, Settings, derive
+from sparkctl.fleet.placement import pool_host_data
+from sparkctl.fleet.validate import validate_fleet
 from sparkctl.render.monitoring import scrape_targets
 
 
 def validate_host(data: dict, host_name: str = "", read_secrets: bool = True, hosts: list[str] | None = None,
-                  address: str | None = None) -> Settings:
+                  address: str | None = None, host_models: dict[str, str] | None = None) -> Settings:
     """Everything the deploy checks before touching the host; raises SettingError (or PlanError) on the first
     refusal. data: the host's merged data (pyinfra's host.data); hosts: the inventory's gx10 hosts in order;
-    address: what clients connect to (the TLS certificate must name it), default data's ssh_hostname.
+    address: what clients connect to (the TLS certificate must name it), default data's ssh_hostname;
+    host_models: the CODING_MODEL a box's own host data sets (SPARK_CODING_MODELS), for the fleet's rules.
     With read_secrets (the deploy, `check`), every file the deploy would write is rendered and validated too."""
-    config = host_config(data, host_name, address or "")
+    config = with_pool(data, host_name, address or "", hosts, host_models)
     rules.check_host(config, shipped())
     settings = derive(config, hosts)
     rules.check_services(settings)
@@ -42,6 +45,19 @@ def validate_host(data: dict, host_name: str = "", read_secrets: bool = True, ho
         scrape = secrets.read_scrape_token(settings.cfg, settings.api_token) if settings.role.serves_api else ""
         settings = replace(settings, notes=check_box_files(settings, scrape))
     return settings
+
+
+def with_pool(data: dict, host_name: str, address: str, hosts: list[str] | None,
+              host_models: dict[str, str] | None) -> HostConfig:
+    """The host's settings with the fleet checked (sparkctl.fleet.validate_fleet: pools, placement, waves) and, where
+    FLEET_POOLS places the box, what its pool gives it (coding model, served name, embedders) over its group data."""
+    config = host_config(data, host_name, address)
+    if not hosts:
+        return config
+    fleet = validate_fleet(config.cfg, config.catalog, hosts, host_models)
+    if not config.cfg.FLEET_POOLS or host_name not in hosts:
+        return config
+    return host_config({**data, **pool_host_data(fleet, host_name)}, host_name, address)
 
 
 def with_secrets(settings: Settings) -> Settings:

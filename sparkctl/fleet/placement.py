@@ -223,3 +223,13 @@ def pool_capacity(cfg: GroupData, catalog: dict[str, ModelSpec], placed: PlacedP
                         concurrent_requests=None if per_engine is None else per_engine * engines,
                         concurrent_source=concurrent_source, decode_tokens_per_s=decode, decode_source=decode_source,
                         roofline_tokens_per_s=plan.roofline_tokens_per_s)
+
+
+def pool_host_data(fleet: Fleet, box: str) -> dict:
+    """The settings a box's pool gives it, over its group data (FLEET_POOLS only; today's topologies set nothing):
+    its coding model, the name that model is served under, and no embedders where its pool runs none."""
+    wanted = fleet.host_settings(box)
+    data = {"CODING_MODEL": wanted["CODING_MODEL"], "CODER_SERVED_NAME": wanted["CODER_SERVED_NAME"]}
+    if not wanted["embedders"]:
+        data.update(EMBEDDERS=[], EMBEDDER_PORTS=[])
+    return data

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from sparkctl import check_tools
+from sparkctl.check import tools as check_tools
 from sparkctl.config import groupdata, pki
 from sparkctl.config.schema import validate
 from sparkctl.errors import SettingError
