@@ -191,9 +191,9 @@ def test_the_control_side_reads_outcomes_by_name_never_by_exit_code():
         assert '.get("rc")' not in text and '["rc"]' not in text, path
 
 
-def test_the_readme_lists_every_outcome_with_its_exit_code():
+def test_the_docs_list_every_outcome_with_its_exit_code():
     rows = {}
-    for line in (REPO_ROOT / "README.md").read_text().splitlines():
+    for line in (REPO_ROOT / "docs" / "what-happens-when.md").read_text().splitlines():
         cells = [c.strip() for c in line.strip().strip("|").split("|")]
         if len(cells) == 4 and cells[0].startswith("`") and cells[1].isdigit():
             rows[cells[0].strip("`")] = (int(cells[1]), cells[2] == "yes")
