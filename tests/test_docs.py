@@ -45,7 +45,8 @@ def anchors(path: Path) -> set[str]:
 
 def test_the_slug_is_githubs():
     assert slug("What happens when…") == "what-happens-when"
-    assert slug("…vLLM's engine hangs while `/health` still says 200") == "vllms-engine-hangs-while-health-still-says-200"
+    assert slug("…vLLM's engine hangs while `/health` still says 200") == \
+        "vllms-engine-hangs-while-health-still-says-200"
     assert slug("Acceptance: a flip is kept only if") == "acceptance-a-flip-is-kept-only-if"
 
 

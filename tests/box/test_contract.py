@@ -95,7 +95,7 @@ def applies(out: dict, host: str) -> dict[str, list[str]]:
 def test_what_the_deploy_sends_parses_on_the_box_to_exactly_the_settings_and_facts(tmp_path):
     """The real deploy (@fake, a tensor-parallel pair: the head's coder waits for its verdict, the worker follows
     its head) renders its calls; the box's own parser reads every setting back as its group-data value."""
-    from tests.inventory_fake import _data as fake_overrides
+    from tests.standins.gx10_inventory import _data as fake_overrides
     from tests.render.test_topologies import run_pair
 
     out = run_pair(tmp_path, "tensor-parallel")

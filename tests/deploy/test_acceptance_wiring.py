@@ -37,7 +37,7 @@ def test_the_mode_sets_what_the_box_decides_alone(tmp_path, data, expect):
 
 
 def waiting_run(tmp_path, mode: str) -> tuple[list[str], dict]:
-    """The @fake deploy whose coder rollout reports that it waits for its verdict (tests/inventory_fake.py)."""
+    """The @fake deploy whose coder rollout reports that it waits for its verdict (tests/standins/gx10_inventory.py)."""
     os.environ["FAKE_ROLLOUT_AWAITS"] = mode
     try:
         out = run_fake("dgx", tmp_path)

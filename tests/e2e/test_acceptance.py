@@ -38,6 +38,8 @@ from sparkctl.config.lock import cache_dirname, refresh_lock
 from sparkctl.measure import acceptance, history, labels, quick
 from tests.e2e.conftest import GROUPS, pyinfra, record, sim_exec
 
+pytestmark = pytest.mark.scenario("acceptance")
+
 HOST = "spark-1"
 # a stand-in draft whose proposals the target never accepts (sparkctl/sim/models.py): random tied-embedding models
 # all predict "the input token again" and so agree with each other, whatever their weights
@@ -120,7 +122,7 @@ def spread(values: list[float]) -> dict:
             if mean else 0.0, "worst_pct": 100 * worst / mean if mean else 0.0}
 
 
-@pytest.mark.e2e_extended  # a calibration (the sim's thresholds are set from it), not a behaviour: ~1.5 min here
+@pytest.mark.e2e_extended(cost_s=90)  # a calibration (the sim's thresholds are set from it), not a behaviour: ~1.5 min here
 def test_five_accepted_runs_give_the_gate_noise(converged_spark):
     config = settings.host_config({**converged_spark.data, **SPEED_DATA})
     runs = []
@@ -168,7 +170,7 @@ def quiet_baseline(converged_spark) -> dict:
 
 
 # four coder rollouts (~8.5 min here); tests/measure/test_acceptance.py judges a slowdown against a fake vLLM
-@pytest.mark.e2e_extended
+@pytest.mark.e2e_extended(cost_s=510)
 def test_a_throttled_coder_fails_the_speed_comparison_and_the_same_config_without_it_passes(quiet_baseline):
     base = quiet_baseline
     with throttled():
@@ -193,7 +195,7 @@ def upgraded_constraints(data: dict) -> list[str]:
     return [*data["VLLM_PIP_CONSTRAINTS"], f"pip=={data['PIP_VERSION']}  # e2e upgrade {stamp}"]
 
 
-@pytest.mark.e2e_extended  # a venv build and three coder rollouts of its own (~14 min here): outside CI's budget
+@pytest.mark.e2e_extended(cost_s=840)  # a venv build and three coder rollouts of its own (~14 min here): outside CI's budget
 def test_an_upgrade_slowed_while_judged_is_rolled_back_against_the_previous_build_and_unslowed_is_committed(
         quiet_baseline, converged_spark):
     base, data = quiet_baseline, converged_spark.data

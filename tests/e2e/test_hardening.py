@@ -17,6 +17,8 @@ from tests.deploy.test_oom_guard import posix_matches
 from tests.e2e.conftest import PAIR, pyinfra, record, sim_exec
 from tests.render.test_proxy import ALLOWED, DENIED, dot_segments_resolved, request
 
+pytestmark = pytest.mark.scenario("hardening")
+
 HOST = "spark-1"
 
 
