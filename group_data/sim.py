@@ -141,7 +141,7 @@ BENCH_MAX_TOKENS = 256  # per probe request
 BENCH_PREFILL_TOKENS = 3000  # must fit the tiny models' 4096-token context
 BENCH_IGNORE_EOS = True  # random-weight stand-ins stop at arbitrary tokens; keep streams running to max_tokens
 
-# --- acceptance (issue 12): tiny random-weight models on 2 shared CPU cores --------------------------------------
+# --- acceptance: tiny random-weight models on 2 shared CPU cores ---------------------------------------------
 ACCEPTANCE_WINDOW_S = 4  # decode window, s
 ACCEPTANCE_STREAMS = [1, 2]  # streams: 2 CPU cores
 ACCEPTANCE_PREFILL_TOKENS = 3000  # the sim's BENCH_PREFILL_TOKENS: fits the tiny models' 4096-token context

@@ -19,7 +19,7 @@ COMMAND_MODULES = [
     "sparkctl.capacity.cli",  # plan
     "sparkctl.measure.cli",  # bench, bench compare, niah, evals compare
     "sparkctl.check",  # check: the deploy's whole validation, offline
-    "sparkctl.status.cli",  # status (issue 11)
+    "sparkctl.status.cli",  # status: every box and service at a glance
 ]
 
 

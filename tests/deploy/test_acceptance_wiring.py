@@ -1,4 +1,4 @@
-"""The acceptance step's wiring in the deploy (issue 12): the coder's rollout is told to wait for its verdict and
+"""The acceptance step's wiring in the deploy (docs/acceptance.md): the coder's rollout is told to wait for its verdict and
 judges it inside its own op when the box waits, the Acceptance step (for a transaction found waiting later) comes
 right after Health, and the verdict command follows the box to its result (tasks/acceptance.py, tasks/common.py)."""
 

@@ -25,7 +25,7 @@ def run_fake(kind: str, tmp_path, *extra: str, token: str | None = API_TOKEN,
         env["SPARK_API_TOKEN_FILE"] = str(tf)
     else:
         env["SPARK_API_TOKEN_FILE"] = str(tmp_path / "missing-token")
-    if scrape_token:  # issue 11: the proxy's scrape paths have their own token
+    if scrape_token:  # the proxy's scrape paths have their own token
         (tmp_path / "scrape_token").write_text(scrape_token)
         (tmp_path / "scrape_token").chmod(0o600)
     env["SPARK_SCRAPE_TOKEN_FILE"] = str(tmp_path / "scrape_token")

@@ -247,6 +247,7 @@ class Spark:
 def sim_pair():
     """spark-1 and spark-2 booted (or, with SPARKCTL_E2E_REUSE=1, the running pair), by name."""
     from sparkctl.sim import api as sim
+    from sparkctl.sim import util
 
     PAIR.reused = REUSE and all(sim.is_running(h) for h in PAIR_HOSTS)
     if not PAIR.reused:
@@ -262,6 +263,8 @@ def sim_pair():
     t0 = time.monotonic()
     sim.down()
     record("sim down", time.monotonic() - t0)
+    # nothing the pair started outlives it (a gpg agent of the stand-in NVIDIA repository's key once did)
+    assert sim.left_running() == [], [" ".join(util.cmdline(p)) for p in sim.left_running()]
 
 
 @pytest.fixture(scope="session")

@@ -1,4 +1,4 @@
-"""The acceptance gate on the converged simulated Spark (issue 12). A coder rollout that passed health waits on the
+"""The acceptance gate on the converged simulated Spark (docs/acceptance.md). A coder rollout that passed health waits on the
 box for its verdict (phase "awaiting-verdict", sparkctl/box/rollout_verdict.py; drained for clients, open to the
 probe's key); the deploy (within the coder's rollout step, since it served before) runs the quick acceptance
 through the proxy and sends `rollout.py verdict coder --tx TX commit|rollback`, then follows the box to its

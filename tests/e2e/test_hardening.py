@@ -1,4 +1,4 @@
-"""Hardening on the converged simulated Spark (issue 10): the proxy publishes the API and nothing else, the running
+"""Hardening on the converged simulated Spark: the proxy publishes the API and nothing else, the running
 sshd carries its OOM score, earlyoom's name lists fit the box's real processes, and a same-size corrupted checkpoint
 blob is refused by content. Each test starts from the pair as the group data says (`converged_spark`).
 """

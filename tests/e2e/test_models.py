@@ -1,4 +1,4 @@
-"""Models added as data on the simulated Spark (issue 19), reusing the converged pair: two stand-ins that exist only
+"""Models added as data on the simulated Spark, reusing the converged pair: two stand-ins that exist only
 as data (SIM_CHECKPOINTS and CATALOG_MODELS in group_data/sim.py), planned from their own config.json in the sim's
 lock. One fits a box and flips in and out on one box; the other does not fit one box's memory budget: the deploy
 refuses it there with the arithmetic, naming tensor-parallel, and serves it across the pair in tensor-parallel.

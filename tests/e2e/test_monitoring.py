@@ -1,4 +1,4 @@
-"""Monitoring on the converged simulated Spark (issue 11): the scrape paths and their token, node exporter on
+"""Monitoring on the converged simulated Spark: the scrape paths and their token, node exporter on
 loopback with the GPU stand-in's facts, a busy coder never restarted, a SIGSTOPped engine core restarted by
 the watchdog. Each test starts from the pair as the group data says (`converged_spark`); the wedge test also
 needs a watchdog restart left to spend (`watchdog_restart_left`)."""

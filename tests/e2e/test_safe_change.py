@@ -1,4 +1,4 @@
-"""Safe change on the simulated Sparks (issue 14): a flip is a gated, reversible transaction on the box that
+"""Safe change on the simulated Sparks: a flip is a gated, reversible transaction on the box that
 survives a lost control connection, is not retried once it failed, and never replaces a running vLLM with one that
 cannot start. That a flip drains (running streams finish, new requests get 503) and goes one box at a time is
 proven by the flip itself, in tests/e2e/test_rollout.py. Each test prints what it measured and starts from the pair

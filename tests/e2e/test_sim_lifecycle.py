@@ -49,6 +49,8 @@ def leftovers(pids: list[int]) -> list[str]:
         out.append(f"mounts {mounts}")
     if config.RUN_DIR.exists():
         out.append(f"{config.RUN_DIR} still exists")
+    if api.left_running():
+        out.append(f"processes naming {config.SIM_DIR}: {api.left_running()}")
     return out
 
 

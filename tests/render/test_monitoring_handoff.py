@@ -1,8 +1,8 @@
-"""The monitoring hand-off (issue 11), checked with the real promtool: the scrape job passes `promtool check
-config`, the alert rules `promtool check rules` and their unit tests (tests/fixtures/prometheus/alerts-test.yml),
-every dashboard expression parses, and every metric a panel or rule names appears in a real scrape: vLLM CPU
-0.32's /metrics (recorded), node exporter's (recorded from the real binary with the deploy's arguments), and the
-textfile metrics the box scripts write (run here against the GB10 stand-in)."""
+"""The monitoring hand-off (docs/operating.md "Monitoring"), checked with the real promtool: the scrape job passes
+`promtool check config`, the alert rules `promtool check rules` and their unit tests
+(tests/fixtures/prometheus/alerts-test.yml), every dashboard expression parses, and every metric a panel or rule names
+appears in a real scrape: vLLM CPU 0.32's /metrics (recorded), node exporter's (recorded from the real binary with the
+deploy's arguments), and the textfile metrics the box scripts write (run here against the GB10 stand-in)."""
 
 from __future__ import annotations
 

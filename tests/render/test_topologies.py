@@ -25,7 +25,7 @@ def run_pair(tmp_path, topology_name: str, *extra: str, models: str = "") -> dic
     tf = tmp_path / "api_token"
     tf.write_text(API_TOKEN)
     tf.chmod(0o600)  # secrets readable by others are refused
-    (tmp_path / "scrape_token").write_text(SCRAPE_TOKEN)  # issue 11: the proxy's scrape paths
+    (tmp_path / "scrape_token").write_text(SCRAPE_TOKEN)  # the proxy's scrape paths take their own token
     (tmp_path / "scrape_token").chmod(0o600)
     env = dict(os.environ, FAKE_KIND="dgx", FAKE_HOSTS="2", FAKE_MODELS=models, PYINFRA_FAKE_DELAY="0",
                PYINFRA_FAKE_DELAY_JITTER="0", SPARKCTL_TEST_SECRETS=str(tmp_path / "secrets"), GX10_HOSTS="",
