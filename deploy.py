@@ -5,8 +5,8 @@ only) -> checkpoints -> OOM guard -> proxy -> services (each changed coder judge
 the proxy inside its rollout, its box drained for clients meanwhile) -> monitoring -> health -> acceptance (of a
 coder still found waiting) -> (tensor-parallel: the worker's result, which follows the head's) -> (Ray units no
 longer configured: retired) -> gateway hand-off. What a step needs from an earlier one is returned by it and handed
-on here. Bad settings are refused before any command reaches the host; see README.md for the flip, secrets,
-settings and the two-Spark topologies.
+on here. Bad settings are refused before any command reaches the host; see README.md for the flip and the
+two-Spark topologies, docs/ for secrets, settings and the rest.
 """
 
 from pyinfra import host

@@ -52,7 +52,7 @@ VLLM_METADATA_ALIAS = ""  # when VLLM_DIST is not "vllm": version to register as
 PIP_FIND_LINKS = []  # local wheel directories on the box (an air-gapped install points these at a wheelhouse)
 PIP_NO_INDEX = False  # True: install only from PIP_FIND_LINKS, never from an index
 PIP_VERSION = "26.3"  # pip version installed into the venv first (old pips mis-resolve local versions)
-# --- versioned vLLM venvs (issue 14) ---
+# --- versioned vLLM venvs: a new vLLM is built beside the running one ---
 VLLM_VENVS_KEEP = 2  # venvs kept under SPARKCTL_HOME/venvs (newest first) besides any a unit still names
 
 # --- paths on the box ------------------------------------------------------------------------------------------
@@ -79,7 +79,7 @@ SERVICE_STOP_TIMEOUT_S = 120  # TimeoutStopSec=: seconds a stopping vLLM gets be
 SERVICE_NOFILE = 65536  # LimitNOFILE=: open files per service
 NVIDIA_DEVICES = ["char-nvidia-frontend", "char-nvidiactl", "char-nvidia-uvm",
                   "char-nvidia-caps"]  # DeviceAllow= device groups (rw) CUDA needs (/proc/devices names)
-# --- settings validation (issue 10)
+# --- settings validation: what check refuses unless told otherwise
 LISTEN_ADDRESS_NOT_LOOPBACK_OK = False  # True: allow a non-loopback LISTEN_ADDRESS (vLLM then answers without TLS/token)
 
 # --- readiness --------------------------------------------------------------------------------------------------
@@ -87,11 +87,11 @@ HEALTH_READY_TIMEOUT_S = 1800  # seconds a (re)started service may take to answe
 HEALTH_POLL_INTERVAL_S = 2  # seconds between readiness polls
 HEALTH_JOURNAL_LINES = 40  # journal lines shown when a service fails its health check
 HEALTH_REQUEST_TIMEOUT_S = 7200  # client timeout of the health check's real requests, s
-# --- readiness probe timeout (issue 13) ---
+# --- readiness probe timeout ---
 HEALTH_PROBE_MAX_TOKENS = 8  # the health step's real chat completion through the proxy: tokens it asks for
 HEALTH_LISTENER_TIMEOUT_S = 10  # curl --max-time of one on-box readiness try of 127.0.0.1:<port>/v1/models, s
 
-# --- safe change: drained, gated, reversible rollouts (issue 14) ---
+# --- safe change: drained, gated, reversible rollouts ---
 # A generation of 20-30K tokens is normal here; the 27B coder decodes ~20 tokens/s on a GX10 (273 GB/s over
 # ~14 GB of weights read per token), so one that has just started needs ~1500 s: 1800 s lets it finish.
 DRAIN_TIMEOUT_S = 1800  # longest wait for vllm:num_requests_running (+ waiting) to reach 0 before a restart, s
@@ -129,7 +129,7 @@ TLS_CERT_FILE = ""  # control-machine path of the server certificate chain (PEM)
 TLS_KEY_FILE = ""  # control-machine path of its private key (PEM)
 TLS_SERVER_NAMES = []  # extra DNS names / IPs for a generated certificate (the host address is always in)
 SECRETS_DIR = "secrets"  # control-machine directory (git-ignored) for api_token, hf_token and the generated PKI
-# --- proxy allow-list (issue 10) ---
+# --- proxy allow-list: the only paths the proxy publishes ---
 PROXY_ROUTES = {  # per model role: the only vLLM routes published below /<served name>/; every other path is 404
     # OpenAI chat/completions/models, the Responses and Anthropic Messages APIs coding agents speak, and the
     # server-root /tokenize and /version the bench and NIAH probe read through the proxy
@@ -173,11 +173,11 @@ GATEWAY_HANDOFF_DIR = "handoff"  # control machine: endpoints.json + Kubernetes 
 GATEWAY_NAMESPACE = "carouter"  # Kubernetes namespace of the rendered Service/EndpointSlice manifests
 GATEWAY_K8S_VERSION = "1.30"  # Kubernetes schema version the manifests are validated against
 
-# --- checkpoint copy over the link (issue 13) ---
+# --- checkpoint copy over the link: the worker's checkpoints come from the head ---
 CHECKPOINT_SYNC_USER = "root"  # tensor-parallel: head account the worker copies as (root only: its authorized_keys)
 CHECKPOINT_SYNC_SSH_OPTIONS = ["BatchMode=yes", "StrictHostKeyChecking=accept-new"]  # ssh -o options of that copy
 
-# --- tensor-parallel as one unit (issue 14): the worker's rollout follows the head's over the link ---
+# --- tensor-parallel as one unit: the worker's rollout follows the head's over the link ---
 TP_PEER_KEY = "cx7-peer"  # ssh key (in SECRETS_DIR) each box of the pair reads the other's rollout status with (the
 #                           worker's transaction its head's, the head's watchdog and restart the worker's); on either
 #                           box it may run only the read-only `rollout.py status coder` (forced command), only from
@@ -191,13 +191,13 @@ BENCH_MAX_TOKENS = 1024  # max_tokens per probe request
 BENCH_PREFILL_TOKENS = 12288  # the fresh prefill after the decode window, tokens
 BENCH_CLIENT_TIMEOUT_S = 7200  # bench/niah/evals client timeout; no retries, s
 BENCH_IGNORE_EOS = False  # True: requests run to BENCH_MAX_TOKENS even past end-of-sequence (random-weight models)
-# --- bench/niah settings (issue 13) ----------------------------------------------------------------------------
+# --- bench/niah settings -------------------------------------------------------------------------------------
 BENCH_AGREEMENT_TOLERANCE = 0.05  # counter vs client tokens: largest relative gap outside the scrape bracket, fraction
 BENCH_SETTLE_S = 1.0  # wait after every stream has its first token, before the decode window opens, s
 BENCH_IDLE_TIMEOUT_S = 120  # longest wait for vLLM to have no request in flight between phases, s
 NIAH_MAX_TOKENS = 4096  # NIAH answer budget per request (reasoning models think first), tokens
 
-# --- monitoring (issue 11): node exporter, box facts, scrape paths, alerts, watchdog --------------------------
+# --- monitoring: node exporter, box facts, scrape paths, alerts, watchdog ---------------------------------
 MONITORING_PACKAGES = ["prometheus-node-exporter"]  # Debian/Ubuntu packages: the real node exporter
 NODE_EXPORTER_PORT = 9100  # node exporter's TCP port, bound to LISTEN_ADDRESS only (scraped through the proxy)
 NODE_EXPORTER_DEFAULTS_FILE = "/etc/default/prometheus-node-exporter"  # the package's ARGS= file its unit reads
@@ -270,9 +270,9 @@ ACCEPTANCE_PREFILL_TOKENS = 12288  # its prompt length, tokens (the full bench's
 ACCEPTANCE_PREFILL_REPEATS = 3  # fresh prompts of that length, each on an idle server; the median sample is judged
 # (one sample is at the mercy of one scheduler hiccup; a 12K prefill takes seconds on the GX10, so 3 cost little)
 ACCEPTANCE_PREFILL_MAX_REGRESSION = 0.15  # fail when prefill tok/s is more than this fraction below the baseline
-# What decode and prefill are judged against, per figure the first that has it: this box's baseline of the same
-# configuration and workload (the limits above); after a changed vLLM version, vLLM build (its venv) or checkpoint
-# revision, the baseline of this box's closest previous configuration of the same model, workload and topology; the
+# What decode and prefill are judged against (docs/acceptance.md), per figure the first that has it: this box's
+# baseline of the same configuration and workload (the limits above); after a changed vLLM version, vLLM build (its
+# venv) or checkpoint revision, the baseline of this box's closest previous configuration of the same model, workload and topology; the
 # catalog's published figures (the write-up's probe on the production GX10); else the planner's roofline only, and
 # the run is provisional (no yardstick until an operator confirms it: `bench confirm @ID`). Each has its own
 # limits. None of these GX10 limits is measured yet (no GX10 was at hand).

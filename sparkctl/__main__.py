@@ -19,7 +19,7 @@ COMMAND_MODULES = [
     "sparkctl.fleet.cli",  # plan: the capacity planner's table, then the fleet (sparkctl.capacity.cli underneath)
     "sparkctl.measure.cli",  # bench, bench compare, niah, evals compare
     "sparkctl.check.cli",  # check: the deploy's whole validation, offline
-    "sparkctl.status.cli",  # status (issue 11)
+    "sparkctl.status.cli",  # status: every box and service at a glance
 ]
 
 

@@ -18,16 +18,15 @@ SCRAPE_TOKEN = "KV_aZzLisdxrpG-5OnuXtVR8UdkGYiI7clxoE9AXbm0"
 
 
 def pytest_collection_modifyitems(items):
-    """Fast tests first, then the simulated Spark's own lifecycle test, then the end-to-end scenarios (they share
-    one converged pair of test hosts that must not meet another test's `sim up`/`sim down`), in the order that is
-    fastest for them (tests/e2e/conftest.py: SCENARIO_ORDER)."""
+    """Fast tests first, then the end-to-end scenarios (they share one converged pair of test hosts that must not
+    meet another test's `sim up`/`sim down`), in the order each one's scenario marker gives (tests/e2e/conftest.py:
+    SCENARIO_ORDER; the simulated Spark's own lifecycle first, before the shared pair is booted)."""
     def rank(item):
-        path = str(item.fspath)
-        if "/tests/e2e/" in path:
+        if "/tests/e2e/" in str(item.fspath):
             from tests.e2e.conftest import scenario_rank
 
-            return 2, scenario_rank(item)
-        return (1 if "lifecycle" in path else 0), 0
+            return 1, scenario_rank(item)
+        return 0, 0
     items.sort(key=rank)  # stable: file order kept within each rank
 
 

@@ -5,7 +5,7 @@ systemd owns, so the deploy's connection can die at any instant without changing
 Every argument, its type, the setting it comes from and the commands that take it are in contract.py (ARGS; the
 deploy renders its calls from the same table, and `rollout.py COMMAND --help` lists them): an argument that comes
 from a setting is required, the box has no default of its own. Exit codes: contract.py OUTCOMES (a name each,
-every failure its own code; the README's table).
+every failure its own code; the table in docs/what-happens-when.md).
 
     rollout.py status SERVICE...          -> ONE JSON object {service: {contract.STATUS_FIELDS}} (one systemctl
                                              call, no venv python; read-only: a TP worker reads its head's over the

@@ -7,8 +7,8 @@ and the plan says so. GiB are 2**30 bytes; 'measured' figures come from the prod
 
 from __future__ import annotations
 
-# the write-up's probe (README "Measuring": the probe this repository's bench reproduces): code-generation requests
-# through the proxy, run to their natural end, 40 s decode windows, one fresh 12K (12,288-token) prefill
+# the write-up's probe (docs/acceptance.md "Measuring": the probe this repository's bench reproduces): code-generation
+# requests through the proxy, run to their natural end, 40 s decode windows, one fresh 12K (12,288-token) prefill
 PROBE_WORKLOAD = {"workload": "codegen-v1", "ignore_eos": False}
 PROBE_SOURCE = ("production write-up (model-decision-writeup.md, Finding 2): \"Laguna leads at every count: 46.5, 52, "
                 "96 and 176 tokens/s aggregate against Qwen's 18.3, 40, 73 and 122 ... Prefill is Laguna's at every "

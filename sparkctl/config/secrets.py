@@ -53,7 +53,7 @@ TOKEN_CHARS = re.compile(r"[A-Za-z0-9._~+/=-]+")
 
 
 def check_private(path: Path, setting: str, st=None) -> None:
-    """A secret readable by group or others on the control machine is refused (README "Secrets")."""
+    """A secret readable by group or others on the control machine is refused (docs/operating.md "Secrets")."""
     mode = (st or path.stat()).st_mode & 0o777
     if mode & 0o077:
         raise SettingError(setting, str(path), "a file only its owner can read (mode 0600 or 0400)",

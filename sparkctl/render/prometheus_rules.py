@@ -3,7 +3,7 @@
 prometheus-scrape.yml  one `scrape_configs` entry (paste it under scrape_configs:): per box one target group per
                        served model (/<served>/metrics) and one for the node (/node/metrics), labelled box= and
                        service=; the scrape token from `authorization.credentials_file`, the CA from tls_config.
-prometheus-rules.yml   a rule file (add it to rule_files:): the alerts README "Monitoring" explains.
+prometheus-rules.yml   a rule file (add it to rule_files:): the alerts docs/operating.md "Monitoring" explains.
 Both come from endpoints.json (sparkctl/render/gateway.py) and the settings (a HostConfig: the typed settings and
 its catalog); both pass `promtool check`.
 """

@@ -22,7 +22,7 @@ from sparkctl.errors import SparkctlError
 from sparkctl.sim import config, daemons, hostdeps, instance, net, nvidia_repo, rootfs
 from sparkctl.sim import models as _models
 from sparkctl.sim import wheelhouse as _wheelhouse
-from sparkctl.sim.util import kill, run, say, state_lock, step
+from sparkctl.sim.util import cmdline, kill, processes_naming, run, say, state_lock, step, wait_gone
 
 LOCK_GROUPS = ["all", "gx10", "sim"]
 
@@ -169,7 +169,7 @@ def _secrets_and_lock(lock: bool) -> None:
 
     cfg = sim_settings().cfg
     say(f"api token: {ensure_api_token(cfg)}")
-    say(f"scrape token: {ensure_scrape_token(cfg)}")  # issue 11: the proxy's scrape paths
+    say(f"scrape token: {ensure_scrape_token(cfg)}")  # what the proxy's scrape paths take
     if lock:
         with step("lock file") as d:
             d.append(refresh_lock())
@@ -190,6 +190,8 @@ def _down(keep_overlays: bool, purge_cache: bool) -> list[str]:
     for name in daemons.DAEMONS:
         if daemons.stop(name):
             say(f"daemon {name}: stopped")
+    nvidia_repo.stop_agent(config.NVIDIA_GNUPG_DIR)
+    notes += _kill_left_running()
     for n in net.our_netns():
         net.remove_netns(n)
     for v in net.our_veths():
@@ -211,6 +213,24 @@ def _down(keep_overlays: bool, purge_cache: bool) -> list[str]:
     for n in notes:
         say(f"note: {n}")
     say(f"sim down: done in {time.monotonic() - t0:.2f} s")
+    return notes
+
+
+def left_running() -> list[int]:
+    """Processes still naming the simulated Spark's state directory (a gpg agent of its signing key, say)."""
+    return processes_naming(config.SIM_DIR)
+
+
+def _kill_left_running() -> list[str]:
+    """Whatever still runs from the sim's state once its instances and daemons are stopped: TERM, then KILL."""
+    left = {p: " ".join(cmdline(p))[:120] for p in left_running()}
+    for p in left:
+        kill(p)
+    notes = []
+    for p, what in left.items():
+        if not wait_gone(p, 5):
+            kill(p, 9)
+            notes.append(f"pid {p} ({what}) still ran from {config.SIM_DIR}, SIGKILL")
     return notes
 
 

@@ -53,6 +53,13 @@ def _gpg(*args: str, input: bytes | None = None) -> bytes:
     return p.stdout.encode() if isinstance(p.stdout, str) else p.stdout
 
 
+def stop_agent(home: Path) -> None:
+    """gpg starts an agent for the signing key that outlives the command; stop it (and any other gpg daemon of
+    this home), so signing leaves nothing running."""
+    if shutil.which("gpgconf") and Path(home).is_dir():
+        run(["gpgconf", "--homedir", home, "--kill", "all"], check=False, timeout=30)
+
+
 def ensure_key() -> str:
     """The repository signing key (generated once, no passphrase); returns its fingerprint."""
     home = config.NVIDIA_GNUPG_DIR
@@ -152,7 +159,15 @@ def _inputs_digest(fingerprint: str) -> str:
 
 
 def build(force: bool = False) -> str:
-    """Build (or keep) the signed repository under .sim/nvidia-repo; returns "cached" or "built"."""
+    """Build (or keep) the signed repository under .sim/nvidia-repo; returns "cached" or "built". The signing
+    key's gpg agent is stopped afterwards, whatever happened."""
+    try:
+        return _build(force)
+    finally:
+        stop_agent(config.NVIDIA_GNUPG_DIR)
+
+
+def _build(force: bool) -> str:
     fpr = ensure_key()
     d = config.NVIDIA_REPO_DIR
     stamp = d / ".stamp"

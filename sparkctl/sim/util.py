@@ -83,6 +83,21 @@ def children(pid: int) -> list[int]:
     return out
 
 
+def processes_naming(directory: Path) -> list[int]:
+    """Every live process (but this one and its ancestors) whose command line names a path under directory."""
+    spare, p = set(), os.getpid()
+    while p > 1:
+        spare.add(p)
+        try:
+            p = int(Path(f"/proc/{p}/stat").read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, IndexError, ValueError):
+            break
+    prefix = str(directory).rstrip("/") + "/"
+    pids = [int(d) for d in os.listdir("/proc") if d.isdigit() and int(d) not in spare]
+    return sorted(pid for pid in pids if pid_alive(pid)
+                  and any(arg == prefix[:-1] or arg.startswith(prefix) for arg in cmdline(pid)))
+
+
 def kill(pid: int | None, sig: int = signal.SIGTERM) -> None:
     if pid:
         try:

@@ -1,4 +1,5 @@
-"""`python -m sparkctl status [--json] [--host NAME]`: every box and service at a glance (README "Monitoring")."""
+"""`python -m sparkctl status [--json] [--host NAME]`: every box and service at a glance
+(docs/operating.md "Monitoring")."""
 
 from __future__ import annotations
 

@@ -96,7 +96,7 @@ def applies(out: dict, host: str) -> dict[str, list[str]]:
 def test_what_the_deploy_sends_parses_on_the_box_to_exactly_the_settings_and_facts(tmp_path):
     """The real deploy (@fake, a tensor-parallel pair: the head's coder waits for its verdict, the worker follows
     its head) renders its calls; the box's own parser reads every setting back as its group-data value."""
-    from tests.inventory_fake import _data as fake_overrides
+    from tests.standins.gx10_inventory import _data as fake_overrides
     from tests.render.test_topologies import run_pair
 
     out = run_pair(tmp_path, "tensor-parallel")
@@ -192,9 +192,9 @@ def test_the_control_side_reads_outcomes_by_name_never_by_exit_code():
         assert '.get("rc")' not in text and '["rc"]' not in text, path
 
 
-def test_the_readme_lists_every_outcome_with_its_exit_code():
+def test_the_docs_list_every_outcome_with_its_exit_code():
     rows = {}
-    for line in (REPO_ROOT / "README.md").read_text().splitlines():
+    for line in (REPO_ROOT / "docs" / "what-happens-when.md").read_text().splitlines():
         cells = [c.strip() for c in line.strip().strip("|").split("|")]
         if len(cells) == 4 and cells[0].startswith("`") and cells[1].isdigit():
             rows[cells[0].strip("`")] = (int(cells[1]), cells[2] == "yes")

@@ -1,5 +1,5 @@
 """The box-side rollout transaction (sparkctl/box/rollout*.py) against stand-in systemd tools on PATH
-(tests/standins/fake_systemd.py) and a stand-in vLLM HTTP endpoint: every path, interruptions, stale state."""
+(tests/standins/systemd.py) and a stand-in vLLM HTTP endpoint: every path, interruptions, stale state."""
 
 from __future__ import annotations
 
@@ -25,7 +25,7 @@ from sparkctl.box import contract
 from sparkctl.config import groupdata
 
 ROLLOUT = REPO_ROOT / "sparkctl" / "box" / "rollout.py"
-FAKE = REPO_ROOT / "tests" / "standins" / "fake_systemd.py"
+FAKE = REPO_ROOT / "tests" / "standins" / "systemd.py"
 # the settings the box is told (contract.SETTINGS) from the real group data, with the waits shortened for tests
 FAST = {**{name: groupdata.load(["all"])[name] for name in contract.SETTINGS}, "HEALTH_READY_TIMEOUT_S": 5,
         "HEALTH_POLL_INTERVAL_S": 0.1, "HEALTH_JOURNAL_LINES": 5, "DRAIN_TIMEOUT_S": 5, "DRAIN_RETRY_AFTER_S": 7}

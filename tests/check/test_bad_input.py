@@ -662,7 +662,7 @@ def _fake_run(case: Case, tmp: Path) -> dict:
     full_env = {k: v for k, v in os.environ.items() if k != "SPARK_HF_TOKEN_FILE"}
     full_env.update(env, FAKE_KIND="dgx", PYINFRA_FAKE_DELAY="0", PYINFRA_FAKE_DELAY_JITTER="0",
                     PYTHONPATH=str(REPO_ROOT))
-    cmd = [sys.executable, "tests/fake_driver.py", "tests/inventory_fake.py"]
+    cmd = [sys.executable, "tests/standins/deploy_runner.py", "tests/standins/gx10_inventory.py"]
     for a in args:
         cmd += ["--data", a]
     r = subprocess.run(cmd, cwd=cwd, env=full_env, capture_output=True, text=True, timeout=120)

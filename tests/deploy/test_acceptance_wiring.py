@@ -1,4 +1,4 @@
-"""The acceptance step's wiring in the deploy (issue 12): the coder's rollout is told to wait for its verdict and
+"""The acceptance step's wiring in the deploy (docs/acceptance.md): the coder's rollout is told to wait for its verdict and
 judges it inside its own op when the box waits, the Acceptance step (for a transaction found waiting later) comes
 right after Health, and the verdict command follows the box to its result (tasks/acceptance.py, tasks/common.py)."""
 
@@ -37,7 +37,7 @@ def test_the_mode_sets_what_the_box_decides_alone(tmp_path, data, expect):
 
 
 def waiting_run(tmp_path, mode: str) -> tuple[list[str], dict]:
-    """The @fake deploy whose coder rollout reports that it waits for its verdict (tests/inventory_fake.py)."""
+    """The @fake deploy whose coder rollout reports that it waits for its verdict (tests/standins/gx10_inventory.py)."""
     os.environ["FAKE_ROLLOUT_AWAITS"] = mode
     try:
         out = run_fake("dgx", tmp_path)

@@ -25,11 +25,11 @@ def run_fake(kind: str, tmp_path, *extra: str, token: str | None = API_TOKEN,
         env["SPARK_API_TOKEN_FILE"] = str(tf)
     else:
         env["SPARK_API_TOKEN_FILE"] = str(tmp_path / "missing-token")
-    if scrape_token:  # issue 11: the proxy's scrape paths have their own token
+    if scrape_token:  # the proxy's scrape paths have their own token
         (tmp_path / "scrape_token").write_text(scrape_token)
         (tmp_path / "scrape_token").chmod(0o600)
     env["SPARK_SCRAPE_TOKEN_FILE"] = str(tmp_path / "scrape_token")
-    r = subprocess.run([sys.executable, "tests/fake_driver.py", "tests/inventory_fake.py", *extra],
+    r = subprocess.run([sys.executable, "tests/standins/deploy_runner.py", "tests/standins/gx10_inventory.py", *extra],
                        cwd=REPO_ROOT, env=env, capture_output=True, text=True, timeout=300)
     line = next(x for x in r.stdout.splitlines() if x.startswith("FAKE-DRIVER-JSON "))
     out = json.loads(line.split(" ", 1)[1])

@@ -1,4 +1,4 @@
-"""Issue 17, tasks as rooms: each tasks/ module is one step of deploy.py (or a named helper module), no step reaches
+"""Tasks as rooms: each tasks/ module is one step of deploy.py (or a named helper module), no step reaches
 into another, and the text that describes the layout names what exists."""
 
 from __future__ import annotations
@@ -51,30 +51,12 @@ def test_deploy_py_calls_every_step_and_the_package_docstring_lists_them_in_its_
     assert names == steps_run
 
 
-def readme_headings() -> set[str]:
-    text = (REPO_ROOT / "README.md").read_text()
-    return {m.strip() for m in re.findall(r"^#+ (.*)$", text, re.M)}
-
-
-def test_every_readme_section_a_comment_names_exists():
-    """A unit file or docstring that sends the reader to a README section names one that is there."""
-    headings = readme_headings()
-    sources = [*REPO_ROOT.glob("sparkctl/**/*.py"), *TASKS.glob("*.py"), *REPO_ROOT.glob("templates/*.j2"),
-               REPO_ROOT / "deploy.py"]
-    cited = {(p.relative_to(REPO_ROOT).as_posix(), m) for p in sources
-             for m in re.findall(r'README \\?"([^"\\]+)\\?"', p.read_text())}
-    assert cited, "the pattern finds the references"
-    missing = [(path, name) for path, name in cited
-               if not any(h == name or h.startswith((name + ":", name + " (")) for h in headings)]
-    assert missing == []
-
-
-# steps split off services.py whose Layout lines wait in the notes for the README's rewrite (remove once placed)
+# steps split off services.py whose Layout lines wait in the notes for the docs (remove once placed)
 NOT_YET_IN_README = {"oom_guard.py", "tp_worker.py"}
 
 
-def test_the_readme_layout_names_every_tasks_module_and_sparkctl_folder():
-    layout = (REPO_ROOT / "README.md").read_text().split("## Layout", 1)[1].split("\n## ", 1)[0]
+def test_the_documented_layout_names_every_tasks_module_and_sparkctl_folder():
+    layout = (REPO_ROOT / "docs" / "layout.md").read_text().split("## Layout", 1)[1].split("\n## ", 1)[0]
     for path in TASKS.glob("*.py"):
         if path.stem != "__init__" and path.name not in NOT_YET_IN_README:
             assert f"`{path.name}`" in layout, path.name

@@ -1,4 +1,4 @@
-"""The acceptance gate on the converged simulated Spark (issue 12). A coder rollout that passed health waits on the
+"""The acceptance gate on the converged simulated Spark (docs/acceptance.md). A coder rollout that passed health waits on the
 box for its verdict (phase "awaiting-verdict", sparkctl/box/rollout_verdict.py; drained for clients, open to the
 probe's key); the deploy (within the coder's rollout step, since it served before) runs the quick acceptance
 through the proxy and sends `rollout.py verdict coder --tx TX commit|rollback`, then follows the box to its
@@ -40,6 +40,8 @@ from sparkctl.config.lock_refresh import refresh_lock
 from sparkctl.measure import acceptance, history, labels, quick
 from tests.conftest import typed
 from tests.e2e.conftest import GROUPS, pyinfra, record, sim_exec
+
+pytestmark = pytest.mark.scenario("acceptance")
 
 HOST = "spark-1"
 # a stand-in draft whose proposals the target never accepts (sparkctl/sim/models.py): random tied-embedding models
@@ -123,7 +125,7 @@ def spread(values: list[float]) -> dict:
             if mean else 0.0, "worst_pct": 100 * worst / mean if mean else 0.0}
 
 
-@pytest.mark.e2e_extended  # a calibration (the sim's thresholds are set from it), not a behaviour: ~1.5 min here
+@pytest.mark.e2e_extended(cost_s=90)  # a calibration (the sim's thresholds are set from it), not a behaviour: ~1.5 min here
 def test_five_accepted_runs_give_the_gate_noise(converged_spark):
     config = host_config({**converged_spark.data, **SPEED_DATA})
     runs = []
@@ -171,7 +173,7 @@ def quiet_baseline(converged_spark) -> dict:
 
 
 # four coder rollouts (~8.5 min here); tests/measure/test_acceptance.py judges a slowdown against a fake vLLM
-@pytest.mark.e2e_extended
+@pytest.mark.e2e_extended(cost_s=510)
 def test_a_throttled_coder_fails_the_speed_comparison_and_the_same_config_without_it_passes(quiet_baseline):
     base = quiet_baseline
     with throttled():
@@ -196,7 +198,7 @@ def upgraded_constraints(data: dict) -> list[str]:
     return [*data["VLLM_PIP_CONSTRAINTS"], f"pip=={data['PIP_VERSION']}  # e2e upgrade {stamp}"]
 
 
-@pytest.mark.e2e_extended  # a venv build and three coder rollouts of its own (~14 min here): outside CI's budget
+@pytest.mark.e2e_extended(cost_s=840)  # a venv build and three coder rollouts of its own (~14 min here): outside CI's budget
 def test_an_upgrade_slowed_while_judged_is_rolled_back_against_the_previous_build_and_unslowed_is_committed(
         quiet_baseline, converged_spark):
     base, data = quiet_baseline, converged_spark.data

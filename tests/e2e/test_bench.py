@@ -20,7 +20,7 @@ from sparkctl.check.load import host_config
 from sparkctl.measure import client, labels, niah, probe, record, report, workloads
 from tests.e2e.conftest import PAIR
 
-pytestmark = pytest.mark.e2e
+pytestmark = pytest.mark.scenario("bench")
 
 FIX = Path(__file__).resolve().parent.parent / "fixtures" / "bench"
 SIM_MAX_CONTEXT = 4096

@@ -1,4 +1,4 @@
-"""Hardening on the converged simulated Spark (issue 10): the proxy publishes the API and nothing else, the running
+"""Hardening on the converged simulated Spark: the proxy publishes the API and nothing else, the running
 sshd carries its OOM score, earlyoom's name lists fit the box's real processes, and a same-size corrupted checkpoint
 blob is refused by content. Each test starts from the pair as the group data says (`converged_spark`).
 """
@@ -16,6 +16,8 @@ from sparkctl.config.lock import cache_dirname, marker_path
 from tests.deploy.test_oom_guard import posix_matches
 from tests.e2e.conftest import PAIR, pyinfra, record, sim_exec
 from tests.render.test_proxy import ALLOWED, DENIED, dot_segments_resolved, request
+
+pytestmark = pytest.mark.scenario("hardening")
 
 HOST = "spark-1"
 

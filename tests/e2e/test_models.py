@@ -1,4 +1,4 @@
-"""Models added as data on the simulated Spark (issue 19), reusing the converged pair: two stand-ins that exist only
+"""Models added as data on the simulated Spark, reusing the converged pair: two stand-ins that exist only
 as data (SIM_CHECKPOINTS and CATALOG_MODELS in group_data/sim.py), planned from their own config.json in the sim's
 lock. One fits a box and flips in and out on one box; the other does not fit one box's memory budget: the deploy
 refuses it there with the arithmetic, naming tensor-parallel, and serves it across the pair in tensor-parallel.
@@ -12,7 +12,9 @@ import pytest
 
 from sparkctl.config import groupdata
 from tests.e2e.conftest import pyinfra, record, sim_exec
-from tests.e2e.test_rollout import main_pids, probe_all
+from tests.e2e.helpers import main_pids, probe_all
+
+pytestmark = pytest.mark.scenario("models")
 
 SIM = groupdata.load(["all", "gx10", "sim"])
 KV = {**SIM["CODER_KV_CACHE_GIB"], "sim-coder-4l": 0.0625, "sim-too-big": 0.0625}  # 64 MiB each, as the others
@@ -36,7 +38,8 @@ def test_1_a_model_too_big_for_one_box_is_refused_there_with_the_arithmetic(conv
     assert sim_exec("spark-1", "cat /etc/sparkctl/vllm-coder.env") == before  # nothing touched
 
 
-@pytest.mark.e2e_extended  # a flip like the core set's laguna flip, of a model added as data
+# a flip like the core set's laguna flip, of a model added as data (in 88 s, back 85 s: docs/measured.md)
+@pytest.mark.e2e_extended(cost_s=175)
 def test_2_a_data_only_model_flips_in_and_out_on_one_box(converged_spark):
     before, other = main_pids("spark-1"), main_pids("spark-2")
     run = pyinfra("-y", "--limit", "spark-1", *flip_to("sim-coder-4l", *JUDGED), "inventory.py", "deploy.py")
@@ -57,7 +60,7 @@ def test_2_a_data_only_model_flips_in_and_out_on_one_box(converged_spark):
     assert "SPARKCTL_MODEL=qwen3.8-27b" in sim_exec("spark-1", "cat /etc/sparkctl/vllm-coder.env")
 
 
-@pytest.mark.e2e_extended  # a tensor-parallel converge of its own and back
+@pytest.mark.e2e_extended(cost_s=325)  # a tensor-parallel converge of its own and back (155 s, 170 s)
 def test_3_the_model_too_big_for_one_box_is_served_across_the_pair(converged_spark):
     run = pyinfra("-y", "--data", "SPARK_TOPOLOGY=tensor-parallel", *flip_to("sim-too-big", *JUDGED),
                   "inventory.py", "deploy.py", timeout=1800)

@@ -1,4 +1,4 @@
-"""Monitoring on the converged simulated Spark (issue 11): the scrape paths and their token, node exporter on
+"""Monitoring on the converged simulated Spark: the scrape paths and their token, node exporter on
 loopback with the GPU stand-in's facts, a busy coder never restarted, a SIGSTOPped engine core restarted by
 the watchdog. Each test starts from the pair as the group data says (`converged_spark`); the wedge test also
 needs a watchdog restart left to spend (`watchdog_restart_left`)."""
@@ -15,6 +15,9 @@ import pytest
 from sparkctl.config import secrets
 from tests.conftest import typed
 from tests.e2e.conftest import PAIR, record, sim_exec
+from tests.e2e.helpers import chat_ok, invocation, wait_for
+
+pytestmark = pytest.mark.scenario("monitoring")
 
 HOST = "spark-1"
 
@@ -25,34 +28,10 @@ def scrape(spark, path: str, token: str | None) -> httpx.Response:
         return c.get(f"https://{spark.host.address}:{spark.data['PROXY_PORT']}/{path}", headers=headers)
 
 
-def invocation(unit: str) -> str:
-    return sim_exec(HOST, f"systemctl show -P InvocationID {unit}").strip()
-
-
 def watchdog_restarts(spark, unit: str) -> float:
     text = scrape(spark, f"{spark.data['SCRAPE_NODE_PATH']}/metrics", secrets.read_scrape_token(typed(spark.data))).text
     lines = [x for x in text.splitlines() if x.startswith("sparkctl_watchdog_restarts_total{") and unit in x]
     return float(lines[0].rsplit(" ", 1)[1]) if lines else 0.0
-
-
-def chat_ok(spark, max_tokens: int = 4) -> bool:
-    try:
-        with spark.client() as c:
-            r = c.post(spark.base_url("coder") + "/chat/completions",
-                       headers={"Authorization": f"Bearer {spark.token}"},
-                       json={"model": "coder", "messages": [{"role": "user", "content": "x"}],
-                             "max_tokens": max_tokens})
-            return r.status_code == 200
-    except httpx.HTTPError:
-        return False
-
-
-def wait_for(predicate, timeout: float, what: str, interval: float = 1.0):
-    deadline = time.monotonic() + timeout
-    while not (value := predicate()):
-        assert time.monotonic() < deadline, f"timed out after {timeout:.0f} s waiting for {what}"
-        time.sleep(interval)
-    return value
 
 
 def test_scrape_paths_open_only_with_the_scrape_token(converged_spark):
@@ -84,10 +63,10 @@ def test_scrape_paths_open_only_with_the_scrape_token(converged_spark):
 
 # a full-load window longer than WATCHDOG_STALL_S (~3 min here); tests/box/test_watchdog.py drives the real Watchdog
 # through it
-@pytest.mark.e2e_extended
+@pytest.mark.e2e_extended(cost_s=180)
 def test_coder_under_full_bench_load_is_never_restarted(converged_spark):
     sp, d = converged_spark, converged_spark.data
-    before, restarts = invocation("vllm-coder.service"), watchdog_restarts(sp, "vllm-coder.service")
+    before, restarts = invocation(HOST), watchdog_restarts(sp, "vllm-coder.service")
     stop = time.monotonic() + d["WATCHDOG_STALL_S"] + 3 * d["WATCHDOG_INTERVAL_S"]
     failures = []
 
@@ -102,7 +81,7 @@ def test_coder_under_full_bench_load_is_never_restarted(converged_spark):
     for t in threads:
         t.join()
     assert not failures, f"{len(failures)} requests failed under load"
-    assert invocation("vllm-coder.service") == before
+    assert invocation(HOST) == before
     time.sleep(d["WATCHDOG_INTERVAL_S"] + d["BOX_FACTS_INTERVAL_S"])
     assert watchdog_restarts(sp, "vllm-coder.service") == restarts
 
@@ -137,7 +116,7 @@ def watchdog_restart_left(converged_spark):
 def test_sigstopped_engine_core_is_restarted_by_the_watchdog(watchdog_restart_left):
     sp, d = watchdog_restart_left, watchdog_restart_left.data
     assert chat_ok(sp)
-    before, restarts = invocation("vllm-coder.service"), watchdog_restarts(sp, "vllm-coder.service")
+    before, restarts = invocation(HOST), watchdog_restarts(sp, "vllm-coder.service")
     pid = engine_core_pid()
     t0 = time.monotonic()
     PAIR.disturbed(HOST)
@@ -146,7 +125,7 @@ def test_sigstopped_engine_core_is_restarted_by_the_watchdog(watchdog_restart_le
     assert health == "200"  # the wedge the watchdog exists for: alive, healthy, producing nothing
     # idle engine: found by the 1-token probe; then systemd stops it (SIGKILL after TimeoutStopSec at worst)
     detection = d["WATCHDOG_PROBE_IDLE_S"] + d["WATCHDOG_PROBE_TIMEOUT_S"] + 2 * d["WATCHDOG_INTERVAL_S"]
-    wait_for(lambda: invocation("vllm-coder.service") != before, detection + d["SERVICE_STOP_TIMEOUT_S"],
+    wait_for(lambda: invocation(HOST) != before, detection + d["SERVICE_STOP_TIMEOUT_S"],
              "the watchdog to restart the coder")
     detected = time.monotonic() - t0
     wait_for(lambda: chat_ok(sp), d["HEALTH_READY_TIMEOUT_S"], "the coder to serve again",

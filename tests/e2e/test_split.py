@@ -9,25 +9,22 @@ import json
 import pytest
 
 from sparkctl import REPO_ROOT
-from tests.e2e.conftest import pyinfra, record, sim_exec
+from tests.e2e.conftest import pyinfra, record
+from tests.e2e.helpers import SERVICES, main_pids
 
-SERVICES = ["vllm-coder.service", "vllm-embed-qwen3.service", "vllm-embed-bge-m3.service"]
-
-
-def pids(name: str) -> dict:
-    return {u: sim_exec(name, f"systemctl show -P MainPID {u}").strip() for u in SERVICES}
+pytestmark = pytest.mark.scenario("split")
 
 
 # a split converge and back (~3.5 min here); the core set flips the replicas and renders split (tests/render)
-@pytest.mark.e2e_extended
+@pytest.mark.e2e_extended(cost_s=210)
 def test_split_one_box_flips_and_the_other_is_untouched(converged_spark):
-    before1, before2 = pids("spark-1"), pids("spark-2")
+    before1, before2 = main_pids("spark-1"), main_pids("spark-2")
     run = pyinfra("-y", "--data", "SPARK_TOPOLOGY=split", "inventory.py", "deploy.py",
                   env={"SPARK_CODING_MODELS": "spark-2=laguna-s-2.1"})
     record("split: spark-2 to laguna-s-2.1, both boxes converged", run.seconds)
     assert run.rc == 0, run.failure()
-    assert pids("spark-1") == before1  # nothing restarted on the other box
-    after2 = pids("spark-2")
+    assert main_pids("spark-1") == before1  # nothing restarted on the other box
+    after2 = main_pids("spark-2")
     assert after2["vllm-coder.service"] != before2["vllm-coder.service"]
     assert {u: after2[u] for u in SERVICES[1:]} == {u: before2[u] for u in SERVICES[1:]}
     assert run.output.count("healthy") >= 6  # health passed on both boxes

@@ -14,8 +14,9 @@ import pytest
 
 from sparkctl.config import groupdata
 from tests.e2e.conftest import GROUPS, PAIR, Run, pyinfra, record, sim_exec
-from tests.e2e.test_faults import chat_ok, wait_for
-from tests.e2e.test_rollout import hub_file_gets
+from tests.e2e.helpers import chat_ok, hub_file_gets, invocation, wait_for
+
+pytestmark = pytest.mark.scenario("tensor-parallel")
 
 HEAD, WORKER = "spark-1", "spark-2"
 UNIT = "vllm-coder.service"
@@ -34,10 +35,6 @@ def journal_cursor(host: str) -> str:
 
 def journal_since(host: str, cursor: str) -> str:
     return sim_exec(host, f"journalctl -u sparkctl-watchdog.service --after-cursor '{cursor}' --no-pager -o cat")
-
-
-def invocation(host: str) -> str:
-    return sim_exec(host, f"systemctl show -P InvocationID {UNIT}").strip()
 
 
 def result(host: str, data: dict) -> dict:
@@ -97,11 +94,11 @@ BREAK_AFTER_S = 20  # long enough for the worker's transaction to see the head's
 
 
 # two pair rollouts (~3.5 min here); tests/box/test_rollout_tp.py runs both boxes' real transactions through it
-@pytest.mark.e2e_extended
+@pytest.mark.e2e_extended(cost_s=210)
 def test_a_head_that_fails_its_gate_brings_both_boxes_back(tensor_parallel):
-    """Tensor-parallel as one unit (issue 14): the head's candidate fails its gate -> the head rolls back, and
+    """Tensor-parallel as one unit: the head's candidate fails its gate -> the head rolls back, and
     the worker, which had followed it forward, rolls back too: both boxes on the previous configuration. The head's
-    watchdog restarts nothing meanwhile (issue 20: it once restarted the head alone while the worker still restored
+    watchdog restarts nothing meanwhile (it once restarted the head alone while the worker still restored
     its snapshot; the head then could not come up for 600 s)."""
     assert tensor_parallel.run.rc == 0, "the pair must serve as tensor-parallel first"
     data = groupdata.load(GROUPS)
@@ -145,9 +142,9 @@ def test_a_head_that_fails_its_gate_brings_both_boxes_back(tensor_parallel):
 
 
 # a pair restart (~4 min here); tests/box/test_rollout_tp.py drives the head's real watchdog through it
-@pytest.mark.e2e_extended
+@pytest.mark.e2e_extended(cost_s=240)
 def test_a_sigstopped_worker_engine_is_caught_and_the_pair_restarted(tensor_parallel, spark_1):
-    """A tensor-parallel pair is one unit for the watchdog (issue 20, item 7): the worker's engine SIGSTOPped while
+    """A tensor-parallel pair is one unit for the watchdog: the worker's engine SIGSTOPped while
     the pair serves is caught by the head's watchdog and the pair restarted through both boxes' transactions, so it
     serves again without a deploy."""
     spark, data = spark_1, spark_1.data

@@ -1,8 +1,8 @@
-"""The monitoring hand-off (issue 11), checked with the real promtool: the scrape job passes `promtool check
-config`, the alert rules `promtool check rules` and their unit tests (tests/fixtures/prometheus/alerts-test.yml),
-every dashboard expression parses, and every metric a panel or rule names appears in a real scrape: vLLM CPU
-0.32's /metrics (recorded), node exporter's (recorded from the real binary with the deploy's arguments), and the
-textfile metrics the box scripts write (run here against the GB10 stand-in)."""
+"""The monitoring hand-off (docs/operating.md "Monitoring"), checked with the real promtool: the scrape job passes
+`promtool check config`, the alert rules `promtool check rules` and their unit tests
+(tests/fixtures/prometheus/alerts-test.yml), every dashboard expression parses, and every metric a panel or rule names
+appears in a real scrape: vLLM CPU 0.32's /metrics (recorded), node exporter's (recorded from the real binary with the
+deploy's arguments), and the textfile metrics the box scripts write (run here against the GB10 stand-in)."""
 
 from __future__ import annotations
 
@@ -177,8 +177,8 @@ def test_every_metric_a_panel_or_rule_names_is_in_a_real_scrape(gx10_data, real_
             "vllm:kv_cache_usage_perc", "node_network_receive_bytes_total"} <= set(named)
 
 
-def test_the_readme_alert_table_lists_exactly_the_alerts_the_rules_have(gx10_data):
+def test_the_documented_alert_table_lists_exactly_the_alerts_the_rules_have(gx10_data):
     rules = prometheus_rules.rules(ENDPOINTS, host_config(gx10_data))["groups"][0]["rules"]
-    readme = (REPO_ROOT / "README.md").read_text()
+    readme = (REPO_ROOT / "docs" / "operating.md").read_text()
     table = set(re.findall(r"^\| `(Spark[A-Za-z]+)` \|", readme, re.M))
     assert table == {r["alert"] for r in rules}

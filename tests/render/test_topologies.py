@@ -25,13 +25,13 @@ def run_pair(tmp_path, topology_name: str, *extra: str, models: str = "") -> dic
     tf = tmp_path / "api_token"
     tf.write_text(API_TOKEN)
     tf.chmod(0o600)  # secrets readable by others are refused
-    (tmp_path / "scrape_token").write_text(SCRAPE_TOKEN)  # issue 11: the proxy's scrape paths
+    (tmp_path / "scrape_token").write_text(SCRAPE_TOKEN)  # the proxy's scrape paths take their own token
     (tmp_path / "scrape_token").chmod(0o600)
     env = dict(os.environ, FAKE_KIND="dgx", FAKE_HOSTS="2", FAKE_MODELS=models, PYINFRA_FAKE_DELAY="0",
                PYINFRA_FAKE_DELAY_JITTER="0", SPARKCTL_TEST_SECRETS=str(tmp_path / "secrets"), GX10_HOSTS="",
                SPARK_API_TOKEN_FILE=str(tf), SPARKCTL_TEST_HANDOFF=str(tmp_path / "handoff"),
                SPARK_SCRAPE_TOKEN_FILE=str(tmp_path / "scrape_token"))
-    r = subprocess.run([sys.executable, "tests/fake_driver.py", "tests/inventory_fake.py", "--data",
+    r = subprocess.run([sys.executable, "tests/standins/deploy_runner.py", "tests/standins/gx10_inventory.py", "--data",
                         f"SPARK_TOPOLOGY={topology_name}", *extra], cwd=REPO_ROOT, env=env, capture_output=True,
                        text=True, timeout=300)
     line = next(x for x in r.stdout.splitlines() if x.startswith("FAKE-DRIVER-JSON "))

@@ -2,10 +2,11 @@
 
 import hashlib
 import subprocess
+import time
 
 import pytest
 
-from sparkctl.sim import config, nvidia_repo, standins
+from sparkctl.sim import config, nvidia_repo, standins, util
 
 from .conftest import have
 
@@ -64,3 +65,30 @@ def test_packages_ship_the_standins(repo, tmp_path, deb, path, content):
     subprocess.run(["dpkg-deb", "-x", str(repo / deb), str(tmp_path)], check=True)
     f = tmp_path / path
     assert f.read_bytes() == content() and f.stat().st_mode & 0o111
+
+
+def gpg_agents(home) -> list[int]:
+    return [p for p in util.processes_naming(home) if "gpg-agent" in " ".join(util.cmdline(p))]
+
+
+def no_agent_within(home, seconds: float = 5) -> bool:
+    deadline = time.monotonic() + seconds
+    while gpg_agents(home):
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.1)
+    return True
+
+
+def test_signing_the_repository_leaves_no_gpg_agent_running(tmp_path, monkeypatch):
+    home = tmp_path / "gnupg"
+    monkeypatch.setattr(config, "NVIDIA_REPO_DIR", tmp_path / "repo")
+    monkeypatch.setattr(config, "NVIDIA_GNUPG_DIR", home)
+    assert nvidia_repo.build() == "built"  # a new key, then the index signed twice with the real gpg
+    assert no_agent_within(home), gpg_agents(home)
+    # the check sees an agent when one is left: signing alone leaves one, stop_agent ends it
+    (tmp_path / "Release").write_text("x\n")
+    nvidia_repo._gpg("--clearsign", "-o", "-", str(tmp_path / "Release"))
+    assert gpg_agents(home)
+    nvidia_repo.stop_agent(home)
+    assert no_agent_within(home), gpg_agents(home)

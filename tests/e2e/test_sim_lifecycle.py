@@ -1,17 +1,15 @@
 """Lifecycle of the simulated Spark: boot two, reach each other and the host, reboot with state, leave nothing."""
 
 import os
-import re
 import time
 
 import pytest
 
-from sparkctl.sim import api, config, instance, net
-
-from .conftest import have
+from sparkctl.sim import api, config, instance, net, util
+from tests.sim.conftest import have
 
 pytestmark = [
-    pytest.mark.e2e,
+    pytest.mark.scenario("sim-lifecycle"),
     pytest.mark.skipif(os.geteuid() != 0, reason="needs root (namespaces, mounts, a bridge)"),
     pytest.mark.skipif(not have("debootstrap", "ip", "nsenter", "unshare", "ssh"), reason="host tools missing"),
 ]
@@ -51,11 +49,14 @@ def leftovers(pids: list[int]) -> list[str]:
         out.append(f"mounts {mounts}")
     if config.RUN_DIR.exists():
         out.append(f"{config.RUN_DIR} still exists")
+    if api.left_running():
+        out.append(f"processes naming {config.SIM_DIR}: {api.left_running()}")
     return out
 
 
 @pytest.fixture
-def sim_two():
+def sim_two(monkeypatch):
+    monkeypatch.setattr(util, "QUIET", True)
     if api.running_names():
         pytest.skip("a simulated Spark is already running here; `python -m sparkctl sim down` first")
     try:
@@ -103,13 +104,3 @@ def test_boot_reach_reboot_down(sim_two):
     assert not config.HOSTS_FILE.exists()
     print(f"lifecycle: {time.monotonic() - t0:.1f} s")
 
-
-def test_cli_parser_has_the_contract_commands():
-    from sparkctl.__main__ import build_parser
-
-    p = build_parser()
-    for argv in (["sim", "up", "--hosts", "2", "--flavor", "ubuntu", "--flavor-of", "spark-2=dgx"], ["sim", "down"],
-                 ["sim", "down", "--purge"], ["sim", "status"], ["sim", "ssh", "spark-1", "true"],
-                 ["sim", "exec", "spark-1", "true"], ["sim", "reboot", "spark-1"]):
-        assert callable(p.parse_args(argv).func)
-    assert re.match(r"spark-\d", config.instance_name(3))

@@ -1,6 +1,6 @@
 """Run the whole deploy in-process against pyinfra's @fake connector; print what it would do as JSON.
 
-    python tests/fake_driver.py INVENTORY [--data K=V ...]
+    python tests/standins/deploy_runner.py INVENTORY [--data K=V ...]
 
 Used by the @fake tests in a subprocess (pyinfra's CLI keeps global state, one run per process). Commands are
 recorded per host.

@@ -1,0 +1,94 @@
+"""Which extended end-to-end scenarios a CI run adds to the core set (no pytest, no simulated Spark: a fast test
+drives it).
+
+The extended scenarios are dealt into shares that each fit the budget (every scenario carries its measured cost),
+and a run takes the share of its landing: the number of first-parent commits up to HEAD, so a rerun of the same
+commit runs the same share, and with K shares every scenario runs once in every K landings on the main branch.
+"""
+
+from __future__ import annotations
+
+import ast
+import math
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+
+def marked_costs(folder: Path) -> dict[str, float]:
+    """Every extended scenario in folder's test files, "file::function", with the cost its marker carries (read from
+    the source, so a run of one file deals the same shares as the whole set)."""
+    costs = {}
+    for path in sorted(folder.glob("test_*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            for dec in getattr(node, "decorator_list", []):
+                if isinstance(dec, ast.Call) and ast.unparse(dec.func) == "pytest.mark.e2e_extended":
+                    kwargs = {k.arg: ast.literal_eval(k.value) for k in dec.keywords}
+                    costs[f"{path.name}::{node.name}"] = float(kwargs.get("cost_s", 0))
+    return costs
+
+
+def deal(costs: dict[str, float], budget_s: float) -> list[list[str]]:
+    """The scenarios in as few shares as fit the budget, each share's cost as even as the longest-first deal makes
+    it (a scenario costlier than the budget alone is a share of its own). Deterministic: ties go by name."""
+    if not costs:
+        return []
+    order = sorted(costs, key=lambda n: (-costs[n], n))
+    for k in range(max(1, math.ceil(sum(costs.values()) / budget_s)), len(order) + 1):
+        shares: list[list[str]] = [[] for _ in range(k)]
+        loads = [0.0] * k
+        for name in order:
+            i = min(range(k), key=lambda j: (loads[j], j))
+            shares[i].append(name)
+            loads[i] += costs[name]
+        if all(load <= budget_s or len(share) == 1 for share, load in zip(shares, loads)):
+            return shares
+    return [[n] for n in order]
+
+
+@dataclass(frozen=True)
+class Landing:
+    """Where a commit stands: its number among the main branch's landings, and how that number was found."""
+
+    number: int
+    commit: str
+    how: str
+
+
+def landing(repo: Path) -> Landing:
+    """HEAD's landing: its count of first-parent commits (one per landing on the main branch). A shallow clone has
+    not the history to count: its commit's hash stands in (still the same share for a rerun, not a rotation)."""
+    def git(*args: str) -> str:
+        return subprocess.run(["git", "-C", str(repo), *args], capture_output=True, text=True, check=True,
+                              timeout=30).stdout.strip()
+    try:
+        commit = git("rev-parse", "HEAD")
+        if git("rev-parse", "--is-shallow-repository") == "true":
+            return Landing(int(commit, 16), commit, f"the hash of {commit[:12]} (a shallow clone: no history to count)")
+        count = int(git("rev-list", "--count", "--first-parent", "HEAD"))
+        return Landing(count, commit, f"landing {count} (first-parent commits up to {commit[:12]})")
+    except (OSError, subprocess.SubprocessError, ValueError):
+        return Landing(0, "", "no git repository: the first share")
+
+
+@dataclass(frozen=True)
+class Pick:
+    names: list[str]  # the extended scenarios this run adds to the core set
+    share: int  # which share, 0-based ...
+    shares: int  # ... of how many
+    landing: Landing
+
+    def summary(self, costs: dict[str, float], budget_s: float) -> str:
+        cost = sum(costs[n] for n in self.names)
+        return (f"extended e2e scenarios: share {self.share + 1} of {self.shares}, chosen by {self.landing.how}: "
+                f"{cost:.0f} s of measured cost within a budget of {budget_s:.0f} s; each extended scenario runs in "
+                f"one landing of every {self.shares} (make test-extended runs them all)")
+
+
+def pick(costs: dict[str, float], budget_s: float, at: Landing) -> Pick:
+    """The share of the extended scenarios that the run at this landing adds to the core set."""
+    shares = deal(costs, budget_s)
+    if not shares:
+        return Pick([], 0, 0, at)
+    share = at.number % len(shares)
+    return Pick(sorted(shares[share]), share, len(shares), at)

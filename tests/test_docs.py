@@ -1,0 +1,97 @@
+"""The README stays short and the documentation holds together: every relative link in README.md and docs/*.md
+points to a file that exists, every #anchor to a heading that is there, and a code comment that sends the reader to
+a section (`README "X"`, `docs/operating.md "X"`) names one that is in that file."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from sparkctl import REPO_ROOT
+
+README = REPO_ROOT / "README.md"
+DOCS = sorted((REPO_ROOT / "docs").glob("*.md"))
+README_MAX_LINES = 220  # a newcomer reads it in ten minutes; the manual lives in docs/
+LINK = re.compile(r"\[[^\]]*\]\(([^)\s]+)\)")
+FENCE = re.compile(r"^```.*?^```", re.M | re.S)
+
+
+def prose(path: Path) -> str:
+    """The file without its fenced code blocks (a `[x](y)` or `# x` inside one is not markdown)."""
+    return FENCE.sub("", path.read_text())
+
+
+def slug(heading: str) -> str:
+    """GitHub's anchor for a heading: lower case, punctuation (backticks, quotes, `…`) dropped, spaces to hyphens."""
+    return re.sub(r"[^\w\- ]", "", heading.strip().lower()).replace(" ", "-")
+
+
+def headings(path: Path) -> list[str]:
+    return [m.strip() for m in re.findall(r"^#+ (.*)$", prose(path), re.M)]
+
+
+def anchors(path: Path) -> set[str]:
+    """Every heading's anchor, a repeated one numbered as GitHub numbers it (x, x-1, x-2, ...)."""
+    seen: dict[str, int] = {}
+    out = set()
+    for h in headings(path):
+        s = slug(h)
+        out.add(s if s not in seen else f"{s}-{seen[s]}")
+        seen[s] = seen.get(s, 0) + 1
+    return out
+
+
+def test_the_slug_is_githubs():
+    assert slug("What happens when…") == "what-happens-when"
+    assert slug("…vLLM's engine hangs while `/health` still says 200") == \
+        "vllms-engine-hangs-while-health-still-says-200"
+    assert slug("Acceptance: a flip is kept only if") == "acceptance-a-flip-is-kept-only-if"
+
+
+def test_the_readme_is_short():
+    assert len(README.read_text().splitlines()) <= README_MAX_LINES
+
+
+def test_the_readme_maps_every_docs_file():
+    text = README.read_text()
+    assert DOCS, "docs/ holds the manual"
+    assert [d.name for d in DOCS if f"(docs/{d.name})" not in text] == []
+
+
+@pytest.mark.parametrize("doc", [README, *DOCS], ids=lambda p: p.relative_to(REPO_ROOT).as_posix())
+def test_every_relative_link_and_anchor_resolves(doc):
+    links = [t for t in LINK.findall(prose(doc)) if not re.match(r"[a-z]+:", t)]
+    broken = []
+    for target in links:
+        file_part, _, anchor = target.partition("#")
+        path = (doc.parent / file_part).resolve() if file_part else doc
+        if not path.exists():
+            broken.append(f"{target}: no such file")
+        elif anchor and (path.suffix != ".md" or anchor not in anchors(path)):
+            broken.append(f"{target}: no heading with anchor #{anchor} in {path.name}")
+    assert broken == []
+
+
+def sections() -> dict[str, list[str]]:
+    """Where each documentation file's headings are: {"README": [...], "docs/operating.md": [...], ...}."""
+    out = {"README": headings(README)}
+    out.update({f"docs/{d.name}": headings(d) for d in DOCS})
+    return out
+
+
+def test_every_section_a_comment_names_exists():
+    """A unit file, docstring or comment that sends the reader to a section names one that is in that file."""
+    where = sections()
+    sources = [*REPO_ROOT.glob("sparkctl/**/*.py"), *REPO_ROOT.glob("tasks/*.py"), *REPO_ROOT.glob("templates/*.j2"),
+               *REPO_ROOT.glob("group_data/*.py"), REPO_ROOT / "deploy.py"]
+    cited = {(p.relative_to(REPO_ROOT).as_posix(), doc, name) for p in sources
+             for doc, name in re.findall(r'(README|docs/[\w-]+\.md) \\?"([^"\\]+)\\?"', p.read_text())}
+    assert cited, "the pattern finds the references"
+    missing = []
+    for path, doc, name in sorted(cited):
+        if not any(h == name or h.startswith((name + ":", name + " (")) for h in where.get(doc, [])):
+            now = [d for d, hs in where.items() if name in hs]
+            missing.append(f"{path} cites {doc} \"{name}\"" + (f": it is in {now[0]} now" if now else ""))
+    assert missing == []
