@@ -41,6 +41,7 @@ def validate_host(data: dict, host_name: str = "", read_secrets: bool = True, ho
     scrape_targets(settings.cfg, settings.services)  # the node's scrape path must not be a served model's
     planner.check_fits(settings.cfg, settings.catalog, settings.cfg.CODING_MODEL)
     rules.embedders_hold_one_request(settings)
+    fleet_rules(settings, hosts, host_models)
     if read_secrets:
         scrape = secrets.read_scrape_token(settings.cfg, settings.api_token) if settings.role.serves_api else ""
         settings = replace(settings, notes=check_box_files(settings, scrape))
@@ -49,15 +50,24 @@ def validate_host(data: dict, host_name: str = "", read_secrets: bool = True, ho
 
 def with_pool(data: dict, host_name: str, address: str, hosts: list[str] | None,
               host_models: dict[str, str] | None) -> HostConfig:
-    """The host's settings with the fleet checked (sparkctl.fleet.validate_fleet: pools, placement, waves) and, where
-    FLEET_POOLS places the box, what its pool gives it (coding model, served name, embedders) over its group data."""
+    """The host's settings and, where FLEET_POOLS places the box, what its pool gives it (coding model, served name,
+    embedders) over its group data; the pools are checked first (sparkctl.fleet.validate_fleet), naming FLEET_POOLS."""
     config = host_config(data, host_name, address)
-    if not hosts:
+    if not config.cfg.FLEET_POOLS or not hosts or host_name not in hosts:
         return config
     fleet = validate_fleet(config.cfg, config.catalog, hosts, host_models)
-    if not config.cfg.FLEET_POOLS or host_name not in hosts:
-        return config
     return host_config({**data, **pool_host_data(fleet, host_name)}, host_name, address)
+
+
+def fleet_rules(settings: Settings, hosts: list[str] | None, host_models: dict[str, str] | None) -> None:
+    """Today's topologies read as pools, after this host's own checks (so a refusal names what the operator set):
+    the rules of a fleet they cannot break alone (a box named twice, two boxes on one CX7 address, one served name
+    for two models, the waves and the failure budget). A box whose own CODING_MODEL is unknown is left to its own
+    check, which names it."""
+    if not hosts or settings.cfg.FLEET_POOLS:
+        return
+    known = {box: model for box, model in (host_models or {}).items() if model in settings.catalog}
+    validate_fleet(settings.cfg, settings.catalog, hosts, known)
 
 
 def with_secrets(settings: Settings) -> Settings:

@@ -6,5 +6,6 @@ while it runs them (waves.py, gate.py); the refusals (validate.py: `validate_fle
 cli.py).
 
 Pure logic: no pyinfra, no network, no printing outside report.py and cli.py.
-May import: sparkctl.config, sparkctl.capacity, sparkctl.errors.
+May import: sparkctl.config, sparkctl.capacity, sparkctl.errors, sparkctl.check.load (how every command reads the
+settings: the command line's what-ifs only).
 """

@@ -18,7 +18,7 @@ import json
 from sparkctl.capacity import cli as capacity_cli
 from sparkctl.capacity import report as capacity_report
 from sparkctl.config import hosts as hosts_mod
-from sparkctl.config import schema
+from sparkctl.check.load import typed
 from sparkctl.config.schema import GroupData
 from sparkctl.errors import SettingError
 from sparkctl.fleet import overview, report
@@ -41,7 +41,7 @@ def what_if(cfg: GroupData, args: argparse.Namespace) -> tuple[GroupData, list[s
     """(settings, hosts, each box's own CODING_MODEL) for the plan: the inventory's, or the what-if's."""
     pools = parse_pools(args.pools) if args.pools else {}
     if pools:
-        cfg = schema.validate({**cfg.model_dump(), "FLEET_POOLS": pools})
+        cfg = typed({**cfg.model_dump(), "FLEET_POOLS": pools})
     count = args.boxes or (sum(pools.values()) if pools else 0)
     if count:
         return cfg, [f"spark-{i}" for i in range(1, count + 1)], {}

@@ -450,7 +450,8 @@ def test_real_nginx_answers_503_with_retry_after_while_drained_and_reopens(box, 
 
 def test_a_box_that_fails_its_rollout_stops_the_rollout_of_the_later_boxes(tmp_path):
     """Two @fake Sparks in replicas whose coder rollout rolls back: the first box tried stops the rollout, the
-    other box's coder is never touched (pyinfra's _serial + the execution-time guard)."""
+    other box's coder is never touched (the wave gate: a pair's MAX_UNAVAILABLE is one box, and a failed wave stops
+    the rest), and the deploy names the box it did not roll out."""
     from tests.render.test_topologies import cmds, run_pair
 
     os.environ["FAKE_ROLLOUT_FAILS"] = "1"
@@ -460,7 +461,9 @@ def test_a_box_that_fails_its_rollout_stops_the_rollout_of_the_later_boxes(tmp_p
         del os.environ["FAKE_ROLLOUT_FAILS"]
     tried = [h for h in ("spark-1", "spark-2") if any("rollout.py apply coder" in c for c in cmds(out, h))]
     assert len(tried) == 1, tried
-    assert "(rolled back there), so this box stays on its previous configuration" in out["log"]
+    assert "(each rolled itself back)" in out["log"] and "this box stays on its previous configuration" in out["log"]
+    untouched = next(h for h in ("spark-1", "spark-2") if h not in tried)
+    assert f"not rolled out: @fake/{untouched};" in out["log"]
     assert sorted(out["failed_hosts"]) == ["@fake/spark-1", "@fake/spark-2"]
 
 
