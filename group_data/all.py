@@ -273,9 +273,9 @@ ACCEPTANCE_PREFILL_MAX_REGRESSION = 0.15  # fail when prefill tok/s is more than
 # What decode and prefill are judged against (docs/acceptance.md), per figure the first that has it: this box's
 # baseline of the same configuration and workload (the limits above); after a changed vLLM version, vLLM build (its
 # venv) or checkpoint revision, the baseline of this box's closest previous configuration of the same model,
-# workload and topology; the catalog's published figures (the write-up's probe on the production GX10); else the planner's roofline only, and
-# the run is provisional (no yardstick until an operator confirms it: `bench confirm @ID`). Each has its own
-# limits. None of these GX10 limits is measured yet (no GX10 was at hand).
+# workload and topology; the catalog's published figures (the write-up's probe on the production GX10); else the
+# planner's roofline only, and the run is provisional (no yardstick until an operator confirms it: `bench confirm
+# @ID`). Each has its own limits. None of these GX10 limits is measured yet (no GX10 was at hand).
 ACCEPTANCE_PREVIOUS_DECODE_MAX_REGRESSION = 0.15  # fail when decode tok/s is more than this fraction below the
 # previous configuration's baseline (an upgrade is judged as strictly as a rerun: it is the change that regresses)
 ACCEPTANCE_PREVIOUS_PREFILL_MAX_REGRESSION = 0.15  # the same for fresh-prefill tok/s, fraction
