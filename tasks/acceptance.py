@@ -48,8 +48,8 @@ REASON_CHARS = 900  # the rollback reason kept in the box's record of the failed
 
 
 def awaiting_verdict(status: dict) -> str | None:
-    """HOOK for the lead (wiring to the box's rollout transaction): the id of the transaction of this service that
-    passed health and waits for the acceptance verdict, or None (nothing changed, or the rollout did not wait).
+    """The id of the box's rollout transaction of this service that passed health and waits for the acceptance
+    verdict, or None (nothing changed, or the rollout did not wait).
     This is how the step knows the coder's configuration changed: the box only waits when its rollout changed
     something the service reads (env, unit, vLLM install), which it knows from its stamp."""
     if status.get("phase") != contract.AWAITING_VERDICT:
