@@ -51,14 +51,10 @@ def test_deploy_py_calls_every_step_and_the_package_docstring_lists_them_in_its_
     assert names == steps_run
 
 
-# steps split off services.py whose Layout lines wait in the notes for the docs (remove once placed)
-NOT_YET_IN_README = {"oom_guard.py", "tp_worker.py"}
-
-
 def test_the_documented_layout_names_every_tasks_module_and_sparkctl_folder():
     layout = (REPO_ROOT / "docs" / "layout.md").read_text().split("## Layout", 1)[1].split("\n## ", 1)[0]
     for path in TASKS.glob("*.py"):
-        if path.stem != "__init__" and path.name not in NOT_YET_IN_README:
+        if path.stem != "__init__":
             assert f"`{path.name}`" in layout, path.name
     for folder in (REPO_ROOT / "sparkctl").iterdir():
         if folder.is_dir() and (folder / "__init__.py").exists():
