@@ -30,6 +30,7 @@ from __future__ import annotations
 
 from functools import partial
 
+from gevent.lock import BoundedSemaphore
 from pyinfra import host, logger
 from pyinfra.api import FunctionCommand, StringCommand, deploy, operation
 
@@ -143,17 +144,24 @@ def acceptance_gate(settings: Settings, service, handoff: dict | None = None):
     yield FunctionCommand(judge_waiting(settings, service, handoff), (tx, status.get("probe_key") or ""), {})
 
 
+# The quick probe runs its own asyncio loop, and pyinfra runs every box's greenlet in one thread, where only one loop
+# may run at a time: the boxes of a wave roll out together, and are measured one after another.
+ONE_PROBE_AT_A_TIME = BoundedSemaphore(1)
+
+
 def judge_waiting(settings: Settings, service, handoff: dict | None):
     """FunctionCommand body (state, host, tx, probe_key) -> bool: measure the waiting candidate through the proxy
     (probe_key: the box's drain exemption for this probe, when it keeps clients out meanwhile), send the verdict,
-    follow the box to its result. The coder's rollout calls it as soon as its box waits (so a serial
-    rollout reaches the next box only after this one's verdict); acceptance_gate, for one found waiting later."""
+    follow the box to its result. The coder's rollout calls it as soon as its box waits (so the next wave starts only
+    after this wave's verdicts); acceptance_gate, for one found waiting later. The boxes of one wave are measured
+    one after another (ONE_PROBE_AT_A_TIME), their verdicts waiting on their boxes meanwhile."""
     cfg = settings.cfg
 
     def judge(state, host, tx: str, probe_key: str = "") -> bool:  # pyinfra passes state and host by these names
         try:
             conn = hosts.find(host.name)
-            verdict = quick.acceptance_of(conn, settings, unit=service.unit, probe_key=probe_key)
+            with ONE_PROBE_AT_A_TIME:
+                verdict = quick.acceptance_of(conn, settings, unit=service.unit, probe_key=probe_key)
         except history.HistoryError as exc:  # no yardstick can be trusted: the verdict fails now, not at the deadline
             return _no_verdict(state, host, settings, service, tx, handoff,
                                f"acceptance failed: the box's history cannot be read: {exc}")
@@ -186,7 +194,7 @@ def acceptance_step(settings: Settings) -> None:
     if settings.coder.headless or settings.coder not in settings.services:
         return
     handoff = ready_target(settings.cfg, settings.coder.served_name) if settings.role.serves_api else None
-    # _serial: one box at a time, like the rollout (one quick run must not load the other box's measurement, and
-    # the probe's asyncio loop cannot run twice in pyinfra's one gevent thread)
+    # _serial: one box at a time (one quick run must not load the other box's measurement, and the probe's asyncio
+    # loop cannot run twice in pyinfra's one gevent thread)
     acceptance_gate(name="Acceptance: a changed coder is as fast and as right as its baseline and floors",
                     settings=settings, service=settings.coder, handoff=handoff, _serial=True)

@@ -209,3 +209,30 @@ def test_a_history_that_cannot_be_read_or_a_crash_is_a_failed_verdict_sent_at_on
     service = types.SimpleNamespace(name="coder", unit="vllm-coder.service")
     assert acc.judge_waiting(settings, service, None)("state", types.SimpleNamespace(name="spark-1"), "tx-1")
     assert seen == {"tx": "tx-1", "decision": "rollback", "reason": reason}
+
+
+def test_the_boxes_of_one_wave_are_measured_one_after_another(monkeypatch):
+    """A wave's boxes roll out together, each in its own greenlet, but the quick probe runs an asyncio loop of its
+    own and only one may run in pyinfra's thread: their measurements never overlap, and each box gets its verdict."""
+    import gevent
+
+    from tasks import acceptance as acc
+
+    measuring, overlaps, decided = set(), [], []
+
+    def measure(conn, data, **k):
+        measuring.add(conn)
+        overlaps.append(len(measuring))
+        gevent.sleep(0.05)
+        measuring.discard(conn)
+        raise acc.SparkctlError("stand-in probe: nothing measured")
+
+    monkeypatch.setattr(acc.quick, "acceptance_of", measure)
+    monkeypatch.setattr(acc.hosts, "find", lambda name: name)
+    monkeypatch.setattr(acc, "_decide", lambda state, host, d, name, unit, tx, *rest: decided.append(host.name) or 1)
+    settings = types.SimpleNamespace(cfg=typed({**groupdata.load(["all", "gx10"]), "ACCEPTANCE_MODE": "fail"}))
+    service = types.SimpleNamespace(name="coder", unit="vllm-coder.service")
+    judge = acc.judge_waiting(settings, service, None)
+    boxes = [f"spark-{i}" for i in range(1, 5)]
+    gevent.joinall([gevent.spawn(judge, "state", types.SimpleNamespace(name=b), "tx") for b in boxes], timeout=10)
+    assert overlaps == [1, 1, 1, 1] and sorted(decided) == boxes
