@@ -30,8 +30,9 @@ def test_the_shares_fit_the_budget_and_hold_every_scenario_once():
     costs = marked_costs()
     shares = selection.deal(costs, EXTENDED_BUDGET_S)
     assert sorted(n for share in shares for n in share) == sorted(costs)
-    assert all(sum(costs[n] for n in share) <= EXTENDED_BUDGET_S for share in shares)
-    assert len(shares) <= 5  # with today's costs and budget: none waits more than 4 landings
+    # a share fits the budget, unless it is one scenario costlier than the budget alone (the upgrade's 840 s)
+    assert all(sum(costs[n] for n in share) <= EXTENDED_BUDGET_S or len(share) == 1 for share in shares)
+    assert len(shares) <= 6  # with today's costs and budget: none waits more than 5 landings
     assert len(shares) == len(selection.deal(costs, EXTENDED_BUDGET_S - 1))  # as few as fit: no slack share
 
 
