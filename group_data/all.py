@@ -353,9 +353,10 @@ ROUTER_HEALTH_FAILURE_THRESHOLD = 2  # consecutive failed checks before a box is
 ROUTER_HEALTH_SUCCESS_THRESHOLD = 2  # consecutive passed checks before a box is back in rotation
 # A rollout (and the watchdog's restart) first fails the box's router health path alone
 # (DRAIN_DIR/<served>.unready.conf) so every router takes the box out of rotation while its API still serves, then
-# waits this long before the drain's 503s: no client request through a router meets them. Set, not derived, to cover the routers' health window,
-# ROUTER_HEALTH_FAILURE_THRESHOLD x (ROUTER_HEALTH_INTERVAL_S + ROUTER_HEALTH_TIMEOUT_S) = 2 x (5 + 5) = 20 s (a round
-# of checks may take its timeout before the next interval starts); `check` refuses a value below that window.
+# waits this long before the drain's 503s: no client request through a router meets them. Set, not derived, to cover
+# the routers' health window, ROUTER_HEALTH_FAILURE_THRESHOLD x (ROUTER_HEALTH_INTERVAL_S + ROUTER_HEALTH_TIMEOUT_S) =
+# 2 x (5 + 5) = 20 s (a round of checks may take its timeout before the next interval starts); `check` refuses a value
+# below that window.
 # 0: no router in front of these boxes (no gateway): drain at once. Sent to every box whether or not a gateway is in
 # the inventory (a box deploys the same with or without one), s
 ROUTER_OUT_WAIT_S = 20
