@@ -21,6 +21,7 @@ import re
 import shlex
 from dataclasses import dataclass
 
+from sparkctl.capacity.venv import index_args
 from sparkctl.config.schema import GroupData
 from sparkctl.errors import SettingError
 from sparkctl.render.box_files import NGINX_DIR
@@ -116,6 +117,12 @@ def check_beside_box(cfg: GroupData) -> None:
         if getattr(cfg, name) in box_ports:
             raise SettingError(name, getattr(cfg, name), f"a port other than {box_ports[getattr(cfg, name)]}'s "
                                                          f"(this box is the gateway too)")
+
+
+def pip_args(cfg: GroupData) -> list[str]:
+    """The router venv's pip options: the wheelhouses and index every pip install of the deploy uses (an air-gapped
+    gateway installs from PIP_FIND_LINKS like its boxes)."""
+    return index_args(cfg)
 
 
 def venv(cfg: GroupData) -> str:
