@@ -241,6 +241,25 @@ def _down(keep_overlays: bool, purge_cache: bool) -> list[str]:
     return notes
 
 
+def stop(names) -> list[str]:
+    """Stop these instances alone (a box retired from the fleet, or a simulated host that dies), removing their
+    overlays; the others keep running and .sim/hosts.json lists only them. Returns notes on anything forced."""
+    names = list(names)
+    with state_lock():
+        unknown = sorted(set(names) - set(instance.known_instances()))
+        if unknown:
+            raise SparkctlError(f"cannot stop {', '.join(unknown)}: not a simulated instance; expected one of "
+                                f"{', '.join(instance.known_instances()) or 'none (nothing is booted)'}")
+        for n in names:
+            instance.begin_stop(n)
+        notes = [note for n in names for note in instance.finish_stop(n)]
+        running = running_names()
+        _write_known_hosts(running)
+        instance.write_hosts_file(running)
+    say(f"instances: {', '.join(names)} stopped; running: {', '.join(running) or 'none'}")
+    return notes
+
+
 def left_running() -> list[int]:
     """Processes still naming the simulated Spark's state directory (a gpg agent of its signing key, say)."""
     return processes_naming(config.SIM_DIR)
