@@ -44,7 +44,8 @@ def run(args: argparse.Namespace) -> int:
     data = {h.name: {**base, **h.pyinfra_data(), **overrides} for h in targets}
     models = {h.name: h.data["CODING_MODEL"] for h in targets if "CODING_MODEL" in h.data}  # a box's own
     failed = [h for h in targets if not check_one(h, data[h.name], names, models)]
-    gateways_ok = check_gateways(gateway_hosts(args.sim), groups, data if configured else {}, overrides, models)
+    gateways = gateway_hosts(args.sim) if configured or not args.sim else []  # no simulated Spark: no sim gateway
+    gateways_ok = check_gateways(gateways, groups, data if configured else {}, overrides, models)
     return 2 if failed or not gateways_ok else 0
 
 

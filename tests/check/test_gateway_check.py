@@ -196,3 +196,20 @@ def test_the_deploy_refuses_the_same_before_any_command(tmp_path, monkeypatch):
     assert "ROUTER_STANDBY_PORT_BASE = 30002 is not valid" in out["log"] and "ROUTER_PORT_BASE + 2" in out["log"]
     assert "Traceback" not in out["log"]
     assert not out["by_host"].get(GW), out["by_host"].get(GW)
+
+
+def test_check_sim_validates_the_simulated_gateway_where_hosts_knows_one(token_file, monkeypatch, capsys):
+    """--sim: hosts.sim_gateway_hosts, when sparkctl.config.hosts has it (the simulated gateway); else none."""
+    from sparkctl.config import hosts
+
+    sparks = [hosts.HostConn(name=f"spark-{i}", address=f"127.0.0.{i}", simulated=True) for i in (1, 2)]
+    monkeypatch.setattr(hosts, "sim_hosts", lambda: sparks)
+    monkeypatch.setattr(hosts, "sim_gateway_hosts", lambda: [hosts.HostConn("sim-gw", "127.0.0.9", simulated=True)],
+                        raising=False)
+    assert main(["check", "--sim", "--data", f"MODEL_LOCK_FILE={FAKE_LOCK}"]) == 0
+    assert "sim-gw: ok: gateway, routers for " in capsys.readouterr().out
+    assert main(["check", "--sim", "--data", f"MODEL_LOCK_FILE={FAKE_LOCK}", "--data", "GATEWAY_FRONT_PORT=22"]) == 2
+    assert "sim-gw: GATEWAY_FRONT_PORT = 22 is not valid" in capsys.readouterr().err
+    monkeypatch.delattr(hosts, "sim_gateway_hosts")
+    assert main(["check", "--sim", "--data", f"MODEL_LOCK_FILE={FAKE_LOCK}", "--data", "GATEWAY_FRONT_PORT=22"]) == 0
+    assert "gateway" not in capsys.readouterr().out
