@@ -7,10 +7,10 @@ box's group data under the gateway host's own, as the deploy merges them); then 
 SettingError naming the setting, the value and what is valid:
 
   - the gateway is a tensor-parallel pair's worker (SPARK_TOPOLOGY = "tensor-parallel" and TP_HEAD, or a FLEET_POOLS
-    pool with "tensor_parallel"): a worker serves no API and runs no nginx of its own, its engine's ranks share the
-    pair's memory, and a worker's rollout restarts it under the head's feet. A pair's head may be the gateway: it
-    serves the API behind its own nginx already, and its ports (TP_MASTER_PORT, RAY_PORT among them) are checked
-    against the gateway's below as any box's are;
+    pool with "tensor_parallel"): a worker serves no API, runs no nginx of its own, and restarts with its pair. A
+    pair's head may be the gateway: it serves the API behind its own nginx already, and its ports (TP_MASTER_PORT,
+    RAY_PORT among them) are checked against the gateway's below as any box's are (not Ray's dashboard on a Ray
+    head, 127.0.0.1:8265: Ray's default, no setting);
   - two of the gateway's ports equal: each of the four router port ranges (one port per served model, in name
     order, from ROUTER_PORT_BASE, ROUTER_METRICS_PORT_BASE, ROUTER_STANDBY_PORT_BASE and
     ROUTER_STANDBY_METRICS_PORT_BASE), ROUTER_BRIDGE_PORT and GATEWAY_FRONT_PORT; a range running past 65535;
