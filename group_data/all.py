@@ -351,6 +351,15 @@ ROUTER_HEALTH_INTERVAL_S = 5  # --health-check-interval-secs: seconds between tw
 ROUTER_HEALTH_TIMEOUT_S = 5  # --health-check-timeout-secs: one health check's timeout, s
 ROUTER_HEALTH_FAILURE_THRESHOLD = 2  # consecutive failed checks before a box is out of rotation (here: 10-15 s)
 ROUTER_HEALTH_SUCCESS_THRESHOLD = 2  # consecutive passed checks before a box is back in rotation
+# A rollout (and the watchdog's restart) first fails the box's router health path alone
+# (DRAIN_DIR/<served>.unready.conf) so every router takes the box out of rotation while its API still serves, then
+# waits this long before the drain's 503s: no client request through a router meets them. Set, not derived, to cover
+# the routers' health window, ROUTER_HEALTH_FAILURE_THRESHOLD x (ROUTER_HEALTH_INTERVAL_S + ROUTER_HEALTH_TIMEOUT_S) =
+# 2 x (5 + 5) = 20 s (a round of checks may take its timeout before the next interval starts); `check` refuses a value
+# below that window.
+# 0: no router in front of these boxes (no gateway): drain at once. Sent to every box whether or not a gateway is in
+# the inventory (a box deploys the same with or without one), s
+ROUTER_OUT_WAIT_S = 20
 ROUTER_WORKER_STARTUP_TIMEOUT_S = 7200  # --worker-startup-timeout-secs: a starting router's wait for its boxes, s
 ROUTER_STARTUP_CHECK_INTERVAL_S = 1  # --worker-startup-check-interval: a (re)starting router's checks, s (its
 # start-up waits for a healthy box: this bounds what a restart costs clients, who get the front's 503 meanwhile)

@@ -187,3 +187,12 @@ WATCHDOG_PROBE_IDLE_S = 20  # an idle engine's 1-token loopback probe this often
 WATCHDOG_PROBE_TIMEOUT_S = 15  # no answer within this while idle = wedged (2 shared cores, a deploy beside it), s
 WATCHDOG_STALL_S = 60  # work pending and no engine step for this long = wedged; a busy tiny engine steps every ms, s
 SERVICE_RESTART_SEC = 5  # RestartSec=: seconds between systemd's automatic restarts of a vLLM service, s
+
+# --- the front door on the simulated fleet (`sim up --gateway`): a router's health window sized for tiny engines --
+# A tiny stand-in answers its health path in milliseconds, so a 1 s cadence with a 1 s timeout takes a box out of a
+# router's rotation within 2 x (1 + 1) = 4 s of its health path failing (a real box: 2 x (5 + 5) = 20 s). Every
+# rollout that restarts a serving model waits ROUTER_OUT_WAIT_S first, gateway or not: the sim's CI pair pays 4 s,
+# not 20, per such rollout.
+ROUTER_HEALTH_INTERVAL_S = 1  # seconds between two health checks of one box, s
+ROUTER_HEALTH_TIMEOUT_S = 1  # one health check's timeout, s
+ROUTER_OUT_WAIT_S = 4  # the routers' health window above, s

@@ -49,15 +49,16 @@ def gateway_config() -> tuple[HostConfig, list[router.Pool]]:
 
 
 @operation()
-def router_venv(venv: str, version: str):
-    """The pinned vllm-router in its own venv, unless its built marker is there; checked by running it."""
+def router_venv(venv: str, version: str, pip_args: list[str]):
+    """The pinned vllm-router in its own venv, unless its built marker is there; checked by running it. pip_args:
+    the wheelhouses and index the box's own pip installs use (PIP_FIND_LINKS, PIP_NO_INDEX)."""
     marker = f"{venv}/.sparkctl-built"
     if host.get_fact(File, path=marker):
         host.noop(f"vllm-router {version} is installed in {venv}")
         return
     yield StringCommand("rm -rf", QuoteString(venv), "&& python3 -m venv", QuoteString(venv))
     yield StringCommand(QuoteString(f"{venv}/bin/python"), "-m pip install --no-input --progress-bar off",
-                        QuoteString(f"vllm-router=={version}"))
+                        *(QuoteString(a) for a in pip_args), QuoteString(f"vllm-router=={version}"))
     yield StringCommand(QuoteString(f"{venv}/bin/vllm-router"), "--help >/dev/null")
     yield StringCommand("touch", QuoteString(marker))
 
@@ -149,7 +150,7 @@ def gateway() -> None:
     for path in (cfg.ROUTER_HOME, f"{cfg.ROUTER_HOME}/venvs"):
         files.directory(name=f"Create {path}", path=path, user="root", group="root", mode="0755")
     venv = router_venv(name=f"Install vllm-router {cfg.ROUTER_VERSION} in {router.venv(cfg)}",
-                       venv=router.venv(cfg), version=cfg.ROUTER_VERSION)
+                       venv=router.venv(cfg), version=cfg.ROUTER_VERSION, pip_args=router.pip_args(cfg))
     changed = _nginx(config, pools, beside_box)
     systemd.service(name="nginx enabled and running", service="nginx.service", running=True, enabled=True)
     # the front and bridge first: a router (re)started below finds its boxes through them

@@ -296,6 +296,8 @@ ARGS = (
     Arg("journal", int, GATED, "HEALTH_JOURNAL_LINES", "journal lines shown with a failure"),
     Arg("drain_timeout", float, GATED, "DRAIN_TIMEOUT_S", "longest wait for running requests, s (0: no drain)"),
     Arg("retry_after", int, GATED, "DRAIN_RETRY_AFTER_S", "Retry-After of the drain's 503, s"),
+    Arg("unready_wait", float, TXN, "ROUTER_OUT_WAIT_S", "after failing the routers' health path, the wait before "
+        "the drain (the routers take the box out meanwhile), s (0: no router in front)"),
     Arg("gate_max_tokens", int, GATED, "ROLLOUT_GATE_MAX_TOKENS", "the gate's completion, tokens"),
     Arg("gate_request_timeout", float, GATED, "ROLLOUT_GATE_REQUEST_TIMEOUT_S", "the gate's request timeout, s"),
     Arg("retry_failed", bool, TXN, "ROLLOUT_RETRY_FAILED", "try a candidate that failed before"),

@@ -5,6 +5,10 @@ The proxy's location for each served model includes DRAIN_DIR/<served>.conf* (a 
 Draining writes that file (503 + Retry-After for new requests) and reloads nginx gracefully: old workers keep
 the streams they hold until those finish. Then we wait for vLLM's own vllm:num_requests_running (+ waiting) on
 loopback /metrics to reach 0, up to a timeout; undraining removes the file and reloads again.
+
+Before the drain, DRAIN_DIR/<served>.unready.conf* (included only in the router health location) fails the health
+path the gateway's routers check while the API still serves, so the routers stop sending to this box before any
+client meets the drain's 503; reopen() lifts both.
 """
 
 from __future__ import annotations
@@ -55,6 +59,34 @@ def drain_off(drain_dir: str, served: str) -> tuple[bool, str]:
     except FileNotFoundError:
         return True, ""
     return _reload_nginx()
+
+
+def unready_file(drain_dir: str, served: str) -> str:
+    return os.path.join(drain_dir, f"{served}.unready.conf")
+
+
+def unready_on(drain_dir: str, served: str, reload: bool = True) -> tuple[bool, str]:
+    """Fail `served`'s router health path alone (its API keeps serving): the gateway's routers take the box out of
+    rotation after their health window. Returns (nginx reloaded, why not); reload=False: the caller's next reload
+    (a drain written at once) takes it in."""
+    os.makedirs(drain_dir, mode=0o755, exist_ok=True)
+    body = f"return 503 \"{served} is leaving the routers for a restart\\n\";\n"
+    write_atomic(unready_file(drain_dir, served), body, 0o644)
+    return _reload_nginx() if reload else (True, "")
+
+
+def reopen(drain_dir: str, served: str, reload: bool = False) -> tuple[bool, str]:
+    """Lift the drain and the router health failure together (one reload; none when neither is there, unless
+    `reload`: a resumed run, whose files may be gone while nginx never reloaded without them): the API serves again
+    and the routers take the box back after their success threshold."""
+    removed = reload
+    for path in (drain_file(drain_dir, served), unready_file(drain_dir, served)):
+        try:
+            os.unlink(path)
+            removed = True
+        except FileNotFoundError:
+            pass
+    return _reload_nginx() if removed else (True, "")
 
 
 def wait_idle(port: int, timeout: float, interval: float, say) -> tuple[bool, float, float]:

@@ -8,7 +8,9 @@ installed); the staged candidate (.next), the snapshot, the stamp and the failed
 touched. It refuses while a transaction of the deploy is open (its live files may be an un-gated candidate; the
 deploy's next run resumes that one). While it restarts, the served model is drained at the proxy (new requests get
 503 + Retry-After) when it was serving; running requests are not waited for (a wedged engine never finishes
-them). The drain is always lifted at the end. The result goes to the deploy's result file (outcome "restarted" or
+them); the served model's router health path fails at the same moment, without waiting for the routers' health
+window (a wedged engine answers nobody, so the routers' own checks and retries already fail it). Both are always
+lifted at the end. The result goes to the deploy's result file (outcome "restarted" or
 "restart-failed", "by" = --reason), so `rollout.py status`, the box facts and `sparkctl status` show it.
 
 Tensor-parallel (the live env file carries SPARKCTL_TP_UNIT): the pair restarts as one unit, never the head alone
@@ -114,6 +116,8 @@ def restart_and_record(r: Restart) -> int:
     say(f"restart of {p.unit_name} ({r.model}) on its committed configuration, asked by {r.by}")
     ok, why, took, restart_s = False, "", 0.0, 0.0
     try:
+        if a.kind != "none" and active:  # out of the routers at once: a wedged engine answers nobody anyway
+            drain.unready_on(tx.DRAIN_DIR, a.served, reload=a.drain_timeout <= 0)  # else the drain's reload
         if a.kind != "none" and active and a.drain_timeout > 0:
             reloaded, err = drain.drain_on(tx.DRAIN_DIR, a.served, a.retry_after, "a restart")
             say(f"draining {a.served!r}: new requests get 503 + Retry-After {a.retry_after} s (running requests "
@@ -122,7 +126,7 @@ def restart_and_record(r: Restart) -> int:
     except Exception as exc:  # noqa: BLE001 - recorded as a failed restart; the drain is lifted below regardless
         ok, why = False, f"{type(exc).__name__}: {exc}"
     finally:
-        drain.drain_off(tx.DRAIN_DIR, a.served)
+        drain.reopen(tx.DRAIN_DIR, a.served)
     if ok:
         return r.finish(c.RESTARTED, f"rollout: {p.unit_name} restarted on its committed configuration ({r.model}, "
                         f"asked by {r.by}); ready {took:.0f} s after the restart", restart_s=round(restart_s, 1),

@@ -6,7 +6,9 @@ names the venv in ExecStart, so the vLLM install is part of it). Its phases (con
 recorded in STATE_DIR/rollout/vllm-S.txn/state.json, each by one step below, which records its phase before it acts:
 
   prepared          snapshot of exactly what the candidate replaces (live env file and unit file, or their
-                    absence); recorded once the snapshot is whole: a snapshot without state.json is no snapshot
+                    absence); recorded once the snapshot is whole: a snapshot without state.json is no snapshot.
+                    Then the served model's router health path fails (rollout_drain.unready_on) and, when it
+                    served, the run waits --unready-wait s for the gateway's routers to take the box out
   draining          the proxy answers 503 for this served model; in-flight requests finish
   awaiting-head     tensor-parallel worker only: nothing changes until the head's candidate is in place
                     (rollout_peer.py); the worker's gate is then the head's gate
@@ -14,15 +16,16 @@ recorded in STATE_DIR/rollout/vllm-S.txn/state.json, each by one step below, whi
   started           restarted, gating (one real request)
   awaiting-verdict  only with --verdict-timeout: waiting for the acceptance verdict (rollout_verdict.py);
                     commit -> committed, rollback -> rolling-back as after a failed gate
-  committed         stamp = candidate; snapshot dropped; proxy reopened
+  committed         stamp = candidate; snapshot dropped; proxy reopened (drain and router health failure lifted)
   rolling-back      snapshot restored, daemon-reload, restart, gated like a forward step
 
 Before the first phase, checks that change nothing decide whether there is anything to do (nothing staged, a
 candidate that failed before, already running it, its committed configuration only stopped, refused up front).
 A run that finds an unfinished transaction resumes from its phase: before `rolling-back` the snapshot stays the
 last known-good state and the staged candidate is tried again; `awaiting-verdict` waits on until its recorded
-deadline; `rolling-back` and `committed` are finished. A failed candidate is remembered (hash, when, why,
-journal) and not retried unless asked.
+deadline; `rolling-back` and `committed` are finished (each lifts the router health failure once it serves
+again, before the transaction's record goes). A run that finds no open transaction removes a router health failure
+left behind. A failed candidate is remembered (hash, when, why, journal) and not retried unless asked.
 """
 
 from __future__ import annotations
@@ -182,6 +185,7 @@ class Run:
         self.drains, self.tp_unit = False, ""  # decided when the transaction begins
         self.why = ""  # why it rolls back
         self.gated = False  # the candidate ran and failed (gate, head or verdict): remembered with its journal
+        self.resumed = False  # it goes on from a recorded phase past the gate (an earlier run died there)
         self.drain_s, self.restart_s, self.took = 0.0, 0.0, None  # took: ready after the restart, s (None: no gate)
 
     def look(self) -> None:
@@ -284,6 +288,7 @@ RESUMED = (c.AWAITING_VERDICT, c.COMMITTED, c.ROLLING_BACK)  # recorded phases a
 def resume(run: Run) -> str:
     """A run that finds its transaction past the candidate's gate goes on from the recorded phase."""
     state = run.txn.state
+    run.resumed = True
     run.cand, run.model = state.get("candidate") or "", model_of(read(run.p.env))
     run.result["candidate"] = state.get("candidate")
     if run.txn.phase == c.ROLLING_BACK:
@@ -298,6 +303,8 @@ def first_step(run: Run) -> str | int:
     """Where this run starts: a recorded phase to go on from, an exit code (nothing to change), or PREPARED."""
     if run.txn.phase in RESUMED:
         return resume(run)
+    if not run.txn.open:  # no transaction owns the service: a router health failure still there is left over
+        drain.reopen(DRAIN_DIR, run.a.served)
     step = nothing_staged(run)
     if step is not None:
         return step
@@ -315,7 +322,22 @@ def prepare(run: Run) -> str:
     run.txn.begin(a.txn, run.cand)
     run.drains = a.kind != "none" and run.active and a.drain_timeout > 0  # it served: keep new requests out
     run.tp_unit = peer.tp_unit_of(read(run.p.env_next)) if a.peer_status_cmd else ""
+    if a.kind != "none":  # out of the routers until the commit, before anything it served changes
+        leave_routers(run)
     return c.DRAINING if run.drains else c.AWAITING_HEAD if run.tp_unit else c.INSTALLED
+
+
+def leave_routers(run: Run) -> None:
+    """Fail the served model's router health path (its API still serves); when it served, wait for the routers'
+    health window so none sends it a request that the drain would answer 503 (a first install is in no router)."""
+    a, say = run.a, run.say
+    reloaded, err = drain.unready_on(DRAIN_DIR, a.served)
+    if not reloaded:
+        say(f"leaving the routers: nginx did not reload ({err}); going on")
+    if run.active and a.unready_wait > 0:
+        say(f"{a.served!r} fails its router health path; waiting {a.unready_wait:g} s (ROUTER_OUT_WAIT_S) for the "
+            f"routers to take this box out before draining")
+        time.sleep(a.unready_wait)
 
 
 def drain_requests(run: Run) -> str:
@@ -344,6 +366,7 @@ def await_head(run: Run) -> str | int:
         remember_failure(run.p, run.cand, run.model, why, "", a.keep_failed)
     if txn.state.get("resumed"):  # the live files may be an un-gated candidate of the earlier run
         return run.roll_back_because(why)
+    drain.reopen(DRAIN_DIR, a.served)
     txn.close()
     return run.finish(c.HEAD_FAILED if head == peer.FAILED else c.HEAD_ABSENT,
                       f"rollout: {run.p.unit_name} not changed ({why}); it keeps its previous configuration", why=why)
@@ -389,7 +412,7 @@ def commit(run: Run) -> int:
     txn, p = run.txn, run.p
     txn.set_phase(c.COMMITTED)
     write_atomic(p.stamp, f"{txn.state.get('candidate')}\n", 0o644)
-    drain.drain_off(DRAIN_DIR, run.a.served)
+    drain.reopen(DRAIN_DIR, run.a.served, reload=run.resumed)
     txn.close()
     if run.took is None:  # a resumed run: the gate passed in the run it resumed
         return run.finish(c.READY, f"rollout: {p.unit_name} was committed by transaction {txn.state.get('id')}; "
@@ -420,7 +443,7 @@ def remove_first_install(run: Run) -> int:
     rollout_gate.systemctl("stop", p.unit_name)
     txn.restore_snapshot()
     rollout_gate.systemctl("reset-failed", p.unit_name)
-    drain.drain_off(DRAIN_DIR, run.a.served)
+    drain.reopen(DRAIN_DIR, run.a.served, reload=run.resumed)
     txn.close()
     return run.finish(c.NO_PREVIOUS, f"rollout: {p.unit_name} ({failed_model}) failed ({run.why}) and there is no "
                       f"previous configuration to roll back to; the unit is removed again, nothing serves "
@@ -435,7 +458,7 @@ def restore_previous(run: Run) -> int:
     txn.restore_snapshot()
     ok, why, took, _ = rollout_gate.restart_and_gate(p.unit_name, f"{p.unit_name} (snapshot)", a, run.say)
     back = model_of(read(p.env))
-    drain.drain_off(DRAIN_DIR, a.served)
+    drain.reopen(DRAIN_DIR, a.served, reload=run.resumed)
     if ok and txn.state.get("stamp_before"):
         write_atomic(p.stamp, f"{txn.state['stamp_before']}\n", 0o644)
     txn.close()

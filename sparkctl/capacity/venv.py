@@ -19,6 +19,13 @@ def pip_args(cfg: GroupData) -> list[str]:
         args += ["-c", f"{cfg.SPARKCTL_HOME}/constraints.txt"]
     for url in cfg.VLLM_PIP_EXTRA_INDEX_URLS:
         args += ["--extra-index-url", url]
+    return args + index_args(cfg)
+
+
+def index_args(cfg: GroupData) -> list[str]:
+    """Where pip looks for wheels besides (or instead of) PyPI: local wheelhouses, no index (an air-gapped host).
+    Every pip install the deploy runs takes these (a vLLM venv, the gateway's router venv)."""
+    args = []
     for path in cfg.PIP_FIND_LINKS:
         args += ["--find-links", path]
     if cfg.PIP_NO_INDEX:

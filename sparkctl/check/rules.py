@@ -368,6 +368,17 @@ def handoff_dir(s: GroupData, shipped: Shipped) -> None:
                            "endpoints.json and the manifests are written there, beside whatever else it holds")
 
 
+def router_out_wait(s: GroupData, shipped: Shipped) -> None:
+    """A rollout waits for every router to take the box out before it drains: at least the routers' health window
+    (0: no router in front of the boxes)."""
+    window = s.ROUTER_HEALTH_FAILURE_THRESHOLD * (s.ROUTER_HEALTH_INTERVAL_S + s.ROUTER_HEALTH_TIMEOUT_S)
+    if 0 < s.ROUTER_OUT_WAIT_S < window:
+        raise SettingError("ROUTER_OUT_WAIT_S", s.ROUTER_OUT_WAIT_S,
+                           f"0 (no router in front of the boxes) or at least {window} s, the routers' health window "
+                           f"(ROUTER_HEALTH_FAILURE_THRESHOLD x (ROUTER_HEALTH_INTERVAL_S + ROUTER_HEALTH_TIMEOUT_S))",
+                           "a shorter wait lets a router send requests to a box that already answers the drain's 503")
+
+
 # --- the waits a real box needs: refused below their floor, or warned about (BOX_TIMEOUT_FLOOR_MODE) -----------------
 
 
@@ -467,7 +478,7 @@ def _embedder_floor(settings: Settings, i: int, gib: float) -> None:
 
 SETTINGS_RULES = (model_keys, embedder_ports, ports, scrape_timeout, link_keys, exposure, oom_order, memory,
                   service_user, owned_flags, pair_restart, deploy_packages, gpu_devices, vllm_version, cuda_version,
-                  handoff_dir)  # every entry point: the typed settings alone
+                  handoff_dir, router_out_wait)  # every entry point: the typed settings alone
 
 
 def check_settings(s: GroupData, shipped: Shipped, ssh_port: int) -> None:

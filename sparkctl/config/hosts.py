@@ -95,16 +95,30 @@ def gateway_hosts(env: dict | None = None) -> list[HostConn]:
     return real_hosts({**env, "GX10_HOSTS": ",".join(names)})
 
 
+SIM_GATEWAY_ROLE = "gateway"  # `sim up --gateway NAME`: that instance is a `gateway` host, not a box
+
+
 def sim_hosts(path: Path = SIM_HOSTS_FILE) -> list[HostConn]:
+    """The running simulated boxes (group gx10): every instance but those booted as gateways."""
+    return [h for h, role in _sim_instances(path) if role != SIM_GATEWAY_ROLE]
+
+
+def sim_gateway_hosts(path: Path = SIM_HOSTS_FILE) -> list[HostConn]:
+    """The running simulated instances booted as the `gateway` group's hosts (`sim up --gateway NAME`)."""
+    return [h for h, role in _sim_instances(path) if role == SIM_GATEWAY_ROLE]
+
+
+def _sim_instances(path: Path) -> list[tuple[HostConn, str]]:
     if not path.exists():
         return []
     hosts = []
     for h in json.loads(path.read_text()):
         extra = {k: v for k, v in h.items()
-                 if k not in ("name", "address", "ssh_user", "ssh_port", "ssh_key", "known_hosts")}
-        hosts.append(HostConn(name=h["name"], address=h["address"], ssh_user=h.get("ssh_user", "root"),
-                              ssh_port=int(h.get("ssh_port", 22)), ssh_key=h.get("ssh_key", ""),
-                              known_hosts=h.get("known_hosts", ""), simulated=True, data=extra))
+                 if k not in ("name", "address", "ssh_user", "ssh_port", "ssh_key", "known_hosts", "role")}
+        conn = HostConn(name=h["name"], address=h["address"], ssh_user=h.get("ssh_user", "root"),
+                        ssh_port=int(h.get("ssh_port", 22)), ssh_key=h.get("ssh_key", ""),
+                        known_hosts=h.get("known_hosts", ""), simulated=True, data=extra)
+        hosts.append((conn, h.get("role", "")))
     return hosts
 
 

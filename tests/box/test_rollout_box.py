@@ -28,7 +28,8 @@ ROLLOUT = REPO_ROOT / "sparkctl" / "box" / "rollout.py"
 FAKE = REPO_ROOT / "tests" / "standins" / "systemd.py"
 # the settings the box is told (contract.SETTINGS) from the real group data, with the waits shortened for tests
 FAST = {**{name: groupdata.load(["all"])[name] for name in contract.SETTINGS}, "HEALTH_READY_TIMEOUT_S": 5,
-        "HEALTH_POLL_INTERVAL_S": 0.1, "HEALTH_JOURNAL_LINES": 5, "DRAIN_TIMEOUT_S": 5, "DRAIN_RETRY_AFTER_S": 7}
+        "HEALTH_POLL_INTERVAL_S": 0.1, "HEALTH_JOURNAL_LINES": 5, "DRAIN_TIMEOUT_S": 5, "DRAIN_RETRY_AFTER_S": 7,
+        "ROUTER_OUT_WAIT_S": 0}
 
 
 class Endpoint(http.server.BaseHTTPRequestHandler):
@@ -171,7 +172,9 @@ def test_first_install_commits_and_a_rerun_changes_nothing(box):
     assert box.result()["outcome"] == "ready" and not box.txn_dir().exists()  # snapshot dropped on commit
     st = box.status()
     assert st["applied"] == st["wanted"] and st["active"] and st["failed"] is None
-    assert not any("nginx" in c for c in box.calls())  # nothing was serving: nothing to drain
+    # nothing was serving: nothing to drain, but it stays out of the routers until it is committed
+    assert [c for c in box.calls() if "nginx" in c] == ["reload nginx.service"] * 2
+    assert not (box.drain / "coder.unready.conf").exists() and not (box.drain / "coder.conf").exists()
     n = restarts(box)
     assert box.run(txn="t2").returncode == 0 and restarts(box) == n and box.result()["outcome"] == "unchanged"
 
@@ -185,8 +188,8 @@ def test_forward_ok_drains_waits_for_running_requests_then_reopens(box):
     assert box.live_model() == "laguna"
     calls = box.calls()
     assert calls.index("reload nginx.service") < calls.index("restart vllm-coder.service")  # drained first
-    assert calls.count("reload nginx.service") == 2  # closed, then opened again
-    assert not (box.drain / "coder.conf").exists()
+    assert calls.count("reload nginx.service") == 3  # out of the routers, closed, then opened again
+    assert not (box.drain / "coder.conf").exists() and not (box.drain / "coder.unready.conf").exists()
     assert box.result()["drain_s"] >= 1.0 and "request(s) still running" in r.stdout
     assert (box.state / "rollout" / "vllm-coder.stamp").read_text().strip() == box.status()["wanted"]
 
@@ -259,7 +262,8 @@ def test_missing_venv_is_rejected_before_anything_stops(box):
     assert r.returncode == 5 and "missing" in r.stdout and box.calls() == [] and box.live_model() == "qwen"
 
 
-@pytest.mark.parametrize("kill_on, phase", [("reload#1", "draining"), ("daemon-reload#1", "installed"),
+@pytest.mark.parametrize("kill_on, phase", [("reload#1", "prepared"), ("reload#2", "draining"),
+                                            ("daemon-reload#1", "installed"),
                                             ("restart#1", "started")])
 def test_interrupted_forward_step_resumes_from_its_snapshot(box, kill_on, phase):
     box.converge("qwen")
@@ -273,6 +277,7 @@ def test_interrupted_forward_step_resumes_from_its_snapshot(box, kill_on, phase)
     r = box.run(txn="t2")  # the next run resumes: the snapshot (qwen) stays the known-good state
     assert r.returncode == 0 and "resuming" in r.stdout and box.live_model() == "laguna"
     assert not box.txn_dir().exists() and not (box.drain / "coder.conf").exists()
+    assert not (box.drain / "coder.unready.conf").exists()  # the resumed run let the routers back in
 
 
 def test_interrupted_forward_step_of_a_broken_candidate_rolls_back_to_the_snapshot_not_a_leftover(box):
@@ -304,7 +309,7 @@ def test_interrupted_after_commit_only_cleans_up(box):
     box.converge("qwen")
     (box.sd / "running_until").write_text(str(time.time() + 0.2))
     box.stage("laguna")
-    box.kill_on("reload#2")  # reopening the proxy, after the stamp was written
+    box.kill_on("reload#3")  # reopening the proxy, after the stamp was written
     box.run()
     n = restarts(box)
     r = box.run(txn="t2")
@@ -535,3 +540,72 @@ def test_a_candidate_that_disappears_mid_transaction_is_rolled_back_and_that_rol
     assert r.returncode == contract.code(contract.ROLLED_BACK) and "resuming the interrupted rollback" in r.stdout
     assert box.live_model() == "qwen" and not box.txn_dir().exists() and not (box.drain / "coder.conf").exists()
     assert box.result()["why"] == "the staged candidate disappeared"
+
+
+def watch_files(paths: list[Path], stop: threading.Event) -> dict:
+    """In the background: when each path first appeared (time.monotonic()), while `stop` is not set."""
+    seen: dict = {}
+
+    def poll():
+        while not stop.is_set():
+            for p in paths:
+                if p not in seen and p.exists():
+                    seen[p] = time.monotonic()
+            time.sleep(0.01)
+
+    threading.Thread(target=poll, daemon=True).start()
+    return seen
+
+
+def test_a_served_model_leaves_the_routers_and_waits_their_window_before_its_drain_and_returns_after_the_commit(box):
+    box.converge("qwen")
+    box.stage("laguna")
+    unready, drained = box.drain / "coder.unready.conf", box.drain / "coder.conf"
+    stop = threading.Event()
+    seen = watch_files([unready, drained], stop)
+    r = box.run(**{"unready-wait": 1.5})
+    stop.set()
+    assert r.returncode == 0, r.stdout
+    assert "waiting 1.5 s (ROUTER_OUT_WAIT_S) for the routers to take this box out" in r.stdout
+    # the router health path failed first; the API kept serving for the routers' window; then the drain
+    assert seen[drained] - seen[unready] >= 1.4
+    calls = box.calls()
+    assert calls[0] == "reload nginx.service" and calls.index("restart vllm-coder.service") > 1
+    assert not unready.exists() and not drained.exists()  # back in the routers after the commit
+    assert box.live_model() == "laguna"
+
+
+def test_the_unready_file_fails_the_health_path_alone(box):
+    sys.path.insert(0, str(ROLLOUT.parent))
+    import rollout_drain
+
+    reloads = []
+    rollout_drain._reload_nginx, before = (lambda: (reloads.append(1), (True, ""))[1]), rollout_drain._reload_nginx
+    try:
+        assert rollout_drain.unready_on(str(box.drain), "coder") == (True, "") and len(reloads) == 1
+        assert "return 503" in (box.drain / "coder.unready.conf").read_text()
+        assert not (box.drain / "coder.conf").exists()  # the API is not drained
+        assert rollout_drain.reopen(str(box.drain), "coder") == (True, "") and len(reloads) == 2
+        assert rollout_drain.reopen(str(box.drain), "coder") == (True, "") and len(reloads) == 2  # nothing to do
+        assert rollout_drain.reopen(str(box.drain), "coder", reload=True) == (True, "") and len(reloads) == 3
+    finally:
+        rollout_drain._reload_nginx = before
+
+
+def test_a_rollback_keeps_the_box_out_of_the_routers_until_the_snapshot_serves_again(box):
+    box.converge("qwen")
+    box.break_model("broken")
+    box.stage("broken")
+    box.kill_on("restart#2")  # the rollback's restart: frozen before the snapshot serves
+    box.run()
+    assert (box.drain / "coder.unready.conf").exists() and box.status()["phase"] == contract.ROLLING_BACK
+    r = box.run(txn="t2")  # the resumed rollback
+    assert r.returncode == contract.code(contract.ROLLED_BACK) and box.serving() == {"up": True, "model": "qwen"}
+    assert not (box.drain / "coder.unready.conf").exists() and not (box.drain / "coder.conf").exists()
+
+
+def test_a_tensor_parallel_worker_has_no_router_health_path(box):
+    box.converge("qwen")
+    box.stage("laguna")
+    box.run(kind="none")
+    assert "reload nginx.service" not in box.calls() and not (box.drain / "coder.unready.conf").exists()

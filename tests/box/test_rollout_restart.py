@@ -81,12 +81,20 @@ def test_drain_is_on_during_the_restart_and_off_after(box):
     assert time.monotonic() - t0 < 30  # running requests are not waited for
     calls = box.calls()
     assert calls == ["reload nginx.service", "reset-failed vllm-coder.service", "restart vllm-coder.service",
-                     "reload nginx.service"]  # drained, restarted, reopened
-    assert not (box.drain / "coder.conf").exists()
+                     "reload nginx.service"]  # drained and out of the routers (one reload), restarted, reopened
+    assert not (box.drain / "coder.conf").exists() and not (box.drain / "coder.unready.conf").exists()
     box.kill_on("restart#2")  # freeze it mid-restart to look at the proxy's drain file
     restart_only(box, txn="r2")
     text = (box.drain / "coder.conf").read_text()
     assert "return 503" in text and "add_header Retry-After 7 always;" in text and "for a restart" in text
+    # the routers' health path failed at once, without their health window (a wedged engine answers nobody)
+    assert "return 503" in (box.drain / "coder.unready.conf").read_text()
+    assert time.monotonic() - t0 < 30
+    # the killed restart left both behind, and no transaction is open: the next run of the box's rollout lifts them
+    n = len(box.calls())
+    box.run(txn="t3")
+    assert not (box.drain / "coder.conf").exists() and not (box.drain / "coder.unready.conf").exists()
+    assert "reload nginx.service" in box.calls()[n:]  # and nginx was told
 
 
 def test_a_gate_that_fails_records_restart_failed_and_still_lifts_the_drain(box):
@@ -99,6 +107,7 @@ def test_a_gate_that_fails_records_restart_failed_and_still_lifts_the_drain(box)
     res = box.result()
     assert (res["outcome"], res["by"]) == ("restart-failed", "operator") and "exited while starting" in res["why"]
     assert not (box.drain / "coder.conf").exists() and box.calls().count("reload nginx.service") == 2
+    assert not (box.drain / "coder.unready.conf").exists()  # a failed restart never leaves it out of the routers
     assert untouched(box) == before and box.status()["failed"] is None  # never remembered as a failed candidate
     assert last_ok(box) == {"restart-failed": 0.0}  # exported as a failure: SparkRolloutFailed fires
 

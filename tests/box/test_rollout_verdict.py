@@ -58,6 +58,7 @@ def test_after_the_gate_it_waits_drained_but_for_its_probe_and_commit_stamps_and
     drain = (box.drain / "coder.conf").read_text()
     assert st["probe_key"] and f'!= "{st["probe_key"]}"' in drain and "return 503" in drain
     assert box.serving() == {"up": True, "model": "laguna"}
+    assert (box.drain / "coder.unready.conf").exists()  # out of the routers until the verdict
     assert (box.txn_dir() / "env").read_text().startswith("SPARKCTL_MODEL=qwen")  # the snapshot is kept
     follow = json.loads(box.cli("follow", "coder", "--txn", "v1").stdout.splitlines()[-1][3:])
     assert follow["awaiting"] and not follow["done"] and follow["candidate"] == st["wanted"]
@@ -73,6 +74,7 @@ def test_after_the_gate_it_waits_drained_but_for_its_probe_and_commit_stamps_and
     assert stamp(box) == box.status()["wanted"] and not box.txn_dir().exists()
     assert box.status()["phase"] == "" and box.status()["tx"] is None and box.status()["verdict_deadline"] is None
     assert not (box.drain / "coder.conf").exists() and box.status()["probe_key"] is None  # open for everyone
+    assert not (box.drain / "coder.unready.conf").exists()  # back in the routers once committed
 
 
 def test_a_first_install_waits_open_there_is_nobody_to_keep_out_and_health_needs_the_path(box):
@@ -80,8 +82,11 @@ def test_a_first_install_waits_open_there_is_nobody_to_keep_out_and_health_needs
     proc = start(box)
     st = until_waiting(box, proc)
     assert st["probe_key"] is None and not (box.drain / "coder.conf").exists()
+    # open for the deploy's health step, but in no router: clients through a router meet it only once committed
+    assert (box.drain / "coder.unready.conf").exists()
     assert verdict(box, st["tx"], "commit").returncode == 0
     assert finish(proc)[0] == 0
+    assert not (box.drain / "coder.unready.conf").exists()
 
 
 def test_rollback_remembers_the_candidate_with_the_reason_and_restores_the_snapshot_exactly(box):
@@ -102,6 +107,7 @@ def test_rollback_remembers_the_candidate_with_the_reason_and_restores_the_snaps
     assert box.serving() == {"up": True, "model": "qwen"} and restarts(box) == n + 1
     assert box.calls().count("reload nginx.service") >= 2  # drained again before the rollback, then reopened
     assert not (box.drain / "coder.conf").exists() and not box.txn_dir().exists()
+    assert not (box.drain / "coder.unready.conf").exists()  # the snapshot serves again: back in the routers
     res = box.result()
     assert res["outcome"] == "rolled-back" and reason in res["why"] and res["verdict"]["by"] == "control"
     st = box.status()
@@ -164,11 +170,13 @@ def test_a_run_that_died_while_waiting_is_resumed_until_the_recorded_deadline(bo
     assert st["tx"] == "v2" and st["verdict_deadline"] == deadline
     # the same key again (read before the verdict: once the run commits it reopens, and the file is gone)
     assert st["probe_key"] and st["probe_key"] in (box.drain / "coder.conf").read_text()
+    assert (box.drain / "coder.unready.conf").exists()  # still out of the routers while the resumed run waits
     # the verdict may still name the transaction that started the wait
     assert verdict(box, "v1", "commit").returncode == 0
     rc, out = finish(resumed)
     assert rc == 0 and "resuming transaction v1" in out and restarts(box) == n, out  # no restart on resume
     assert box.result()["txn"] == "v2" and stamp(box) == box.status()["wanted"] and box.live_model() == "laguna"
+    assert not (box.drain / "coder.unready.conf").exists()  # the resumed run let the routers back in
 
 
 def test_a_resumed_wait_past_its_deadline_decides_at_once(box):

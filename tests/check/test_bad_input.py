@@ -515,6 +515,12 @@ CASES = [
     Case("a lowered scrape interval is blamed on the interval", ["PROMETHEUS_SCRAPE_INTERVAL_S = 5",
                                                                  "at least PROMETHEUS_SCRAPE_TIMEOUT_S"],
          data={"PROMETHEUS_SCRAPE_INTERVAL_S": 5}),
+    Case("a router wait shorter than the routers' health window", ["ROUTER_OUT_WAIT_S = 5",
+                                                                   "0 (no router in front", "at least 20 s"],
+         data={"ROUTER_OUT_WAIT_S": 5}),
+    Case("a slower router health check outgrows the router wait", ["ROUTER_OUT_WAIT_S = 20", "at least 30 s"],
+         data={"ROUTER_HEALTH_INTERVAL_S": 10}),
+    Case("a negative router wait", ["ROUTER_OUT_WAIT_S = -1", "from 0 to"], data={"ROUTER_OUT_WAIT_S": -1}),
     # --- what a tired operator still got through to the box ---------------------------------------------------------
     Case("an embedder KV budget of a kilobyte on a real box", ["EMBEDDERS[0].kv_cache_gib",
                                                                 "at least EMBEDDER_KV_FLOOR_GIB = 1 GiB"],

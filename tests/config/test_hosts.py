@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import copy
+import json
 import socket
 
-from sparkctl.config.hosts import HostConn, NoDelaySocket, real_hosts
+from sparkctl.config.hosts import HostConn, NoDelaySocket, real_hosts, sim_gateway_hosts, sim_hosts
 
 
 def test_pyinfra_data_hands_paramiko_a_nodelay_socket():
@@ -34,3 +35,17 @@ def test_nodelay_socket_connects_on_first_use_with_nagle_off():
 def test_real_hosts_from_environment():
     hosts = real_hosts({"GX10_HOSTS": "gx10-a, gx10-b", "GX10_SSH_PORT": "2200", "GX10_SSH_USER": "ops"})
     assert [(h.name, h.ssh_port, h.ssh_user) for h in hosts] == [("gx10-a", 2200, "ops"), ("gx10-b", 2200, "ops")]
+
+
+def test_a_simulated_gateway_is_the_gateway_groups_host_and_not_a_box(tmp_path):
+    """`sim up --gateway spark-4`: spark-4 is listed with role "gateway"; the inventory's boxes (and every probe's
+    host list) leave it out, and its role never reaches the host data (where `check` would call it a typo'd key)."""
+    listed = tmp_path / "hosts.json"
+    listed.write_text(json.dumps([{"name": f"spark-{i}", "address": f"10.250.0.{10 + i}", "flavor": "dgx",
+                                   "role": "gateway" if i == 4 else "box"} for i in range(1, 5)]))
+    assert [h.name for h in sim_hosts(listed)] == ["spark-1", "spark-2", "spark-3"]
+    (gw,) = sim_gateway_hosts(listed)
+    assert (gw.name, gw.address, gw.simulated) == ("spark-4", "10.250.0.14", True)
+    assert "role" not in gw.pyinfra_data() and gw.data == {"flavor": "dgx"}
+    listed.write_text(json.dumps([{"name": "spark-1", "address": "10.250.0.11"}]))  # written before roles existed
+    assert [h.name for h in sim_hosts(listed)] == ["spark-1"] and sim_gateway_hosts(listed) == []

@@ -73,6 +73,7 @@ def test_dgx_os_box_gets_no_nvidia_packages(dgx):
     assert len(fetches) == 5  # both coders, Laguna's draft, both embedders
     rollouts = [c for c in dgx["commands"] if "rollout.py apply" in c]
     assert [c.split("apply ")[1].split()[0] for c in rollouts] == ["coder", "embed-qwen3", "embed-bge-m3"]
+    assert all(" --unready-wait 20 " in c for c in rollouts)  # ROUTER_OUT_WAIT_S: the routers' window first
     assert any("nginx -t" in c for c in dgx["commands"])
     assert not any(API_TOKEN in c for c in dgx["commands"])  # the token never appears in a command
 

@@ -45,7 +45,7 @@ REUSE = os.environ.get("SPARKCTL_E2E_REUSE") == "1"
 # ones have to put it back. Tensor-parallel runs last: its pair is put back to replicas only if a later scenario needs
 # it (one not listed) or a kept pair (SPARKCTL_E2E_REUSE) is left as the group data says.
 SCENARIO_ORDER = ("sim-lifecycle", "rollout", "bench", "faults", "split", "hardening", "safe-change", "monitoring",
-                  "models", "ray-backend", "acceptance", "tensor-parallel")
+                  "models", "ray-backend", "acceptance", "tensor-parallel", "fleet")
 # Scenarios marked e2e_extended(cost_s=...) need coder rollouts or a converge of their own whose logic a fast test
 # drives through the real box code, or that the core set covers in kind (each says which beside its marker); cost_s
 # is what the scenario measured here, in seconds. SPARKCTL_E2E_EXTENDED=1 (`make test-extended`) runs them all. Any
@@ -68,7 +68,12 @@ def scenario_of(item) -> str:
 
 
 def extended_name(item) -> str:
-    """One name per extended scenario (a parametrized one is one scenario): its file and function."""
+    """One name per extended scenario (a parametrized one is one scenario): its file and function, or its file alone
+    when the module is marked as a whole (its tests share one costly fixture)."""
+    module_marks = getattr(item.module, "pytestmark", [])
+    module_marks = module_marks if isinstance(module_marks, list) else [module_marks]
+    if any(m.name == "e2e_extended" for m in module_marks):
+        return f"{Path(str(item.fspath)).name}::{selection.WHOLE_MODULE}"
     return f"{Path(str(item.fspath)).name}::{item.originalname}"
 
 

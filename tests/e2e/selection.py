@@ -3,7 +3,12 @@ drives it).
 
 The extended scenarios are dealt into shares that each fit the budget (every scenario carries its measured cost),
 and a run takes the share of its landing: the number of first-parent commits up to HEAD, so a rerun of the same
-commit runs the same share, and with K shares every scenario runs once in every K landings on the main branch.
+commit runs the same share, and with K shares every scenario runs once in every K landings on the main branch. A
+scenario costlier than the budget alone (a simulated fleet of its own) never fits CI's run: only `make
+test-extended` runs it, and every summary names it.
+
+A scenario is a test function marked `@pytest.mark.e2e_extended(cost_s=...)`, or a whole module whose `pytestmark`
+holds that marker (its tests share one costly fixture, so they run together or not at all): "file::*".
 """
 
 from __future__ import annotations
@@ -20,17 +25,39 @@ def marked_costs(folder: Path) -> dict[str, float]:
     the source, so a run of one file deals the same shares as the whole set)."""
     costs = {}
     for path in sorted(folder.glob("test_*.py")):
-        for node in ast.walk(ast.parse(path.read_text())):
+        tree = ast.parse(path.read_text())
+        for node in tree.body:
+            if isinstance(node, ast.Assign) and any(getattr(t, "id", "") == "pytestmark" for t in node.targets):
+                for call in ast.walk(node.value):
+                    if _extended(call):
+                        costs[f"{path.name}::{WHOLE_MODULE}"] = _cost(call)
+        for node in ast.walk(tree):
             for dec in getattr(node, "decorator_list", []):
-                if isinstance(dec, ast.Call) and ast.unparse(dec.func) == "pytest.mark.e2e_extended":
-                    kwargs = {k.arg: ast.literal_eval(k.value) for k in dec.keywords}
-                    costs[f"{path.name}::{node.name}"] = float(kwargs.get("cost_s", 0))
+                if _extended(dec):
+                    costs[f"{path.name}::{node.name}"] = _cost(dec)
     return costs
 
 
+WHOLE_MODULE = "*"  # the scenario name of a module marked as a whole
+
+
+def _extended(node) -> bool:
+    return isinstance(node, ast.Call) and ast.unparse(node.func) == "pytest.mark.e2e_extended"
+
+
+def _cost(call: ast.Call) -> float:
+    return float({k.arg: ast.literal_eval(k.value) for k in call.keywords}.get("cost_s", 0))
+
+
+def too_costly(costs: dict[str, float], budget_s: float) -> list[str]:
+    """The scenarios costlier than the budget alone: never in CI's run (make test-extended runs them)."""
+    return sorted(n for n, c in costs.items() if c > budget_s)
+
+
 def deal(costs: dict[str, float], budget_s: float) -> list[list[str]]:
-    """The scenarios in as few shares as fit the budget, each share's cost as even as the longest-first deal makes
-    it (a scenario costlier than the budget alone is a share of its own). Deterministic: ties go by name."""
+    """The scenarios that fit the budget in as few shares as fit it, each share's cost as even as the longest-first
+    deal makes it (those costlier than the budget alone are left out: too_costly). Deterministic: ties go by name."""
+    costs = {n: c for n, c in costs.items() if c <= budget_s}
     if not costs:
         return []
     order = sorted(costs, key=lambda n: (-costs[n], n))
@@ -41,7 +68,7 @@ def deal(costs: dict[str, float], budget_s: float) -> list[list[str]]:
             i = min(range(k), key=lambda j: (loads[j], j))
             shares[i].append(name)
             loads[i] += costs[name]
-        if all(load <= budget_s or len(share) == 1 for share, load in zip(shares, loads)):
+        if all(load <= budget_s for load in loads):
             return shares
     return [[n] for n in order]
 
@@ -77,18 +104,21 @@ class Pick:
     share: int  # which share, 0-based ...
     shares: int  # ... of how many
     landing: Landing
+    left_out: list[str] = ()  # costlier than the budget alone: make test-extended only
 
     def summary(self, costs: dict[str, float], budget_s: float) -> str:
         cost = sum(costs[n] for n in self.names)
+        alone = "".join(f"; {n} ({costs[n]:.0f} s) is costlier than the budget alone: only make test-extended runs it"
+                        for n in self.left_out)
         return (f"extended e2e scenarios: share {self.share + 1} of {self.shares}, chosen by {self.landing.how}: "
                 f"{cost:.0f} s of measured cost within a budget of {budget_s:.0f} s; each extended scenario runs in "
-                f"one landing of every {self.shares} (make test-extended runs them all)")
+                f"one landing of every {self.shares} (make test-extended runs them all){alone}")
 
 
 def pick(costs: dict[str, float], budget_s: float, at: Landing) -> Pick:
     """The share of the extended scenarios that the run at this landing adds to the core set."""
-    shares = deal(costs, budget_s)
+    shares, left_out = deal(costs, budget_s), too_costly(costs, budget_s)
     if not shares:
-        return Pick([], 0, 0, at)
+        return Pick([], 0, 0, at, left_out)
     share = at.number % len(shares)
-    return Pick(sorted(shares[share]), share, len(shares), at)
+    return Pick(sorted(shares[share]), share, len(shares), at, left_out)

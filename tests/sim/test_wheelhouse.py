@@ -17,6 +17,7 @@ def test_the_wheelhouse_holds_what_the_simulated_spark_installs():
     ray = units.ray_requirement(changed(cfg, SPARK_TOPOLOGY="tensor-parallel", TP_BACKEND="ray"))
     assert ray == f"ray[default]=={cfg.RAY_VERSION}" and ray in wanted  # the same release as on a GX10
     assert config.WHEELHOUSE_CONSTRAINTS == cfg.VLLM_PIP_CONSTRAINTS  # resolved as the venv resolves it
+    assert f"vllm-router=={cfg.ROUTER_VERSION}" in wanted  # a simulated gateway's router venv, offline too
 
 
 def test_a_wheelhouse_made_for_more_is_ready_and_one_made_for_less_is_not(tmp_path, monkeypatch):
