@@ -22,9 +22,9 @@ from pyinfra.facts.files import File
 from pyinfra.operations import apt, files, server, systemd
 from pyinfra.operations.util import any_changed
 
-from sparkctl.check.load import host_config
-from sparkctl.check.validate import validate_host
+from sparkctl.check.gateway import validate_gateway
 from sparkctl.config import secrets
+from sparkctl.config.hosts import per_host_models
 from sparkctl.config.settings import HostConfig
 from sparkctl.errors import Refused, SparkctlError
 from sparkctl.render import prometheus_rules, router
@@ -38,24 +38,14 @@ GATEWAY_SITE_LINK = f"{NGINX_DIR}/sites-enabled/sparkctl-gateway.conf"
 
 
 def gateway_config() -> tuple[HostConfig, list[router.Pool]]:
-    """This gateway's settings (the first box's group data under the gateway host's own) and its pools, from every
-    gx10 host's validated settings; bad input is refused here, before any command runs."""
-    boxes = inventory.get_group("gx10", [])
-    names = [h.name for h in boxes]
+    """This gateway's settings and pools, validated as `python -m sparkctl check` validates them
+    (sparkctl.check.gateway); bad input is refused here, before any command runs."""
+    boxes = {h.name: h.data.dict() for h in inventory.get_group("gx10", [])}
     try:
-        if not boxes:
-            raise SparkctlError("the inventory has a `gateway` host but no gx10 box for its routers to reach")
-        members = []
-        for h in boxes:
-            s = validate_host(h.data.dict(), h.name, read_secrets=False, hosts=names)
-            members.append((h.name, s.address, s.cfg.PROXY_PORT,
-                            [svc for svc in s.services if not svc.headless] if s.role.serves_api else []))
-        config = host_config({**boxes[0].data.dict(), **host.data.dict()}, host.name)
-        if "gx10" in host.groups:
-            router.check_beside_box(config.cfg)
-        return config, router.pools(config.cfg, members)
+        checked = validate_gateway(host.name, host.data.dict(), boxes, host_models=per_host_models())
     except SparkctlError as exc:
         raise Refused(f"{host.name}: {exc}") from None
+    return checked.config, checked.pools
 
 
 @operation()

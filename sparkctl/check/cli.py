@@ -4,6 +4,9 @@
     python -m sparkctl check --sim                # the simulated Spark's (all, gx10, sim) for its hosts
     python -m sparkctl check --data CODING_MODEL=laguna-s-2.1     # parsed as pyinfra parses --data
 
+Every GATEWAY_HOSTS host (the `gateway` group) is checked as the deploy's gateway step checks it (check/gateway.py),
+over the boxes above; with --sim, the simulated Spark's gateway where one is configured.
+
 Exit status 0 when every host passes, 2 otherwise.
 """
 
@@ -12,6 +15,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from sparkctl.check.gateway import unique_gateways, validate_gateway
 from sparkctl.check.validate import validate_host
 from sparkctl.config import groupdata, hosts
 from sparkctl.config.groupdata import parse_data
@@ -40,7 +44,42 @@ def run(args: argparse.Namespace) -> int:
     data = {h.name: {**base, **h.pyinfra_data(), **overrides} for h in targets}
     models = {h.name: h.data["CODING_MODEL"] for h in targets if "CODING_MODEL" in h.data}  # a box's own
     failed = [h for h in targets if not check_one(h, data[h.name], names, models)]
-    return 2 if failed else 0
+    gateways = gateway_hosts(args.sim) if configured or not args.sim else []  # no simulated Spark: no sim gateway
+    gateways_ok = check_gateways(gateways, groups, data if configured else {}, overrides, models)
+    return 2 if failed or not gateways_ok else 0
+
+
+def gateway_hosts(sim: bool) -> list[hosts.HostConn]:
+    """The `gateway` group inventory.py would give: GATEWAY_HOSTS for real hosts; the simulated Spark's gateway
+    where sparkctl.config.hosts knows one (sim_gateway_hosts), else none."""
+    if not sim:
+        return hosts.gateway_hosts()
+    sim_gateways = getattr(hosts, "sim_gateway_hosts", None)
+    return sim_gateways() if sim_gateways else []
+
+
+def check_gateways(gateways: list[hosts.HostConn], groups: list[str], boxes: dict[str, dict], overrides: dict,
+                   models: dict[str, str]) -> bool:
+    """Every gateway host's whole validation (check/gateway.py), printed; boxes: each gx10 host's data in
+    inventory order (none when no box is configured). A gateway that is a box has the box's data; another has the
+    groups it is in (not gx10) under the first box's, as the deploy merges them."""
+    try:
+        unique_gateways([g.name for g in gateways])
+    except SparkctlError as exc:
+        print(f"sparkctl check: {exc}", file=sys.stderr)
+        return False
+    ok = True
+    for gw in gateways:
+        own = boxes.get(gw.name) or {**groupdata.load([g for g in groups if g != "gx10"]), **gw.pyinfra_data(),
+                                     **overrides}
+        try:
+            checked = validate_gateway(gw.name, own, boxes, host_models=models)
+        except SparkctlError as exc:
+            print(f"sparkctl check: {gw.name}: {exc}", file=sys.stderr)
+            ok = False
+            continue
+        print(f"{gw.name}: ok: gateway, routers for {', '.join(p.served for p in checked.pools)}")
+    return ok
 
 
 def check_one(h: hosts.HostConn, data: dict, names: list[str], models: dict[str, str] | None = None) -> bool:

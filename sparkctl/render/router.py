@@ -73,7 +73,7 @@ class Pool:
 
 def pools(cfg: GroupData, boxes: list[tuple[str, str, int, list]]) -> list[Pool]:
     """One pool per served name over the boxes serving it: boxes = [(name, address, proxy port, services)], the API
-    services of each gx10 host. Router ports by served name in order."""
+    services of each gx10 host. Router ports by served name in order (sparkctl/check/gateway.py keeps them apart)."""
     members: dict[str, tuple[str, list[Worker]]] = {}
     for name, address, port, services in boxes:
         for svc in services:
@@ -82,7 +82,6 @@ def pools(cfg: GroupData, boxes: list[tuple[str, str, int, list]]) -> list[Pool]
     if not members:
         raise SettingError("GX10_HOSTS", [b[0] for b in boxes], "at least one box serving a model behind its proxy",
                            "the gateway's routers would have no workers")
-    _ports_apart(cfg, len(members))
     out = []
     for i, served in enumerate(sorted(members)):
         role, workers = members[served]
@@ -90,33 +89,6 @@ def pools(cfg: GroupData, boxes: list[tuple[str, str, int, list]]) -> list[Pool]
                         cfg.ROUTER_METRICS_PORT_BASE + i, cfg.ROUTER_STANDBY_PORT_BASE + i,
                         cfg.ROUTER_STANDBY_METRICS_PORT_BASE + i))
     return out
-
-
-def _ports_apart(cfg: GroupData, count: int) -> None:
-    """The routers' port ranges (count pools each), the bridge and the front never share a port."""
-    taken: dict[int, str] = {}
-    ranges = [(name, getattr(cfg, name), count) for name in (
-        "ROUTER_PORT_BASE", "ROUTER_METRICS_PORT_BASE", "ROUTER_STANDBY_PORT_BASE",
-        "ROUTER_STANDBY_METRICS_PORT_BASE")] + [("ROUTER_BRIDGE_PORT", cfg.ROUTER_BRIDGE_PORT, 1),
-                                                ("GATEWAY_FRONT_PORT", cfg.GATEWAY_FRONT_PORT, 1)]
-    for name, base, n in ranges:
-        for port in range(base, base + n):
-            if port in taken:
-                raise SettingError(name, base, f"a port range ({n} served models from {base}) apart from "
-                                               f"{taken[port]}'s", f"both would use port {port}")
-            if port > 65535:
-                raise SettingError(name, base, f"a base leaving room for {n} served models below 65536")
-            taken[port] = name
-
-
-def check_beside_box(cfg: GroupData) -> None:
-    """A box that is also the gateway: the front must not take the box proxy's port, nor a router a vLLM's."""
-    box_ports = {cfg.PROXY_PORT: "PROXY_PORT", cfg.CODER_PORT: "CODER_PORT", cfg.NODE_EXPORTER_PORT:
-                 "NODE_EXPORTER_PORT", **{p: f"EMBEDDER_PORTS[{i}]" for i, p in enumerate(cfg.EMBEDDER_PORTS)}}
-    for name in ("GATEWAY_FRONT_PORT", "ROUTER_BRIDGE_PORT"):
-        if getattr(cfg, name) in box_ports:
-            raise SettingError(name, getattr(cfg, name), f"a port other than {box_ports[getattr(cfg, name)]}'s "
-                                                         f"(this box is the gateway too)")
 
 
 def pip_args(cfg: GroupData) -> list[str]:

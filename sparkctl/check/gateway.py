@@ -1,0 +1,165 @@
+"""The gateway's whole validation, offline -> Gateway: what tasks/gateway.py runs before its first operation, and
+what `python -m sparkctl check` (check/cli.py) runs for every GATEWAY_HOSTS host without touching one.
+
+In order: a gateway needs a gx10 box; every box passes its own validation (check/validate.py, without secrets) and
+gives the pools their workers (the API services of each box that serves one); the gateway's own settings (the first
+box's group data under the gateway host's own, as the deploy merges them); then the refusals below, each a
+SettingError naming the setting, the value and what is valid:
+
+  - the gateway is a tensor-parallel pair's worker (SPARK_TOPOLOGY = "tensor-parallel" and TP_HEAD, or a FLEET_POOLS
+    pool with "tensor_parallel"): a worker serves no API, runs no nginx of its own, and restarts with its pair. A
+    pair's head may be the gateway: it serves the API behind its own nginx already, and its ports (TP_MASTER_PORT,
+    RAY_PORT among them) are checked against the gateway's below as any box's are (not Ray's dashboard on a Ray
+    head, 127.0.0.1:8265: Ray's default, no setting);
+  - two of the gateway's ports equal: each of the four router port ranges (one port per served model, in name
+    order, from ROUTER_PORT_BASE, ROUTER_METRICS_PORT_BASE, ROUTER_STANDBY_PORT_BASE and
+    ROUTER_STANDBY_METRICS_PORT_BASE), ROUTER_BRIDGE_PORT and GATEWAY_FRONT_PORT; a range running past 65535;
+  - one of them sshd's (22, and the port the deploy connects to);
+  - on a box that is the gateway too: one of them the box's own (check/rules.py `service_ports`: PROXY_PORT,
+    CODER_PORT, EMBEDDER_PORTS, TP_MASTER_PORT, RAY_PORT, NODE_EXPORTER_PORT);
+  - ROUTER_RETRY_INITIAL_BACKOFF_MS above ROUTER_RETRY_MAX_BACKOFF_MS;
+  - (`check` only, over the whole group) GATEWAY_HOSTS naming one host twice.
+
+Of two clashing settings, the refusal names the one the operator changed (rules.Shipped.blame) and the other.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from sparkctl.check import rules
+from sparkctl.check.load import host_config, shipped
+from sparkctl.check.validate import validate_host
+from sparkctl.config import schema
+from sparkctl.config.schema import GroupData
+from sparkctl.config.settings import HostConfig, Settings
+from sparkctl.errors import SettingError
+from sparkctl.fleet import placement, pools
+from sparkctl.render import router
+
+MAX_PORT = 65535  # TCP's highest port number
+ROUTER_RANGES = ("ROUTER_PORT_BASE", "ROUTER_METRICS_PORT_BASE", "ROUTER_STANDBY_PORT_BASE",
+                 "ROUTER_STANDBY_METRICS_PORT_BASE")  # one port per served model each, from the base up
+GATEWAY_PORTS = ("ROUTER_BRIDGE_PORT", "GATEWAY_FRONT_PORT")  # one port each
+
+
+@dataclass(frozen=True)
+class Gateway:
+    config: HostConfig  # the gateway's settings: the first box's group data under the gateway host's own
+    pools: list[router.Pool]  # one per served model, in name order
+    beside_box: bool  # the gateway host is a gx10 box too (one nginx for the box's proxy and the front)
+
+
+def validate_gateway(name: str, own: Mapping, boxes: Mapping[str, Mapping],
+                     host_models: dict[str, str] | None = None) -> Gateway:
+    """Everything the gateway step checks before touching its host; raises SettingError on the first refusal.
+    name: the gateway's inventory name; own: its merged data (pyinfra's host.data: a box's whole data when it is
+    one); boxes: every gx10 host's merged data, in inventory order; host_models: the CODING_MODEL a box's own host
+    data sets (SPARK_CODING_MODELS)."""
+    if not boxes:
+        raise SettingError("GX10_HOSTS", "", "at least one gx10 box for the gateway's routers to reach",
+                           f"GATEWAY_HOSTS names {name}, whose routers would have no workers")
+    names = list(boxes)
+    checked = {box: validate_host(dict(data), box, read_secrets=False, hosts=names, host_models=host_models)
+               for box, data in boxes.items()}
+    merged = {**boxes[names[0]], **own}
+    config = host_config(merged, name)
+    not_a_worker(config.cfg, name, names, host_models)
+    pool_list = router.pools(config.cfg, [_members(box, s) for box, s in checked.items()])
+    box_cfg = checked[name].cfg if name in checked else None
+    ports_apart(config.cfg, len(pool_list), schema.ssh_port(merged), box_cfg)
+    retry_backoff(config.cfg)
+    return Gateway(config, pool_list, name in checked)
+
+
+def unique_gateways(names: list[str]) -> None:
+    """GATEWAY_HOSTS names each host once (the inventory's `gateway` group is a list of hosts)."""
+    for i, name in enumerate(names):
+        if name in names[:i]:
+            raise SettingError("GATEWAY_HOSTS", ",".join(names), "each host once", f"{name} is listed twice")
+
+
+def _members(box: str, s: Settings) -> tuple[str, str, int, list]:
+    """What router.pools reads of a box: its name, address, proxy port and the API services behind its proxy."""
+    return box, s.address, s.cfg.PROXY_PORT, [v for v in s.services if not v.headless] if s.role.serves_api else []
+
+
+def not_a_worker(cfg: GroupData, name: str, hosts: list[str], host_models: dict[str, str] | None) -> None:
+    """The gateway is no tensor-parallel pair's worker (this module's docstring says why, and why a head may be)."""
+    if name not in hosts:
+        return
+    fleet = placement.place(pools.from_settings(cfg, hosts, host_models), hosts)
+    if fleet.role(name) != "worker":
+        return
+    placed = fleet.pool_of(name)
+    head = next(u[0] for u in placed.units if name in u)
+    workers = [b for b in fleet.hosts if fleet.role(b) == "worker"]
+    where = ("SPARK_TOPOLOGY = 'tensor-parallel'; TP_HEAD names the head, else the first host"
+             if placed.pool.setting == pools.COMPAT else placed.pool.setting)
+    raise SettingError("GATEWAY_HOSTS", name, f"a host that is no tensor-parallel worker (not {', '.join(workers)}): "
+                       f"the head {head}, another box or a host of its own",
+                       f"{name} is the worker of {head}'s pair ({where}); a worker serves no API, runs no nginx, "
+                       f"and restarts with its pair")
+
+
+def gateway_ports(cfg: GroupData, served: int) -> list[tuple[str, int, int]]:
+    """Every port the gateway listens on: (setting, its value, offset), the router ranges one port per served
+    model (offset 0, 1, ...), then the bridge and the front."""
+    out = [(n, getattr(cfg, n), i) for n in ROUTER_RANGES for i in range(served)]
+    return out + [(n, getattr(cfg, n), 0) for n in GATEWAY_PORTS]
+
+
+def _label(name: str, value: int, offset: int) -> str:
+    return f"{name} + {offset} = {value + offset}" if offset else f"{name} = {value}"
+
+
+def ports_apart(cfg: GroupData, served: int, ssh_port: int, box: GroupData | None = None) -> None:
+    """The gateway's ports pairwise distinct, below 65536, none sshd's, none the box's when it is one too."""
+    known = shipped()
+    taken: dict[int, tuple[str, int, int]] = {}
+    for item in gateway_ports(cfg, served):
+        name, base, offset = item
+        port = base + offset
+        if port > MAX_PORT:
+            raise SettingError(name, base, f"a base leaving room for {served} served models below {MAX_PORT + 1}")
+        if port in taken:
+            (name, value), (other, _) = known.blame(taken[port][:2], item[:2])
+            clash = f"{_label(*taken[port])} and {_label(*item)} are one port"
+            raise SettingError(name, value, f"a port apart from {other}'s ({served} served models: {clash})",
+                               "Each router, the bridge and the front listen on a port of their own")
+        taken[port] = item
+    _not_sshd(taken, ssh_port)
+    if box is not None:
+        _not_the_box(taken, box)
+
+
+def _not_sshd(taken: dict[int, tuple[str, int, int]], ssh_port: int) -> None:
+    sshd = " and ".join(map(str, sorted({22, ssh_port})))
+    for port in sorted({22, ssh_port} & set(taken)):
+        name, value, offset = taken[port]
+        where = f": {_label(name, value, offset)}" if offset else ""
+        raise SettingError(name, value, f"a port other than sshd's ({sshd}){where}",
+                           "sshd listens there: the gateway on it would lock the operator out")
+
+
+def _not_the_box(taken: dict[int, tuple[str, int, int]], box: GroupData) -> None:
+    """A box that is the gateway too: no gateway port is one of the box's own."""
+    for box_setting, port in rules.service_ports(box):
+        if port in taken:
+            gateway_setting, base, offset = taken[port]
+            # the gateway's setting, unless only the box's was changed
+            (name, value), (other, _) = shipped().blame((box_setting, port), (gateway_setting, base))
+            raise SettingError(name, value, f"a port apart from {other}'s (this box is the gateway too: "
+                               f"{_label(gateway_setting, base, offset)} and {box_setting} = {port} are one port)",
+                               "One host, one listener per port")
+
+
+def retry_backoff(cfg: GroupData) -> None:
+    if cfg.ROUTER_RETRY_INITIAL_BACKOFF_MS > cfg.ROUTER_RETRY_MAX_BACKOFF_MS:
+        (name, value), (other, other_value) = shipped().blame(
+            ("ROUTER_RETRY_INITIAL_BACKOFF_MS", cfg.ROUTER_RETRY_INITIAL_BACKOFF_MS),
+            ("ROUTER_RETRY_MAX_BACKOFF_MS", cfg.ROUTER_RETRY_MAX_BACKOFF_MS))
+        bound = "at most" if name == "ROUTER_RETRY_INITIAL_BACKOFF_MS" else "at least"
+        raise SettingError(name, value, f"{bound} {other} = {other_value} ms",
+                           "The router's first wait before a retry cannot be longer than its longest")
