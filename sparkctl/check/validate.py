@@ -19,6 +19,7 @@ from sparkctl.check.load import host_config, shipped
 from sparkctl.check.render import check_box_files
 from sparkctl.config import secrets
 from sparkctl.config.settings import HostConfig, Settings, derive
+from sparkctl.errors import SettingError
 from sparkctl.fleet.placement import pool_host_data
 from sparkctl.fleet.validate import validate_fleet
 from sparkctl.render.monitoring import scrape_targets
@@ -56,6 +57,12 @@ def with_pool(data: dict, host_name: str, address: str, hosts: list[str] | None,
     if not config.cfg.FLEET_POOLS or not hosts or host_name not in hosts:
         return config
     fleet = validate_fleet(config.cfg, config.catalog, hosts, host_models)
+    pool = fleet.pool_of(host_name).pool
+    if pool.tensor_parallel:
+        raise SettingError(f"{pool.setting}['tensor_parallel']", True, "a pool of boxes serving alone (tensor_parallel "
+                           "False), or a tensor-parallel pair as SPARK_TOPOLOGY = \"tensor-parallel\" over a two-box "
+                           "inventory", "a tensor-parallel pool inside FLEET_POOLS is planned (`python -m sparkctl "
+                           "plan`) but not deployed yet: each of its boxes would serve the model alone")
     return host_config({**data, **pool_host_data(fleet, host_name)}, host_name, address)
 
 

@@ -125,7 +125,6 @@ def test_a_box_port_the_operator_moved_onto_a_router_is_the_one_named(base):
 @pytest.mark.parametrize("data, worker, head", [
     ({"SPARK_TOPOLOGY": "tensor-parallel"}, "spark-2", "spark-1"),
     ({"SPARK_TOPOLOGY": "tensor-parallel", "TP_HEAD": "spark-2"}, "spark-1", "spark-2"),
-    ({"FLEET_POOLS": {"pair": {"model": "qwen3.8-27b", "boxes": 2, "tensor_parallel": True}}}, "spark-2", "spark-1"),
 ])
 def test_a_tensor_parallel_worker_as_gateway_is_refused_and_the_head_passes(base, data, worker, head):
     data = {**data, "GATEWAY_FRONT_PORT": 8443}
@@ -134,8 +133,14 @@ def test_a_tensor_parallel_worker_as_gateway_is_refused_and_the_head_passes(base
     assert e.value.setting == "GATEWAY_HOSTS" and e.value.value == worker and f"the head {head}" in str(e.value)
     gw = check(base, head, **data)
     assert gw.beside_box
-    if "SPARK_TOPOLOGY" in data:  # the worker serves no API, so no router sends to it
-        assert [w.box for p in gw.pools for w in p.workers] == [head] * len(gw.pools)
+    assert [w.box for p in gw.pools for w in p.workers] == [head] * len(gw.pools)  # a worker serves no API
+
+
+def test_a_tensor_parallel_pool_in_fleet_pools_is_refused_until_it_is_deployed_as_a_pair(base):
+    """Planned by `plan`, but the deploy would give each of its boxes the model alone: refused, naming the pool."""
+    with pytest.raises(SettingError) as e:
+        check(base, "gw", FLEET_POOLS={"pair": {"model": "qwen3.8-27b", "boxes": 2, "tensor_parallel": True}})
+    assert e.value.setting == "FLEET_POOLS['pair']['tensor_parallel']" and "not deployed yet" in str(e.value)
 
 
 # --- the rest ---------------------------------------------------------------------------------------------------------
