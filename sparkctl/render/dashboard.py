@@ -120,17 +120,20 @@ def _box_row(cfg: GroupData) -> tuple:
 
 
 # vllm-router 0.1.17's metrics, as its real binary exports them (recorded from it against stand-in vLLMs by
-# tests/gateway/record_router_metrics.py into tests/fixtures/prometheus/vllm-router-0.1.17-metrics.txt; the meanings
-# are the binary's own HELP texts):
-#   vllm_router_requests_total{route}                    requests received
-#   vllm_router_processed_requests_total{worker}         requests sent to each worker (box)
-#   vllm_router_request_errors_total{route, error_type}  requests answered with an error (e.g. no_available_workers)
-#   vllm_router_retries_total{route}, vllm_router_retries_exhausted_total{route}
+# tests/gateway/record_router_metrics.py into tests/fixtures/prometheus/vllm-router-0.1.17-metrics.txt; meanings from
+# the binary's HELP texts and what the recordings showed):
+#   vllm_router_requests_total{route}                    requests answered: a failed one is not in it (recorded: 13
+#                                                        answered, 3 failed, those in request_errors_total)
+#   vllm_router_request_errors_total{route, error_type}  failed requests (e.g. no_available_workers)
+#   vllm_router_processed_requests_total{worker}         attempts sent to each worker (box), retries included
 #   vllm_router_cb_outcomes_total{worker, outcome}       each attempt's success / failure, per box
-#   vllm_router_generate_duration_seconds (histogram, no labels)  chat/completions; a stream's ends at its first byte
+#   vllm_router_retries_total{route}, vllm_router_retries_exhausted_total{route}
+#   vllm_router_generate_duration_seconds (histogram, no labels)  chat/completions answered; a stream's ends at its
+#                                                        first byte (recorded: 6 streams of >= 0.1 s, sum 0.08 s)
 #   vllm_router_worker_health{worker}                    1 healthy, 0 not (the router's health checks)
 #   vllm_router_cb_state{worker}                         0 closed, 1 open, 2 half-open
-#   vllm_router_running_requests{worker}                 requests in flight per box
+#   vllm_router_running_requests{worker}                 requests in flight per box (cache_aware, the shipped
+#                                                        policy, exports it; round_robin did not)
 # The scrape job (router.scrape_job) adds service=<served>, router=primary|standby, gateway=<host>. A worker is
 # http://127.0.0.1:<bridge>/<box>/<served> (router.worker_url): its first path segment is the box.
 WORKER_BOX = 'label_replace({}, "box", "$1", "worker", "https?://[^/]+/([^/]+)/.*")'
@@ -147,10 +150,10 @@ def _front_door(cfg: GroupData) -> tuple:
         f"histogram_quantile({pct}, sum by (le, service) (rate(vllm_router_generate_duration_seconds_bucket{{{rsel}}}"
         f"{rate})))", f"p{int(pct * 100)} {{{{service}}}}")
     return ("Front door: vLLM's router", [
-        ("Requests per served model", "reqps", [
+        ("Requests answered per served model", "reqps", [
             (f"sum by (service, router) (rate(vllm_router_requests_total{{{rsel}}}{rate}))",
              "{{service}} ({{router}})")]),
-        ("Requests per box", "reqps", [
+        ("Attempts per box", "reqps", [
             (per_box(f"rate(vllm_router_processed_requests_total{{{wsel}}}{rate})"), "{{service}} -> {{box}}")]),
         ("Errors, retries, failed attempts", "reqps", [
             (f"sum by (service, error_type) (rate(vllm_router_request_errors_total{{{rsel}}}{rate}))",

@@ -46,7 +46,7 @@ def test_the_row_appears_once_a_gateway_recorded_its_part(gx10_data, tmp_path):
     config = host_config(gx10_data)
     paths = prometheus_rules.write_handoff(tmp_path, ENDPOINTS, config)  # the boxes' step: no gateway yet
     assert ROW not in panel_titles(json.loads(paths[2].read_text()))
-    assert "Requests per box" not in panel_titles(json.loads(paths[2].read_text()))
+    assert "Attempts per box" not in panel_titles(json.loads(paths[2].read_text()))
 
     class Svc:
         served_name, role, headless = "coder", "coder", False
@@ -57,7 +57,7 @@ def test_the_row_appears_once_a_gateway_recorded_its_part(gx10_data, tmp_path):
     board = json.loads(paths[2].read_text())
     titles = panel_titles(board)
     assert ROW in titles and titles.index(ROW) > titles.index("Box: fabric, store, watchdog")
-    assert {"Requests per box", "Boxes healthy behind each router"} <= set(titles)
+    assert {"Attempts per box", "Boxes healthy behind each router"} <= set(titles)
     assert [j["job_name"] for j in yaml.safe_load(paths[0].read_text())] == ["sparkctl", "sparkctl-router"]
     ids = [p["id"] for p in board["panels"]]
     assert len(ids) == len(set(ids))
@@ -85,6 +85,12 @@ def panel_expr(cfg, title: str, box: str = ".*") -> str:
     return grafana_to_promql(expr.replace("$box", box))
 
 
+def recorded_value(cfg, name: str, box: str) -> float:
+    text = router_metrics_fixture(cfg.ROUTER_VERSION).read_text()
+    return next(s.value for fam in text_string_to_metric_families(text) for s in fam.samples
+                if s.name == name and f"/{box}/" in s.labels.get("worker", ""))
+
+
 @needs_promtool
 def test_the_per_box_queries_name_each_box_and_filter_by_it(gx10_data, tmp_path):
     cfg = typed(gx10_data)
@@ -93,7 +99,8 @@ def test_the_per_box_queries_name_each_box_and_filter_by_it(gx10_data, tmp_path)
         (panel_expr(cfg, "Circuit breaker per box (0 closed, 1 open, 2 half-open)", "box-a"),
          [{"labels": 'vllm_router_cb_state{' + ", ".join(f'{k}="{v}"' for k, v in {
              **base, "gateway": "gw-1", "instance": "10.0.0.9:443", "box": "box-a",
-             "worker": f"http://127.0.0.1:{cfg.ROUTER_BRIDGE_PORT}/box-a/coder"}.items()) + "}", "value": 1}]),
+             "worker": f"http://127.0.0.1:{cfg.ROUTER_BRIDGE_PORT}/box-a/coder"}.items()) + "}",
+           "value": recorded_value(cfg, "vllm_router_cb_state", "box-a")}]),
         (panel_expr(cfg, "Boxes healthy behind each router"),
          [{"labels": '{service="coder", router="primary"}', "value": 0}]),
     ]
@@ -104,7 +111,7 @@ def test_the_per_box_queries_name_each_box_and_filter_by_it(gx10_data, tmp_path)
     r = promtool("test", "rules", "t.yml", cwd=tmp_path)
     assert r.returncode == 0, r.stdout + r.stderr
     # the per-box traffic: both boxes, by name
-    per_box = panel_expr(cfg, "Requests per box").replace("rate(", "increase(")
+    per_box = panel_expr(cfg, "Attempts per box").replace("rate(", "increase(")
     tests[0]["promql_expr_test"] = [{"expr": per_box, "eval_time": "5m", "exp_samples": [
         {"labels": '{service="coder", box="box-a"}', "value": 0}, {"labels": '{service="coder", box="box-b"}',
                                                                    "value": 0}]}]
@@ -113,7 +120,7 @@ def test_the_per_box_queries_name_each_box_and_filter_by_it(gx10_data, tmp_path)
     assert r.returncode == 0, r.stdout + r.stderr
 
 
-@pytest.mark.parametrize("title", ["Requests per box", "Circuit breaker per box (0 closed, 1 open, 2 half-open)"])
+@pytest.mark.parametrize("title", ["Attempts per box", "Circuit breaker per box (0 closed, 1 open, 2 half-open)"])
 def test_per_box_panels_legend_the_box(gx10_data, title):
     spec = {t: targets for _r, panels in dashboard.panels_spec(typed(gx10_data), routers=True) for t, _u, targets
             in panels}
