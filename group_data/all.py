@@ -222,6 +222,8 @@ ALERT_MEM_AVAILABLE_FOR_S = 120  # ... for this long fires SparkMemAvailableLow,
 ALERT_CERT_EXPIRY_DAYS = 21  # TLS certificate expiring within this fires SparkCertificateExpiring, days
 ALERT_SPEC_ACCEPTANCE_FRACTION = 0.6  # mean acceptance length below this share of the catalog's tokens_per_step ...
 ALERT_SPEC_ACCEPTANCE_WINDOW_S = 900  # ... over this rate window (with drafts flowing) fires SparkSpecAcceptanceLow, s
+ALERT_FRONT_DOOR_DOWN_FOR_S = 60  # no healthy box behind a served model's routers (or no router answering) this
+# long fires SparkFrontDoorDown (its one URL answers 503 meanwhile), s
 ALERT_FOR_S = 300  # how long the store/rollout/acceptance conditions must hold before they fire, s
 WATCHDOG_INTERVAL_S = 10  # seconds between the watchdog's checks of each service
 WATCHDOG_STALL_S = 120  # work pending (running/waiting) and no engine step for this long = wedged, s

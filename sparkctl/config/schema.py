@@ -231,6 +231,7 @@ class GroupData(BaseModel):
     ALERT_CERT_EXPIRY_DAYS: t.typed(int, "a whole number of days from 1 to 3650", ge=1, le=3650)
     ALERT_SPEC_ACCEPTANCE_FRACTION: t.Fraction
     ALERT_SPEC_ACCEPTANCE_WINDOW_S: t.WholeSeconds
+    ALERT_FRONT_DOOR_DOWN_FOR_S: t.WholeSeconds
     ALERT_FOR_S: t.WholeSeconds
     # the liveness watchdog
     WATCHDOG_INTERVAL_S: t.Seconds

@@ -1,12 +1,14 @@
 """The Grafana dashboard of the hand-off (the boxes' monitoring): vLLM's own panels (overview, KV cache, speculative decoding,
 on the metric names of vLLM's dashboards in examples/observability/dashboards/grafana/) plus what GB10 needs:
 unified memory (MemAvailable, page cache, PSI), per-process GPU memory, GPU facts, the CX7 fabric counters,
-the watchdog. Every metric it names is checked against real scrapes in tests/test_monitoring_handoff.py.
+the watchdog; and, when the hand-off has a gateway, the front door (vLLM's router). Every metric it names is checked
+against real scrapes in tests/render/test_monitoring_handoff.py and tests/render/test_router_dashboard.py.
 """
 
 from __future__ import annotations
 
 from sparkctl.config.schema import GroupData
+from sparkctl.render.router import scrape_job_name
 
 RATE = "[$__rate_interval]"
 SEL = 'job="{job}", box=~"$box"'
@@ -117,22 +119,80 @@ def _box_row(cfg: GroupData) -> tuple:
     ])
 
 
-def panels_spec(cfg: GroupData) -> list[tuple]:
-    """(row title, [(panel title, unit, [(expr, legend)])]) in the order shown. $V / $N: the vLLM / node selector."""
-    return [_vllm_overview(), _kv_cache(), _speculative(), _unified_memory(), _box_row(cfg)]
+# vllm-router 0.1.17's metrics, as its real binary exports them (recorded from it against stand-in vLLMs by
+# tests/gateway/record_router_metrics.py into tests/fixtures/prometheus/vllm-router-0.1.17-metrics.txt; meanings from
+# the binary's HELP texts and what the recordings showed):
+#   vllm_router_requests_total{route}                    requests answered: a failed one is not in it (recorded: 13
+#                                                        answered, 3 failed, those in request_errors_total)
+#   vllm_router_request_errors_total{route, error_type}  failed requests (e.g. no_available_workers)
+#   vllm_router_processed_requests_total{worker}         attempts sent to each worker (box), retries included
+#   vllm_router_cb_outcomes_total{worker, outcome}       each attempt's success / failure, per box
+#   vllm_router_retries_total{route}, vllm_router_retries_exhausted_total{route}
+#   vllm_router_generate_duration_seconds (histogram, no labels)  chat/completions answered; a stream's ends at its
+#                                                        first byte (recorded: 6 streams of >= 0.1 s, sum 0.08 s)
+#   vllm_router_worker_health{worker}                    1 healthy, 0 not (the router's health checks)
+#   vllm_router_cb_state{worker}                         0 closed, 1 open, 2 half-open
+#   vllm_router_running_requests{worker}                 requests in flight per box (cache_aware, the shipped
+#                                                        policy, exports it; round_robin did not)
+# The scrape job (router.scrape_job) adds service=<served>, router=primary|standby, gateway=<host>. A worker is
+# http://127.0.0.1:<bridge>/<box>/<served> (router.worker_url): its first path segment is the box.
+WORKER_BOX = 'label_replace({}, "box", "$1", "worker", "https?://[^/]+/([^/]+)/.*")'
 
 
-def expressions(cfg: GroupData) -> list[str]:
+def _front_door(cfg: GroupData) -> tuple:
+    """The routers' row: one served model's router pair per `service`, filtered like the vLLM rows ($model_name is
+    vLLM's served name, the routers' `service`; $box matches the worker URL's box segment)."""
+    rsel = f'job="{scrape_job_name(cfg)}", service=~"$model_name"'
+    wsel = f'{rsel}, worker=~"https?://[^/]+/($box)/.*"'
+    rate = RATE
+    per_box = lambda expr: "sum by (service, box) (" + WORKER_BOX.format(expr) + ")"  # noqa: E731
+    latency = lambda pct: (  # noqa: E731
+        f"histogram_quantile({pct}, sum by (le, service) (rate(vllm_router_generate_duration_seconds_bucket{{{rsel}}}"
+        f"{rate})))", f"p{int(pct * 100)} {{{{service}}}}")
+    return ("Front door: vLLM's router", [
+        ("Requests answered per served model", "reqps", [
+            (f"sum by (service, router) (rate(vllm_router_requests_total{{{rsel}}}{rate}))",
+             "{{service}} ({{router}})")]),
+        ("Attempts per box", "reqps", [
+            (per_box(f"rate(vllm_router_processed_requests_total{{{wsel}}}{rate})"), "{{service}} -> {{box}}")]),
+        ("Errors, retries, failed attempts", "reqps", [
+            (f"sum by (service, error_type) (rate(vllm_router_request_errors_total{{{rsel}}}{rate}))",
+             "error {{error_type}} {{service}}"),
+            (f"sum by (service) (rate(vllm_router_retries_total{{{rsel}}}{rate}))", "retry {{service}}"),
+            (f"sum by (service) (rate(vllm_router_retries_exhausted_total{{{rsel}}}{rate}))",
+             "retries exhausted {{service}}"),
+            (per_box(f'rate(vllm_router_cb_outcomes_total{{{wsel}, outcome="failure"}}{rate})'),
+             "failed attempt {{service}} -> {{box}}")]),
+        ("Router latency (a stream's: to its first byte)", "s", [latency(0.5), latency(0.95)]),
+        ("Boxes healthy behind each router", "short", [
+            (f"sum by (service, router) (vllm_router_worker_health{{{wsel}}})", "healthy {{service}} ({{router}})"),
+            (f"count by (service, router) (vllm_router_worker_health{{{wsel}}})", "boxes {{service}} ({{router}})")]),
+        ("Circuit breaker per box (0 closed, 1 open, 2 half-open)", "short", [
+            (WORKER_BOX.format(f"vllm_router_cb_state{{{wsel}}}"), "{{service}} -> {{box}} ({{router}})")]),
+        ("Requests in flight per box", "short", [
+            (per_box(f"vllm_router_running_requests{{{wsel}}}"), "{{service}} -> {{box}}")]),
+    ])
+
+
+def panels_spec(cfg: GroupData, routers: bool = False) -> list[tuple]:
+    """(row title, [(panel title, unit, [(expr, legend)])]) in the order shown. $V / $N: the vLLM / node selector.
+    routers: the hand-off has a gateway (router.json), so the front door's row too."""
+    rows = [_vllm_overview(), _kv_cache(), _speculative(), _unified_memory(), _box_row(cfg)]
+    return rows + [_front_door(cfg)] if routers else rows
+
+
+def expressions(cfg: GroupData, routers: bool = False) -> list[str]:
     """Every PromQL expression of the dashboard, selectors filled in (what the tests parse)."""
     job = cfg.PROMETHEUS_JOB_NAME
-    return [_q(expr, job) for _row, panels in panels_spec(cfg) for _t, _u, targets in panels for expr, _l in targets]
+    return [_q(expr, job) for _row, panels in panels_spec(cfg, routers) for _t, _u, targets in panels
+            for expr, _l in targets]
 
 
-def dashboard(cfg: GroupData) -> dict:
+def dashboard(cfg: GroupData, routers: bool = False) -> dict:
     job = cfg.PROMETHEUS_JOB_NAME
     ds = {"type": "prometheus", "uid": "${datasource}"}
     panels, y, pid = [], 0, 1
-    for row, specs in panels_spec(cfg):
+    for row, specs in panels_spec(cfg, routers):
         panels.append({"type": "row", "title": row, "collapsed": False, "id": pid,
                        "gridPos": {"h": 1, "w": 24, "x": 0, "y": y}, "panels": []})
         pid, y = pid + 1, y + 1

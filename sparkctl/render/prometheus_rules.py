@@ -108,6 +108,28 @@ def rollout_alerts(j: str, cfg: GroupData) -> list[dict]:
     ]
 
 
+def router_alerts(j: str, cfg: GroupData) -> list[dict]:
+    """The front door (vLLM's router on the gateway, its own scrape job; metric names: sparkctl/render/dashboard.py).
+    Rendered whatever the inventory: without a gateway there is no router series and they never fire."""
+    jr = f'job="{router.scrape_job_name(cfg)}"'
+    no_path = (f"(max by (job, gateway, service) (vllm_router_worker_health{{{jr}}}) == 0"
+               f" or max by (job, gateway, service) (up{{{jr}}}) == 0)")
+    return [
+        _alert("SparkFrontDoorDown", f"{no_path} unless on(service) {in_rollout(j)}",
+               cfg.ALERT_FRONT_DOOR_DOWN_FOR_S, "critical",
+               "{{ $labels.gateway }}: served model {{ $labels.service }} has no healthy box behind its routers "
+               "(or no router answers): its URL answers 503",
+               "`python -m sparkctl status`: a box down pages on its own (SparkServedModelDown); boxes up but "
+               "unhealthy to the router: on the gateway, the bridge (nginx error log: CA, token) and "
+               "`journalctl -u sparkctl-router-{{ $labels.service }}`."),
+        _alert("SparkRouterDown", f"up{{{jr}}} == 0", cfg.ALERT_MODEL_DOWN_FOR_S, "warning",
+               "{{ $labels.gateway }}: the {{ $labels.router }} router of {{ $labels.service }} does not answer its "
+               "scrape (the front uses the other one meanwhile)",
+               "On the gateway: `systemctl status sparkctl-router-{{ $labels.service }}` (the standby's unit ends "
+               "in -standby) and its journal; rerun the deploy to restore it."),
+    ]
+
+
 def rules(endpoints: dict, config: HostConfig) -> dict:
     cfg = config.cfg
     j = f'job="{cfg.PROMETHEUS_JOB_NAME}"'
@@ -147,7 +169,8 @@ def rules(endpoints: dict, config: HostConfig) -> dict:
                "Below the download headroom: the next flip's download would be refused. Remove unused snapshots."),
     ]
     return {"groups": [{"name": "sparkctl",
-                        "rules": rollout_alerts(j, cfg) + alerts + spec_acceptance_alerts(endpoints, config)}]}
+                        "rules": rollout_alerts(j, cfg) + alerts + spec_acceptance_alerts(endpoints, config)
+                        + router_alerts(j, cfg)}]}
 
 
 def scrape_configs(out_dir: Path, endpoints: dict, cfg: GroupData) -> list[dict]:
@@ -159,10 +182,21 @@ def scrape_configs(out_dir: Path, endpoints: dict, cfg: GroupData) -> list[dict]
     return jobs
 
 
+def has_routers(out_dir: Path) -> bool:
+    return (out_dir / router.ROUTER_HANDOFF).exists()
+
+
+def dashboard_text(out_dir: Path, cfg: GroupData) -> str:
+    return json.dumps(dashboard.dashboard(cfg, routers=has_routers(out_dir)), indent=1) + "\n"
+
+
 def write_scrape(out_dir: Path, endpoints: dict, cfg: GroupData) -> Path:
-    """prometheus-scrape.yml alone (the gateway step, after it recorded its part), replaced atomically."""
+    """The files the gateway's part changes (the gateway step, after it recorded router.json; the boxes' step ran
+    before it): prometheus-scrape.yml with the routers' job and the dashboard with their row, each replaced
+    atomically. Returns the scrape file's path. (The rules carry the router alerts whatever the inventory.)"""
     path = out_dir / HANDOFF_FILES[0]
     write_atomic(str(path), yaml.safe_dump(scrape_configs(out_dir, endpoints, cfg), sort_keys=False), HANDOFF_MODE)
+    write_atomic(str(out_dir / HANDOFF_FILES[2]), dashboard_text(out_dir, cfg), HANDOFF_MODE)
     return path
 
 
@@ -173,7 +207,7 @@ def write_handoff(out_dir: Path, endpoints: dict, config: HostConfig) -> list[Pa
     """The monitoring part of the gateway hand-off, beside endpoints.json (each file replaced atomically)."""
     texts = [yaml.safe_dump(scrape_configs(out_dir, endpoints, config.cfg), sort_keys=False),
              yaml.safe_dump(rules(endpoints, config), sort_keys=False, width=1000),
-             json.dumps(dashboard.dashboard(config.cfg), indent=1) + "\n"]
+             dashboard_text(out_dir, config.cfg)]
     out_dir.mkdir(parents=True, exist_ok=True)
     paths = []
     for name, text in zip(HANDOFF_FILES, texts):

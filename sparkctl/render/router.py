@@ -193,6 +193,11 @@ def handoff(cfg: GroupData, gateway: str, address: str, pool_list: list[Pool], c
                        for p in pool_list}}
 
 
+def scrape_job_name(cfg: GroupData) -> str:
+    """The routers' Prometheus job (the dashboard's router row and the router alerts select on it)."""
+    return f"{cfg.PROMETHEUS_JOB_NAME}-router"
+
+
 def scrape_job(doc: dict, cfg: GroupData) -> dict:
     """The hand-off's Prometheus job for the routers: one target group per served model on the gateway's front,
     with the same scrape token and CA as the boxes' job."""
@@ -200,7 +205,7 @@ def scrape_job(doc: dict, cfg: GroupData) -> dict:
     groups = [{"targets": [target], "labels": {"__metrics_path__": path, "gateway": doc["gateway"],
                                                "service": served, "router": role}}
               for served, m in sorted(doc["models"].items()) for role, path in sorted(m["metrics_paths"].items())]
-    job = {"job_name": f"{cfg.PROMETHEUS_JOB_NAME}-router", "scheme": "https",
+    job = {"job_name": scrape_job_name(cfg), "scheme": "https",
            "scrape_interval": f"{cfg.PROMETHEUS_SCRAPE_INTERVAL_S}s",
            "scrape_timeout": f"{cfg.PROMETHEUS_SCRAPE_TIMEOUT_S}s",
            "authorization": {"type": "Bearer", "credentials_file": cfg.PROMETHEUS_TOKEN_FILE},

