@@ -4,16 +4,17 @@ The steps, in order (each one module in tasks/): preflight -> nvidia -> vllm -> 
 only) -> checkpoints -> OOM guard -> proxy -> services (each changed coder judged by the acceptance probe through
 the proxy inside its rollout, its box drained for clients meanwhile) -> monitoring -> health -> acceptance (of a
 coder still found waiting) -> (tensor-parallel: the worker's result, which follows the head's) -> (Ray units no
-longer configured: retired) -> gateway hand-off. What a step needs from an earlier one is returned by it and handed
-on here. Bad settings are refused before any command reaches the host; see README.md for the flip and the
-two-Spark topologies, docs/ for secrets, settings and the rest.
+longer configured: retired) -> gateway hand-off; then, on a `gateway` host, the front door (after every box's
+steps). What a step needs from an earlier one is returned by it and handed on here. Bad settings are refused before
+any command reaches the host; see README.md for the flip and the two-Spark topologies, docs/ for secrets, settings
+and the rest.
 """
 
 from pyinfra import host
 
 from tasks.acceptance import acceptance_step, judge_waiting
 from tasks.checkpoints import checkpoints
-from tasks.gateway import gateway
+from tasks.gateway import after_the_boxes, gateway
 from tasks.handoff import handoff
 from tasks.health import health
 from tasks.link import link, ray_retire
@@ -42,5 +43,6 @@ if "gx10" in host.groups:
     tp_worker_result(settings, rollouts.worker_starts)
     ray_retire(settings)  # Ray units a configuration no longer runs, once its services run without them
     handoff(settings)
+after_the_boxes()  # every host: the one operation boxes and gateway share orders the gateway's after the boxes'
 if "gateway" in host.groups:
     gateway()  # the front door: vLLM's router behind the same TLS and token, after the boxes it routes to

@@ -32,7 +32,7 @@ from sparkctl.render.gateway import HANDOFF_MODE, write_atomic
 from sparkctl.render.box_files import NGINX_DIR
 from tasks.common import handoff_dir, tls_material
 
-__all__ = ["gateway", "gateway_config"]
+__all__ = ["after_the_boxes", "gateway", "gateway_config"]
 
 GATEWAY_SITE_LINK = f"{NGINX_DIR}/sites-enabled/sparkctl-gateway.conf"
 
@@ -46,6 +46,21 @@ def gateway_config() -> tuple[HostConfig, list[router.Pool]]:
     except SparkctlError as exc:
         raise Refused(f"{host.name}: {exc}") from None
     return checked.config, checked.pools
+
+
+@operation()
+def _every_box_done():
+    """A no-op every host runs at the same place: pyinfra orders operations by each host's chain, and chains that
+    share no operation interleave, so without it the gateway's routers would (re)start beside the boxes' first
+    steps, before any box serves. Sharing this one node puts every gateway operation after every box's."""
+    host.noop("the gateway's steps run after every box's")
+    yield from ()
+
+
+@deploy("Fleet")
+def after_the_boxes() -> None:
+    """Called for every host between the boxes' steps and the gateway's (deploy.py)."""
+    _every_box_done(name="Every box's steps before the gateway's")
 
 
 @operation()

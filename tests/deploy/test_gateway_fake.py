@@ -37,13 +37,24 @@ def with_gw(gw_tmp):
 def test_the_gateway_host_runs_the_gateway_step_and_nothing_else(with_gw):
     assert GW not in with_gw["failed_hosts"], with_gw["log"][-3000:]  # (the box fails its health: no box answers)
     ops = with_gw["ops_by_host"][GW]
-    assert ops and all(o.startswith("Gateway: vLLM's router | ") for o in ops), ops
+    assert ops[0] == "Fleet | Every box's steps before the gateway's"  # the one operation it shares with the boxes
+    assert ops[1:] and all(o.startswith("Gateway: vLLM's router | ") for o in ops[1:]), ops
     cmds = "\n".join(changes({"commands": with_gw["by_host"][GW]}))
     assert "vllm-router==0.1.17" in cmds and "/opt/sparkctl-router/venvs/vllm-router-0.1.17" in cmds
     assert "sparkctl-router-coder.service" in cmds and "nginx -t -q" in cmds
     for other in ("nvidia", "vllm serve", "rollout.py", "fetch_checkpoint"):
         assert other not in cmds, other
     assert API_TOKEN not in "\n".join(with_gw["commands"]) and SCRAPE_TOKEN not in "\n".join(with_gw["commands"])
+
+
+def test_every_gateway_operation_runs_after_every_box_operation(with_gw):
+    """pyinfra orders each host's chain of operations; chains sharing no operation interleave (the routers then
+    waited for boxes that did not serve yet). The shared barrier puts the whole gateway step after the boxes'."""
+    started = [ln.split("Starting operation: ", 1)[1].strip() for ln in with_gw["log"].splitlines()
+               if "Starting operation: " in ln]
+    gateway = [i for i, op in enumerate(started) if op.startswith("Gateway: vLLM's router | ")]
+    boxes = [i for i, op in enumerate(started) if not op.startswith(("Gateway: vLLM's router | ", "Fleet | "))]
+    assert gateway and boxes and min(gateway) > max(boxes), (started[:5], len(started))
 
 
 def test_a_box_deploys_the_same_with_or_without_a_gateway(with_gw, tmp_path):
