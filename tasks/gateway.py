@@ -18,10 +18,11 @@ import shlex
 from pyinfra import host, inventory, logger
 from pyinfra.api import StringCommand, deploy, operation
 from pyinfra.api.command import QuoteString
-from pyinfra.facts.files import File
+from pyinfra.facts.files import File, FindFiles
 from pyinfra.operations import apt, files, server, systemd
 from pyinfra.operations.util import any_changed
 
+from sparkctl.box.contract import UNIT_DIR
 from sparkctl.check.gateway import validate_gateway
 from sparkctl.config import secrets
 from sparkctl.config.hosts import per_host_models
@@ -113,7 +114,7 @@ def _routers(config: HostConfig, pools: list[router.Pool], venv_changed) -> None
     cfg = config.cfg
     units = {(p.served, standby): files.put(
         name=f"Router unit {p.standby_unit if standby else p.unit}", src=StringIO(router.unit(cfg, p, standby)),
-        dest=f"/etc/systemd/system/{p.standby_unit if standby else p.unit}", user="root", group="root", mode="0644")
+        dest=f"{UNIT_DIR}/{p.standby_unit if standby else p.unit}", user="root", group="root", mode="0644")
         for p in pools for standby in (False, True)}
     systemd.daemon_reload(name="systemd daemon-reload (router units)", _if=any_changed(*units.values()))
     for p in pools:
@@ -123,6 +124,18 @@ def _routers(config: HostConfig, pools: list[router.Pool], venv_changed) -> None
                      commands=[f"systemctl restart {p.unit}", _listening(cfg, p.port),
                                f"systemctl restart {p.standby_unit}", _listening(cfg, p.standby_port)],
                      _if=any_changed(units[(p.served, False)], units[(p.served, True)], venv_changed))
+
+
+def _retire_routers(pools: list[router.Pool]) -> None:
+    """Routers of a served model no pool serves any more (the front stopped routing to them in the reload above):
+    stopped (each finishes the streams it holds first), disabled and removed."""
+    installed = host.get_fact(FindFiles, path=UNIT_DIR, maxdepth=1, fname=f"{router.UNIT_PREFIX}*.service") or []
+    retired = router.retired_units(installed, pools)
+    for unit in retired:
+        systemd.service(name=f"Retire {unit} (no pool serves its model)", service=unit, running=False, enabled=False)
+        files.file(name=f"Remove {unit}", path=f"{UNIT_DIR}/{unit}", present=False)
+    if retired:
+        systemd.daemon_reload(name="systemd daemon-reload (routers retired)")
 
 
 def _listening(cfg, port: int) -> str:
@@ -172,5 +185,6 @@ def gateway() -> None:
     server.shell(name="Check the nginx configuration, then reload nginx", commands=["nginx -t -q",
                  "systemctl reload nginx"], _if=changed)
     _routers(config, pools, venv)
+    _retire_routers(pools)
     write_router_handoff(name="Gateway hand-off: router.json and the routers' scrape job (control machine)",
                          config=config, pools=pools)

@@ -60,15 +60,26 @@ class Pool:
 
     @property
     def unit(self) -> str:
-        return f"sparkctl-router-{self.served}.service"
+        return f"{UNIT_PREFIX}{self.served}.service"
 
     @property
     def standby_unit(self) -> str:
-        return f"sparkctl-router-{self.served}-standby.service"
+        return f"{UNIT_PREFIX}{self.served}-standby.service"
 
     def ports(self, standby: bool) -> tuple[int, int]:
         """(router port, metrics port) of the primary or the standby."""
         return (self.standby_port, self.standby_metrics_port) if standby else (self.port, self.metrics_port)
+
+
+UNIT_PREFIX = "sparkctl-router-"  # every router unit's name starts so (Pool.unit, Pool.standby_unit)
+
+
+def retired_units(installed: list[str], pools: list[Pool]) -> list[str]:
+    """The router units found installed (paths or names) that no pool runs any more: a served model whose pool was
+    removed or renamed. Sorted; other units are never named."""
+    wanted = {p.unit for p in pools} | {p.standby_unit for p in pools}
+    names = {path.rsplit("/", 1)[-1] for path in installed}
+    return sorted(n for n in names if n.startswith(UNIT_PREFIX) and n.endswith(".service") and n not in wanted)
 
 
 def pools(cfg: GroupData, boxes: list[tuple[str, str, int, list]]) -> list[Pool]:

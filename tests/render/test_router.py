@@ -50,6 +50,19 @@ def test_one_pool_per_served_name_with_its_own_ports(cfg):
         router.pools(cfg, [("spark-4", "10.0.0.14", 443, [Svc("coder", "coder", headless=True)])])
 
 
+def test_only_router_units_no_pool_runs_are_retired(cfg):
+    """A served model whose pool was removed leaves its two routers behind: the gateway step retires exactly those."""
+    pools = fleet(cfg)
+    installed = [f"/etc/systemd/system/{u}" for p in pools for u in (p.unit, p.standby_unit)] + [
+        "/etc/systemd/system/sparkctl-router-old-pool.service", "/etc/systemd/system/sparkctl-router-old-pool-standby"
+        ".service", "/etc/systemd/system/vllm-coder.service", "/etc/systemd/system/sparkctl-router-x.conf"]
+    assert router.retired_units(installed, pools) == ["sparkctl-router-old-pool-standby.service",
+                                                      "sparkctl-router-old-pool.service"]
+    assert router.retired_units(installed[:2 * len(pools)], pools) == []  # nothing stale: nothing retired
+    assert router.retired_units(installed, []) == sorted(
+        n.rsplit("/", 1)[-1] for n in installed if n.endswith(".service") and "/sparkctl-router-" in n)
+
+
 def test_the_argv_holds_no_secret_and_reaches_boxes_only_through_the_bridge(cfg):
     for pool in fleet(cfg):
         argv = router.router_argv(cfg, pool)

@@ -21,7 +21,10 @@ def main(argv):
     try:
         cli.main(args=args, standalone_mode=False)
     except click.ClickException as exc:
-        result["error"] = exc.format_message()
+        try:
+            result["error"] = exc.format_message()
+        except AttributeError:  # pyinfra's UnexpectedExternalError has no message: say what it wraps
+            result["error"] = f"{type(exc).__name__}: {exc.__cause__ or exc.__context__!r}"
     except SystemExit as exc:
         result["error"] = f"exit {exc.code}"
     except Exception as exc:  # noqa: BLE001 - report anything, the test asserts on it
