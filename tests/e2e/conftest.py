@@ -159,14 +159,15 @@ RUN_LOG_DIR = REPO_ROOT / ".sim" / "logs" / "e2e"
 
 
 def targets(args: tuple[str, ...]) -> tuple[str, ...]:
-    """The boxes a pyinfra command line reaches: its --limit, or the whole pair."""
-    return tuple(args[args.index("--limit") + 1].split(",")) if "--limit" in args else PAIR_HOSTS
+    """The boxes a pyinfra command line reaches: its --limit(s), or the whole pair."""
+    limits = [args[i + 1] for i, a in enumerate(args) if a == "--limit"]
+    return tuple(h for limit in limits for h in limit.split(",")) if limits else PAIR_HOSTS
 
 
 def plain(args: tuple[str, ...], env: dict | None) -> bool:
     """A deploy of exactly what the group data says: no --data, no environment of its own, not a dry run."""
     rest = [a for a in args if a not in ("-y", "inventory.py", "deploy.py")]
-    if "--limit" in rest:
+    while "--limit" in rest:
         del rest[rest.index("--limit"):rest.index("--limit") + 2]
     return not rest and not env
 
