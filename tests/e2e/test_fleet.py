@@ -249,15 +249,24 @@ def _serves(fleet: Front, box: str) -> bool:
         return False
 
 
-def _agent_sessions(seed: int, sessions: int = 4, turns: int = 4) -> list[list[str]]:
-    """Sessions re-sending a growing shared prefix (an agent's conversation): ~1,500 tokens of context, +300 a
-    turn, each session its own words (the seed makes two runs the same shape with different text)."""
+WORDS = ("the of and to in is that for it as with was on be by at this from or an are not have but which one all "
+         "their were can there been if more when will would who so no out up into do than time about them some could "
+         "other then its two these may like first any new our over such after most also made many before must "
+         "through back years where much your way well down should because each just those people how too little "
+         "state good very make world still own see men work long get here between both life being under never day "
+         "same another know while last might us great old year off come since against go came right used take three"
+         ).split()  # common English words: about one token each, so a session's length in tokens is known
+
+
+def _agent_sessions(seed: int, sessions: int = 4, turns: int = 4, first: int = 600, step: int = 150) -> list:
+    """Sessions re-sending a growing shared prefix (an agent's conversation): `first` words of context, `step` more
+    a turn (600 to 1,050 words: about 1,800 to 3,200 tokens of the stand-in coder's 4,096, measured with its
+    /tokenize), each session its own words (the seed makes two runs the same shape with different text)."""
     rng = random.Random(seed)
-    words = [f"w{rng.randrange(10**6)}" for _ in range(sessions * (1500 + turns * 300))]
     out = []
-    for s in range(sessions):
-        mine = words[s * (1500 + turns * 300):(s + 1) * (1500 + turns * 300)]
-        out.append([" ".join(mine[:1500 + t * 300]) for t in range(turns)])
+    for _ in range(sessions):
+        mine = [rng.choice(WORDS) for _ in range(first + (turns - 1) * step)]
+        out.append([" ".join(mine[:first + t * step]) for t in range(turns)])
     return out
 
 
