@@ -6,8 +6,8 @@ memory (max RSS) of the process that ran it. A benchmark, not a test: figures de
     .venv/bin/python scripts/fleet_control_cost.py            # 1 and 32 hosts
     .venv/bin/python scripts/fleet_control_cost.py 1 8 32
 
-Each run is tests/fake_driver.py in its own process (pyinfra keeps global state), with the @fake facts of
-tests/inventory_fake.py; its boxes answer no health check (HEALTH_READY_TIMEOUT_S = 0), so every host stops at the
+Each run is tests/standins/deploy_runner.py in its own process (pyinfra keeps global state), with the @fake facts of
+tests/standins/gx10_inventory.py; its boxes answer no health check (HEALTH_READY_TIMEOUT_S = 0), so every host stops at the
 health step, after the facts and the operations that are the control side's work.
 """
 
@@ -25,7 +25,7 @@ REPO = Path(__file__).resolve().parent.parent
 TOKEN = "0123456789abcdefABCDEF-_.~+/=ghijklmnopqrstuvwxyz"  # 128+ random-looking bits: the check's strength rule
 
 INVENTORY = '''
-from tests.inventory_fake import _data
+from tests.standins.gx10_inventory import _data
 gx10 = [(f"@fake/spark-{{i}}", dict(_data)) for i in range(1, {n} + 1)]
 '''
 
@@ -49,7 +49,7 @@ def run(n: int) -> dict:
                    GX10_HOSTS="", SPARKCTL_TEST_SECRETS=str(tmp / "secrets"), PYTHONPATH=str(REPO),
                    **_secrets(tmp))
         start = time.monotonic()
-        proc = subprocess.Popen([sys.executable, "tests/fake_driver.py", str(inventory)], cwd=REPO, env=env,
+        proc = subprocess.Popen([sys.executable, "tests/standins/deploy_runner.py", str(inventory)], cwd=REPO, env=env,
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         out, _err = proc.communicate()
         seconds = time.monotonic() - start
