@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import functools
 import platform
 import re
 import shutil
@@ -116,14 +117,24 @@ REG_EXTENDED, REG_NOSUB = 1, 8  # <regex.h> of glibc
 REGEX_T_BYTES = 256  # more than sizeof(regex_t) (64 on glibc x86_64 and aarch64)
 
 
+@functools.cache
+def _libc() -> ctypes.CDLL | None:
+    """glibc, found once per process: find_library runs `ldconfig -p`, which cost seconds per host in a fleet's
+    deploy (every box's offline check asks)."""
+    if platform.system() != "Linux" or platform.libc_ver()[0] != "glibc":
+        return None
+    name = ctypes.util.find_library("c")
+    return ctypes.CDLL(name) if name else None
+
+
 def glibc_regex_available() -> bool:
-    return platform.system() == "Linux" and platform.libc_ver()[0] == "glibc" and bool(ctypes.util.find_library("c"))
+    return _libc() is not None
 
 
 def posix_matches(pattern: str, names) -> set[str] | None:
     """The names regexec() matches with `pattern` compiled by regcomp(REG_EXTENDED | REG_NOSUB); None when
     regcomp refuses the pattern."""
-    libc = ctypes.CDLL(ctypes.util.find_library("c"))
+    libc = _libc()
     preg = ctypes.create_string_buffer(REGEX_T_BYTES)
     if libc.regcomp(preg, pattern.encode(), REG_EXTENDED | REG_NOSUB) != 0:
         return None
