@@ -230,6 +230,7 @@ def test_a_failing_canary_stops_the_fleet(fleet):
     try:
         with Traffic(fleet) as traffic:
             run = pyinfra("-y", "--data", "CODING_MODEL=laguna-s-2.1", "--data", broken_candidate_overrides(),
+                          "--data", "ROLLOUT_RETRY_FAILED=True",  # a kept fleet remembers it failed: try it again
                           *WAVES, "inventory.py", "deploy.py")
         record("fleet: a canary that fails (rolled back, the others untouched)", run.seconds)
     finally:
