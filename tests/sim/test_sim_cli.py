@@ -13,4 +13,5 @@ def test_cli_parser_has_the_contract_commands():
                  ["sim", "down", "--purge"], ["sim", "status"], ["sim", "ssh", "spark-1", "true"],
                  ["sim", "exec", "spark-1", "true"], ["sim", "reboot", "spark-1"]):
         assert callable(p.parse_args(argv).func)
+    assert p.parse_args(["sim", "up", "--hosts", "4", "--gateway", "spark-4"]).gateway == ["spark-4"]
     assert re.match(r"spark-\d", config.instance_name(3))
