@@ -8,7 +8,6 @@ from __future__ import annotations
 import http.server
 import json
 import threading
-import time
 
 import pytest
 
@@ -41,10 +40,14 @@ class StandinVllm(http.server.BaseHTTPRequestHandler):
         pass
 
 
+ROUND_TRIPS: list[str] = []  # every remote command a LocalHost was asked to run
+
+
 class LocalHost(HostConn):
     """The ssh round trip without ssh: the same remote command, run by a local shell."""
 
     def ssh_argv(self, command=None):
+        ROUND_TRIPS.append(command)
         return ["sh", "-c", command]
 
 
@@ -64,9 +67,9 @@ def rendered_box(gx10_data, tmp_path):
 
 
 def test_probe_reads_the_box_in_one_round_trip(rendered_box):
-    t0 = time.monotonic()
+    ROUND_TRIPS.clear()
     report = fleet.ask(LocalHost(name="spark-1", address="127.0.0.1"), rendered_box)
-    assert time.monotonic() - t0 < 2.0 and "error" not in report, report
+    assert len(ROUND_TRIPS) == 1 and "error" not in report, report  # counted, not timed (a loaded machine is slow)
     coder = report["services"]["coder"]
     assert (coder["served"], coder["model"], coder["health"], coder["vllm_version"]) == \
         ("coder", rendered_box.CODING_MODEL, 200, "0.32.0")
