@@ -9,6 +9,7 @@ from pyinfra import host, inventory, logger
 from pyinfra.api import deploy, operation
 
 from sparkctl.config.settings import Settings
+from sparkctl.fleet.pools import POOLS_TOPOLOGY
 from sparkctl.render import gateway, prometheus_rules
 from tasks.common import handoff_dir, tls_material
 
@@ -25,7 +26,8 @@ def write_handoff(settings: Settings):
                for s in settings.services if not s.headless] if settings.role.serves_api else []
     _cert, _key, ca = tls_material(settings) if settings.role.serves_api else (None, None, None)
     boxes = [h.name for h in inventory.get_group("gx10")]
-    merged = gateway.merge(existing, host.name, entries, boxes, settings.role.topology, str(ca) if ca else None)
+    topology = POOLS_TOPOLOGY if cfg.FLEET_POOLS else settings.role.topology  # a pool's pair says tensor-parallel
+    merged = gateway.merge(existing, host.name, entries, boxes, topology, str(ca) if ca else None)
     docs = gateway.manifests(merged, cfg.GATEWAY_NAMESPACE)
     gateway.validate_manifests(docs, cfg.GATEWAY_K8S_VERSION)
     ep, k8s = gateway.write(out, merged, docs)

@@ -49,8 +49,7 @@ def peer_status_key(cfg: GroupData, role, peer_path: str, peer_public: str) -> s
     other = "head" if role.name == "worker" else "worker"
     files.put(name=f"Key to read the {other}'s rollout status (root-only)", src=peer_path, dest=PEER_KEY,
               user="root", group="root", mode="0600")
-    source = link_sources(cfg, [role.head] if role.name == "worker" else
-                          [h for h in cfg.CX7_ADDRESSES if h != host.name])
+    source = link_sources(cfg, [h for h in role.pair if h != host.name])
     files.line(name=f"Let the {other} read this box's rollout status over the link (read-only)",
                path="/root/.ssh/authorized_keys", line="sparkctl-cx7-peer",
                replace=f'restrict,from="{source}",command="{peer_status_forced_command(cfg)}" {peer_public}')

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 from io import StringIO
 
-from pyinfra import inventory
 from pyinfra.api import deploy
 from pyinfra.operations import apt, files, systemd
 from pyinfra.operations.util import any_changed
@@ -29,7 +28,7 @@ def peer_address(settings: Settings) -> str:
         return ""
     if role.name == "worker":
         return role.head_address
-    worker = next(h.name for h in inventory.get_group("gx10") if h.name != settings.host_name)
+    worker = next(h for h in role.pair if h != settings.host_name)
     return cx7_address(settings.cfg, worker)
 
 

@@ -20,10 +20,11 @@ from pyinfra.api.command import QuoteString
 from pyinfra.operations import files, systemd
 
 from sparkctl.box import contract
-from sparkctl.check.load import host_config
+from sparkctl.check.validate import derive_host
 from sparkctl.config import box_paths
 from sparkctl.config.schema import GroupData
-from sparkctl.config.settings import Settings, derive
+from sparkctl.config.hosts import per_host_models
+from sparkctl.config.settings import Settings
 from sparkctl.render import ray
 from sparkctl.render import units as svcs
 from sparkctl.render.link import native_pair, peer_facts
@@ -45,15 +46,16 @@ def rollout_call(cfg: GroupData) -> dict:
 
 def tp_coders(settings: Settings) -> list[tuple]:
     """Tensor-parallel (native): both boxes' coder service and settings, head first, each derived from that host's
-    own data (its own deploy's preflight runs the whole check; the Ray backend's worker runs no vLLM service: [])."""
+    own data and pool (its own deploy's preflight runs the whole check; the Ray backend's worker runs no vLLM
+    service: [])."""
     role = settings.role
     if not native_pair(settings.cfg, role):
         return []
     names = [h.name for h in inventory.get_group("gx10")]
     out = []
-    for name in sorted(names, key=lambda n: n != role.head):
+    for name in role.pair:
         other = settings if name == settings.host_name else \
-            derive(host_config(inventory.get_host(name).data.dict(), name), names)
+            derive_host(inventory.get_host(name).data.dict(), name, names, per_host_models())
         out.append((other.coder, other.cfg))
     return out
 

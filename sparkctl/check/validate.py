@@ -15,12 +15,10 @@ from dataclasses import replace
 
 from sparkctl.capacity import planner
 from sparkctl.check import rules
-from sparkctl.check.load import host_config, shipped
+from sparkctl.check.load import host_config, shipped, with_pool
 from sparkctl.check.render import check_box_files
 from sparkctl.config import secrets
-from sparkctl.config.settings import HostConfig, Settings, derive
-from sparkctl.errors import SettingError
-from sparkctl.fleet.placement import pool_host_data
+from sparkctl.config.settings import Settings, derive
 from sparkctl.fleet.validate import validate_fleet
 from sparkctl.render.monitoring import scrape_targets
 
@@ -32,9 +30,9 @@ def validate_host(data: dict, host_name: str = "", read_secrets: bool = True, ho
     address: what clients connect to (the TLS certificate must name it), default data's ssh_hostname;
     host_models: the CODING_MODEL a box's own host data sets (SPARK_CODING_MODELS), for the fleet's rules.
     With read_secrets (the deploy, `check`), every file the deploy would write is rendered and validated too."""
-    config = with_pool(data, host_name, address or "", hosts, host_models)
+    config, part_of = with_pool(data, host_name, address or "", hosts, host_models)
     rules.check_host(config, shipped())
-    settings = derive(config, hosts)
+    settings = derive(config, part_of)
     rules.check_services(settings)
     settings = replace(settings, warnings=settings.warnings + rules.box_waits(settings.cfg))
     if read_secrets:
@@ -49,21 +47,10 @@ def validate_host(data: dict, host_name: str = "", read_secrets: bool = True, ho
     return settings
 
 
-def with_pool(data: dict, host_name: str, address: str, hosts: list[str] | None,
-              host_models: dict[str, str] | None) -> HostConfig:
-    """The host's settings and, where FLEET_POOLS places the box, what its pool gives it (coding model, served name,
-    embedders) over its group data; the pools are checked first (sparkctl.fleet.validate_fleet), naming FLEET_POOLS."""
-    config = host_config(data, host_name, address)
-    if not config.cfg.FLEET_POOLS or not hosts or host_name not in hosts:
-        return config
-    fleet = validate_fleet(config.cfg, config.catalog, hosts, host_models)
-    pool = fleet.pool_of(host_name).pool
-    if pool.tensor_parallel:
-        raise SettingError(f"{pool.setting}['tensor_parallel']", True, "a pool of boxes serving alone (tensor_parallel "
-                           "False), or a tensor-parallel pair as SPARK_TOPOLOGY = \"tensor-parallel\" over a two-box "
-                           "inventory", "a tensor-parallel pool inside FLEET_POOLS is planned (`python -m sparkctl "
-                           "plan`) but not deployed yet: each of its boxes would serve the model alone")
-    return host_config({**data, **pool_host_data(fleet, host_name)}, host_name, address)
+def derive_host(data: dict, host_name: str, hosts: list[str], host_models: dict[str, str] | None = None) -> Settings:
+    """Another box's derived services, as its own deploy derives them (its pool, its part), without the checks its
+    own preflight runs: what a tensor-parallel head needs of its worker and the worker of its head."""
+    return derive(*with_pool(data, host_name, "", hosts, host_models))
 
 
 def fleet_rules(settings: Settings, hosts: list[str] | None, host_models: dict[str, str] | None) -> None:

@@ -6,7 +6,8 @@ tensor-parallel  one coding model over both boxes with vLLM's own multi-node sup
                  (--nnodes/--node-rank/--master-addr, --headless worker, worker started first) or Ray
                  (`ray start` head/worker units, --distributed-executor-backend ray). Only the head serves
                  the API and sits behind the proxy; it also runs the embedders.
-Pure logic (no pyinfra): the deploy passes the inventory's ordered host names.
+Pure logic (no pyinfra): the deploy passes the inventory's ordered host names, or, for a box of a FLEET_POOLS
+tensor-parallel pool, its pair's (sparkctl.check.validate.with_pool).
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ class Role:
     rank: int = 0  # node rank in tensor-parallel
     head: str = ""  # inventory name of the tensor-parallel head
     head_address: str = ""  # the head's CX7 address (no prefix length)
+    pair: tuple[str, ...] = ()  # tensor-parallel: the pair's inventory names, head first (its peers, nobody else)
     address: str = ""  # this box's CX7 address
     coder_args: tuple[str, ...] = ()  # distributed-engine flags added to the coder's own
     env: dict = field(default_factory=dict)  # NCCL / Gloo / VLLM_HOST_IP environment of the coder
@@ -64,7 +66,8 @@ def distributed_env(cfg: GroupData, host: str, head: str) -> dict:
 
 def role_of(cfg: GroupData, host: str, hosts: list[str]) -> Role:
     """This host's part in the configured topology; cfg: the typed settings (schema.GroupData, which already
-    allows only the known SPARK_TOPOLOGY and TP_BACKEND values); hosts = the inventory's gx10 hosts in order."""
+    allows only the known SPARK_TOPOLOGY and TP_BACKEND values); hosts = the inventory's gx10 hosts in order (a
+    tensor-parallel pool's box: its pair)."""
     topology = cfg.SPARK_TOPOLOGY
     if topology == "tensor-parallel":
         return _tensor_parallel(cfg, host, hosts)
@@ -82,6 +85,9 @@ def _tensor_parallel(cfg: GroupData, host: str, hosts: list[str]) -> Role:
     if head not in hosts:
         raise SettingError("TP_HEAD", head, hosts)
     rank = 0 if host == head else 1
+    pair = (head, *(h for h in hosts if h != head))
+    for box in pair:  # each box lets only the other in over the link (tasks/link.py): both need an address
+        cx7_address(cfg, box)
     env = distributed_env(cfg, host, head)
     head_ip = cx7_address(cfg, head)
     if cfg.TP_BACKEND == "native":
@@ -91,4 +97,5 @@ def _tensor_parallel(cfg: GroupData, host: str, hosts: list[str]) -> Role:
     else:  # Ray: the head's vLLM schedules both boxes' GPUs through the ray cluster; the worker runs only ray
         args = ("--tensor-parallel-size", "2", "--distributed-executor-backend", "ray") if rank == 0 else ()
     return Role(cfg.SPARK_TOPOLOGY, "head" if rank == 0 else "worker", rank=rank, head=head, head_address=head_ip,
-                address=cx7_address(cfg, host), coder_args=args, env=env)
+                pair=pair, address=cx7_address(cfg, host), coder_args=args,
+                env=env)

@@ -50,6 +50,10 @@ class Fleet:
                 return placed
         raise KeyError(box)
 
+    def unit_of(self, box: str) -> tuple[str, ...]:
+        """What the box rolls out with: itself, or its tensor-parallel pair (head first)."""
+        return next(u for u in self.pool_of(box).units if box in u)
+
     @property
     def units(self) -> tuple[tuple[str, ...], ...]:
         """Every unit, in inventory order of its first box."""
@@ -68,7 +72,7 @@ class Fleet:
         """The box's part, as sparkctl.config.topology names it: single, replica, split, head or worker."""
         placed = self.pool_of(box)
         if placed.pool.tensor_parallel:
-            return "head" if any(u[0] == box for u in placed.units) else "worker"
+            return "head" if self.unit_of(box)[0] == box else "worker"
         if len(self.hosts) < 2:
             return "single"
         several_models = len({p.pool.model for p in self.pools}) > 1
@@ -227,9 +231,21 @@ def pool_capacity(cfg: GroupData, catalog: dict[str, ModelSpec], placed: PlacedP
 
 def pool_host_data(fleet: Fleet, box: str) -> dict:
     """The settings a box's pool gives it, over its group data (FLEET_POOLS only; today's topologies set nothing):
-    its coding model, the name that model is served under, and no embedders where its pool runs none."""
+    its coding model, the name that model is served under, and no embedders where its pool runs none; a box of a
+    tensor-parallel pool is its pair's head or worker exactly as SPARK_TOPOLOGY = "tensor-parallel" makes it, with
+    TP_HEAD the pair's first box (sparkctl.config.topology reads the pair from topology_hosts)."""
     wanted = fleet.host_settings(box)
     data = {"CODING_MODEL": wanted["CODING_MODEL"], "CODER_SERVED_NAME": wanted["CODER_SERVED_NAME"]}
     if not wanted["embedders"]:
         data.update(EMBEDDERS=[], EMBEDDER_PORTS=[])
+    if fleet.pool_of(box).pool.tensor_parallel:
+        data.update(SPARK_TOPOLOGY="tensor-parallel", TP_HEAD=fleet.unit_of(box)[0])
     return data
+
+
+def topology_hosts(fleet: Fleet, box: str) -> list[str]:
+    """The hosts a box's part is derived from (sparkctl.config.topology.role_of): its pair when its pool is
+    tensor-parallel (head first), else the whole inventory."""
+    if fleet.pool_of(box).pool.tensor_parallel:
+        return list(fleet.unit_of(box))
+    return list(fleet.hosts)

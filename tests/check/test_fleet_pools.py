@@ -50,3 +50,61 @@ def test_a_replicas_pool_whose_boxes_would_serve_different_models_is_refused(gx1
     with pytest.raises(SettingError) as exc:
         settings_of(gx10_data, "spark-1", hosts=HOSTS[:2], host_models={"spark-2": "laguna-s-2.1"})
     assert "CODING_MODEL" in str(exc.value) and "split" in str(exc.value)
+
+
+# --- a tensor-parallel pool: each pair is deployed as SPARK_TOPOLOGY = "tensor-parallel" makes a pair ---------------
+
+TP_POOLS = {"pairs": {"model": "qwen3.8-27b", "boxes": 4, "tensor_parallel": True}}
+LINKS = {f"spark-{i}": [f"192.168.100.1{i}/24"] for i in range(1, 5)}  # each box its own link address
+
+
+def test_a_tensor_parallel_pool_deploys_each_pair_as_head_and_worker_of_that_pair_alone(gx10_data):
+    """Four boxes, two pairs: each box's engine flags name its own pair's head, never the other pair's; the worker
+    serves no API and runs no embedders; every box says tensor-parallel, so the pair rules apply to it."""
+    data = {**gx10_data, "FLEET_POOLS": TP_POOLS, "CX7_ADDRESSES": LINKS}
+    parts = {box: settings_of(data, box) for box in HOSTS}
+    assert {b: (s.role.name, s.role.pair) for b, s in parts.items()} == {
+        "spark-1": ("head", ("spark-1", "spark-2")), "spark-2": ("worker", ("spark-1", "spark-2")),
+        "spark-3": ("head", ("spark-3", "spark-4")), "spark-4": ("worker", ("spark-3", "spark-4"))}
+    for box, head_ip in (("spark-2", "192.168.100.11"), ("spark-4", "192.168.100.13")):
+        args = parts[box].coder.extra_args
+        assert args[args.index("--master-addr") + 1] == head_ip and args[args.index("--node-rank") + 1] == "1"
+        assert parts[box].coder.headless and not parts[box].embedders and not parts[box].role.serves_api
+    assert parts["spark-3"].embedders and parts["spark-3"].cfg.SPARK_TOPOLOGY == "tensor-parallel"
+    assert parts["spark-3"].role.env["MASTER_ADDR"] == "192.168.100.13"
+
+
+def test_a_pair_beside_a_box_serving_alone_leaves_that_box_a_box(gx10_data):
+    data = {**gx10_data, "CX7_ADDRESSES": LINKS, "FLEET_POOLS": {
+        "pair": {"model": "qwen3.8-27b", "boxes": ["spark-2", "spark-3"], "tensor_parallel": True},
+        "laguna": {"model": "laguna-s-2.1", "boxes": 2}}}
+    roles = {box: settings_of(data, box).role for box in HOSTS}
+    assert (roles["spark-2"].name, roles["spark-3"].name) == ("head", "worker")
+    assert roles["spark-2"].pair == roles["spark-3"].pair == ("spark-2", "spark-3")
+    for alone in ("spark-1", "spark-4"):
+        assert not roles[alone].tensor_parallel and roles[alone].serves_api and roles[alone].coder_args == ()
+
+
+def test_a_pair_box_without_a_link_address_is_refused_naming_it(gx10_data):
+    data = {**gx10_data, "FLEET_POOLS": TP_POOLS, "CX7_ADDRESSES": {**LINKS, "spark-4": []}}
+    with pytest.raises(SettingError) as exc:
+        settings_of(data, "spark-3")
+    assert exc.value.setting == "CX7_ADDRESSES['spark-4']"
+
+
+def test_a_tool_off_the_deploy_path_reads_a_box_as_its_pool_makes_it(monkeypatch):
+    """`bench`, `status`, `niah` read a box through check.load: a Laguna pool's box is benched under Laguna's
+    served name and model, a pair's worker as a worker, as the deploy made them; without FLEET_POOLS, as before."""
+    from sparkctl.check.load import load
+    from sparkctl.config.hosts import HostConn
+    from tests.conftest import FAKE_LOCK
+    monkeypatch.setenv("GX10_HOSTS", ",".join(HOSTS[:3]))
+    pools = {"FLEET_POOLS": {"laguna": {"model": "laguna-s-2.1", "boxes": ["spark-1"]},
+                             "pair": {"model": "qwen3.8-27b", "boxes": 2, "tensor_parallel": True}},
+             "CX7_ADDRESSES": LINKS, "MODEL_LOCK_FILE": FAKE_LOCK}
+    laguna = load(None, HostConn("spark-1", "spark-1"), pools).cfg
+    assert (laguna.CODING_MODEL, laguna.CODER_SERVED_NAME) == ("laguna-s-2.1", "laguna")
+    worker = load(None, HostConn("spark-3", "spark-3"), pools).cfg
+    assert (worker.SPARK_TOPOLOGY, worker.TP_HEAD, worker.EMBEDDERS) == ("tensor-parallel", "spark-2", [])
+    plain = load(None, HostConn("spark-1", "spark-1"), {"MODEL_LOCK_FILE": FAKE_LOCK}).cfg
+    assert (plain.CODING_MODEL, plain.CODER_SERVED_NAME) == ("qwen3.8-27b", "coder")

@@ -136,11 +136,24 @@ def test_a_tensor_parallel_worker_as_gateway_is_refused_and_the_head_passes(base
     assert [w.box for p in gw.pools for w in p.workers] == [head] * len(gw.pools)  # a worker serves no API
 
 
-def test_a_tensor_parallel_pool_in_fleet_pools_is_refused_until_it_is_deployed_as_a_pair(base):
-    """Planned by `plan`, but the deploy would give each of its boxes the model alone: refused, naming the pool."""
+TP_FLEET = dict(FLEET_POOLS={"laguna": {"model": "laguna-s-2.1", "boxes": ["spark-1"]},
+                             "pair": {"model": "qwen3.8-27b", "boxes": 2, "tensor_parallel": True}},
+                CX7_ADDRESSES={"spark-2": ["192.168.100.12/24"], "spark-3": ["192.168.100.13/24"]},
+                GATEWAY_FRONT_PORT=8443)
+
+
+def test_a_tensor_parallel_pool_in_fleet_pools_is_a_pair_behind_the_router_and_its_worker_no_gateway(base):
+    """spark-2 + spark-3 are the pool's pair (the first its head): the coder's router reaches the head alone, the
+    Laguna box serves its own name; the worker as gateway is refused naming the pool, the head passes."""
+    boxes = ("spark-1", "spark-2", "spark-3")
+    gw = check(base, "gw", boxes=boxes, **TP_FLEET)
+    workers = {p.served: [w.box for w in p.workers] for p in gw.pools}
+    assert workers["coder"] == ["spark-2"] and workers["laguna"] == ["spark-1"]
+    assert workers["embed-bge-m3"] == ["spark-1", "spark-2"]  # a worker runs no embedders
     with pytest.raises(SettingError) as e:
-        check(base, "gw", FLEET_POOLS={"pair": {"model": "qwen3.8-27b", "boxes": 2, "tensor_parallel": True}})
-    assert e.value.setting == "FLEET_POOLS['pair']['tensor_parallel']" and "not deployed yet" in str(e.value)
+        check(base, "spark-3", boxes=boxes, **TP_FLEET)
+    assert e.value.setting == "GATEWAY_HOSTS" and "FLEET_POOLS['pair']" in str(e.value)
+    assert check(base, "spark-2", boxes=boxes, **TP_FLEET).beside_box
 
 
 # --- the rest ---------------------------------------------------------------------------------------------------------

@@ -21,13 +21,13 @@ from tests.conftest import API_TOKEN, SCRAPE_TOKEN, changed
 PAIR = ["spark-1", "spark-2"]
 
 
-def run_pair(tmp_path, topology_name: str, *extra: str, models: str = "") -> dict:
+def run_pair(tmp_path, topology_name: str, *extra: str, models: str = "", hosts: str = "2") -> dict:
     tf = tmp_path / "api_token"
     tf.write_text(API_TOKEN)
     tf.chmod(0o600)  # secrets readable by others are refused
     (tmp_path / "scrape_token").write_text(SCRAPE_TOKEN)  # the proxy's scrape paths take their own token
     (tmp_path / "scrape_token").chmod(0o600)
-    env = dict(os.environ, FAKE_KIND="dgx", FAKE_HOSTS="2", FAKE_MODELS=models, PYINFRA_FAKE_DELAY="0",
+    env = dict(os.environ, FAKE_KIND="dgx", FAKE_HOSTS=hosts, FAKE_MODELS=models, PYINFRA_FAKE_DELAY="0",
                PYINFRA_FAKE_DELAY_JITTER="0", SPARKCTL_TEST_SECRETS=str(tmp_path / "secrets"), GX10_HOSTS="",
                SPARK_API_TOKEN_FILE=str(tf), SPARKCTL_TEST_HANDOFF=str(tmp_path / "handoff"),
                SPARK_SCRAPE_TOKEN_FILE=str(tmp_path / "scrape_token"))
@@ -214,3 +214,23 @@ def test_gateway_handoff_and_kubernetes_manifests(gx10_data, tmp_path):
     assert all(e["box"] != "spark-2" for items in dropped["models"].values() for e in items)
     ep, k8s = gateway.write(tmp_path, merged, docs)
     assert json.loads(ep.read_text())["schema"] == "sparkctl.endpoints/1" and "EndpointSlice" in k8s.read_text()
+
+
+def test_a_tensor_parallel_pool_in_a_fleet_deploys_its_pair_and_leaves_the_other_box_alone(tmp_path, monkeypatch):
+    """FLEET_POOLS: spark-1 + spark-2 a tensor-parallel pair, spark-3 Laguna alone. The pair is deployed as the
+    two-box topology deploys it (head behind the proxy, headless worker copying over the link), each box letting in
+    only its own peer over the link; spark-3 gets no link, no peer key, and its own model."""
+    monkeypatch.setenv("FAKE_POOLS", json.dumps({"pair": {"model": "qwen3.8-27b", "boxes": 2, "tensor_parallel": True},
+                                                 "laguna": {"model": "laguna-s-2.1", "boxes": 1}}))
+    out = run_pair(tmp_path, "replicas", hosts="3")
+    assert [r.split()[0] for r in rollouts(out, "spark-1")] == ["coder", "embed-qwen3", "embed-bge-m3"]
+    worker = rollouts(out, "spark-2")
+    assert [r.split()[0] for r in worker] == ["coder"] and "--kind none" in worker[0]
+    assert any("rsync -a" in c and "root@192.168.100.10:models--" in c for c in cmds(out, "spark-2"))
+    for box, other in (("spark-1", "192.168.100.11,192.168.101.11"), ("spark-2", "192.168.100.10,192.168.101.10")):
+        keys = [c for c in cmds(out, box) if "sparkctl-cx7-peer' >> /root/.ssh/authorized_keys" in c]
+        assert len(keys) == 1 and f'restrict,from="{other}"' in keys[0], keys  # never spark-3's address
+    alone = rollouts(out, "spark-3")
+    assert [r.split()[0] for r in alone] == ["coder", "embed-qwen3", "embed-bge-m3"]
+    assert not any(o.startswith("Two-Spark link") for o in ops(out, "spark-3"))
+    assert "--served laguna " in alone[0] and "--served coder " in rollouts(out, "spark-1")[0]

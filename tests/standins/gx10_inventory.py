@@ -4,6 +4,7 @@ FAKE_KIND (environment) picks the box: "dgx" (DGX OS: driver and CUDA present) o
 nothing NVIDIA installed) or "x86" (not a GX10).
 """
 
+import json
 import os
 
 _kind = os.environ.get("FAKE_KIND", "dgx")
@@ -46,6 +47,10 @@ if os.environ.get("FAKE_HOSTS") == "2":  # two Sparks; FAKE_MODELS="laguna-s-2.1
             data["fake_responses"] = {"rollout.py follow coder": '@@ {"offset": 0, "running": false, "done": true, '
                                       '"result": {"rc": 3, "outcome": "rolled-back", "message": "ROLLED BACK"}}',
                                       **_responses}
+elif os.environ.get("FAKE_HOSTS") == "3":  # three Sparks, FAKE_POOLS (JSON) their FLEET_POOLS
+    _links = {**_pair["CX7_ADDRESSES"], "@fake/spark-3": ["192.168.100.12/24", "192.168.101.12/24"]}
+    _fleet = {**_data, **_pair, "CX7_ADDRESSES": _links, "FLEET_POOLS": json.loads(os.environ["FAKE_POOLS"])}
+    gx10 = [(f"@fake/spark-{i + 1}", dict(_fleet)) for i in range(3)]
 else:
     gx10 = [("@fake/gx10", _data)]
 if os.environ.get("FAKE_GATEWAY"):  # the front door: "1" a host of its own, "box" the (first) box is the gateway too
