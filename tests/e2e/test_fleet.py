@@ -331,3 +331,38 @@ def _tok_per_s(fleet: Front, base: str, requests: int = 6, tokens: int = 64) -> 
             assert r.status_code == 200, r.text
             rates.append(r.json()["usage"]["completion_tokens"] / (time.monotonic() - t0))
     return statistics.median(rates)
+
+
+TP_POOLS = ('FLEET_POOLS={"pair": {"model": "qwen3.8-27b", "boxes": ["spark-1", "spark-2"], "tensor_parallel": True}, '
+            '"qwen3.8-27b": ["spark-3"]}')  # one served name ("coder"): the pair's head and spark-3 behind one router
+
+
+def test_a_tensor_parallel_pool_beside_a_box_behind_one_router(fleet):
+    """FLEET_POOLS makes spark-1 + spark-2 a tensor-parallel pair and leaves spark-3 a box serving the same name:
+    the pair rolls out as one unit (the canary) while spark-3 serves, the router reaches the head and spark-3 (never
+    the worker), no request through it fails; then the plain group data (one replicas pool) puts the three back."""
+    pools = ("--data", TP_POOLS)
+    with Traffic(fleet) as traffic:
+        run = pyinfra("-y", *pools, "inventory.py", "deploy.py", timeout=2400)
+    record("fleet: spark-1 + spark-2 made a tensor-parallel pool beside spark-3 (FLEET_POOLS)", run.seconds)
+    print(traffic.summary())
+    assert run.rc == 0, run.failure()
+    head_env = sim_exec("spark-1", "cat /etc/sparkctl/vllm-coder.env")
+    worker_env = sim_exec("spark-2", "cat /etc/sparkctl/vllm-coder.env")
+    for env, rank in ((head_env, "0"), (worker_env, "1")):
+        assert f"--node-rank {rank}" in env and "--master-addr 10.250.0.11" in env and "--nnodes 2" in env
+    assert "--headless" in worker_env and "--tensor-parallel-size" not in sim_exec("spark-3",
+                                                                                    "cat /etc/sparkctl/vllm-coder.env")
+    boxes = json.loads((REPO_ROOT / "handoff" / "router.json").read_text())["models"]["coder"]["boxes"]
+    assert boxes == ["spark-1", "spark-3"], boxes  # the worker serves no API
+    assert traffic.errors() == [], traffic.errors()[:5]
+    record(f"fleet: requests through the router while the pair formed: {len(traffic.errors())} of "
+           f"{len(traffic.results)} failed", len(traffic.errors()), "n")
+    with fleet.spark.client() as c:  # the pair's head serves through its own proxy
+        r = fleet.post(c, fleet.box_url("spark-1"), {"model": "coder", "max_tokens": 4,
+                                                      "messages": [{"role": "user", "content": "x"}]})
+    assert r.status_code == 200, r.text
+    run = pyinfra("-y", "inventory.py", "deploy.py", timeout=2400)
+    record("fleet: the pair back to two replicas beside spark-3 (the plain group data)", run.seconds)
+    assert run.rc == 0, run.failure()
+    assert "--headless" not in sim_exec("spark-2", "cat /etc/sparkctl/vllm-coder.env")
