@@ -7,7 +7,7 @@ tensor-parallel  one coding model over both boxes with vLLM's own multi-node sup
                  (`ray start` head/worker units, --distributed-executor-backend ray). Only the head serves
                  the API and sits behind the proxy; it also runs the embedders.
 Pure logic (no pyinfra): the deploy passes the inventory's ordered host names, or, for a box of a FLEET_POOLS
-tensor-parallel pool, its pair's (sparkctl.check.validate.with_pool).
+tensor-parallel pool, its pair's (sparkctl.check.load.with_pool).
 """
 
 from __future__ import annotations
@@ -97,5 +97,4 @@ def _tensor_parallel(cfg: GroupData, host: str, hosts: list[str]) -> Role:
     else:  # Ray: the head's vLLM schedules both boxes' GPUs through the ray cluster; the worker runs only ray
         args = ("--tensor-parallel-size", "2", "--distributed-executor-backend", "ray") if rank == 0 else ()
     return Role(cfg.SPARK_TOPOLOGY, "head" if rank == 0 else "worker", rank=rank, head=head, head_address=head_ip,
-                pair=pair, address=cx7_address(cfg, host), coder_args=args,
-                env=env)
+                pair=pair, address=cx7_address(cfg, host), coder_args=args, env=env)
