@@ -47,8 +47,9 @@ def load(groups: list[str] | None = None, host: HostConn | None = None, override
     own data < overrides), checked; default groups: the configured box. A box of a FLEET_POOLS fleet reads what its
     pool gives it, as its deploy does (a bench of a Laguna pool's box asks for Laguna's served name)."""
     data = {**groupdata.load(groups), **(host.data if host else {}), **(overrides or {})}
-    if host is None or not data.get("FLEET_POOLS"):
-        return host_config(data, host.name if host else "", host.address if host else "")
+    config = host_config(data, host.name if host else "", host.address if host else "")
+    if host is None or not config.cfg.FLEET_POOLS:
+        return config
     inventory = [h.name for h in configured_hosts()]
     return with_pool(data, host.name, host.address, inventory, per_host_models())[0]
 
