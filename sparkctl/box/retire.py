@@ -269,6 +269,8 @@ def summary(a, drained: dict) -> str:
         parts.append("out of the routers")
         if all(d["idle"] for d in drained.values()):
             parts.append(f"drained (0 in flight after {waited:.1f} s)")
+        elif a.drain_timeout <= 0:
+            parts.append("not drained (DRAIN_TIMEOUT_S is 0: requests in flight were cut)")
         else:
             parts.append(f"not drained: {cut:.0f} request(s) cut at DRAIN_TIMEOUT_S ({a.drain_timeout:g} s)")
     what = "+".join([*a.service, *a.unit]) or "nothing of vLLM"
@@ -295,6 +297,13 @@ def execute(a, say) -> int:
         return finish(a.txn, c.RETIRE_REFUSED, f"not retiring: a rollout or restart owns {', '.join(busy)} now "
                       f"(sparkctl-rollout-<service>); nothing was touched. Let it finish, then retire again", say)
     left = stop_units(a.quiet, say)
+    busy = owned(a.service)  # the watchdog may have started a restart just before it stopped
+    if busy:
+        for unit in a.quiet:
+            gate.systemctl("enable", "--now", unit)
+        return finish(a.txn, c.RETIRE_REFUSED, f"not retiring: a restart of {', '.join(busy)} began as the retire "
+                      f"started; {', '.join(a.quiet)} started again, nothing else was touched. Retire again later",
+                      say)
     serving = leave_routers(a, states, say)
     drained = drain_all(a, serving, say)
     left += stop_units([*(c.unit_of(s) for s in a.service), *a.unit], say)

@@ -32,8 +32,9 @@ def split_pairs(fleet: Fleet, retiring: set[str]) -> list[str]:
             continue
         for unit in placed.units:
             if set(unit) & retiring and not set(unit) <= retiring:
+                limits = " ".join(f"--limit {b}" for b in unit)
                 out.append(f"{' and '.join(unit)} are one tensor-parallel engine (pool {placed.pool.name!r}): "
-                           f"retiring one stops the other; retire both at once ({' '.join('--limit ' + b for b in unit)})")
+                           f"retiring one stops the other; retire both at once ({limits})")
     return out
 
 

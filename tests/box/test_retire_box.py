@@ -166,3 +166,28 @@ def test_the_deploys_next_rollout_brings_a_retired_box_back(box):
 def test_a_bad_served_model_option_is_refused(box, bad):
     r = subprocess.run([sys.executable, str(RETIRE), "status", *bad], env=box.environ, capture_output=True, text=True)
     assert r.returncode == 2 and "is not SERVED=PORT" in r.stderr
+
+
+def test_a_restart_the_watchdog_began_as_it_stopped_is_left_alone(box, monkeypatch):
+    """Between the first look and the watchdog's stop, its restart of a wedged engine may begin: the retire then
+    starts the watchdog again and touches nothing else."""
+    import importlib.util
+
+    serving_box(box)
+    for key in ("PATH", "FAKE_SD"):
+        monkeypatch.setenv(key, box.environ[key])
+    spec = importlib.util.spec_from_file_location("box_retire", RETIRE)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    monkeypatch.setattr(mod, "STATE_DIR", str(box.state))
+    monkeypatch.setattr(mod, "DRAIN_DIR", str(box.drain))
+    (box.state / "retire").mkdir()
+    looks = iter([[], ["coder"]])
+    monkeypatch.setattr(mod, "owned", lambda services: next(looks))
+    a = mod.parser().parse_args(["run", "--txn", "r1", "--serve", f"coder={box.port}", "--service", "coder",
+                                 "--quiet", WATCHDOG, "--unready-wait", "0", "--drain-timeout", "5", "--retry-after",
+                                 "7", "--interval", "0.1", "--textfile-dir", str(box.root / "textfile")])
+    said = []
+    assert mod.execute(a, said.append) == contract.RETIRE_CODES[contract.RETIRE_REFUSED]
+    assert box.calls() == [f"disable --now {WATCHDOG}", f"enable --now {WATCHDOG}"] and box.serving()["up"]
+    assert not list(box.drain.iterdir()) and "a restart of coder began as the retire started" in said[-1]
