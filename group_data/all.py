@@ -106,6 +106,11 @@ BOX_TIMEOUT_FLOOR_MODE = "fail"  # fail: a wait below its floor is refused | war
 DRAIN_RETRY_AFTER_S = 30  # Retry-After the proxy sends with its 503 while a served model drains, s
 DRAIN_DIR = "/etc/nginx/sparkctl-drain"  # box: <served>.conf here = the proxy answers 503 for that model
 ROLLOUT_RETRY_FAILED = False  # True: try again a candidate the box remembers as failed (or --data ...=True)
+# `pyinfra inventory.py retire.py --limit <box>` refuses to retire the last box serving a served model (its pool's
+# coder, or an embedder), as no other box in the inventory, outside the --limit, is recorded serving it ready in the
+# gateway hand-off: clients of that model would get 503 everywhere. True (on purpose, for one run: --data
+# RETIRE_LAST_OF_POOL=True) retires it anyway
+RETIRE_LAST_OF_POOL = False
 ROLLOUT_GATE_MAX_TOKENS = 4  # the box gate's one real completion on loopback (the model must produce tokens), tokens
 ROLLOUT_GATE_REQUEST_TIMEOUT_S = 120  # that request's (and the embedders' one embedding's) timeout, s
 ROLLOUT_WORKER_SETTLE_S = 10  # tensor-parallel: a headless worker must stay up this long after its start to pass, s

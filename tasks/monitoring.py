@@ -79,3 +79,6 @@ def monitoring(settings: Settings, shared_scripts: list) -> None:
     systemd.service(name=f"Restart {mon.WATCHDOG_UNIT} (its script, unit or configuration changed)",
                     service=mon.WATCHDOG_UNIT, restarted=True,
                     _if=any_changed(watchdog_cfg, *units, *scripts, *shared_scripts))
+    # a box retired by retire.py serves again (the services step restarted it): its alerts are no longer held back
+    for path in (contract.retired_marker(cfg.STATE_DIR), f"{cfg.TEXTFILE_DIR}/{contract.RETIRED_TEXTFILE}"):
+        files.file(name=f"Not retired: no {path}", path=path, present=False)

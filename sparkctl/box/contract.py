@@ -242,6 +242,24 @@ def service_of(path: str, pattern: str) -> str:
     return path[len(head):len(path) - len(tail)]
 
 
+# --- retiring the box (retire.py, run as the transient unit RETIRE_UNIT) -------------------------------------------
+RETIRE_UNIT = "sparkctl-retire.service"
+RETIRED_TEXTFILE = "sparkctl_retired.prom"  # in TEXTFILE_DIR: sparkctl_box_retired 1 (the alerts hold back for it)
+RETIRED, ALREADY_RETIRED, RETIRE_REFUSED, RETIRE_FAILED = "retired", "already-retired", "retire-refused", \
+    "retire-failed"
+RETIRE_CODES = {RETIRED: 0, ALREADY_RETIRED: 0, RETIRE_REFUSED: 9, RETIRE_FAILED: 1}  # outcome -> exit code
+
+
+def retire_dir(state_dir: str) -> str:
+    """STATE_DIR/retire: the retire's current run, log and result, and the marker of a retired box."""
+    return f"{state_dir}/retire"
+
+
+def retired_marker(state_dir: str) -> str:
+    """Written once the box is out of service (what stopped, when); a deploy that serves again removes it."""
+    return f"{retire_dir(state_dir)}/retired.json"
+
+
 # the header whose value lets the acceptance probe through while its box keeps everyone else drained: the box's
 # drain file (rollout_drain.py) exempts it, the control side's quick acceptance run sends it
 PROBE_HEADER = "X-Sparkctl-Acceptance"

@@ -256,6 +256,7 @@ class GroupData(BaseModel):
     DRAIN_RETRY_AFTER_S: t.WholeSeconds
     DRAIN_DIR: t.DeployDir
     ROLLOUT_RETRY_FAILED: bool
+    RETIRE_LAST_OF_POOL: bool
     ROLLOUT_FAILED_KEEP: t.Count
     ROLLOUT_GATE_MAX_TOKENS: t.Tokens
     ROLLOUT_GATE_REQUEST_TIMEOUT_S: t.Seconds

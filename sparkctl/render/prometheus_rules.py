@@ -88,11 +88,18 @@ def in_rollout(j: str) -> str:
     return f'label_replace(sparkctl_rollout_in_progress{{{j}}} == 1, "service", "$1", "served", "(.+)")'
 
 
+def retired(j: str) -> str:
+    """The boxes retired on purpose (retire.py): their textfile's sparkctl_box_retired, scraped on the node path."""
+    return f"sparkctl_box_retired{{{j}}} == 1"
+
+
 def rollout_alerts(j: str, cfg: GroupData) -> list[dict]:
-    """A planned change is quiet while it runs and loud when it ends badly or runs too long."""
+    """A planned change is quiet while it runs and loud when it ends badly or runs too long; a retired box is quiet
+    until a deploy brings it back (its node metrics still page)."""
     return [
         _alert("SparkServedModelDown",
-               f'up{{{j}, service!="{cfg.SCRAPE_NODE_PATH}"}} == 0 unless on(job, box, service) {in_rollout(j)}',
+               f'up{{{j}, service!="{cfg.SCRAPE_NODE_PATH}"}} == 0 unless on(job, box, service) {in_rollout(j)}'
+               f" unless on(job, box) {retired(j)}",
                cfg.ALERT_MODEL_DOWN_FOR_S, "critical",
                "{{ $labels.box }}: served model {{ $labels.service }} does not answer its scrape",
                "Run `python -m sparkctl status`; then `journalctl -u vllm-<service>.service` on the box."),

@@ -514,12 +514,15 @@ def test_bad_rollout_settings_are_refused_before_the_box_changes(tmp_path, setti
 
 def test_every_box_module_is_uploaded():
     """Every box module is uploaded by a step (vLLM's, or monitoring's), except the status probe, which
-    `sparkctl status` pipes to the box's python3 on each call."""
+    `sparkctl status` pipes to the box's python3 on each call, and the retire, which retire.py's deploy uploads with
+    the deploy's own modules it imports."""
     from sparkctl.render.monitoring import BOX_SCRIPTS
+    from tasks.retire import RETIRE_SCRIPTS
     from tasks.vllm import REMOTE_SCRIPTS, SHARED_SCRIPTS
 
     on_disk = {p.name for p in ROLLOUT.parent.glob("*.py")} - {"__init__.py"}
-    assert on_disk == set(REMOTE_SCRIPTS) | set(BOX_SCRIPTS) | {"status_probe.py"}
+    assert on_disk == set(REMOTE_SCRIPTS) | set(BOX_SCRIPTS) | {"status_probe.py", "retire.py"}
+    assert set(RETIRE_SCRIPTS) - {"retire.py"} <= set(REMOTE_SCRIPTS) | set(BOX_SCRIPTS)
     assert not set(REMOTE_SCRIPTS) & set(BOX_SCRIPTS)  # one step uploads each (its change restarts what it runs)
     assert set(SHARED_SCRIPTS) <= set(REMOTE_SCRIPTS)  # the modules both steps' scripts import: the vLLM step's
 

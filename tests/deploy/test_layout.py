@@ -9,7 +9,8 @@ import re
 from sparkctl import REPO_ROOT
 
 TASKS = REPO_ROOT / "tasks"
-HELPERS = {"common", "facts", "rollout"}  # tasks/ modules that are not steps (tasks/__init__.py says what each is)
+# tasks/ modules that are not steps of deploy.py (tasks/__init__.py says what each is; retire: retire.py's glue)
+HELPERS = {"common", "facts", "rollout", "retire"}
 STEPS = {p.stem for p in TASKS.glob("*.py")} - HELPERS - {"__init__"}
 
 

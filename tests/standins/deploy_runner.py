@@ -1,12 +1,14 @@
 """Run the whole deploy in-process against pyinfra's @fake connector; print what it would do as JSON.
 
-    python tests/standins/deploy_runner.py INVENTORY [--data K=V ...]
+    python tests/standins/deploy_runner.py INVENTORY [--data K=V ...]     (FAKE_DEPLOY_FILE: another deploy file,
+                                                                           e.g. retire.py; default deploy.py)
 
 Used by the @fake tests in a subprocess (pyinfra's CLI keeps global state, one run per process). Commands are
 recorded per host.
 """
 
 import json
+import os
 import sys
 
 import click
@@ -16,7 +18,7 @@ from pyinfra_cli.main import cli
 
 def main(argv):
     pyinfra.is_cli = True
-    args = ["-y", *argv[1:], argv[0], "deploy.py"]
+    args = ["-y", *argv[1:], argv[0], os.environ.get("FAKE_DEPLOY_FILE", "deploy.py")]
     result = {"error": None, "commands": [], "ops": [], "by_host": {}, "ops_by_host": {}}
     try:
         cli.main(args=args, standalone_mode=False)

@@ -20,6 +20,17 @@ _responses = {
     "rollout.py apply": '{"txn": "fake-txn", "attached": false}',
     "rollout.py follow": '@@ {"offset": 0, "running": false, "done": true, "result": {"rc": 0, "outcome": "ready"}}',
 }
+# the box-side retire (sparkctl/box/retire.py, retire.py's deploy): FAKE_RETIRE="" not retired yet, "retired" already
+# retired, "owned" a rollout owns the coder now
+_responses["retire.py apply"] = '{"txn": "fake-retire", "attached": false}'
+_responses["retire.py follow"] = ('@@ {"offset": 0, "running": false, "done": true, "result": {"outcome": "retired", '
+                                  '"rc": 0, "message": "out of the routers, drained (0 in flight after 3.2 s), '
+                                  'coder stopped and disabled"}}')
+_responses["retire.py status"] = {
+    "retired": '{"retired": {"at": "2026-12-03T02:00:00Z", "units": ["vllm-coder.service"]}, "units": {'
+               '"vllm-coder.service": {"active": false, "enabled": false}}, "owned": [], "running": false}',
+    "owned": '{"retired": null, "units": {}, "owned": ["coder"], "running": false}',
+}.get(os.environ.get("FAKE_RETIRE", ""), "{}")
 if _kind == "dgx":
     _responses["nvidia-smi --query-gpu"] = "NVIDIA GB10, 12.1, 580.95.05"
     _responses["/etc/dgx-release"] = _exists.format("/etc/dgx-release")

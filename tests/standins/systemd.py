@@ -89,26 +89,33 @@ def systemctl(args):
     verb = args[0]
     if verb == "show":
         units = [a for a in args[1:] if not a.startswith("-") and a not in
-                 ("Id", "ActiveState", "SubState", "Result", "NRestarts", "MainPID", "InvocationID")]
+                 ("Id", "ActiveState", "SubState", "Result", "NRestarts", "MainPID", "InvocationID",
+                  "UnitFileState")]
         blocks = []
         for u in units:
             st = load(u)
-            if u.startswith("sparkctl-rollout-"):
+            if u.startswith("sparkctl-rollout-") or u == "sparkctl-retire.service":  # transient units
                 up = alive(st.get("pid", 0))
                 st = {"ActiveState": "active" if up else "inactive", "SubState": "running" if up else "dead"}
             blocks.append("\n".join([f"Id={u}"] + [f"{k}={st.get(k, '')}" for k in
                                                    ("ActiveState", "SubState", "Result", "NRestarts", "MainPID",
-                                                    "InvocationID")]))
+                                                    "InvocationID", "UnitFileState")]))
         print("\n\n".join(blocks))
         return 0
     note(" ".join(args))
     if verb == "restart":
         return start(args[1])
-    if verb == "stop":
-        st = load(args[1])
+    unit = args[-1]
+    if verb == "stop" or (verb == "disable" and "--now" in args):
+        st = load(unit)
         st.update(ActiveState="inactive", SubState="dead")
-        save(args[1], st)
-        serving(False)
+        save(unit, st)
+        if verb == "stop" or unit.startswith("vllm-"):  # (a watchdog's stop leaves the model serving)
+            serving(False)
+    if verb in ("enable", "disable"):
+        st = load(unit)
+        st["UnitFileState"] = f"{verb}d"
+        save(unit, st)
     return 0
 
 
