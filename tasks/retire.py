@@ -19,9 +19,10 @@ from pyinfra.operations import files
 from sparkctl import REPO_ROOT
 from sparkctl.box import contract
 from sparkctl.check.load import host_config
+from sparkctl.check.validate import derive_host
 from sparkctl.config import box_paths
 from sparkctl.config.hosts import per_host_models
-from sparkctl.config.settings import Settings, derive
+from sparkctl.config.settings import Settings
 from sparkctl.errors import Refused, SparkctlError
 from sparkctl.fleet.placement import Fleet, place
 from sparkctl.fleet.pools import from_settings
@@ -59,7 +60,7 @@ def served_by(name: str, names: list[str]) -> tuple[str, ...]:
     """The served names of an inventory box, from its own data (a tensor-parallel worker serves none)."""
     if name not in _SERVED:
         try:
-            other = derive(host_config(inventory.get_host(name).data.dict(), name), names)
+            other = derive_host(inventory.get_host(name).data.dict(), name, names, per_host_models())
         except SparkctlError as exc:
             raise Refused(f"{name}: {exc}") from None
         _SERVED[name] = tuple(s.served_name for s in other.services if not s.headless)
@@ -84,7 +85,8 @@ def refuse_unsafe(settings: Settings) -> None:
     names = [h.name for h in inventory.get_group("gx10")]
     retiring = [h.name for h in limit if h.name in names]
     try:
-        fleet: Fleet = place(from_settings(settings.cfg, names, per_host_models()), names)
+        own = host_config(host.data.dict(), host.name).cfg  # the group data's pools, not this box's part in them
+        fleet: Fleet = place(from_settings(own, names, per_host_models()), names)
     except SparkctlError as exc:
         raise Refused(f"{settings.host_name}: {exc}") from None
     served = {name: served_by(name, names) for name in names}

@@ -333,6 +333,60 @@ def _tok_per_s(fleet: Front, base: str, requests: int = 6, tokens: int = 64) -> 
     return statistics.median(rates)
 
 
+
+def _units_of(box: str, units: list[str]) -> dict[str, tuple[str, str]]:
+    """{unit: (ActiveState, UnitFileState)} on a simulated box, in one systemctl call."""
+    out = sim_exec(box, "systemctl show -p Id -p ActiveState -p UnitFileState " + " ".join(units))
+    blocks = [dict(ln.split("=", 1) for ln in b.splitlines() if "=" in ln) for b in out.split("\n\n")]
+    return {b["Id"]: (b.get("ActiveState", ""), b.get("UnitFileState", "")) for b in blocks if b.get("Id")}
+
+
+def test_retire_a_box_under_traffic_then_a_deploy_brings_it_back(fleet):
+    """`pyinfra inventory.py retire.py --limit spark-3` with a request every 0.5 s through the router: spark-3 leaves
+    the routers while its API still serves (ROUTER_OUT_WAIT_S), drains, and its vLLM units and watchdog stop and are
+    disabled: no client request fails, the other two boxes serve. A second retire changes nothing and says so. A plain
+    deploy of spark-3 (still in the inventory) brings it back to serving, its retirement lifted."""
+    box, data = "spark-3", fleet.spark.data
+    units = sim_exec(box, "cd /etc/systemd/system && ls vllm-*.service").split() + ["sparkctl-watchdog.service"]
+    assert len(units) >= 3, units  # the coder, the embedders, the watchdog
+    marker = f"{data['STATE_DIR']}/retire/retired.json"
+    textfile = f"{data['TEXTFILE_DIR']}/sparkctl_retired.prom"
+    with Traffic(fleet) as traffic:
+        run = pyinfra("-y", "--limit", box, "inventory.py", "retire.py")
+        time.sleep(5)  # requests after the retire too: the routers no longer send any to spark-3
+    record("fleet: retire spark-3 under traffic (out of the routers, drained, stopped)", run.seconds)
+    print(f"retire spark-3: {run.seconds:.1f} s; {traffic.summary()}")
+    assert run.rc == 0, run.failure()
+    assert re.search(r"spark-3: out of the routers, drained \(0 in flight after [\d.]+ s\), "
+                     r"coder\+\S+ stopped and disabled", run.output), run.output[-3000:]
+    assert traffic.errors() == [], traffic.errors()[:5]
+    assert traffic.most_down() <= 1  # spark-3 alone; the pool still serves
+    assert all(state[0] in ("inactive", "failed") and state[1] == "disabled"
+               for state in _units_of(box, units).values()), _units_of(box, units)
+    assert set(json.loads(sim_exec(box, f"cat {marker}"))["units"]) == set(units)  # what it stopped, recorded
+    assert "sparkctl_box_retired 1" in sim_exec(box, f"cat {textfile}")  # SparkServedModelDown held back for it
+    assert not _serves(fleet, box)  # straight to the box: the drain's 503 (its files stay until a deploy)
+
+    again = pyinfra("-y", "--limit", box, "inventory.py", "retire.py")
+    assert again.rc == 0, again.failure()
+    assert "already retired (" in again.output and "nothing changed" in again.output, again.output[-3000:]
+    grand = [ln for ln in again.output.splitlines() if "Grand total" in ln]
+    assert grand and re.search(r"Grand total\s+\d+\s+-\s+-\s+\d+", grand[0]), grand  # ops ran, none changed
+
+    back = pyinfra("-y", "--limit", box, "inventory.py", "deploy.py")
+    record("fleet: a deploy brings the retired spark-3 back", back.seconds)
+    assert back.rc == 0, back.failure()
+    assert all(state == ("active", "enabled") for state in _units_of(box, units).values()), _units_of(box, units)
+    assert sim_exec(box, f"test -e {marker} || test -e {textfile} || echo gone").strip() == "gone"
+    assert sim_exec(box, f"ls {data['DRAIN_DIR']}").strip() == ""  # no drain, no unready file left
+    wait_for(lambda: _serves(fleet, box), 300, "spark-3 serving again")
+    with Traffic(fleet) as traffic:  # back in the routers (their success threshold) and no request fails
+        wait_for(lambda: any(t > 0 and "spark-3" not in d for t, d in traffic.down[-1:]), 60,
+                 "spark-3's router health path passing")
+        time.sleep(5)
+    assert traffic.errors() == [], traffic.errors()[:5]
+
+
 TP_POOLS = ('FLEET_POOLS={"pair": {"model": "qwen3.8-27b", "boxes": ["spark-1", "spark-2"], "tensor_parallel": True}, '
             '"qwen3.8-27b": ["spark-3"]}')  # one served name ("coder"): the pair's head and spark-3 behind one router
 
