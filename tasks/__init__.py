@@ -10,8 +10,9 @@ needs from another is returned by it and handed on in deploy.py. The logic they 
 package; these modules only turn it into operations.
 
 Not steps: facts.py (the facts the steps read), common.py (pyinfra helpers several steps share: failing a host,
-following the box's transaction, marking the gateway hand-off ready, the proxy's TLS material) and rollout.py (the
-services step's rollout operations and the ledger they fill while they execute). A step imports none of another
+following the box's transaction, marking the gateway hand-off ready, the proxy's TLS material), rollout.py (the
+services step's rollout operations and the ledger they fill while they execute) and pyinfra_fast.py (two of pyinfra's
+own functions made cheap, with the same results: deploy.py installs them first). A step imports none of another
 step's private names; errors (sparkctl.errors.Refused) and box paths (sparkctl.render, the box boundary's
 sparkctl/box/contract.py, sparkctl/config/box_paths.py) live in the package.
 

@@ -9,7 +9,7 @@ import re
 from sparkctl import REPO_ROOT
 
 TASKS = REPO_ROOT / "tasks"
-HELPERS = {"common", "facts", "rollout"}  # tasks/ modules that are not steps (tasks/__init__.py says what each is)
+HELPERS = {"common", "facts", "rollout", "pyinfra_fast"}  # tasks/ modules that are not steps (tasks/__init__.py says what each is)
 STEPS = {p.stem for p in TASKS.glob("*.py")} - HELPERS - {"__init__"}
 
 
