@@ -12,6 +12,7 @@ and the rest.
 
 from pyinfra import host
 
+from tasks import pyinfra_fast
 from tasks.acceptance import acceptance_step, judge_waiting
 from tasks.checkpoints import checkpoints
 from tasks.gateway import after_the_boxes, gateway
@@ -27,6 +28,7 @@ from tasks.services import services
 from tasks.tp_worker import tp_worker_result
 from tasks.vllm import vllm
 
+pyinfra_fast.install()  # pyinfra's operation order and global arguments, the same results for less CPU
 if "gx10" in host.groups:
     settings = settings_for_host()  # pure validation: no command has run yet
     facts = preflight(settings)

@@ -11,10 +11,11 @@ package; these modules only turn it into operations.
 
 Not steps: facts.py (the facts the steps read), common.py (pyinfra helpers several steps share: failing a host,
 following the box's transaction, marking the gateway hand-off ready, the proxy's TLS material), rollout.py (the
-services step's rollout operations and the ledger they fill while they execute) and retire.py (the glue of the other
-deploy file, retire.py at the repo root: `pyinfra inventory.py retire.py --limit <box>` takes a box out of service).
-A step imports none of another step's private names; errors (sparkctl.errors.Refused) and box paths (sparkctl.render,
-the box boundary's sparkctl/box/contract.py, sparkctl/config/box_paths.py) live in the package.
+services step's rollout operations and the ledger they fill while they execute), retire.py (the glue of the other
+deploy file, retire.py at the repo root: `pyinfra inventory.py retire.py --limit <box>` takes a box out of service)
+and pyinfra_fast.py (two of pyinfra's own functions made cheap, with the same results: deploy.py installs them
+first). A step imports none of another step's private names; errors (sparkctl.errors.Refused) and box paths
+(sparkctl.render, the box boundary's sparkctl/box/contract.py, sparkctl/config/box_paths.py) live in the package.
 
 May import: sparkctl.config, sparkctl.check, sparkctl.render, sparkctl.measure, sparkctl.fleet, sparkctl.box.contract
 (the box boundary), sparkctl.errors, and pyinfra.

@@ -25,6 +25,7 @@ import hashlib
 import importlib.util
 import shlex
 import tempfile
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import lru_cache
@@ -93,6 +94,9 @@ def _proxy(s: Settings, root: Path, scrape_token: str) -> dict[str, BoxFile]:
 # --- the checks ----------------------------------------------------------------------------------------------------
 
 _CACHE: dict[str, list] = {}  # sha256 of (validator, rendered texts) -> its problems
+# one run per content at a time: hosts checked at once (the deploy's greenlets, whose locks gevent makes its own)
+# wait for the first host's run instead of each starting the same one
+_RUNNING: dict[str, threading.Lock] = {}
 
 
 def _validated(tool: str, root: Path, files: dict[str, BoxFile], cfg: GroupData, run) -> None:
@@ -100,9 +104,10 @@ def _validated(tool: str, root: Path, files: dict[str, BoxFile], cfg: GroupData,
     texts = {name: f.render(cfg) for name, f in files.items()}
     stable = sorted((name, text.replace(str(root), "<root>")) for name, text in texts.items())
     key = hashlib.sha256(repr((tool, stable)).encode()).hexdigest()
-    if key not in _CACHE:
-        root.mkdir(mode=0o700)
-        _CACHE[key] = run(root, texts)
+    with _RUNNING.setdefault(key, threading.Lock()):
+        if key not in _CACHE:
+            root.mkdir(mode=0o700)
+            _CACHE[key] = run(root, texts)
     if _CACHE[key]:
         problem = _CACHE[key][0]
         raise _refusal(tool, files[problem.name], cfg, problem)

@@ -8,6 +8,7 @@ jinja2's StrictUndefined, exactly as the tests do (templates read settings as `d
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import json
 import shlex
@@ -86,6 +87,7 @@ def service_environment(svc: Service, cfg: GroupData) -> dict[str, str]:
     return env
 
 
+@functools.cache  # one per process: it keeps each compiled template (reloaded when its file changes)
 def _jinja() -> jinja2.Environment:
     return jinja2.Environment(loader=jinja2.FileSystemLoader(str(REPO_ROOT / "templates")),
                               undefined=jinja2.StrictUndefined, keep_trailing_newline=True,

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import importlib.util
 import shutil
+import threading
+import time
 
 import pytest
 
@@ -113,3 +115,28 @@ def test_identical_hosts_are_validated_once(gx10_data, monkeypatch):
     validate_host(gx10_data, "gx10")
     validate_host(gx10_data, "gx10")
     assert len(calls) <= 1  # 0 where systemd-analyze is not installed
+
+
+def test_hosts_checked_at_once_run_each_validator_once(monkeypatch, tmp_path):
+    """The deploy checks every host at once (a greenlet each, switching while a validator runs): a host whose files
+    are the same waits for the first host's run and gets its result; different files get their own run."""
+    monkeypatch.setattr(check_render, "_CACHE", {})
+    monkeypatch.setattr(check_render, "_RUNNING", {})
+    calls = []
+
+    def slow_validator(root, texts):
+        calls.append(texts["a.conf"])
+        time.sleep(0.2)  # long enough for every other host to arrive meanwhile
+        return []
+
+    def host(i: int, text: str) -> threading.Thread:
+        files = {"a.conf": check_render.BoxFile("/etc/a.conf", lambda cfg: text)}
+        return threading.Thread(target=check_render._validated, args=("tool", tmp_path / f"host-{i}", files, None,
+                                                                      slow_validator))
+
+    hosts = [host(i, "same\n") for i in range(3)] + [host(3, "other\n")]
+    for t in hosts:
+        t.start()
+    for t in hosts:
+        t.join()
+    assert sorted(calls) == ["other\n", "same\n"]

@@ -10,7 +10,7 @@ from sparkctl import REPO_ROOT
 
 TASKS = REPO_ROOT / "tasks"
 # tasks/ modules that are not steps of deploy.py (tasks/__init__.py says what each is; retire: retire.py's glue)
-HELPERS = {"common", "facts", "rollout", "retire"}
+HELPERS = {"common", "facts", "rollout", "retire", "pyinfra_fast"}
 STEPS = {p.stem for p in TASKS.glob("*.py")} - HELPERS - {"__init__"}
 
 

@@ -40,6 +40,8 @@ def main(argv):
             result["ops_by_host"][host.name] = [
                 sorted(state.op_meta[h].names)[0] for h in state.get_op_order()
                 if h in state.ops.get(host, {})]
+            result.setdefault("op_orders", {})[host.name] = [  # what pyinfra ordered each operation by
+                [op_hash, list(state.op_meta[op_hash].op_order)] for op_hash in host.op_hash_order]
         for op_hash in state.get_op_order():
             meta = state.op_meta[op_hash]
             result["ops"].append(sorted(meta.names)[0] if meta.names else op_hash)
