@@ -387,7 +387,7 @@ def test_retire_a_box_under_traffic_then_a_deploy_brings_it_back(fleet):
     assert traffic.errors() == [], traffic.errors()[:5]
 
 
-TP_POOLS = ('FLEET_POOLS={"pair": {"model": "qwen3.8-27b", "boxes": ["spark-1", "spark-2"], "tensor_parallel": True}, '
+TP_POOLS = ('FLEET_POOLS={"pair": {"model": "qwen3.8-27b", "boxes": ["spark-1", "spark-2"], "tensor_parallel": true}, '
             '"qwen3.8-27b": ["spark-3"]}')  # one served name ("coder"): the pair's head and spark-3 behind one router
 
 
