@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import random
 import re
+import resource
 import statistics
 import threading
 import time
@@ -150,7 +151,9 @@ def test_one_url_reaches_the_pool_and_the_second_converge_changes_nothing(fleet)
     seconds = {}
     for hosts in (BOXES[:1], BOXES[:2], BOXES, None):
         args = [a for h in hosts for a in ("--limit", h)] if hosts else []  # pyinfra: one --limit per host
+        control0, boxes0 = _control_cpu(), _instance_cpu()
         run = pyinfra("-y", *args, "inventory.py", "deploy.py")
+        control, boxes = _control_cpu() - control0, {h: v - boxes0[h] for h, v in _instance_cpu().items()}
         assert run.rc == 0, run.failure()
         reached = {ln.split("]")[0].split("[")[-1] for ln in run.output.splitlines() if ln.strip().endswith("Connected")}
         assert reached == set(hosts or (*BOXES, GATEWAY)), reached  # the hosts it was asked for, each connected
@@ -160,12 +163,37 @@ def test_one_url_reaches_the_pool_and_the_second_converge_changes_nothing(fleet)
         seconds[n] = run.seconds
         record(f"fleet no-op converge, {n} host{'s' if n > 1 else ''}{' (3 boxes + gateway)' if n == 4 else ''}",
                run.seconds)
+        # where the time goes on 2 shared cores: the control side's CPU and each simulated host's own (its sshd,
+        # the facts' commands, and the idle engines every host runs), all on the same 2 cores
+        record(f"fleet no-op converge, {n} host(s): control side CPU", control, "cpu-s")
+        record(f"fleet no-op converge, {n} host(s): the targeted hosts' CPU "
+               f"({', '.join(f'{h} {boxes[h]:.1f}' for h in sorted(reached))})", sum(boxes[h] for h in reached),
+               "cpu-s")
+        record(f"fleet no-op converge, {n} host(s): the other hosts' CPU meanwhile",
+               sum(v for h, v in boxes.items() if h not in reached), "cpu-s")
     ratio = seconds[3] / seconds[1]
     record(f"fleet no-op converge ratio 3 boxes / 1 box = {ratio:.2f}x (goal 1.2x)", ratio, "x")
     # The 1.2x goal is reported, not asserted: on 2 cores the control side's own CPU per host (~3.5 s here; the same
     # without any box, scripts/fleet_control_cost.py) makes a no-op linear in hosts (2.13x measured). A deploy that
     # ran its hosts one after another would be 3x and more (each box's own remote time on top).
     assert ratio < 2.6
+
+
+def _control_cpu() -> float:
+    """CPU seconds (user + system) of this process's finished children: the pyinfra runs."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def _instance_cpu() -> dict[str, float]:
+    """CPU seconds each simulated host's cgroup has used (cgroup v2 cpu.stat usage_usec)."""
+    from sparkctl.sim.instance import cgroup_dir
+
+    out = {}
+    for name in (*BOXES, GATEWAY):
+        stat = dict(line.split() for line in (cgroup_dir(name) / "cpu.stat").read_text().splitlines())
+        out[name] = int(stat["usage_usec"]) / 1e6
+    return out
 
 
 def _flip(fleet: Front, label: str, *args: str) -> Traffic:
