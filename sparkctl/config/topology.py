@@ -47,6 +47,15 @@ def cx7_address(cfg: GroupData, host: str, index: int = 0) -> str:
     return addrs[min(index, len(addrs) - 1)].split("/")[0]
 
 
+def twins(cfg: GroupData, host: str) -> None:
+    """With CX7_MANAGE_NETPLAN, the netplan file gives each CX7_INTERFACES twin its own address: one each."""
+    addrs = cfg.CX7_ADDRESSES.get(host) or []
+    if cfg.CX7_MANAGE_NETPLAN and len(addrs) != len(cfg.CX7_INTERFACES):
+        raise SettingError(f"CX7_ADDRESSES[{host!r}]", addrs, f"one address (CIDR) per CX7_INTERFACES entry "
+                           f"({len(cfg.CX7_INTERFACES)}: {', '.join(cfg.CX7_INTERFACES)}), each twin on its own subnet",
+                           "Or set CX7_MANAGE_NETPLAN = False and configure the link yourself")
+
+
 def distributed_env(cfg: GroupData, host: str, head: str) -> dict:
     """The environment NCCL, Gloo and vLLM need to use the CX7 link (both twins for RDMA)."""
     ifname = cfg.CX7_INTERFACES[0]
@@ -88,6 +97,7 @@ def _tensor_parallel(cfg: GroupData, host: str, hosts: list[str]) -> Role:
     pair = (head, *(h for h in hosts if h != head))
     for box in pair:  # each box lets only the other in over the link (tasks/link.py): both need an address
         cx7_address(cfg, box)
+        twins(cfg, box)
     env = distributed_env(cfg, host, head)
     head_ip = cx7_address(cfg, head)
     if cfg.TP_BACKEND == "native":

@@ -55,7 +55,7 @@ def test_a_replicas_pool_whose_boxes_would_serve_different_models_is_refused(gx1
 # --- a tensor-parallel pool: each pair is deployed as SPARK_TOPOLOGY = "tensor-parallel" makes a pair ---------------
 
 TP_POOLS = {"pairs": {"model": "qwen3.8-27b", "boxes": 4, "tensor_parallel": True}}
-LINKS = {f"spark-{i}": [f"192.168.100.1{i}/24"] for i in range(1, 5)}  # each box its own link address
+LINKS = {f"spark-{i}": [f"192.168.100.1{i}/24", f"192.168.101.1{i}/24"] for i in range(1, 5)}  # one per twin
 
 
 def test_a_tensor_parallel_pool_deploys_each_pair_as_head_and_worker_of_that_pair_alone(gx10_data):
@@ -108,3 +108,14 @@ def test_a_tool_off_the_deploy_path_reads_a_box_as_its_pool_makes_it(monkeypatch
     assert (worker.SPARK_TOPOLOGY, worker.TP_HEAD, worker.EMBEDDERS) == ("tensor-parallel", "spark-2", [])
     plain = load(None, HostConn("spark-1", "spark-1"), {"MODEL_LOCK_FILE": FAKE_LOCK}).cfg
     assert (plain.CODING_MODEL, plain.CODER_SERVED_NAME) == ("qwen3.8-27b", "coder")
+
+
+def test_a_pair_box_with_fewer_link_addresses_than_twins_is_refused_before_the_netplan_file(gx10_data):
+    """The shipped link has two twin interfaces; a netplan file with one address for two would not render."""
+    twins = LINKS
+    data = {**gx10_data, "FLEET_POOLS": TP_POOLS, "CX7_ADDRESSES": {**twins, "spark-2": ["192.168.100.12/24"]}}
+    with pytest.raises(SettingError) as exc:
+        settings_of(data, "spark-1")
+    assert exc.value.setting == "CX7_ADDRESSES['spark-2']" and "CX7_INTERFACES" in str(exc.value)
+    settings_of({**data, "CX7_MANAGE_NETPLAN": False}, "spark-1")
+    settings_of({**data, "CX7_ADDRESSES": twins}, "spark-1")

@@ -138,7 +138,7 @@ def test_a_tensor_parallel_worker_as_gateway_is_refused_and_the_head_passes(base
 
 TP_FLEET = dict(FLEET_POOLS={"laguna": {"model": "laguna-s-2.1", "boxes": ["spark-1"]},
                              "pair": {"model": "qwen3.8-27b", "boxes": 2, "tensor_parallel": True}},
-                CX7_ADDRESSES={"spark-2": ["192.168.100.12/24"], "spark-3": ["192.168.100.13/24"]},
+                CX7_ADDRESSES={f"spark-{i}": [f"192.168.100.1{i}/24", f"192.168.101.1{i}/24"] for i in (1, 2, 3)},
                 GATEWAY_FRONT_PORT=8443)
 
 
