@@ -75,6 +75,14 @@ def model_of(data: bytes) -> str:
     return "?"
 
 
+def headless(env_text: bytes) -> bool:
+    """The env file runs a tensor-parallel worker's headless engine (no API: no client ever reached it)."""
+    for line in env_text.decode("utf-8", "replace").splitlines():
+        if line.startswith("VLLM_ARGS="):
+            return "--headless" in line.split("=", 1)[1].strip('"').split()
+    return False
+
+
 def exec_binary(unit_text: bytes) -> str:
     for line in unit_text.decode("utf-8", "replace").splitlines():
         if line.startswith("ExecStart="):
@@ -320,9 +328,10 @@ def first_step(run: Run) -> str | int:
 def prepare(run: Run) -> str:
     a = run.a
     run.txn.begin(a.txn, run.cand)
-    run.drains = a.kind != "none" and run.active and a.drain_timeout > 0  # it served: keep new requests out
+    serves = run.active and not headless(read(run.p.env))  # clients reach it now (a replica becoming a worker too)
+    run.drains = (serves or (a.kind != "none" and run.active)) and a.drain_timeout > 0  # keep new requests out
     run.tp_unit = peer.tp_unit_of(read(run.p.env_next)) if a.peer_status_cmd else ""
-    if a.kind != "none":  # out of the routers until the commit, before anything it served changes
+    if a.kind != "none" or serves:  # out of the routers until the commit, before anything it served changes
         leave_routers(run)
     return c.DRAINING if run.drains else c.AWAITING_HEAD if run.tp_unit else c.INSTALLED
 

@@ -91,8 +91,9 @@ class Box:
                         "SPARKCTL_STATE_DIR": str(self.state), "SPARKCTL_DRAIN_DIR": str(self.drain)}
 
     # --- what the deploy does ---
-    def stage(self, model: str, unit_extra: str = "") -> None:
-        (self.env_dir / "vllm-coder.env.next").write_text(f"SPARKCTL_MODEL={model}\nVLLM_ARGS=\"x\"\n")
+    def stage(self, model: str, unit_extra: str = "", headless: bool = False) -> None:
+        args = "x --headless" if headless else "x"  # a tensor-parallel worker's engine serves no API
+        (self.env_dir / "vllm-coder.env.next").write_text(f"SPARKCTL_MODEL={model}\nVLLM_ARGS=\"{args}\"\n")
         (self.env_dir / "vllm-coder.service.next").write_text(
             f"[Service]\nEnvironmentFile={self.env_dir}/vllm-coder.env\n"
             f"ExecStart={self.venv}/bin/vllm serve $VLLM_ARGS\n{unit_extra}")
@@ -608,7 +609,11 @@ def test_a_rollback_keeps_the_box_out_of_the_routers_until_the_snapshot_serves_a
 
 
 def test_a_tensor_parallel_worker_has_no_router_health_path(box):
-    box.converge("qwen")
-    box.stage("laguna")
+    """A headless worker serves no client: its rollouts neither leave the routers nor drain (a replica that becomes
+    a worker does both first: tests/box/test_rollout_tp.py)."""
+    box.stage("qwen", headless=True)
+    assert box.run(txn="converge", kind="none").returncode == 0
+    (box.sd / "calls.log").unlink()
+    box.stage("laguna", headless=True)
     box.run(kind="none")
     assert "reload nginx.service" not in box.calls() and not (box.drain / "coder.unready.conf").exists()

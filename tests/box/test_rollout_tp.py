@@ -58,7 +58,7 @@ class Pair:
 
     def stage(self, model: str, unit: str) -> None:
         for b in (self.head, self.worker):
-            b.stage(model)
+            b.stage(model, headless=b is self.worker)
             with open(b.env_dir / "vllm-coder.env.next", "a") as f:
                 f.write(f"SPARKCTL_TP_UNIT={unit}\n")
 
@@ -115,6 +115,33 @@ def test_the_worker_changes_nothing_until_the_head_installs_then_commits_with_it
     assert st["applied"] == st["wanted"] and st["tp_unit_live"] == "u2" and not pair.worker.txn_dir().exists()
     # the head's status says which unit it runs: what the worker matched on
     assert pair.head.status()["tp_unit_live"] == "u2"
+
+
+def test_a_replica_becoming_the_worker_leaves_the_routers_and_drains_before_it_restarts(pair):
+    """Two replicas formed into a pair: the future worker served clients until now, so its transaction fails its
+    router health path and drains before its engine restarts headless, as a serving box's rollout does; a worker that
+    was already headless (the pair's own rollouts, above) has no clients and does neither."""
+    for b in (pair.head, pair.worker):  # both serve as replicas (no --headless)
+        b.stage("qwen")
+        assert b.run(txn="replicas").returncode == 0
+        (b.sd / "calls.log").unlink()
+    pair.stage("qwen-pair", "u1")
+    w = pair.start_worker("t1")
+    wait_phase(pair.worker, "awaiting-head")
+    calls = pair.worker.calls()
+    assert calls.count("reload nginx.service") == 2 and restarts(pair.worker) == 0, calls  # out, then drained
+    assert sorted(p.name for p in pair.worker.drain.iterdir()) == ["coder.conf", "coder.unready.conf"]
+    r = pair.head.run(txn="t1")
+    out = w.communicate(timeout=60)[0]
+    assert r.returncode == 0 and w.returncode == 0, r.stdout + out
+    assert "draining 'coder'" in out and pair.worker.live_model() == "qwen-pair"
+    assert list(pair.worker.drain.iterdir()) == []  # lifted at the commit
+    pair.stage("qwen-pair2", "u2")  # now headless: the next rollout neither leaves the routers nor drains
+    (pair.worker.sd / "calls.log").unlink()
+    w = pair.start_worker("t2")
+    assert pair.head.run(txn="t2").returncode == 0
+    out = w.communicate(timeout=60)[0]
+    assert w.returncode == 0 and "draining" not in out, out
 
 
 def test_a_head_that_fails_its_gate_brings_both_boxes_back_to_the_previous_configuration(pair):
