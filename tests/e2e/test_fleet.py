@@ -433,6 +433,9 @@ def test_a_tensor_parallel_pool_beside_a_box_behind_one_router(fleet):
     worker_env = sim_exec("spark-2", "cat /etc/sparkctl/vllm-coder.env")
     for env, rank in ((head_env, "0"), (worker_env, "1")):
         assert f"--node-rank {rank}" in env and "--master-addr 10.250.0.11" in env and "--nnodes 2" in env
+    stale = sim_exec("spark-2", "systemctl is-active vllm-embed-qwen3.service vllm-embed-bge-m3.service || true")
+    record(f"fleet: the new worker's embedder units afterwards (not removed by the deploy): {' '.join(stale.split())}",
+           len([x for x in stale.split() if x == "active"]), "n")
     assert "--headless" in worker_env and "--tensor-parallel-size" not in sim_exec("spark-3",
                                                                                     "cat /etc/sparkctl/vllm-coder.env")
     boxes = json.loads((REPO_ROOT / "handoff" / "router.json").read_text())["models"]["coder"]["boxes"]
