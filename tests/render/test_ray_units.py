@@ -23,7 +23,8 @@ GROUPS = [["all", "gx10"], ["all", "gx10", "sim"]]
 def ray_pair(groups: list[str], tmp_path, **changes) -> dict:
     data = groupdata.load(groups)
     data.update(MODEL_LOCK_FILE=FAKE_LOCK, SECRETS_DIR=str(tmp_path), SPARK_TOPOLOGY="tensor-parallel",
-                TP_BACKEND="ray", CX7_ADDRESSES={"spark-1": ["192.168.100.10/24"], "spark-2": ["192.168.100.11/24"]},
+                TP_BACKEND="ray", CX7_ADDRESSES={"spark-1": ["192.168.100.10/24", "192.168.101.10/24"],
+                                                    "spark-2": ["192.168.100.11/24", "192.168.101.11/24"]},
                 **changes)
     return {h: validate(dict(data), h, hosts=PAIR, read_secrets=False) for h in PAIR}
 
