@@ -18,14 +18,17 @@ deploy: bootstrap
 check: bootstrap
 	@if [ -z "$$GX10_HOSTS" ]; then $(PY) -m sparkctl check --sim; else $(PY) -m sparkctl check; fi
 
+# The tests that need no simulated Spark run first, spread over the machine's cores (pytest-xdist); the end-to-end
+# scenarios then run in one process (they share one simulated Spark). Both always run; either failing fails the target.
 test: bootstrap
-	$(PY) -m pytest
+	@rc=0; $(PY) -m pytest -m "not e2e" -n auto || rc=$$?; $(PY) -m pytest -m e2e || rc=$$?; exit $$rc
 
 test-extended: bootstrap
-	SPARKCTL_E2E_EXTENDED=1 $(PY) -m pytest
+	@rc=0; $(PY) -m pytest -m "not e2e" -n auto || rc=$$?; \
+	SPARKCTL_E2E_EXTENDED=1 $(PY) -m pytest -m e2e || rc=$$?; exit $$rc
 
 test-fast: bootstrap
-	$(PY) -m pytest -m "not e2e"
+	$(PY) -m pytest -m "not e2e" -n auto
 
 plan: bootstrap
 	$(PY) -m sparkctl plan
