@@ -158,13 +158,14 @@ def main(cfg: dict) -> dict:
         svc["rollout_running"] = states.get(rollout_unit(name), {}).get("ActiveState") in files["unit_running"]
         probe_service(svc, cfg)
     watchdog = read_json(files["watchdog"]) if os.path.exists(files["watchdog"]) else None
+    retired = read_json(files["retired"]) if os.path.exists(files["retired"]) else None
     try:
         cert_expiry = ssl.cert_time_to_seconds(ssl._ssl._test_decode_cert(cfg["cert"])["notAfter"])
     except (OSError, ssl.SSLError, KeyError, ValueError):
         cert_expiry = None
     return {"schema": "sparkctl.status.box/2", "now": time.time(), "services": services,
             "mem_available_bytes": mem_available(), "last_rollouts": last_rollouts(cfg["state_dir"], files["result"]),
-            "watchdog": watchdog, "cert_expiry": cert_expiry, "probe_s": round(time.monotonic() - t0, 3)}
+            "watchdog": watchdog, "retired": retired, "cert_expiry": cert_expiry, "probe_s": round(time.monotonic() - t0, 3)}
 
 
 if __name__ == "__main__":

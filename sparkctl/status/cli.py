@@ -50,9 +50,24 @@ def render(result: dict, width: int = 200) -> str:
         for row in info["services"]:
             table.add_row(*[cell(key, row) for key, _h in COLUMNS])
         console.print(table)
+        if info.get("retired"):
+            console.print(retired_line(box, info["retired"]), highlight=False, markup=False, soft_wrap=True)
         for line in rollout_lines(box, info):
             console.print(line, highlight=False, markup=False, soft_wrap=True)
     return buf.getvalue()
+
+
+def retired_line(box: str, marker: dict) -> str:
+    """A retired box's services are down on purpose: say so, and how it comes back."""
+    return (f"{box}: RETIRED at {marker.get('at', '?')} (transaction {marker.get('txn', '?')}): its services are "
+            f"stopped on purpose; `pyinfra inventory.py deploy.py --limit {box}` brings it back")
+
+
+def unwell(box: dict) -> bool:
+    """Something wrong on a box: unreachable, or a service down or given up on, unless the box was retired."""
+    if box["error"]:
+        return True
+    return not box.get("retired") and not all(r["healthy"] and not r["watchdog_gave_up"] for r in box["services"])
 
 
 def rollout_lines(box: str, info: dict) -> list[str]:
@@ -81,9 +96,7 @@ def run(args) -> int:
         raise SparkctlError("no host configured: set GX10_HOSTS=<box>[,<box>] or run `python -m sparkctl sim up`")
     result = fleet.status(configured, load().cfg)  # the configured box's group data, validated
     print(json.dumps(result, indent=2) if args.json else render(result), end="" if not args.json else "\n")
-    bad = any(b["error"] or not all(r["healthy"] and not r["watchdog_gave_up"] for r in b["services"])
-              for b in result["boxes"].values())
-    return 1 if bad else 0
+    return 1 if any(unwell(b) for b in result["boxes"].values()) else 0
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:

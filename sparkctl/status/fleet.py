@@ -4,7 +4,8 @@ Row fields (the --json output, schema "sparkctl.status/2"): box, service, served
 active, up_since, healthy, running, waiting, kv_usage_pct, mem_available_gib, watchdog_restarts,
 watchdog_gave_up, cert_expires_in_days, rollout_running; per box also "last_rollouts" (per service its result file
 STATE_DIR/rollout/vllm-<service>.result.json: "file", "mtime", and "data", its JSON as the box wrote it), "probe_s"
-(wall time of the round trip) and "error".
+(wall time of the round trip), "error", and "retired" (null, or the marker `retire.py` wrote: its transaction, when,
+what it stopped; its services are down on purpose).
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ def probe_files(cfg: GroupData) -> dict:
     """Where the probe finds each service's files on the box (the contract's layout: globs, "*" the service)."""
     every = contract.Paths("*", cfg.ENV_DIR, contract.rollout_dir(cfg.STATE_DIR))
     return {"env": every.env, "result": every.result, "watchdog": contract.watchdog_state(cfg.STATE_DIR),
+            "retired": contract.retired_marker(cfg.STATE_DIR),
             "unit": contract.unit_of("{}"), "rollout_unit": contract.rollout_unit("{}"),
             "unit_running": list(contract.UNIT_RUNNING)}
 
@@ -92,7 +94,7 @@ def row(box: str, name: str, svc: dict, watchdog: dict, box_facts: dict) -> dict
 def status(hosts: list[HostConn], cfg: GroupData) -> dict:
     boxes = {}
     for name, report in ask_all(hosts, cfg).items():
-        boxes[name] = {"error": report.get("error"), "probe_s": report.get("probe_s"),
+        boxes[name] = {"error": report.get("error"), "probe_s": report.get("probe_s"), "retired": report.get("retired"),
                        "last_rollouts": dict(sorted((report.get("last_rollouts") or {}).items())),
                        "services": rows(name, report)}
     return {"schema": "sparkctl.status/2", "boxes": boxes}

@@ -166,3 +166,20 @@ def test_status_command_is_registered_and_exits_nonzero_when_something_is_wrong(
     assert main.main(["status", "--json"]) == 1  # embed-qwen3 is down and the watchdog gave up on it
     out = json.loads(capsys.readouterr().out)
     assert out["schema"] == "sparkctl.status/2" and len(out["boxes"]["spark-1"]["services"]) == 2
+
+
+def test_a_retired_box_says_so_and_its_stopped_services_are_not_an_outage(box, gx10_data, monkeypatch):  # noqa: F811
+    """After the real retire script ran on the stand-in box, status reads its marker: the table says RETIRED and how
+    the box comes back, and `status` exits 0 for its stopped coder (the same stopped coder without the marker: 1)."""
+    from tests.box.test_retire_box import retire, serving_box
+    serving_box(box)
+    assert retire(box, txn="r7").returncode == 0
+    data = dict(gx10_data, ENV_DIR=str(box.env_dir), STATE_DIR=str(box.state))
+    result = fleet.status([LocalHost(name="spark-3", address="127.0.0.1")], typed(data))
+    spark3 = result["boxes"]["spark-3"]
+    assert spark3["retired"]["txn"] == "r7" and spark3["services"][0]["healthy"] is False
+    text = cli.render(result)
+    assert f"spark-3: RETIRED at {spark3['retired']['at']} (transaction r7): its services are stopped on purpose; " \
+           "`pyinfra inventory.py deploy.py --limit spark-3` brings it back" in text
+    assert not cli.unwell(spark3) and cli.unwell({**spark3, "retired": None})
+    assert cli.unwell({**spark3, "error": "no answer over ssh within 10 s (STATUS_SSH_TIMEOUT_S)"})
