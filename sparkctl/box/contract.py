@@ -30,6 +30,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
+import shlex
 import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -258,6 +260,29 @@ def retire_dir(state_dir: str) -> str:
 def retired_marker(state_dir: str) -> str:
     """Written once the box is out of service (what stopped, when); a deploy that serves again removes it."""
     return f"{retire_dir(state_dir)}/retired.json"
+
+
+# --- services the box no longer runs (retire.py --stale, run by the deploy as the transient unit STALE_UNIT) -------
+STALE_UNIT = "sparkctl-retire-stale.service"
+REMOVED, NOTHING_STALE = "removed", "nothing-stale"
+RETIRE_CODES.update({REMOVED: 0, NOTHING_STALE: 0})
+
+
+def stale_dir(state_dir: str) -> str:
+    """STALE_UNIT's current run, log and result (apart from a whole retire's: the two never attach to each other)."""
+    return f"{retire_dir(state_dir)}/stale"
+
+
+def vllm_args_of(env: bytes) -> list[str]:
+    """The `vllm serve` words of an env file's VLLM_ARGS, as systemd reads the double-quoted value ([]: none)."""
+    raw = next((line.split("=", 1)[1] for line in env.decode("utf-8", "replace").splitlines()
+                if line.startswith("VLLM_ARGS=")), "")
+    if len(raw) >= 2 and raw[0] == raw[-1] == '"':
+        raw = re.sub(r'\\(["\\`$])', r"\1", raw[1:-1])
+    try:
+        return shlex.split(raw)
+    except ValueError:
+        return []
 
 
 # the header whose value lets the acceptance probe through while its box keeps everyone else drained: the box's
