@@ -13,6 +13,9 @@ it with the other rollout scripts), the control side as `sparkctl.box.contract`.
 - TP_UNIT: the env-file line that makes the two boxes of a tensor-parallel pair one unit (tp_unit_of() reads it).
 - Paths: where the box keeps each service's files (live, staged, the transaction's state and snapshot, stamp,
   result, log, failure records), and PROBE_HEADER, the acceptance probe's pass through a drained proxy.
+- Retiring: the transient units of retire.py (a whole box: RETIRE_UNIT; the services it no longer runs, the
+  deploy's --stale run: STALE_UNIT), their outcomes and codes (RETIRE_CODES), and vllm_args_of(), the `vllm serve`
+  words of an env file (what a stale service served, and on which port).
 - decision(): the acceptance verdict's commit or rollback under ACCEPTANCE_MODE (warn keeps, fail undoes).
 - ARGS: every argument of every rollout.py command: its flag, where its value comes from (a group-data setting, a
   fact of the service, of its role, or of the call), its type, and the commands that take it. rollout.py's parser
