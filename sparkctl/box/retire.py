@@ -13,8 +13,9 @@ at any instant without changing the outcome.
                                        -> the retire itself, as apply starts it
 <what>: --serve SERVED=PORT per served model, --service NAME per vLLM service (a tensor-parallel worker's too),
 --unit UNIT for other units that stop with them (Ray), --quiet UNIT for what would restart or judge them (the
-watchdog); or --stale with --keep NAME per service the box is configured to run (below). <limits>: --unready-wait (ROUTER_OUT_WAIT_S), --drain-timeout (DRAIN_TIMEOUT_S), --retry-after
-(DRAIN_RETRY_AFTER_S), --interval (HEALTH_POLL_INTERVAL_S), --textfile-dir (TEXTFILE_DIR).
+watchdog); or --stale with --keep NAME per service the box is configured to run (below). <limits>: --unready-wait
+(ROUTER_OUT_WAIT_S), --drain-timeout (DRAIN_TIMEOUT_S), --retry-after (DRAIN_RETRY_AFTER_S), --interval
+(HEALTH_POLL_INTERVAL_S), --textfile-dir (TEXTFILE_DIR).
 
 The run, in order: the --quiet units stop and are disabled (nothing restarts or judges the services meanwhile);
 every served model fails its router health path (rollout_drain.unready_on) and, when one of them served, the run

@@ -33,8 +33,8 @@ def spare(tmp_path_factory):
 def test_a_service_no_longer_configured_goes_to_the_boxs_stale_run(spare):
     apply = next(c for c in stale_calls(spare) if "retire.py apply" in c)
     # the box keeps every configured service, pauses the watchdog, gets the existing settings' limits
-    for part in ("apply --stale --keep coder --keep embed-qwen3 --keep embed-bge-m3", "--quiet sparkctl-watchdog.service",
-                 "--unready-wait 20", "--drain-timeout 1800", "--retry-after 30", "SPARKCTL_ENV_DIR=/etc/sparkctl"):
+    for part in ("apply --stale --keep coder --keep embed-qwen3 --keep embed-bge-m3",
+                 "--quiet sparkctl-watchdog.service", "--unready-wait 20", "--drain-timeout 1800", "--retry-after 30", "SPARKCTL_ENV_DIR=/etc/sparkctl"):
         assert part in apply, (part, apply)
     assert "--serve" not in apply and "--service" not in apply  # the box's own files name what goes
     assert any("retire.py follow --stale --txn fake-stale" in c for c in stale_calls(spare))
