@@ -67,3 +67,17 @@ def test_refused_when_a_rollout_owns_the_stale_service(tmp_path):
     assert out["failed_hosts"] == ["@fake/gx10"]
     assert "a rollout or restart owns embed-old now" in out["log"]
     assert not any("rollout.py apply" in c for c in out["commands"])  # the box stops there
+
+
+def test_a_box_that_becomes_a_tensor_parallel_worker_has_its_embedders_removed(tmp_path):
+    """Both boxes ran the coder and both embedders; made a pair, the worker runs only its headless engine."""
+    mp = pytest.MonkeyPatch()
+    mp.setenv("FAKE_STALE", "embedders")
+    mp.setenv("FAKE_HOSTS", "2")
+    try:
+        out = run_fake("dgx", tmp_path, "--data", "SPARK_TOPOLOGY=tensor-parallel")
+    finally:
+        mp.undo()
+    worker = [c for c in out["by_host"]["@fake/spark-2"] if "retire.py apply --stale" in c]
+    assert len(worker) == 1 and "--stale --keep coder --quiet" in worker[0], worker  # only the engine is kept
+    assert not any("retire.py apply" in c for c in out["by_host"]["@fake/spark-1"])  # the head keeps them all
