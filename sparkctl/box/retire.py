@@ -4,7 +4,8 @@ in one run that systemd owns (the transient unit contract.RETIRE_UNIT), so the c
 at any instant without changing the outcome.
 
     retire.py status <what>            -> ONE JSON object: the marker of a retired box (or null), each unit's
-                                          state, the services a rollout owns now, whether a retire runs
+                                          state, the services a rollout owns now, whether a retire runs (--stale:
+                                          also "stale", each stale service's files)
     retire.py apply <what> <limits>    -> starts `retire.py run` as the transient unit, or attaches to the one
                                           running; prints {"txn": ID, "attached": bool} and returns at once
     retire.py follow [--stale] --txn ID [--offset N]
