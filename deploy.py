@@ -1,8 +1,9 @@
 """CARouter Cloud GX10: from stock OS to serving.   pyinfra inventory.py deploy.py
 
 The steps, in order (each one module in tasks/): preflight -> nvidia -> vllm -> (CX7 link and Ray, tensor-parallel
-only) -> checkpoints -> OOM guard -> proxy -> services (each changed coder judged by the acceptance probe through
-the proxy inside its rollout, its box drained for clients meanwhile) -> monitoring -> health -> acceptance (of a
+only) -> checkpoints -> OOM guard -> stale services (those the box no longer runs: drained, stopped, removed) ->
+proxy -> services (each changed coder judged by the acceptance probe through the proxy inside its rollout, its box
+drained for clients meanwhile) -> monitoring -> health -> acceptance (of a
 coder still found waiting) -> (tensor-parallel: the worker's result, which follows the head's) -> (Ray units no
 longer configured: retired) -> gateway hand-off; then, on a `gateway` host, the front door (after every box's
 steps). What a step needs from an earlier one is returned by it and handed on here. Bad settings are refused before
@@ -25,6 +26,7 @@ from tasks.oom_guard import oom_guard
 from tasks.preflight import preflight, settings_for_host
 from tasks.proxy import proxy
 from tasks.services import services
+from tasks.stale import stale
 from tasks.tp_worker import tp_worker_result
 from tasks.vllm import vllm
 
@@ -37,6 +39,7 @@ if "gx10" in host.groups:
     link(settings)
     checkpoints(settings)
     oom_guard(settings)
+    stale(settings)  # before the proxy drops their locations and the services' rollouts need their memory
     proxy(settings)  # before the services: a coder is judged through it as soon as its box waits for a verdict
     rollouts = services(settings, judge=judge_waiting)  # what its rollouts learn while they execute, for later steps
     monitoring(settings, shared_scripts)

@@ -111,11 +111,11 @@ def box_args(settings: Settings) -> tuple[list[str], list[str]]:
     return what, limits
 
 
-def _follow(host, kw: dict, retire_py, txn: str, interval: float) -> dict | None:
+def _follow(host, kw: dict, retire_py, txn: str, interval: float, mode: list[str]) -> dict | None:
     """Print the box's retire log as it grows; its recorded result (None: lost track of it)."""
     offset, misses = 0, 0
     while misses <= LOST_AFTER:
-        ok, out = host.run_shell_command(retire_py(["follow", "--txn", txn, "--offset", str(offset)]), **kw)
+        ok, out = host.run_shell_command(retire_py(["follow", *mode, "--txn", txn, "--offset", str(offset)]), **kw)
         lines = out.stdout_lines if ok else []
         if not lines or not lines[-1].startswith("@@ "):
             misses += 1
@@ -131,28 +131,36 @@ def _follow(host, kw: dict, retire_py, txn: str, interval: float) -> dict | None
     return None
 
 
-def _retire(state, host, retire_py, apply_args: list[str], interval: float, handoffs: list[dict]) -> bool:
-    """Start (or attach to) the box's retire, follow it to its result, report it, mark the hand-off not ready."""
+def box_run(host, retire_py, apply_args: list[str], interval: float, succeeded: tuple[str, ...]) -> dict | None:
+    """Start (or attach to) the box's run (retire.py apply; a --stale run when apply_args say so), follow it to its
+    result and report it: the result when its outcome is one of `succeeded`, else None (said in red)."""
     kw = connector_args(host)
     ok, out = host.run_shell_command(retire_py(["apply", *apply_args]), **kw)
     started = next((json.loads(x) for x in reversed(out.stdout_lines) if x.startswith("{")), None) if ok else None
     if not started:
         host.log_styled(f"retire.py apply failed: {' '.join(out.stderr_lines)[-2000:]}", fg="red",
                         log_func=logger.error)
-        return False
+        return None
     if started.get("attached"):
-        host.log(f"attaching to retire {started['txn']}, already running on the box")
-    result = _follow(host, kw, retire_py, started["txn"], interval)
+        host.log(f"attaching to run {started['txn']}, already running on the box")
+    result = _follow(host, kw, retire_py, started["txn"], interval, ["--stale"] if "--stale" in apply_args else [])
     if result is None:
-        host.log_styled(f"lost track of retire {started['txn']}; it goes on on the box: rerun retire.py to attach "
-                        f"to it or read its result", fg="red", log_func=logger.error)
-        return False
-    if result.get("outcome") not in (contract.RETIRED, contract.ALREADY_RETIRED):
+        host.log_styled(f"lost track of run {started['txn']}; it goes on on the box: rerun the deploy to attach to "
+                        f"it or read its result", fg="red", log_func=logger.error)
+        return None
+    if result.get("outcome") not in succeeded:
         host.log_styled(f"{result.get('outcome')}: {result.get('message')}", fg="red", log_func=logger.error)
+        return None
+    logger.info(f"{host.name}: {result.get('message')}")
+    return result
+
+
+def _retire(state, host, retire_py, apply_args: list[str], interval: float, handoffs: list[dict]) -> bool:
+    """The box's retire, followed to its result; the hand-off then records the box not ready."""
+    if box_run(host, retire_py, apply_args, interval, (contract.RETIRED, contract.ALREADY_RETIRED)) is None:
         return False
     for target in handoffs:  # the hand-off then records it not ready: a later retire counts it out
         mark_ready(host, target, False)
-    logger.info(f"{host.name}: {result.get('message')}")
     return True
 
 

@@ -13,6 +13,9 @@ it with the other rollout scripts), the control side as `sparkctl.box.contract`.
 - TP_UNIT: the env-file line that makes the two boxes of a tensor-parallel pair one unit (tp_unit_of() reads it).
 - Paths: where the box keeps each service's files (live, staged, the transaction's state and snapshot, stamp,
   result, log, failure records), and PROBE_HEADER, the acceptance probe's pass through a drained proxy.
+- Retiring: the transient units of retire.py (a whole box: RETIRE_UNIT; the services it no longer runs, the
+  deploy's --stale run: STALE_UNIT), their outcomes and codes (RETIRE_CODES), and vllm_args_of(), the `vllm serve`
+  words of an env file (what a stale service served, and on which port).
 - decision(): the acceptance verdict's commit or rollback under ACCEPTANCE_MODE (warn keeps, fail undoes).
 - ARGS: every argument of every rollout.py command: its flag, where its value comes from (a group-data setting, a
   fact of the service, of its role, or of the call), its type, and the commands that take it. rollout.py's parser
@@ -30,6 +33,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
+import shlex
 import sys
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -258,6 +263,29 @@ def retire_dir(state_dir: str) -> str:
 def retired_marker(state_dir: str) -> str:
     """Written once the box is out of service (what stopped, when); a deploy that serves again removes it."""
     return f"{retire_dir(state_dir)}/retired.json"
+
+
+# --- services the box no longer runs (retire.py --stale, run by the deploy as the transient unit STALE_UNIT) -------
+STALE_UNIT = "sparkctl-retire-stale.service"
+REMOVED, NOTHING_STALE = "removed", "nothing-stale"
+RETIRE_CODES.update({REMOVED: 0, NOTHING_STALE: 0})
+
+
+def stale_dir(state_dir: str) -> str:
+    """STALE_UNIT's current run, log and result (apart from a whole retire's: the two never attach to each other)."""
+    return f"{retire_dir(state_dir)}/stale"
+
+
+def vllm_args_of(env: bytes) -> list[str]:
+    """The `vllm serve` words of an env file's VLLM_ARGS, as systemd reads the double-quoted value ([]: none)."""
+    raw = next((line.split("=", 1)[1] for line in env.decode("utf-8", "replace").splitlines()
+                if line.startswith("VLLM_ARGS=")), "")
+    if len(raw) >= 2 and raw[0] == raw[-1] == '"':
+        raw = re.sub(r'\\(["\\`$])', r"\1", raw[1:-1])
+    try:
+        return shlex.split(raw)
+    except ValueError:
+        return []
 
 
 # the header whose value lets the acceptance probe through while its box keeps everyone else drained: the box's

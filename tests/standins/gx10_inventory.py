@@ -31,6 +31,25 @@ _responses["retire.py status"] = {
                '"vllm-coder.service": {"active": false, "enabled": false}}, "owned": [], "running": false}',
     "owned": '{"retired": null, "units": {}, "owned": ["coder"], "running": false}',
 }.get(os.environ.get("FAKE_RETIRE", ""), "{}")
+# the stale step (tasks/stale.py): FAKE_STALE="" nothing installed beyond the configuration, "spare" a service
+# embed-old installed but no longer configured, "owned" ... and a rollout owns it (the box's run refuses),
+# "embedders" the coder and both embedders installed (a box that served them all before)
+_installed = {"embedders": ["/etc/sparkctl/vllm-coder.env", "/etc/systemd/system/vllm-embed-qwen3.service",
+                            "/etc/sparkctl/vllm-embed-qwen3.env", "/etc/systemd/system/vllm-embed-bge-m3.service",
+                            "/etc/sparkctl/vllm-embed-bge-m3.env"]}.get(os.environ.get("FAKE_STALE", ""))
+if os.environ.get("FAKE_STALE"):
+    _stale_result = {"spare": '"outcome": "removed", "rc": 0, "served": ["embed-old"], "message": "out of the routers, '
+                              'drained (0 in flight after 1.5 s), embed-old stopped, disabled and removed (no longer '
+                              'configured here)"',
+                     "embedders": '"outcome": "removed", "rc": 0, "served": ["embed-qwen3", "embed-bge-m3"], '
+                                  '"message": "embed-qwen3+embed-bge-m3 stopped, disabled and removed"',
+                     "owned": '"outcome": "retire-refused", "rc": 9, "message": "not removing embed-old (no longer '
+                              'configured here): a rollout or restart owns embed-old now"'}[os.environ["FAKE_STALE"]]
+    _responses = {"vllm-*.env.next; do": _installed or ["/etc/systemd/system/vllm-embed-old.service",
+                                                        "/etc/sparkctl/vllm-coder.env", "/etc/sparkctl/vllm-embed-old.env"],
+                  "retire.py apply --stale": '{"txn": "fake-stale", "attached": false}',
+                  "retire.py follow --stale": '@@ {"offset": 0, "running": false, "done": true, "result": {'
+                                              + _stale_result + '}}', **_responses}
 if _kind == "dgx":
     _responses["nvidia-smi --query-gpu"] = "NVIDIA GB10, 12.1, 580.95.05"
     _responses["/etc/dgx-release"] = _exists.format("/etc/dgx-release")

@@ -94,7 +94,7 @@ def systemctl(args):
         blocks = []
         for u in units:
             st = load(u)
-            if u.startswith("sparkctl-rollout-") or u == "sparkctl-retire.service":  # transient units
+            if u.startswith(("sparkctl-rollout-", "sparkctl-retire")):  # transient units
                 up = alive(st.get("pid", 0))
                 st = {"ActiveState": "active" if up else "inactive", "SubState": "running" if up else "dead"}
             blocks.append("\n".join([f"Id={u}"] + [f"{k}={st.get(k, '')}" for k in
@@ -103,14 +103,19 @@ def systemctl(args):
         print("\n\n".join(blocks))
         return 0
     note(" ".join(args))
-    if verb == "restart":
+    if verb in ("restart", "start") and args[1].startswith("vllm-"):
         return start(args[1])
+    if verb == "start":
+        st = load(args[1])
+        st.update(ActiveState="active", SubState="running")
+        save(args[1], st)
+        return 0
     unit = args[-1]
     if verb == "stop" or (verb == "disable" and "--now" in args):
         st = load(unit)
         st.update(ActiveState="inactive", SubState="dead")
         save(unit, st)
-        if verb == "stop" or unit.startswith("vllm-"):  # (a watchdog's stop leaves the model serving)
+        if unit.startswith("vllm-"):  # (a watchdog's stop leaves the model serving)
             serving(False)
     if verb in ("enable", "disable"):
         st = load(unit)
