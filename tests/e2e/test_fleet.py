@@ -433,9 +433,18 @@ def test_a_tensor_parallel_pool_beside_a_box_behind_one_router(fleet):
     worker_env = sim_exec("spark-2", "cat /etc/sparkctl/vllm-coder.env")
     for env, rank in ((head_env, "0"), (worker_env, "1")):
         assert f"--node-rank {rank}" in env and "--master-addr 10.250.0.11" in env and "--nnodes 2" in env
-    stale = sim_exec("spark-2", "systemctl is-active vllm-embed-qwen3.service vllm-embed-bge-m3.service || true")
-    record(f"fleet: the new worker's embedder units afterwards (not removed by the deploy): {' '.join(stale.split())}",
-           len([x for x in stale.split() if x == "active"]), "n")
+    # the worker's embedders (a tensor-parallel worker runs only its headless engine) were drained, stopped, disabled
+    # and removed by the deploy's stale step, before the proxy and services steps
+    embedders = "vllm-embed-qwen3.service vllm-embed-bge-m3.service"
+    states = sim_exec("spark-2", f"systemctl is-active {embedders} || true").split()
+    enabled = sim_exec("spark-2", f"systemctl is-enabled {embedders} 2>/dev/null || true").split()
+    record(f"fleet: the new worker's embedder units afterwards: {' '.join(states)}",
+           len([x for x in states if x == "active"]), "n")
+    assert states == ["inactive", "inactive"] and not {"enabled", "enabled-runtime"} & set(enabled), (states, enabled)
+    left = sim_exec("spark-2", "ls /etc/sparkctl/vllm-embed-* /etc/systemd/system/vllm-embed-* 2>/dev/null || true")
+    assert left.strip() == "", left  # unit and env files, live and staged, are gone
+    assert "stopped, disabled and removed (no longer configured here)" in run.output, run.output[-3000:]
+    assert not sim_exec("spark-2", f"ls {fleet.spark.data['STATE_DIR']}/retire/retired.json 2>/dev/null || true")
     assert "--headless" in worker_env and "--tensor-parallel-size" not in sim_exec("spark-3",
                                                                                     "cat /etc/sparkctl/vllm-coder.env")
     boxes = json.loads((REPO_ROOT / "handoff" / "router.json").read_text())["models"]["coder"]["boxes"]
@@ -451,3 +460,6 @@ def test_a_tensor_parallel_pool_beside_a_box_behind_one_router(fleet):
     record("fleet: the pair back to two replicas beside spark-3 (the plain group data)", run.seconds)
     assert run.rc == 0, run.failure()
     assert "--headless" not in sim_exec("spark-2", "cat /etc/sparkctl/vllm-coder.env")
+    back = sim_exec("spark-2", f"systemctl is-active {embedders} || true").split()
+    assert back == ["active", "active"], back  # configured again: installed afresh by their rollouts
+    assert sim_exec("spark-2", f"ls {fleet.spark.data['DRAIN_DIR']} | grep embed || true").strip() == ""
