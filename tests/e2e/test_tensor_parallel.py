@@ -85,6 +85,15 @@ def test_tensor_parallel_over_the_simulated_link(tensor_parallel):
     assert "health through https://10.250.0.11:443" in run.output and run.output.count("healthy") >= 3
     assert "health through https://10.250.0.12:443" in run.output  # the worker: unit up, no API of its own
     assert "Worker_TP1" in sim_exec("spark-2", "journalctl -u vllm-coder.service --no-pager -o cat | tail -n 400")
+    # the worker runs only its headless engine: its embedders were drained, stopped, disabled and removed by the
+    # deploy's stale step (their memory is the pair's), the worker not marked retired
+    embedders = "vllm-embed-qwen3.service vllm-embed-bge-m3.service"
+    assert sim_exec("spark-2", f"systemctl is-active {embedders} || true").split() == ["inactive", "inactive"]
+    assert sim_exec("spark-2", "ls /etc/sparkctl/vllm-embed-* /etc/systemd/system/vllm-embed-* 2>/dev/null || true") \
+        .strip() == ""
+    assert "stopped, disabled and removed (no longer configured here)" in run.output
+    marker = f"{groupdata.load(GROUPS)['STATE_DIR']}/retire/retired.json"
+    assert sim_exec("spark-2", f"test -e {marker} && echo retired || true").strip() == ""
 
 
 # the head's unit: a candidate carrying the marker starts, stays "activating" for a while, then fails (an
