@@ -40,7 +40,7 @@ def test_the_simulated_pool_refuses_the_first_embedder_without_the_planned_utili
     main_env = "/run/sparkctl-e2e-main.env"
     sim_exec(HOST, f"sed -E 's/ --gpu-memory-utilization [0-9.]+//' {live} > {main_env}")
     try:
-        assert "--gpu-memory-utilization" not in sim_exec(HOST, f"cat {main_env}")
+        assert "--gpu-memory-utilization" not in sim_exec(HOST, f"grep ^VLLM_ARGS= {main_env}")
         rc, text = standin_start(converged_spark, "embed-bge-m3", main_env)
     finally:
         sim_exec(HOST, f"rm -f {main_env}")
