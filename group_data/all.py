@@ -47,22 +47,30 @@ APT_CACHE_TIME_S = 3600  # seconds an `apt-get update` stays fresh for the deplo
 
 # --- system packages the services need --------------------------------------------------------------------
 SYSTEM_PACKAGES = ["python3-venv", "libnuma1", "curl", "nginx", "earlyoom", "rsync"]  # libnuma1: vLLM's _C links it
-VLLM_BUILD_PACKAGES = []  # compilers vLLM needs at run time on this platform (none with CUDA wheels)
+# What vLLM compiles with at run time on the box: Triton (Qwen3.8's Gated DeltaNet layers run as Triton kernels)
+# builds its launcher with the system C compiler against Python.h at first use; without them the engine dies at
+# start-up after a clean install ("Python.h: No such file or directory", vllm-project/vllm issue #27890)
+VLLM_BUILD_PACKAGES = ["build-essential", "python3-dev"]  # Debian packages: C compiler, Python.h for python3
 
 # --- vLLM ----------------------------------------------------------------------------------------------------
 VLLM_VERSION = "0.32.0"  # vLLM release every service runs (same on the simulated Spark's CPU build)
 VLLM_DIST = "vllm"  # pip distribution whose installed version is checked against VLLM_VERSION
-VLLM_PIP_REQUIREMENT = (  # what pip installs: the aarch64 CUDA 13 wheel from vLLM's release assets
-    "https://github.com/vllm-project/vllm/releases/download/v0.32.0/"
-    "vllm-0.32.0+cu130-cp38-abi3-manylinux_2_28_aarch64.whl"
-)
-VLLM_PIP_EXTRA_INDEX_URLS = ["https://download.pytorch.org/whl/cu130"]  # where torch's cu130 build comes from
+# What pip installs, from PyPI: vLLM's aarch64 wheel there is its CUDA 13 build (it requires torch 2.13.0, whose
+# aarch64 wheel requires nvidia-*-cu13 and triton); `python -m sparkctl check --resolve` resolves it for the box
+VLLM_PIP_REQUIREMENT = "vllm==0.32.0"  # a pip requirement (name and version specifier)
+VLLM_PIP_URL_OK = False  # True allows a bare URL or path (http(s)://, file:, a .whl) as VLLM_PIP_REQUIREMENT
+VLLM_PIP_EXTRA_INDEX_URLS = []  # index URLs besides PyPI (a second torch index only if a setting asks: none)
 VLLM_PIP_CONSTRAINTS = []  # pip constraint lines (pins for the dependency resolver)
 VLLM_PIP_REMOVE = []  # distributions removed after install (none on a real box)
 VLLM_METADATA_ALIAS = ""  # when VLLM_DIST is not "vllm": version to register as a metadata-only "vllm" dist
 PIP_FIND_LINKS = []  # local wheel directories on the box (an air-gapped install points these at a wheelhouse)
 PIP_NO_INDEX = False  # True: install only from PIP_FIND_LINKS, never from an index
 PIP_VERSION = "26.3"  # pip version installed into the venv first (old pips mis-resolve local versions)
+# what the box's pip installs for, to resolve VLLM_PIP_REQUIREMENT on the control machine (check --resolve):
+BOX_PIP_PLATFORMS = ["manylinux_2_39_aarch64"]  # pip platform tags: Ubuntu 24.04's glibc 2.39 on arm64 (older
+# manylinux_2_x tags down to 2_17 are accepted too, as the box's pip does); empty: this machine's own platform
+BOX_PYTHON_VERSION = "3.12"  # major.minor of the python3 the venv is made with (Ubuntu 24.04's)
+PIP_FIND_LINKS_HERE = {}  # PIP_FIND_LINKS directory on the box -> its copy on this machine (repo-relative path)
 # --- versioned vLLM venvs: a new vLLM is built beside the running one ---
 VLLM_VENVS_KEEP = 2  # venvs kept under SPARKCTL_HOME/venvs (newest first) besides any a unit still names
 

@@ -3,6 +3,11 @@
     python -m sparkctl check                      # real-box group data (all, gx10) for the GX10_HOSTS boxes
     python -m sparkctl check --sim                # the simulated Spark's (all, gx10, sim) for its hosts
     python -m sparkctl check --data CODING_MODEL=laguna-s-2.1     # parsed as pyinfra parses --data
+    python -m sparkctl check --resolve            # also: what pip would install into the box's vLLM venv
+
+--resolve runs this machine's pip (a dry run, nothing installed) for the box's platform and Python (check/resolve.py):
+from the index, which must answer (else it is skipped, saying why), or from the simulated Spark's wheelhouse; it
+refuses a requirement pip cannot resolve for the box. Without it the check stays offline and says so.
 
 Every GATEWAY_HOSTS host (the `gateway` group) is checked as the deploy's gateway step checks it (check/gateway.py),
 over the boxes above; with --sim, the simulated Spark's gateway where one is configured.
@@ -15,10 +20,13 @@ from __future__ import annotations
 import argparse
 import sys
 
+from sparkctl.capacity.venv import vllm_venv
 from sparkctl.check.gateway import unique_gateways, validate_gateway
+from sparkctl.check.resolve import resolve_note
 from sparkctl.check.validate import validate_host
 from sparkctl.config import groupdata, hosts
 from sparkctl.config.groupdata import parse_data
+from sparkctl.config.schema import GroupData
 from sparkctl.errors import SparkctlError
 
 
@@ -43,7 +51,8 @@ def run(args: argparse.Namespace) -> int:
               f"{names[0]!r} ({', '.join(groups)})")
     data = {h.name: {**base, **h.pyinfra_data(), **overrides} for h in targets}
     models = {h.name: h.data["CODING_MODEL"] for h in targets if "CODING_MODEL" in h.data}  # a box's own
-    failed = [h for h in targets if not check_one(h, data[h.name], names, models)]
+    resolved = resolutions(args.resolve)
+    failed = [h for h in targets if not check_one(h, data[h.name], names, models, resolved)]
     gateways = gateway_hosts(args.sim) if configured or not args.sim else []  # no simulated Spark: no sim gateway
     gateways_ok = check_gateways(gateways, groups, data if configured else {}, overrides, models)
     return 2 if failed or not gateways_ok else 0
@@ -82,11 +91,14 @@ def check_gateways(gateways: list[hosts.HostConn], groups: list[str], boxes: dic
     return ok
 
 
-def check_one(h: hosts.HostConn, data: dict, names: list[str], models: dict[str, str] | None = None) -> bool:
+def check_one(h: hosts.HostConn, data: dict, names: list[str], models: dict[str, str] | None = None,
+              resolved: dict[str, str] | None = None) -> bool:
     """One inventory host's whole validation, printed; data in pyinfra's order (--data > host data > group data);
-    the address: ssh_hostname, as the deploy's."""
+    the address: ssh_hostname, as the deploy's. resolved: with --resolve, each venv's resolution note so far (one
+    pip run per distinct venv, whatever the number of boxes)."""
     try:
         s = validate_host(data, h.name, hosts=names, host_models=models)
+        note = resolution(s.cfg, resolved)
     except SparkctlError as exc:
         print(f"sparkctl check: {h.name}: {exc}", file=sys.stderr)
         return False
@@ -94,9 +106,24 @@ def check_one(h: hosts.HostConn, data: dict, names: list[str], models: dict[str,
         print(f"{h.name}: WARNING: {w}")
     print(f"{h.name}: ok: {s.role.name}, {', '.join(f'{v.name}={v.model.key}' for v in s.services) or 'no vLLM'}, "
           f"{len(s.checkpoints)} checkpoints locked")
-    for note in s.notes:
-        print(f"{h.name}:   {note}")
+    for line in (*s.notes, note):
+        print(f"{h.name}:   {line}")
     return True
+
+
+def resolutions(resolve: bool) -> dict[str, str] | None:
+    """Where --resolve keeps each venv's resolution note (None: the check stays offline)."""
+    return {} if resolve else None
+
+
+def resolution(cfg: GroupData, resolved: dict[str, str] | None) -> str:
+    """The venv's pip resolution for the box (--resolve), once per distinct venv; else why it did not run."""
+    if resolved is None:
+        return "pip resolution for the box: skipped (the check is offline; --resolve runs it)"
+    key = f"{vllm_venv(cfg)} {cfg.BOX_PIP_PLATFORMS} {cfg.BOX_PYTHON_VERSION} {sorted(cfg.PIP_FIND_LINKS_HERE.items())}"
+    if key not in resolved:
+        resolved[key] = resolve_note(cfg)
+    return resolved[key]
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -105,4 +132,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--sim", action="store_true", help="the simulated Spark's group data and hosts")
     p.add_argument("--data", action="append", metavar="KEY=VALUE",
                    help="override a setting for this check, as `pyinfra --data` does (repeatable)")
+    p.add_argument("--resolve", action="store_true",
+                   help="also resolve the vLLM venv's requirements for the box with this machine's pip (a dry run: "
+                        "reads the index, installs nothing)")
     p.set_defaults(func=run)

@@ -21,7 +21,7 @@ from typing import Any
 
 from packaging.requirements import InvalidRequirement, Requirement
 from packaging.specifiers import SpecifierSet
-from packaging.utils import parse_wheel_filename
+from packaging.utils import InvalidWheelFilename, parse_wheel_filename
 from packaging.version import Version
 
 from sparkctl.capacity import planner
@@ -328,7 +328,10 @@ def _required_version(requirement: str) -> tuple[str, SpecifierSet | None]:
     """(what the requirement names, the versions it allows): a wheel URL's own version, else its specifier."""
     name = requirement.rsplit("/", 1)[-1]
     if name.endswith(".whl"):
-        _dist, version, _build, _tags = parse_wheel_filename(name)
+        try:
+            _dist, version, _build, _tags = parse_wheel_filename(name)
+        except InvalidWheelFilename:  # pip refuses it on the box; nothing to compare here
+            return name, None
         return name, SpecifierSet(f"=={version.public}")  # 0.32.0+cu130 installs release 0.32.0
     try:
         req = Requirement(requirement)
@@ -345,6 +348,27 @@ def vllm_version(s: GroupData, shipped: Shipped) -> None:
                                                             ("VLLM_PIP_REQUIREMENT", s.VLLM_PIP_REQUIREMENT))
         raise SettingError(name, value, f"a value that agrees with {other} = {other_value!r}",
                            f"pip would install {what} ({allowed}) while the box checks for vLLM {s.VLLM_VERSION}")
+
+
+# a requirement that is a location, not a name and version: pip installs whatever the file holds, no index resolves it
+_BARE_URL = re.compile(r"^(https?://|file:|[./~]|[A-Za-z]:\\)|\.whl$", re.I)
+
+
+def _direct_url(requirement: str) -> bool:
+    """A PEP 508 direct reference (vllm@https://...): a name, but the file is the URL's."""
+    try:
+        return Requirement(requirement).url is not None
+    except InvalidRequirement:
+        return False
+
+
+def vllm_pip_url(s: GroupData, shipped: Shipped) -> None:
+    """VLLM_PIP_REQUIREMENT names a release pip resolves from the index; a URL or a path only when VLLM_PIP_URL_OK."""
+    if not s.VLLM_PIP_URL_OK and (_BARE_URL.search(s.VLLM_PIP_REQUIREMENT) or _direct_url(s.VLLM_PIP_REQUIREMENT)):
+        raise SettingError("VLLM_PIP_REQUIREMENT", s.VLLM_PIP_REQUIREMENT,
+                           "a requirement pip resolves from the index, such as vllm==0.32.0 (or set VLLM_PIP_URL_OK = "
+                           "True for a URL or a path)", "a bare URL or path installs whatever that file is: no index "
+                           "resolves it, and a release asset's name changes with vLLM's builds")
 
 
 def cuda_version(s: GroupData, shipped: Shipped) -> None:
@@ -477,8 +501,8 @@ def _embedder_floor(settings: Settings, i: int, gib: float) -> None:
 
 
 SETTINGS_RULES = (model_keys, embedder_ports, ports, scrape_timeout, link_keys, exposure, oom_order, memory,
-                  service_user, owned_flags, pair_restart, deploy_packages, gpu_devices, vllm_version, cuda_version,
-                  handoff_dir, router_out_wait)  # every entry point: the typed settings alone
+                  service_user, owned_flags, pair_restart, deploy_packages, gpu_devices, vllm_pip_url, vllm_version,
+                  cuda_version, handoff_dir, router_out_wait)  # every entry point: the typed settings alone
 
 
 def check_settings(s: GroupData, shipped: Shipped, ssh_port: int) -> None:

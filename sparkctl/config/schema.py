@@ -102,6 +102,13 @@ class GroupData(BaseModel):
     PIP_FIND_LINKS: t.list_of(t.AbsPath, "a list of absolute directories on the box")
     PIP_NO_INDEX: bool
     PIP_VERSION: t.Version
+    VLLM_PIP_URL_OK: bool
+    BOX_PIP_PLATFORMS: t.list_of(t.pattern(r"^[a-z0-9][a-z0-9_]*$", "a pip platform tag such as "
+                                                                     "manylinux_2_39_aarch64"),
+                                 "a list of pip platform tags (empty: the control machine's own)")
+    BOX_PYTHON_VERSION: t.pattern(r"^3\.\d{1,2}$", "a Python major.minor such as 3.12")
+    PIP_FIND_LINKS_HERE: Annotated[dict[t.AbsPath, t.LocalPath], Field(
+        description="a mapping of PIP_FIND_LINKS directories on the box to their copies on the control machine")]
     # paths on the box
     SPARKCTL_HOME: t.DeployDir
     MODEL_STORE: t.DeployDir

@@ -39,6 +39,8 @@ from tasks.preflight import check_facts
 from tests.conftest import API_TOKEN, FAKE_LOCK, SCRAPE_TOKEN
 
 ADDRESS = "gx10.test"  # the box's address (ssh_hostname) in every case: what a TLS certificate must name
+OLD_WHEEL_URL = ("https://github.com/vllm-project/vllm/releases/download/v0.32.0/"  # what all.py installed before
+                 "vllm-0.32.0+cu130-cp38-abi3-manylinux_2_28_aarch64.whl")
 
 
 @dataclass
@@ -559,6 +561,15 @@ CASES = [
     Case("a requirement that contradicts the vLLM version", ["VLLM_PIP_REQUIREMENT = 'vllm==0.30.1'",
                                                              "agrees with VLLM_VERSION"],
          data={"VLLM_PIP_REQUIREMENT": "vllm==0.30.1"}),
+    Case("a bare wheel URL as the vLLM requirement", ["VLLM_PIP_REQUIREMENT = 'https://github.com/", "vllm==0.32.0",
+                                                       "VLLM_PIP_URL_OK = True", "no index resolves it"],
+         data={"VLLM_PIP_REQUIREMENT": OLD_WHEEL_URL}, cli=True),
+    Case("a path to a wheel as the vLLM requirement", ["VLLM_PIP_REQUIREMENT = '/opt/w/vllm-0.32.0-cp38-abi3-",
+                                                        "VLLM_PIP_URL_OK"],
+         data={"VLLM_PIP_REQUIREMENT": "/opt/w/vllm-0.32.0-cp38-abi3-manylinux_2_28_aarch64.whl"}),
+    Case("a direct reference as the vLLM requirement", ["VLLM_PIP_REQUIREMENT = 'vllm@file:///w/v.whl'",
+                                                         "VLLM_PIP_URL_OK"],
+         data={"VLLM_PIP_REQUIREMENT": "vllm@file:///w/v.whl"}),
     Case("a CUDA version its packages contradict", ["CUDA_VERSION = '12.8'", "CUDA_PACKAGES[0]", "cuda-toolkit-13-0"],
          data={"CUDA_VERSION": "12.8"}),
     Case("the hand-off written to /", ["GATEWAY_HANDOFF_DIR = '/'", "a directory of the hand-off's own"],
@@ -732,6 +743,15 @@ def test_every_class_of_the_issue_has_cases():
 def test_the_valid_configuration_passes(gx10_data):
     s = validate(gx10_data, "gx10")
     assert s.coder.model.key == "qwen3.8-27b" and s.warnings == ()
+
+
+def test_a_wheel_url_passes_when_the_operator_says_so(gx10_data):
+    """VLLM_PIP_URL_OK = True lets a URL through (and its wheel's own version is still held to VLLM_VERSION)."""
+    gx10_data.update(VLLM_PIP_REQUIREMENT=OLD_WHEEL_URL, VLLM_PIP_URL_OK=True)
+    assert validate(gx10_data, "gx10").cfg.VLLM_PIP_REQUIREMENT == OLD_WHEEL_URL
+    gx10_data["VLLM_VERSION"] = "0.31.0"
+    with pytest.raises(SettingError, match="agrees with VLLM_VERSION = '0.31.0'"):
+        validate(gx10_data, "gx10")
 
 
 def test_short_proxy_timeout_is_a_warning_naming_the_floor(gx10_data):

