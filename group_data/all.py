@@ -71,6 +71,18 @@ CODER_MAX_NUM_SEQS = 8  # --max-num-seqs: concurrent sequences the coder schedul
 CODER_MAX_NUM_BATCHED_TOKENS = 16384  # --max-num-batched-tokens: prefill chunk per step, tokens
 VLLM_COMMON_ARGS = []  # extra `vllm serve` flags for every service
 VLLM_EXTRA_ENV = {}  # extra environment for every vLLM service (name -> value)
+# --- the GB10's runtime: what the kernels vLLM compiles at first use must target (sm_121a) ---
+# In every vLLM service's environment (and the Ray units'); VLLM_EXTRA_ENV may not repeat a name (check).
+# CUTE_DSL_ARCH: NVIDIA's CuTe DSL (nvidia-cutlass-dsl, which vllm 0.32.0 requires: ../shared/reference/spark-vllm.md
+# §2) compiles for this arch; the community Laguna single-Spark recipe sets sm_121a (spark-vllm.md §7 [C]).
+# FLASHINFER_CUDA_ARCH_LIST: FlashInfer's JIT (flashinfer/jit) builds for these; 12.1a is what GB10 recipes set beside
+# it (community recipes; not in the shared reference notes). {} on the simulated Spark (no GPU). name -> value
+GPU_ARCH_ENV = {"CUTE_DSL_ARCH": "sm_121a", "FLASHINFER_CUDA_ARCH_LIST": "12.1a"}
+# Triton's ptxas, rendered as TRITON_PTXAS_PATH when set; "" = the one bundled with Triton (torch 2.13.0's triton
+# 3.7.1). Set f"{CUDA_HOME}/bin/ptxas" (CUDA 13's, which knows sm_121a) when a Triton kernel fails with "ptxas fatal:
+# Value 'sm_121a' is not defined for option 'gpu-name'": the bundled ptxas predates the GB10 (triton-lang/triton
+# #8539, Triton 3.5 on a DGX Spark, fixed by this path; vllm PR #31338 documents the same error and fix)
+TRITON_PTXAS_PATH = ""  # an absolute path on the box, or ""
 VLLM_ENGINE_READY_TIMEOUT_S = 1800  # VLLM_ENGINE_READY_TIMEOUT_S: seconds vLLM waits for its engine to load
 SERVICE_RESTART_SEC = 30  # RestartSec=: seconds between automatic restarts, s
 SERVICE_START_LIMIT_INTERVAL_S = 3600  # StartLimitIntervalSec=: window for counting restarts, s

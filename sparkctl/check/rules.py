@@ -32,7 +32,7 @@ from sparkctl.config.quantities import GIB, KIB, MIB, TIB
 from sparkctl.config.schema import GroupData
 from sparkctl.config.settings import HostConfig, Settings
 from sparkctl.errors import SettingError
-from sparkctl.render.units import ENV_FILE_KEYS, TP_UNIT_ENV, service_environment
+from sparkctl.render.units import ENV_FILE_KEYS, SETTING_ENV, TP_UNIT_ENV, service_environment
 
 
 def _plain(value):
@@ -417,19 +417,23 @@ def served_names(config: HostConfig, shipped: Shipped) -> None:
 
 
 def extra_env(settings: Settings) -> None:
-    """VLLM_EXTRA_ENV adds to the environment the deploy gives vLLM; it does not replace what the deploy sets."""
-    extra = settings.cfg.VLLM_EXTRA_ENV
-    if not extra:
+    """GPU_ARCH_ENV and VLLM_EXTRA_ENV add to the environment the deploy gives vLLM; neither replaces what the deploy
+    sets (nor a name a setting of its own renders: SETTING_ENV), and VLLM_EXTRA_ENV does not repeat GPU_ARCH_ENV."""
+    cfg = settings.cfg
+    if not cfg.VLLM_EXTRA_ENV and not cfg.GPU_ARCH_ENV:
         return
-    base = settings.cfg.model_copy(update={"VLLM_EXTRA_ENV": {}})
-    owned = {*ENV_FILE_KEYS, TP_UNIT_ENV}
+    base = cfg.model_copy(update={"VLLM_EXTRA_ENV": {}, "GPU_ARCH_ENV": {}})
+    deploy = "its settings (caches under STATE_DIR, the offline hub, the listen address, the topology)"
+    owned = dict.fromkeys((*ENV_FILE_KEYS, TP_UNIT_ENV), deploy)
     for svc in settings.services:
-        owned |= set(service_environment(svc, base))
-    for key, value in extra.items():
-        if key in owned:
-            raise SettingError(f"VLLM_EXTRA_ENV[{key!r}]", value, "an environment variable the deploy does not set "
-                               "itself", f"The deploy sets {key} from its settings (caches under STATE_DIR, the "
-                                         "offline hub, the listen address, the topology): this would override it")
+        owned.update(dict.fromkeys(service_environment(svc, base), deploy))
+    owned.update((key, f"the setting {setting}") for key, setting in SETTING_ENV.items())
+    for setting in ("GPU_ARCH_ENV", "VLLM_EXTRA_ENV"):
+        for key, value in getattr(cfg, setting).items():
+            if key in owned:
+                raise SettingError(f"{setting}[{key!r}]", value, "an environment variable the deploy does not set "
+                                   "itself", f"The deploy sets {key} from {owned[key]}: this would override it")
+        owned.update((key, "GPU_ARCH_ENV") for key in getattr(cfg, setting))
 
 
 def request_lengths(settings: Settings) -> None:

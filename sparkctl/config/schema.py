@@ -118,6 +118,11 @@ class GroupData(BaseModel):
     VLLM_EXTRA_ENV: Annotated[dict[t.EnvName, t.pattern(r"^(.*[^\\])?$", "a value not ending in a backslash "
                                                         "(systemd would join the next line of the env file to it)")],
                               Field(description="a mapping of environment variable names to string values")]
+    GPU_ARCH_ENV: Annotated[dict[t.EnvName, t.pattern(r"^(.*[^\\])?$", "a value not ending in a backslash "
+                                                      "(systemd would join the next line of the env file to it)")],
+                            Field(description="a mapping of environment variable names to string values")]
+    TRITON_PTXAS_PATH: t.pattern(r"^(/[A-Za-z0-9_+@-][A-Za-z0-9._+@-]*)*$", "an absolute path on the box such as "
+                                 "/usr/local/cuda-13.0/bin/ptxas, or empty for Triton's bundled ptxas")
     VLLM_ENGINE_READY_TIMEOUT_S: t.WholeSeconds
     SERVICE_RESTART_SEC: t.Seconds
     SERVICE_START_LIMIT_INTERVAL_S: t.WholeSeconds
