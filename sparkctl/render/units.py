@@ -41,6 +41,9 @@ def vllm_args(svc: Service, cfg: GroupData) -> list[str]:
             "--kv-cache-memory-bytes", str(svc.kv_cache_bytes)]
     if m.kv_cache_dtype != "auto":
         args += ["--kv-cache-dtype", m.kv_cache_dtype]
+    for flag, backend in (("--moe-backend", m.moe_backend), ("--linear-backend", m.linear_backend)):
+        if backend != "auto":  # the catalog's kernel override; "auto": vLLM chooses
+            args += [flag, backend]
     if m.speculative:
         spec = dict(m.speculative)
         if svc.draft is not None:
