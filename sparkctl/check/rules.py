@@ -324,6 +324,16 @@ def gpu_devices(s: GroupData, shipped: Shipped) -> None:
                            f"VLLM_DIST = {s.VLLM_DIST!r} runs on the GPU, which DevicePolicy=closed would hide from it")
 
 
+def rdma_devices(s: GroupData, shipped: Shipped) -> None:
+    """A tensor-parallel pair whose NCCL is told to use RDMA (CX7_HCAS) must let the engines open the HCAs: the units'
+    DevicePolicy=closed allows only NVIDIA_DEVICES and, in a pair, RDMA_DEVICES."""
+    if s.SPARK_TOPOLOGY == "tensor-parallel" and s.CX7_HCAS and not s.RDMA_DEVICES:
+        raise SettingError("RDMA_DEVICES", s.RDMA_DEVICES, "the HCAs' device groups, such as "
+                           "['char-infiniband_verbs'] (empty only with CX7_HCAS = [], NCCL on TCP sockets)",
+                           f"NCCL_IB_HCA names {', '.join(s.CX7_HCAS)}, which DevicePolicy=closed would hide: NCCL "
+                           "would fall back to sockets over the link")
+
+
 def _required_version(requirement: str) -> tuple[str, SpecifierSet | None]:
     """(what the requirement names, the versions it allows): a wheel URL's own version, else its specifier."""
     name = requirement.rsplit("/", 1)[-1]
@@ -481,8 +491,8 @@ def _embedder_floor(settings: Settings, i: int, gib: float) -> None:
 
 
 SETTINGS_RULES = (model_keys, embedder_ports, ports, scrape_timeout, link_keys, exposure, oom_order, memory,
-                  service_user, owned_flags, pair_restart, deploy_packages, gpu_devices, vllm_version, cuda_version,
-                  handoff_dir, router_out_wait)  # every entry point: the typed settings alone
+                  service_user, owned_flags, pair_restart, deploy_packages, gpu_devices, rdma_devices, vllm_version,
+                  cuda_version, handoff_dir, router_out_wait)  # every entry point: the typed settings alone
 
 
 def check_settings(s: GroupData, shipped: Shipped, ssh_port: int) -> None:

@@ -181,6 +181,17 @@ def test_units_pass_systemd_analyze_verify_and_security(groups, token_file, tmp_
 
 
 @needs_systemd_analyze
+def test_a_tensor_parallel_engine_unit_passes_systemd_analyze_verify(gx10_data, tmp_path):
+    """The pair's coder with the link's lines (the verbs devices, LimitMEMLOCK) is a unit systemd accepts."""
+    pair = ["spark-1", "spark-2"]
+    s = validate(dict(gx10_data, SPARK_TOPOLOGY="tensor-parallel"), "spark-2", hosts=pair)
+    text = units.render_unit(s.coder, s.cfg)
+    assert "LimitMEMLOCK=infinity" in text.splitlines()
+    root = systemd_root(tmp_path, {s.coder.unit: text}, [f"{units.vllm_venv(s.cfg)}/bin/vllm"])
+    assert verify(root, s.coder.unit) == (0, "")
+
+
+@needs_systemd_analyze
 def test_verify_gate_catches_a_misplaced_start_limit(tmp_path):
     """The gate above is not vacuous: StartLimitIntervalSec in [Service] is only a warning with rc 0."""
     bad = "[Unit]\nDescription=x\n[Service]\nStartLimitIntervalSec=60\nExecStart=/usr/bin/true\n"
