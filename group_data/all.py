@@ -217,6 +217,7 @@ NCCL_SYSTEM_LIBRARY = ""
 # --- the link probe (sparkctl/box/link_probe.py: one all-reduce across the pair, what a rehearsal runs) ---
 LINK_PROBE_BYTES = 1073741824  # the all-reduce's buffer, bytes (1 GiB; nccl-tests' 16 GB froze a Spark: PR #103)
 LINK_PROBE_ITERS = 20  # timed all-reduces, after 5 warm-up ones (nccl-tests' defaults: -n 20, -w 5)
+LINK_PROBE_BACKEND = "nccl"  # torch.distributed backend of the probe: nccl (CUDA, the link's RDMA) | gloo (CPU, TCP)
 # Bus bandwidth the probe must reach, GB/s (1e9 B/s; nccl-tests' busbw); 0: no floor. Above one twin's line rate
 # (100 Gb/s = 12.5 GB/s: a pair on one twin, or on TCP, stays under it), below what both twins measured (PR #103:
 # 23.74 GB/s all_gather; issue #25: 18.94-20.95 at MTU 1500); NVIDIA's cluster script passes a switched all_gather at

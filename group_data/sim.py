@@ -137,6 +137,7 @@ CX7_ADDRESSES = {"spark-1": ["10.250.0.11/24"], "spark-2": ["10.250.0.12/24"]}  
 CX7_MANAGE_NETPLAN = False  # the sim's link is configured by `sparkctl sim up`
 RDMA_DEVICES = []  # no HCAs: NCCL/Gloo use the bridge's sockets
 TP_MEMLOCK = ""  # systemd's default: the instance's systemd lacks CAP_SYS_RESOURCE to raise it (unit fails: 205/LIMITS)
+LINK_PROBE_BACKEND = "gloo"  # no CUDA: the CPU backend over the bridge
 LINK_PROBE_BYTES = 16777216  # 16 MiB, bytes: gloo over a veth on 2 shared cores
 LINK_MIN_BUSBW_GBPS = 0.0  # no floor: a bridge on 2 shared cores says nothing about a CX7
 # 2 shared CPU cores: the dashboard's module processes held back the raylet past the 30 s the Ray client server waits

@@ -12,7 +12,8 @@ runs it on both boxes at once, rank 0 on the head.
 --port        the rendezvous port on it (a free one: not TP_MASTER_PORT while the pair's vLLM serves)
 --bytes       the all-reduce's buffer in bytes (LINK_PROBE_BYTES), float32: rounded down to a multiple of 4
 --iters       timed all-reduces (LINK_PROBE_ITERS), after --warmup untimed ones (default 5: nccl-tests' -w)
---backend     nccl (CUDA: over the link's RDMA when NCCL_IB_HCA names the HCAs) or gloo (CPU, TCP sockets)
+--backend     nccl (CUDA: over the link's RDMA when NCCL_IB_HCA names the HCAs) or gloo (CPU, TCP sockets):
+              LINK_PROBE_BACKEND (gloo on the simulated Spark)
 --timeout-s   how long the rendezvous and each collective may take (default 300), s
 
 Run it with the pair's coder environment (its env file: NCCL_SOCKET_IFNAME, NCCL_IB_HCA, GLOO_SOCKET_IFNAME ...) so

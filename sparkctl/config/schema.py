@@ -201,6 +201,7 @@ class GroupData(BaseModel):
     LINK_PROBE_BYTES: t.typed(int, "a whole number of bytes from 1024 to 17179869184 (16 GiB)", ge=1024,
                               le=17_179_869_184)
     LINK_PROBE_ITERS: t.typed(int, "a whole number of timed iterations from 1 to 10000", ge=1, le=10_000)
+    LINK_PROBE_BACKEND: Annotated[Literal["nccl", "gloo"], Field(description="one of nccl, gloo")]
     LINK_MIN_BUSBW_GBPS: t.typed(float, "a bandwidth in GB/s from 0 (no floor) to 1000", ge=0, le=1000)
     CHECKPOINT_SYNC_KEY: t.FileName
     TP_PEER_KEY: t.FileName

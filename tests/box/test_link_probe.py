@@ -60,6 +60,15 @@ def test_the_cli_the_rehearsal_calls():
                           "--iters", "1", "--backend", "gloo"])
 
 
+@pytest.mark.parametrize("groups", [["all", "gx10"], ["all", "gx10", "sim"]])
+def test_the_settings_make_a_command_line_the_probe_accepts(groups):
+    d = groupdata.load(groups)
+    a = link_probe.parse(["--rank", "0", "--world", "2", "--master", "10.0.0.1", "--port", "29600", "--bytes",
+                          str(d["LINK_PROBE_BYTES"]), "--iters", str(d["LINK_PROBE_ITERS"]),
+                          "--backend", d["LINK_PROBE_BACKEND"]])
+    assert a.backend == ("gloo" if "sim" in groups else "nccl") and a.bytes % link_probe.FLOAT32_BYTES == 0
+
+
 def test_a_failure_is_one_json_line_and_exit_1(monkeypatch, capsys):
     def fail(_):
         raise RuntimeError("no route to host")
