@@ -136,7 +136,8 @@ CX7_HCAS = []  # no RDMA devices: NCCL/Gloo fall back to sockets
 CX7_ADDRESSES = {"spark-1": ["10.250.0.11/24"], "spark-2": ["10.250.0.12/24"]}  # the instances' bridge addresses
 CX7_MANAGE_NETPLAN = False  # the sim's link is configured by `sparkctl sim up`
 RDMA_DEVICES = []  # no HCAs: NCCL/Gloo use the bridge's sockets
-TP_MEMLOCK = ""  # systemd's default: the instance's systemd lacks CAP_SYS_RESOURCE to raise it (unit fails: 205/LIMITS)
+TP_MEMLOCK = ""  # systemd's default: no HCAs, nothing pinned; and the instance's systemd cannot raise a hard limit
+# (no CAP_SYS_RESOURCE: ../shared/reference/sim-vllm.md G7 saw LimitNOFILE clamped), so the sim's units stay as they were
 LINK_PROBE_BACKEND = "gloo"  # no CUDA: the CPU backend over the bridge
 LINK_PROBE_BYTES = 16777216  # 16 MiB, bytes: gloo over a veth on 2 shared cores
 LINK_MIN_BUSBW_GBPS = 0.0  # no floor: a bridge on 2 shared cores says nothing about a CX7
