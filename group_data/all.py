@@ -90,6 +90,18 @@ CODER_MAX_NUM_SEQS = 8  # --max-num-seqs: concurrent sequences the coder schedul
 CODER_MAX_NUM_BATCHED_TOKENS = 16384  # --max-num-batched-tokens: prefill chunk per step, tokens
 VLLM_COMMON_ARGS = []  # extra `vllm serve` flags for every service
 VLLM_EXTRA_ENV = {}  # extra environment for every vLLM service (name -> value)
+# --- the GB10's runtime: what the kernels vLLM compiles at first use must target (sm_121a) ---
+# In every vLLM service's environment (and the Ray units'); VLLM_EXTRA_ENV may not repeat a name (check).
+# CUTE_DSL_ARCH: NVIDIA's CuTe DSL (nvidia-cutlass-dsl, which vllm 0.32.0 requires: ../shared/reference/spark-vllm.md
+# §2) compiles for this arch; the community Laguna single-Spark recipe sets sm_121a (spark-vllm.md §7 [C]).
+# FLASHINFER_CUDA_ARCH_LIST: FlashInfer's JIT (flashinfer/jit) builds for these; 12.1a is what GB10 recipes set beside
+# it (community recipes; not in the shared reference notes). {} on the simulated Spark (no GPU). name -> value
+GPU_ARCH_ENV = {"CUTE_DSL_ARCH": "sm_121a", "FLASHINFER_CUDA_ARCH_LIST": "12.1a"}
+# Triton's ptxas, rendered as TRITON_PTXAS_PATH when set; "" = the one bundled with Triton (torch 2.13.0's triton
+# 3.7.1). Set f"{CUDA_HOME}/bin/ptxas" (CUDA 13's, which knows sm_121a) when a Triton kernel fails with "ptxas fatal:
+# Value 'sm_121a' is not defined for option 'gpu-name'": the bundled ptxas predates the GB10 (triton-lang/triton
+# #8539, Triton 3.5 on a DGX Spark, fixed by this path; vllm PR #31338 documents the same error and fix)
+TRITON_PTXAS_PATH = ""  # an absolute path on the box, or ""
 VLLM_ENGINE_READY_TIMEOUT_S = 1800  # VLLM_ENGINE_READY_TIMEOUT_S: seconds vLLM waits for its engine to load
 SERVICE_RESTART_SEC = 30  # RestartSec=: seconds between automatic restarts, s
 SERVICE_START_LIMIT_INTERVAL_S = 3600  # StartLimitIntervalSec=: window for counting restarts, s
@@ -192,6 +204,44 @@ CX7_ADDRESSES = {  # per host: one address per twin interface (CIDR), each twin 
 }
 CX7_NETPLAN_FILE = "/etc/netplan/40-cx7.yaml"  # netplan file written for the link (mode 0600)
 CX7_MANAGE_NETPLAN = True  # write CX7_NETPLAN_FILE and `netplan apply` when it changes
+# MTU of both twins, bytes (netplan `mtu:`, with CX7_MANAGE_NETPLAN); 0: leave the interfaces' own (1500 on a CX-7).
+# At 1500 RoCE ran with an active MTU of 1024 B (NVIDIA's perftest output, ../shared/reference/spark-vllm.md §5); 9000
+# gives RoCE its 4096-B MTU and TCP (Gloo, the checkpoint copy) jumbo frames. dgx-spark-playbooks issue #25 and PR
+# #103 propose it for the two-Spark link (the DGX Station two-node playbook sets it). PR #103's 3.04 -> 23.74 GB/s
+# all_gather busbw came from rebuilding NCCL at its release tag with both twins and MTU 9000 already set, so MTU
+# 9000's own share is unmeasured (spark-vllm.md: unconfirmed for NCCL/RoCE on a Spark); LINK_MIN_BUSBW_GBPS judges it
+CX7_MTU = 9000
+# --- what the pair's engines get for NCCL over the link (tensor-parallel only: the coder on head and worker, the Ray
+# units; replicas and split render exactly as without these) ---
+# DeviceAllow= groups (rw, /proc/devices names) NCCL's RDMA transport opens: libibverbs' /dev/infiniband/uverbs<N>
+# (char major 231, "infiniband_verbs"). Not "infiniband_mad" (umad/issm: subnet management) nor rdma_cm (a "misc"
+# device of librdmacm, which NCCL does not use: it swaps its queue pairs' addresses over its own sockets). Without it
+# the units' DevicePolicy=closed hides the HCAs and NCCL falls back to TCP sockets over the link
+RDMA_DEVICES = ["char-infiniband_verbs"]
+# LimitMEMLOCK= of the pair's engines: RDMA pins (registers) NCCL's buffers against RLIMIT_MEMLOCK (the units hold no
+# CAP_IPC_LOCK; systemd's default is 8M); NVIDIA's two-Spark vLLM recipe runs with `--ulimit memlock=-1`
+# (spark-vllm.md §5). "infinity", a size as systemd reads it (64M), or "": systemd's default
+TP_MEMLOCK = "infinity"
+# The RoCE GID index NCCL uses, rendered as NCCL_IB_GID_INDEX when >= 0; -1: not set, NCCL picks it (its default -1:
+# the RoCE v2 GID of the HCA's IPv4 address; NCCL_IB_ROCE_VERSION_NUM 2, NCCL_IB_ADDR_FAMILY AF_INET). NVIDIA's
+# two-Spark recipe sets none (its NCCL environment: spark-vllm.md §5), and dgxllm re-resolves it from sysfs at every
+# start (../shared/reference/peers.md): a fixed index goes stale when the twins' addresses change
+NCCL_IB_GID_INDEX = -1
+# The NCCL library vLLM's own communicator loads (PyNcclCommunicator, the tensor-parallel all-reduce), rendered as
+# VLLM_NCCL_SO_PATH (vllm/envs.py; vllm/utils/nccl.py) when set; "": torch's bundled one (libnccl.so.2 from the
+# nvidia-nccl wheel). TP=2 runs hanging in NCCL after 20-55 min of load were fixed by the system NCCL (vllm #41725,
+# #42354: ../shared/reference/fleet.md). DGX OS's: /usr/lib/aarch64-linux-gnu/libnccl.so.2 (the libnccl2 package;
+# the deploy does not install it). torch.distributed's own process groups keep torch's NCCL
+NCCL_SYSTEM_LIBRARY = ""
+# --- the link probe (sparkctl/box/link_probe.py: one all-reduce across the pair, what a rehearsal runs) ---
+LINK_PROBE_BYTES = 1073741824  # the all-reduce's buffer, bytes (1 GiB; nccl-tests' 16 GB froze a Spark: PR #103)
+LINK_PROBE_ITERS = 20  # timed all-reduces, after 5 warm-up ones (nccl-tests' defaults: -n 20, -w 5)
+LINK_PROBE_BACKEND = "nccl"  # torch.distributed backend of the probe: nccl (CUDA, the link's RDMA) | gloo (CPU, TCP)
+# Bus bandwidth the probe must reach, GB/s (1e9 B/s; nccl-tests' busbw); 0: no floor. Above one twin's line rate
+# (100 Gb/s = 12.5 GB/s: a pair on one twin, or on TCP, stays under it), below what both twins measured (PR #103:
+# 23.74 GB/s all_gather; issue #25: 18.94-20.95 at MTU 1500); NVIDIA's cluster script passes a switched all_gather at
+# 21.875 GB/s, a ring at 10 (spark-vllm.md §5)
+LINK_MIN_BUSBW_GBPS = 15.0
 CHECKPOINT_SYNC_KEY = "cx7-sync"  # tensor-parallel: ssh key (in SECRETS_DIR) the worker uses to copy checkpoints
 GATEWAY_HANDOFF_DIR = "handoff"  # control machine: endpoints.json + Kubernetes manifests for the gateway
 GATEWAY_NAMESPACE = "carouter"  # Kubernetes namespace of the rendered Service/EndpointSlice manifests

@@ -36,6 +36,7 @@ VLLM_BUILD_PACKAGES = ["g++", "python3-dev"]  # the CPU build compiles tensor-pa
 VLLM_COMMON_ARGS = ["--enforce-eager"]  # no torch.compile on 2 CPU cores (saves ~25 s per start)
 VLLM_EXTRA_ENV = {"VLLM_ENABLE_V1_MULTIPROCESSING": "0"}  # fold the worker into EngineCore: -1 process per service
 NVIDIA_DEVICES = []  # no GPU device nodes exist in a test host
+GPU_ARCH_ENV = {}  # no GPU: no kernel is compiled for sm_121a on a CPU
 CODER_MAX_NUM_BATCHED_TOKENS = 4096  # tiny models: one chunk holds a whole 4K prompt, tokens
 
 # --- tiny stand-in checkpoints on the stand-in hub, under the real catalog keys ---------------------------------
@@ -143,6 +144,12 @@ CX7_INTERFACES = ["eth0"]  # the instance's veth on the bridge
 CX7_HCAS = []  # no RDMA devices: NCCL/Gloo fall back to sockets
 CX7_ADDRESSES = {"spark-1": ["10.250.0.11/24"], "spark-2": ["10.250.0.12/24"]}  # the instances' bridge addresses
 CX7_MANAGE_NETPLAN = False  # the sim's link is configured by `sparkctl sim up`
+RDMA_DEVICES = []  # no HCAs: NCCL/Gloo use the bridge's sockets
+TP_MEMLOCK = ""  # systemd's default: no HCAs, nothing pinned; and the instance's systemd cannot raise a hard limit
+# (no CAP_SYS_RESOURCE: ../shared/reference/sim-vllm.md G7 saw LimitNOFILE clamped), so the sim's units stay as they were
+LINK_PROBE_BACKEND = "gloo"  # no CUDA: the CPU backend over the bridge
+LINK_PROBE_BYTES = 16777216  # 16 MiB, bytes: gloo over a veth on 2 shared cores
+LINK_MIN_BUSBW_GBPS = 0.0  # no floor: a bridge on 2 shared cores says nothing about a CX7
 # 2 shared CPU cores: the dashboard's module processes held back the raylet past the 30 s the Ray client server waits
 # for it, and the Ray head exited (twice on this machine, load 9-12); without them the head was up in 57 s
 RAY_DASHBOARD = False

@@ -32,7 +32,7 @@ from sparkctl.config.quantities import GIB, KIB, MIB, TIB
 from sparkctl.config.schema import GroupData
 from sparkctl.config.settings import HostConfig, Settings
 from sparkctl.errors import SettingError
-from sparkctl.render.units import ENV_FILE_KEYS, TP_UNIT_ENV, service_environment
+from sparkctl.render.units import ENV_FILE_KEYS, SETTING_ENV, TP_UNIT_ENV, service_environment
 
 
 def _plain(value):
@@ -324,6 +324,16 @@ def gpu_devices(s: GroupData, shipped: Shipped) -> None:
                            f"VLLM_DIST = {s.VLLM_DIST!r} runs on the GPU, which DevicePolicy=closed would hide from it")
 
 
+def rdma_devices(s: GroupData, shipped: Shipped) -> None:
+    """A tensor-parallel pair whose NCCL is told to use RDMA (CX7_HCAS) must let the engines open the HCAs: the units'
+    DevicePolicy=closed allows only NVIDIA_DEVICES and, in a pair, RDMA_DEVICES."""
+    if s.SPARK_TOPOLOGY == "tensor-parallel" and s.CX7_HCAS and not s.RDMA_DEVICES:
+        raise SettingError("RDMA_DEVICES", s.RDMA_DEVICES, "the HCAs' device groups, such as "
+                           "['char-infiniband_verbs'] (empty only with CX7_HCAS = [], NCCL on TCP sockets)",
+                           f"NCCL_IB_HCA names {', '.join(s.CX7_HCAS)}, which DevicePolicy=closed would hide: NCCL "
+                           "would fall back to sockets over the link")
+
+
 def _required_version(requirement: str) -> tuple[str, SpecifierSet | None]:
     """(what the requirement names, the versions it allows): a wheel URL's own version, else its specifier."""
     name = requirement.rsplit("/", 1)[-1]
@@ -441,19 +451,23 @@ def served_names(config: HostConfig, shipped: Shipped) -> None:
 
 
 def extra_env(settings: Settings) -> None:
-    """VLLM_EXTRA_ENV adds to the environment the deploy gives vLLM; it does not replace what the deploy sets."""
-    extra = settings.cfg.VLLM_EXTRA_ENV
-    if not extra:
+    """GPU_ARCH_ENV and VLLM_EXTRA_ENV add to the environment the deploy gives vLLM; neither replaces what the deploy
+    sets (nor a name a setting of its own renders: SETTING_ENV), and VLLM_EXTRA_ENV does not repeat GPU_ARCH_ENV."""
+    cfg = settings.cfg
+    if not cfg.VLLM_EXTRA_ENV and not cfg.GPU_ARCH_ENV:
         return
-    base = settings.cfg.model_copy(update={"VLLM_EXTRA_ENV": {}})
-    owned = {*ENV_FILE_KEYS, TP_UNIT_ENV}
+    base = cfg.model_copy(update={"VLLM_EXTRA_ENV": {}, "GPU_ARCH_ENV": {}})
+    deploy = "its settings (caches under STATE_DIR, the offline hub, the listen address, the topology)"
+    owned = dict.fromkeys((*ENV_FILE_KEYS, TP_UNIT_ENV), deploy)
     for svc in settings.services:
-        owned |= set(service_environment(svc, base))
-    for key, value in extra.items():
-        if key in owned:
-            raise SettingError(f"VLLM_EXTRA_ENV[{key!r}]", value, "an environment variable the deploy does not set "
-                               "itself", f"The deploy sets {key} from its settings (caches under STATE_DIR, the "
-                                         "offline hub, the listen address, the topology): this would override it")
+        owned.update(dict.fromkeys(service_environment(svc, base), deploy))
+    owned.update((key, f"the setting {setting}") for key, setting in SETTING_ENV.items())
+    for setting in ("GPU_ARCH_ENV", "VLLM_EXTRA_ENV"):
+        for key, value in getattr(cfg, setting).items():
+            if key in owned:
+                raise SettingError(f"{setting}[{key!r}]", value, "an environment variable the deploy does not set "
+                                   "itself", f"The deploy sets {key} from {owned[key]}: this would override it")
+        owned.update((key, "GPU_ARCH_ENV") for key in getattr(cfg, setting))
 
 
 def request_lengths(settings: Settings) -> None:
@@ -501,8 +515,8 @@ def _embedder_floor(settings: Settings, i: int, gib: float) -> None:
 
 
 SETTINGS_RULES = (model_keys, embedder_ports, ports, scrape_timeout, link_keys, exposure, oom_order, memory,
-                  service_user, owned_flags, pair_restart, deploy_packages, gpu_devices, vllm_pip_url, vllm_version,
-                  cuda_version, handoff_dir, router_out_wait)  # every entry point: the typed settings alone
+                  service_user, owned_flags, pair_restart, deploy_packages, gpu_devices, vllm_pip_url, rdma_devices,
+                  vllm_version, cuda_version, handoff_dir, router_out_wait)  # every entry point: the typed settings alone
 
 
 def check_settings(s: GroupData, shipped: Shipped, ssh_port: int) -> None:

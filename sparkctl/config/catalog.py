@@ -29,6 +29,19 @@ EMBEDDER = "embedder"
 KEY_PATTERN = r"^[a-z0-9][a-z0-9._-]{0,62}$"  # a catalog key is also a unit, file and Kubernetes name part
 NESTED = ("checkpoint", "draft", "memory")  # fields an override merges into (a mapping), rather than replaces
 
+# vLLM 0.32.0's kernel choices (vllm/config/kernel.py MoEBackend and LinearBackend; `vllm serve --moe-backend`,
+# `--linear-backend`): which kernels run an entry's NVFP4 experts and linear layers; "auto" (vLLM's own choice) is
+# not rendered. A GB10 recipe that overrides them: NVIDIA's Nemotron-3-Super Spark recipe, --moe-backend marlin with
+# VLLM_NVFP4_GEMM_BACKEND=marlin and VLLM_USE_FLASHINFER_MOE_FP4=0 (../shared/reference/spark-vllm.md §2); those two
+# variables appear nowhere in vLLM 0.32.0's source: in 0.32.0 these two flags are the knobs
+MOE_BACKENDS = ("auto", "triton", "batched_triton", "deep_gemm", "deep_gemm_mega_moe", "cutlass", "flashinfer_trtllm",
+                "flashinfer_cutlass", "flashinfer_cutedsl", "flashinfer_moe_ep_cutedsl", "flashinfer_b12x", "b12x",
+                "flashinfer_moe_ep_mega_deep_gemm", "marlin", "humming", "triton_unfused", "aiter", "aiter_mega_moe",
+                "aiter_triton_mxfp4_bf16", "flydsl", "hpc", "emulation", "rdna3")
+LINEAR_BACKENDS = ("auto", "cutlass", "flashinfer_cutlass", "flashinfer_cutedsl", "flashinfer_trtllm",
+                   "flashinfer_cudnn", "flashinfer_b12x", "b12x", "marlin", "humming", "triton", "deep_gemm", "torch",
+                   "aiter", "machete", "fbgemm", "conch", "exllama", "emulation", "xpu", "xpu_woq")
+
 _ENTRY = ConfigDict(extra="forbid", strict=True, frozen=True, allow_inf_nan=False)
 Lax = Field(strict=False)  # a list given for a tuple (group data and --data JSON write lists)
 GiB = Annotated[float | None, Field(ge=0, description="a number of GiB >= 0, or None to derive it from the "
@@ -112,6 +125,10 @@ class ModelSpec(BaseModel):
     speculative: dict[str, Any] | None = None  # --speculative-config; a draft checkpoint's path is filled in
     draft: Checkpoint | None = None  # separate draft checkpoint (DFlash, draft_model), downloaded beside the target
     extra_args: Annotated[tuple[str, ...], Lax] = ()  # model-specific `vllm serve` flags (parsers, limits, runner)
+    moe_backend: Annotated[Literal[MOE_BACKENDS], Field(  # --moe-backend: the kernels of its (NVFP4) experts
+        description=f"one of vLLM 0.32.0's --moe-backend values: {', '.join(MOE_BACKENDS)}")] = "auto"
+    linear_backend: Annotated[Literal[LINEAR_BACKENDS], Field(  # --linear-backend: the kernels of its linear layers
+        description=f"one of vLLM 0.32.0's --linear-backend values: {', '.join(LINEAR_BACKENDS)}")] = "auto"
     target_facts: CheckpointFacts | None = None  # set by the check layer from the lock
     draft_facts: CheckpointFacts | None = None
 

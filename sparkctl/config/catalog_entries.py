@@ -78,6 +78,10 @@ LAGUNA = {
         "--tool-call-parser", "poolside_v1",
         "--enable-auto-tool-choice",
     ],
+    # no kernel override (moe_backend, linear_backend: vLLM's "auto"): the production write-up measured Laguna on
+    # FlashInfer's CUTLASS NVFP4 kernels, "the same kernel family that makes Laguna fast on this silicon"
+    # (model-decision-writeup.md); Marlin for its experts, were a vLLM release to need it on SM12x, is one line of
+    # group data: CATALOG_OVERRIDES = {"laguna-s-2.1": {"moe_backend": "marlin"}} (docs/operating.md)
     "memory": {
         "resident_gib": 86.0,  # the write-up's ~98 GiB was measured with its 12 GiB KV allocated: 98 - 12
         "resident_source": "estimate",

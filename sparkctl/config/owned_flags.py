@@ -44,6 +44,8 @@ OWNED_FLAGS: tuple[OwnedFlag, ...] = (
                                               "plus the margin (vLLM's start-up admission, sparkctl/capacity/admission.py)"),
     OwnedFlag("--kv-cache-dtype", (), "the catalog entry's kv_cache_dtype, which the capacity plan counts"),
     OwnedFlag("--speculative-config", ("-sc",), "the catalog entry's speculative (and draft checkpoint)"),
+    OwnedFlag("--moe-backend", (), "the catalog entry's moe_backend (CATALOG_OVERRIDES)"),
+    OwnedFlag("--linear-backend", (), "the catalog entry's linear_backend (CATALOG_OVERRIDES)"),
     OwnedFlag("--max-num-seqs", (), "CODER_MAX_NUM_SEQS"),
     OwnedFlag("--max-num-batched-tokens", (), "CODER_MAX_NUM_BATCHED_TOKENS"),
     OwnedFlag("--tensor-parallel-size", ("-tp",), _LAYOUT),

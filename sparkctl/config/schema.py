@@ -127,6 +127,11 @@ class GroupData(BaseModel):
     VLLM_EXTRA_ENV: Annotated[dict[t.EnvName, t.pattern(r"^(.*[^\\])?$", "a value not ending in a backslash "
                                                         "(systemd would join the next line of the env file to it)")],
                               Field(description="a mapping of environment variable names to string values")]
+    GPU_ARCH_ENV: Annotated[dict[t.EnvName, t.pattern(r"^(.*[^\\])?$", "a value not ending in a backslash "
+                                                      "(systemd would join the next line of the env file to it)")],
+                            Field(description="a mapping of environment variable names to string values")]
+    TRITON_PTXAS_PATH: t.pattern(r"^(/[A-Za-z0-9_+@-][A-Za-z0-9._+@-]*)*$", "an absolute path on the box such as "
+                                 "/usr/local/cuda-13.0/bin/ptxas, or empty for Triton's bundled ptxas")
     VLLM_ENGINE_READY_TIMEOUT_S: t.WholeSeconds
     SERVICE_RESTART_SEC: t.Seconds
     SERVICE_START_LIMIT_INTERVAL_S: t.WholeSeconds
@@ -193,6 +198,20 @@ class GroupData(BaseModel):
     CX7_NETPLAN_FILE: t.pattern(r"^/etc/netplan/[A-Za-z0-9][A-Za-z0-9._-]*\.yaml$",
                                 "a file /etc/netplan/<name>.yaml (the only place netplan reads the operator's files)")
     CX7_MANAGE_NETPLAN: bool
+    CX7_MTU: t.typed(int, "0 (leave the interfaces' MTU) or an MTU in bytes from 1280 to 9216",
+                     t._check(lambda v: v == 0 or 1280 <= v <= 9216, "0, or an MTU from 1280 to 9216"))
+    RDMA_DEVICES: t.list_of(t.pattern(r"^[a-z0-9][a-z0-9_-]*$", "a /proc/devices group name"),
+                            "a list of device groups such as char-infiniband_verbs")
+    TP_MEMLOCK: t.pattern(r"^(infinity|[1-9][0-9]{0,15}[KMGT]?)?$", "infinity, a size in bytes with an optional "
+                          "K, M, G or T suffix (base 1024) as systemd parses it, or empty for systemd's default")
+    NCCL_IB_GID_INDEX: t.typed(int, "a GID index from 0 to 255, or -1 to let NCCL choose", ge=-1, le=255)
+    NCCL_SYSTEM_LIBRARY: t.pattern(r"^(/[A-Za-z0-9_+@-][A-Za-z0-9._+@-]*)*$", "an absolute path on the box such as "
+                                   "/usr/lib/aarch64-linux-gnu/libnccl.so.2, or empty for torch's bundled NCCL")
+    LINK_PROBE_BYTES: t.typed(int, "a whole number of bytes from 1024 to 17179869184 (16 GiB)", ge=1024,
+                              le=17_179_869_184)
+    LINK_PROBE_ITERS: t.typed(int, "a whole number of timed iterations from 1 to 10000", ge=1, le=10_000)
+    LINK_PROBE_BACKEND: Annotated[Literal["nccl", "gloo"], Field(description="one of nccl, gloo")]
+    LINK_MIN_BUSBW_GBPS: t.typed(float, "a bandwidth in GB/s from 0 (no floor) to 1000", ge=0, le=1000)
     CHECKPOINT_SYNC_KEY: t.FileName
     TP_PEER_KEY: t.FileName
     TP_PEER_CALL_TIMEOUT_S: t.Seconds

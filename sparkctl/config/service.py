@@ -27,6 +27,7 @@ class Service:
     extra_args: tuple[str, ...] = ()  # topology flags (tensor-parallel ranks), added after the model's own
     headless: bool = False  # a tensor-parallel worker: no API server, not behind the proxy
     extra_env: dict = field(default_factory=dict)  # topology environment (NCCL/Gloo interfaces, VLLM_HOST_IP)
+    tensor_parallel: bool = False  # one engine of a tensor-parallel pair: NCCL over the CX7 link (RDMA devices)
 
     @property
     def unit(self) -> str:

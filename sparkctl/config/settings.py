@@ -106,7 +106,7 @@ def derive(config: HostConfig, hosts: list[str] | None = None) -> Settings:
     locked = locked_checkpoints(config)
     coder = _service(locked, "coder", CODER, config.coding_model, cfg.CODER_SERVED_NAME, cfg.CODER_PORT,
                      cfg.CODER_KV_CACHE_GIB[cfg.CODING_MODEL], extra_args=role.coder_args, extra_env=role.env,
-                     headless=role.name == "worker")
+                     headless=role.name == "worker", tensor_parallel=role.tensor_parallel)
     return Settings(cfg=cfg, catalog=config.catalog, host_name=config.host_name, address=config.address,
                     coder=coder, embedders=_embedders(config, locked), checkpoints=list(locked.values()), role=role,
                     warnings=timeout_warnings(cfg))

@@ -57,15 +57,20 @@ def twins(cfg: GroupData, host: str) -> None:
 
 
 def distributed_env(cfg: GroupData, host: str, head: str) -> dict:
-    """The environment NCCL, Gloo and vLLM need to use the CX7 link (both twins for RDMA)."""
+    """The environment NCCL, Gloo and vLLM need to use the CX7 link (both twins for RDMA; a GID index and the
+    system NCCL when set)."""
     ifname = cfg.CX7_INTERFACES[0]
     env = {"NCCL_SOCKET_IFNAME": ifname, "GLOO_SOCKET_IFNAME": ifname, "TP_SOCKET_IFNAME": ifname,
            "VLLM_HOST_IP": cx7_address(cfg, host), "MASTER_ADDR": cx7_address(cfg, head),
            "NCCL_IGNORE_CPU_AFFINITY": "1"}
     if cfg.CX7_HCAS:
         env.update(NCCL_IB_HCA=",".join(cfg.CX7_HCAS), NCCL_IB_DISABLE="0")
+        if cfg.NCCL_IB_GID_INDEX >= 0:  # -1: NCCL picks the RoCE v2 IPv4 GID itself
+            env["NCCL_IB_GID_INDEX"] = str(cfg.NCCL_IB_GID_INDEX)
     else:
         env["NCCL_IB_DISABLE"] = "1"
+    if cfg.NCCL_SYSTEM_LIBRARY:  # vLLM's own communicator loads this NCCL instead of torch's (vllm/utils/nccl.py)
+        env["VLLM_NCCL_SO_PATH"] = cfg.NCCL_SYSTEM_LIBRARY
     if cfg.TP_BACKEND == "ray":
         # RAY_ADDRESS: the head's vLLM joins the cluster of the ray-head unit (else ray.init starts one of its own)
         env.update(RAY_memory_monitor_refresh_ms="0", RAY_NODE_IP_ADDRESS=cx7_address(cfg, host),

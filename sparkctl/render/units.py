@@ -25,7 +25,12 @@ from sparkctl.config.service import Service, snapshot_path
 from sparkctl.errors import SettingError
 
 TP_UNIT_ENV = "SPARKCTL_TP_UNIT"  # read on the box by sparkctl/box/rollout_peer.py (TP_UNIT)
-ENV_FILE_KEYS = ("SPARKCTL_MODEL", "SPARKCTL_REVISION", "SPARKCTL_MODEL_PATH", "SPARKCTL_PLANNED_GIB", "VLLM_ARGS")  # templates/vllm.env.j2
+ENV_FILE_KEYS = ("SPARKCTL_MODEL", "SPARKCTL_REVISION", "SPARKCTL_MODEL_PATH", "SPARKCTL_PLANNED_GIB",
+                 "VLLM_ARGS")  # templates/vllm.env.j2
+# environment variables a setting of their own renders (only when set): {name: setting}; VLLM_EXTRA_ENV and
+# GPU_ARCH_ENV may not name them (sparkctl/check/rules.py extra_env)
+SETTING_ENV = {"TRITON_PTXAS_PATH": "TRITON_PTXAS_PATH", "VLLM_NCCL_SO_PATH": "NCCL_SYSTEM_LIBRARY",
+               "NCCL_IB_GID_INDEX": "NCCL_IB_GID_INDEX"}
 
 
 def vllm_args(svc: Service, cfg: GroupData) -> list[str]:
@@ -40,6 +45,9 @@ def vllm_args(svc: Service, cfg: GroupData) -> list[str]:
             "--gpu-memory-utilization", str(admission.service_utilization(svc, cfg))]
     if m.kv_cache_dtype != "auto":
         args += ["--kv-cache-dtype", m.kv_cache_dtype]
+    for flag, backend in (("--moe-backend", m.moe_backend), ("--linear-backend", m.linear_backend)):
+        if backend != "auto":  # the catalog's kernel override; "auto": vLLM chooses
+            args += [flag, backend]
     if m.speculative:
         spec = dict(m.speculative)
         if svc.draft is not None:
@@ -66,7 +74,7 @@ def env_file_value(args: list[str]) -> str:
 
 
 def service_environment(svc: Service, cfg: GroupData) -> dict[str, str]:
-    """Environment every vLLM service gets: caches under STATE_DIR, offline hub, loopback IPC."""
+    """Environment every vLLM service gets: caches under STATE_DIR, offline hub, loopback IPC, the GPU's arch."""
     state = cfg.STATE_DIR
     env = {
         "HF_HUB_OFFLINE": "1",  # checkpoints are downloaded by the deploy, never at serve time
@@ -85,6 +93,9 @@ def service_environment(svc: Service, cfg: GroupData) -> dict[str, str]:
         "DO_NOT_TRACK": "1",
         "VLLM_ENGINE_READY_TIMEOUT_S": str(cfg.VLLM_ENGINE_READY_TIMEOUT_S),
     }
+    env.update(cfg.GPU_ARCH_ENV)  # the GB10's arch for the kernels compiled at first use (CuTe DSL, FlashInfer)
+    if cfg.TRITON_PTXAS_PATH:
+        env["TRITON_PTXAS_PATH"] = cfg.TRITON_PTXAS_PATH
     env.update(cfg.VLLM_EXTRA_ENV)  # the schema allows only string values
     env.update(svc.extra_env)
     return env

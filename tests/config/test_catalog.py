@@ -111,6 +111,8 @@ OVERRIDE_MISTAKES = [
     ("a flag the deploy owns", {"qwen3.8-27b": {"extra_args": ["--kv-cache-memory-bytes", "9"]}},
      "CATALOG_OVERRIDES['qwen3.8-27b']['extra_args']"),
     ("a role change", {"bge-m3": {"role": "coder"}}, "CATALOG_OVERRIDES['bge-m3']"),
+    ("a kernel vLLM does not have", {"laguna-s-2.1": {"moe_backend": "marlin_fp4"}},
+     "CATALOG_OVERRIDES['laguna-s-2.1']['moe_backend']"),
     ("a tuple of the wrong items", {"qwen3.8-27b": {"memory": {"measured_acceptance_per_position": [0.5, 2]}}},
      "CATALOG_OVERRIDES['qwen3.8-27b']['memory']['measured_acceptance_per_position'][1]"),
     ("an override of a group-data model", {"acme-coder": {"memory": {"weights_gib": "big"}}},

@@ -105,6 +105,9 @@ def test_the_ray_units_carry_the_vllm_units_sandbox(tmp_path):
             sandbox["ExecStartPre"] = pre
         missing = {k: v for k, v in sandbox.items() if ray_unit.get(k) != v}
         assert missing == {}, missing
+        # NCCL's RDMA devices and pinned memory in both (none on the simulated Spark: no HCAs, systemd's limit)
+        memlock = ["infinity"] if groups[-1] == "gx10" else None
+        assert ray_unit.get("LimitMEMLOCK") == vllm.get("LimitMEMLOCK") == memlock
 
 
 @needs_systemd_analyze

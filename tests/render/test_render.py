@@ -89,6 +89,24 @@ def test_qwen_and_laguna_arguments(gx10_data):
         assert a[a.index("--runner") + 1] == "pooling"
 
 
+def test_the_gb10_runtime_reaches_every_service_and_a_kernel_override_only_its_model(gx10_data):
+    """GPU_ARCH_ENV in every service's env file (TRITON_PTXAS_PATH only when set); a catalog entry's moe_backend /
+    linear_backend render as vLLM 0.32.0's flags, "auto" as nothing (the shipped entries set none)."""
+    s = settings_for(gx10_data, "laguna-s-2.1")
+    for svc in s.services:
+        env = env_values(units.render_env(svc, s.cfg))
+        assert env["CUTE_DSL_ARCH"] == "sm_121a" and env["FLASHINFER_CUDA_ARCH_LIST"] == "12.1a"
+        assert "TRITON_PTXAS_PATH" not in env
+        assert not {"--moe-backend", "--linear-backend"} & set(units.vllm_args(svc, s.cfg))
+    data = {**gx10_data, "TRITON_PTXAS_PATH": "/usr/local/cuda-13.0/bin/ptxas",
+            "CATALOG_OVERRIDES": {"laguna-s-2.1": {"moe_backend": "marlin", "linear_backend": "marlin"}}}
+    s = settings_for(data, "laguna-s-2.1")
+    args = units.vllm_args(s.coder, s.cfg)
+    assert args[args.index("--moe-backend") + 1] == args[args.index("--linear-backend") + 1] == "marlin"
+    assert env_values(units.render_env(s.coder, s.cfg))["TRITON_PTXAS_PATH"] == "/usr/local/cuda-13.0/bin/ptxas"
+    assert all("--moe-backend" not in units.vllm_args(e, s.cfg) for e in s.embedders)
+
+
 def test_flip_changes_only_the_coder_env_file(gx10_data):
     qwen, laguna = settings_for(gx10_data, "qwen3.8-27b"), settings_for(gx10_data, "laguna-s-2.1")
     for a, b in zip(qwen.services, laguna.services):
@@ -160,6 +178,17 @@ def test_units_pass_systemd_analyze_verify_and_security(groups, token_file, tmp_
         exposure = float(re.search(r"Overall exposure level for \S+: ([0-9.]+)", r.stdout).group(1))
         print(f"{svc.unit}: systemd-analyze security exposure {exposure}")
         assert exposure <= 3.0, r.stdout[-2000:]
+
+
+@needs_systemd_analyze
+def test_a_tensor_parallel_engine_unit_passes_systemd_analyze_verify(gx10_data, tmp_path):
+    """The pair's coder with the link's lines (the verbs devices, LimitMEMLOCK) is a unit systemd accepts."""
+    pair = ["spark-1", "spark-2"]
+    s = validate(dict(gx10_data, SPARK_TOPOLOGY="tensor-parallel"), "spark-2", hosts=pair)
+    text = units.render_unit(s.coder, s.cfg)
+    assert "LimitMEMLOCK=infinity" in text.splitlines()
+    root = systemd_root(tmp_path, {s.coder.unit: text}, [f"{units.vllm_venv(s.cfg)}/bin/vllm"])
+    assert verify(root, s.coder.unit) == (0, "")
 
 
 @needs_systemd_analyze

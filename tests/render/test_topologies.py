@@ -173,6 +173,53 @@ def test_tensor_parallel_flags_and_nccl_environment(gx10_data):
             assert "--nnodes" not in args_of(st, st.coder)
 
 
+LINK_SETTINGS = {"RDMA_DEVICES": ["char-infiniband_verbs", "char-other"], "TP_MEMLOCK": "64M",
+                 "NCCL_IB_GID_INDEX": 3, "NCCL_SYSTEM_LIBRARY": "/usr/lib/aarch64-linux-gnu/libnccl.so.2"}
+
+
+def test_the_pairs_engines_get_the_link_as_nccl_needs_it(gx10_data):
+    """The coder on head and worker: the verbs devices, LimitMEMLOCK, both twins, a GID index and the system NCCL
+    when set (neither by default: NCCL picks the GID, vLLM torch's NCCL)."""
+    s = settings_pair(gx10_data, "tensor-parallel")
+    for h in PAIR:
+        unit = units.render_unit(s[h].coder, s[h].cfg).splitlines()
+        assert "DeviceAllow=char-infiniband_verbs rw" in unit and "LimitMEMLOCK=infinity" in unit
+        env = env_of(s[h], s[h].coder)
+        assert env["NCCL_IB_HCA"] == "rocep1s0f1,roceP2p1s0f1" and env["NCCL_IB_DISABLE"] == "0"
+        assert "NCCL_IB_GID_INDEX" not in env and "VLLM_NCCL_SO_PATH" not in env
+        assert all("LimitMEMLOCK" not in units.render_unit(e, s[h].cfg) for e in s[h].embedders)
+    s = settings_pair({**gx10_data, **LINK_SETTINGS}, "tensor-parallel")
+    env = env_of(s["spark-2"], s["spark-2"].coder)
+    assert env["NCCL_IB_GID_INDEX"] == "3" and env["VLLM_NCCL_SO_PATH"] == LINK_SETTINGS["NCCL_SYSTEM_LIBRARY"]
+    unit = units.render_unit(s["spark-2"].coder, s["spark-2"].cfg).splitlines()
+    assert {"DeviceAllow=char-other rw", "LimitMEMLOCK=64M"} <= set(unit)
+
+
+def test_the_netplan_file_gives_both_twins_the_mtu(gx10_data):
+    import yaml
+
+    from sparkctl.render import box_files
+
+    s = settings_pair(gx10_data, "tensor-parallel")["spark-1"]
+    twins = yaml.safe_load(box_files.netplan(s.cfg, "spark-1"))["network"]["ethernets"]
+    assert {name: t["mtu"] for name, t in twins.items()} == {"enp1s0f1np1": 9000, "enP2p1s0f1np1": 9000}
+    twins = yaml.safe_load(box_files.netplan(changed(s.cfg, CX7_MTU=0), "spark-1"))["network"]["ethernets"]
+    assert all("mtu" not in t for t in twins.values())  # 0: the interfaces keep their own
+
+
+@pytest.mark.parametrize("topo", ["replicas", "split"])
+def test_replicas_and_split_render_as_without_the_link_settings(gx10_data, topo):
+    """A rerun on boxes that are no pair restarts nothing: their units and env files do not see the link's
+    settings (the pair's engines only), so they render byte for byte as with none of them set."""
+    plain = {**gx10_data, "RDMA_DEVICES": [], "TP_MEMLOCK": "", "CX7_MTU": 0}
+    for h, st in settings_pair({**gx10_data, **LINK_SETTINGS}, topo).items():
+        other = settings_pair(plain, topo)[h]
+        for svc, was in zip(st.services, other.services):
+            assert units.render_unit(svc, st.cfg) == units.render_unit(was, other.cfg)
+            assert units.render_env(svc, st.cfg) == units.render_env(was, other.cfg)
+            assert "LimitMEMLOCK" not in units.render_unit(svc, st.cfg)
+
+
 def test_tensor_parallel_ray_backend(gx10_data):
     s = settings_pair(gx10_data, "tensor-parallel", backend="ray")
     head = args_of(s["spark-1"], s["spark-1"].coder)
