@@ -27,6 +27,8 @@ VLLM_BUILD_PACKAGES = ["g++", "python3-dev"]  # the CPU build compiles tensor-pa
 VLLM_COMMON_ARGS = ["--enforce-eager"]  # no torch.compile on 2 CPU cores (saves ~25 s per start)
 VLLM_EXTRA_ENV = {"VLLM_ENABLE_V1_MULTIPROCESSING": "0"}  # fold the worker into EngineCore: -1 process per service
 NVIDIA_DEVICES = []  # no GPU device nodes exist in a test host
+VLLM_DEVICE_PREPARE = []  # no NVIDIA modules to load before a start
+DEVICE_CHECKS = ["import", "torch_compile"]  # the CPU build: vLLM imports, and inductor compiles with g++
 CODER_MAX_NUM_BATCHED_TOKENS = 4096  # tiny models: one chunk holds a whole 4K prompt, tokens
 
 # --- tiny stand-in checkpoints on the stand-in hub, under the real catalog keys ---------------------------------
