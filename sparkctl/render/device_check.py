@@ -1,0 +1,89 @@
+"""The device check of a new venv, as the command the deploy runs on the box: a transient unit in the vLLM unit's
+own sandbox (systemd-run), running sparkctl/box/device_check.py with the candidate venv's python.
+
+Its properties are taken from the rendered vLLM unit (the coder's, render_unit): every line of its [Service]
+section but the few that belong to a long-running service and make no sense for a one-shot (NOT_FOR_A_ONESHOT), so
+the check runs with the unit's exact user, group, sandbox, device policy and allow list, working directory and
+limits, and the two cannot drift. What it replaces: its own runtime directory (the unit's, /run/vllm-<service>,
+belongs to the running service: a second unit naming it would remove it when it ends) and so TMPDIR; the env file
+(the coder's environment, service_environment, with that TMPDIR, root-only like the services' own: the live one
+may not exist yet on a first install). The unit's device preparation (VLLM_DEVICE_PREPARE) runs first, as root,
+exactly as in the unit (ExecStartPre=+), and RuntimeMaxSec bounds the whole (DEVICE_CHECK_TIMEOUT_S).
+"""
+
+from __future__ import annotations
+
+import hashlib
+
+from sparkctl.config.schema import GroupData
+from sparkctl.config.service import Service
+from sparkctl.render.units import render_unit, service_environment
+
+SCRIPT = "device_check.py"  # sparkctl/box/device_check.py, uploaded with the other box scripts (tasks/vllm.py)
+ENV_FILE = "sparkctl-device-check.env"  # in ENV_DIR, root-only (not vllm-*.env: no service's)
+# [Service] keys of the vLLM unit that a one-shot check does not take: how the service starts, restarts and stops
+# (the check's command is its own ExecStart; the device preparation is added from VLLM_DEVICE_PREPARE itself), and
+# the runtime directory and env file the check replaces with its own (above)
+NOT_FOR_A_ONESHOT = frozenset({
+    "Type", "ExecStart", "ExecStartPre", "ExecStartPost", "ExecStop", "ExecStopPost", "ExecReload", "Restart",
+    "RestartSec", "KillSignal", "TimeoutStopSec", "RuntimeDirectory", "RuntimeDirectoryMode",
+    "RuntimeDirectoryPreserve", "EnvironmentFile",
+})
+
+
+def unit_name(venv: str) -> str:
+    """The transient unit's name, one per candidate venv (shown by systemctl and the journal while it runs)."""
+    return f"sparkctl-device-check-{hashlib.sha256(venv.encode()).hexdigest()[:12]}"
+
+
+def env_path(cfg: GroupData) -> str:
+    return f"{cfg.ENV_DIR}/{ENV_FILE}"
+
+
+def service_lines(unit_text: str) -> list[tuple[str, str]]:
+    """(key, value) of every setting in the unit's [Service] section, in order (comments and blanks left out)."""
+    out, section = [], ""
+    for raw in unit_text.splitlines():
+        line = raw.strip()
+        if line.startswith("[") and line.endswith("]"):
+            section = line
+        elif section == "[Service]" and line and not line.startswith(("#", ";")) and "=" in line:
+            key, value = line.split("=", 1)
+            out.append((key.strip(), value))
+    return out
+
+
+def sandbox_properties(unit_text: str) -> list[str]:
+    """The unit's [Service] lines a one-shot check takes, as KEY=VALUE."""
+    return [f"{k}={v}" for k, v in service_lines(unit_text) if k not in NOT_FOR_A_ONESHOT]
+
+
+def render_env(svc: Service, cfg: GroupData, venv: str) -> str:
+    """The check's env file: the service's environment (service_environment), TMPDIR in the check's own runtime
+    directory. KEY=VALUE lines as in the services' env files (templates/vllm.env.j2)."""
+    env = {**service_environment(svc, cfg), "TMPDIR": f"/run/{unit_name(venv)}"}
+    head = (f"# {ENV_FILE}: rendered by sparkctl (sparkctl/render/device_check.py) - the {svc.name} service's "
+            f"environment for the device check of a new venv\n")
+    return head + "".join(f"{k}={v}\n" for k, v in env.items())
+
+
+def properties(svc: Service, cfg: GroupData, venv: str) -> list[str]:
+    """Every --property of the check's transient unit: the vLLM unit's sandbox and limits, then the check's own."""
+    own = [f"RuntimeDirectory={unit_name(venv)}", "RuntimeDirectoryMode=0700", f"EnvironmentFile={env_path(cfg)}",
+           f"RuntimeMaxSec={cfg.DEVICE_CHECK_TIMEOUT_S}"]
+    prepare = [f"ExecStartPre=+{cmd}" for cmd in cfg.VLLM_DEVICE_PREPARE]  # as root, before the sandboxed check
+    return [*sandbox_properties(render_unit(svc, cfg)), *own, *prepare]
+
+
+def check_args(cfg: GroupData) -> list[str]:
+    """device_check.py's arguments: what it checks, and against which settings."""
+    return ["--dist", cfg.VLLM_DIST, "--version", cfg.VLLM_VERSION, "--compute-cap", cfg.REQUIRED_COMPUTE_CAP,
+            "--checks", *cfg.DEVICE_CHECKS]
+
+
+def argv(svc: Service, cfg: GroupData, venv: str, bin_dir: str) -> list[str]:
+    """The whole command, as root on the box: systemd-run waits for the check, its output on the caller's, and
+    exits with the check's status (0 passed; non-zero: the venv is refused)."""
+    return ["systemd-run", "--wait", "--pipe", "--collect", "--quiet", "--service-type=exec",
+            f"--unit={unit_name(venv)}", *[f"--property={p}" for p in properties(svc, cfg, venv)],
+            f"{venv}/bin/python", f"{bin_dir}/{SCRIPT}", *check_args(cfg)]
