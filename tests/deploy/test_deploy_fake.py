@@ -5,13 +5,17 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import subprocess
 import sys
 
 import pytest
 
 from sparkctl import REPO_ROOT
+from sparkctl.config import box_paths
+from sparkctl.render import device_check, units
 from tests.conftest import API_TOKEN, SCRAPE_TOKEN
+from tests.render.test_render import settings_for
 
 
 def run_fake(kind: str, tmp_path, *extra: str, token: str | None = API_TOKEN,
@@ -104,3 +108,26 @@ def test_not_a_gx10_is_refused_after_reading_facts_only(tmp_path):
     out = run_fake("x86", tmp_path)
     assert "preflight refused this box" in out["log"] and "x86_64" in out["log"]
     assert changes(out) == [], changes(out)
+
+
+def test_a_new_venv_is_device_checked_in_the_vllm_units_sandbox_before_it_is_marked_built(dgx, gx10_data):
+    """venv_build's last steps: the device check as a transient unit with the rendered coder unit's sandbox
+    (sparkctl/render/device_check.py), then the marker; no import check as root outside the sandbox."""
+    s = settings_for(gx10_data)
+    venv = units.vllm_venv(s.cfg)
+    cmds = dgx["commands"]
+    check = [i for i, c in enumerate(cmds) if "systemd-run --wait --pipe --collect" in c]
+    marker = [i for i, c in enumerate(cmds) if c.endswith(f"touch {venv}/.sparkctl-built")]
+    install = [i for i, c in enumerate(cmds) if "pip install" in c and "vllm-0.32.0+cu130" in c]
+    assert len(check) == 1 and install[0] < check[0] < marker[0], (check, marker)
+    expected = device_check.argv(s.coder, s.cfg, venv, box_paths.bin_dir(s.cfg.SPARKCTL_HOME))
+    assert cmds[check[0]].endswith(" ".join(shlex.quote(a) for a in expected))
+    for prop in ("User=vllm", "NoNewPrivileges=yes", "DevicePolicy=closed", "DeviceAllow=char-nvidia-uvm rw",
+                 "CapabilityBoundingSet=", "ExecStartPre=+/usr/bin/nvidia-modprobe -u -c=0"):
+        assert shlex.quote(f"--property={prop}") in cmds[check[0]], prop
+    assert "--checks import cuda triton flashinfer" in cmds[check[0]]
+    assert not any("import importlib.metadata as m, vllm" in c for c in cmds)  # the old check as root: gone
+    env_put = [o for o in dgx["ops"] if "Write the device check's environment" in o]
+    assert env_put and dgx["ops"].index(env_put[0]) < next(i for i, o in enumerate(dgx["ops"])
+                                                           if "Build and device-check vLLM" in o)
+    assert "device_check.py" in "\n".join(cmds)  # uploaded with the other box scripts
