@@ -57,11 +57,14 @@ CAUSES = (
 
 
 def cause(what: str, exc: BaseException) -> str:
-    """One line: what `what` needed that is missing (a known cause first), then the error's own last line."""
-    text = f"{type(exc).__name__}: {exc}"
-    last = next((ln.strip() for ln in reversed(text.splitlines()) if ln.strip()), type(exc).__name__)[:300]
-    known = next((why for needle, why in CAUSES if needle in text), None)
-    return f"{what}: {known} ({last})" if known else f"{what} failed: {last}"
+    """One line: what `what` needed that is missing (a known cause), with the error's line that says so; else the
+    error's own last line."""
+    lines = [ln.strip() for ln in f"{type(exc).__name__}: {exc}".splitlines() if ln.strip()]
+    for needle, why in CAUSES:
+        said = next((ln for ln in lines if needle in ln), None)
+        if said:
+            return f"{what}: {why} ({said[:300]})"
+    return f"{what} failed: {(lines or [type(exc).__name__])[-1][:300]}"
 
 
 # --- the checks --------------------------------------------------------------------------------------------------
@@ -146,9 +149,12 @@ def check_flashinfer(opts) -> str:
 def check_torch_compile(opts) -> str:
     torch = _torch()
     try:
+        import torch._dynamo.config as dynamo
         import torch._inductor.config as inductor
 
+        dynamo.suppress_errors = False  # a failed compile is the answer, not a silent fall-back to eager
         inductor.fx_graph_cache = False  # compile, never load a kernel an earlier run cached
+        inductor.compile_threads = 1  # in this process: no worker pool for one tiny kernel
         x = torch.arange(8, dtype=torch.float32)
         got = torch.compile(lambda t: t * 2 + 1, backend="inductor", fullgraph=True)(x)
     except Exception as exc:  # noqa: BLE001

