@@ -14,10 +14,12 @@ exactly as in the unit (ExecStartPre=+), and RuntimeMaxSec bounds the whole (DEV
 from __future__ import annotations
 
 import hashlib
+import shlex
 
+from sparkctl.config import box_paths
 from sparkctl.config.schema import GroupData
 from sparkctl.config.service import Service
-from sparkctl.render.units import render_unit, service_environment
+from sparkctl.render.units import render_unit, service_environment, vllm_venv
 
 SCRIPT = "device_check.py"  # sparkctl/box/device_check.py, uploaded with the other box scripts (tasks/vllm.py)
 ENV_FILE = "sparkctl-device-check.env"  # in ENV_DIR, root-only (not vllm-*.env: no service's)
@@ -87,3 +89,15 @@ def argv(svc: Service, cfg: GroupData, venv: str, bin_dir: str) -> list[str]:
     return ["systemd-run", "--wait", "--pipe", "--collect", "--quiet", "--service-type=exec",
             f"--unit={unit_name(venv)}", *[f"--property={p}" for p in properties(svc, cfg, venv)],
             f"{venv}/bin/python", f"{bin_dir}/{SCRIPT}", *check_args(cfg)]
+
+
+def as_unit(svc: Service, cfg: GroupData) -> str:
+    """The transient unit systemd makes of argv(), as a unit file (what it writes under /run/systemd/transient/): what
+    `python -m sparkctl check` runs systemd-analyze verify on (sparkctl/check/render.py)."""
+    venv = vllm_venv(cfg)
+    words = argv(svc, cfg, venv, box_paths.bin_dir(cfg.SPARKCTL_HOME))
+    props = [w.split("=", 1)[1] for w in words if w.startswith("--property=")]
+    command = words[words.index(f"{venv}/bin/python"):]
+    return (f"# {unit_name(venv)}.service: systemd-run's transient unit of the device check "
+            f"(sparkctl/render/device_check.py)\n[Service]\nType=exec\n" + "".join(f"{p}\n" for p in props) +
+            f"ExecStart={shlex.join(command)}\n")

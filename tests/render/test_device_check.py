@@ -90,10 +90,10 @@ def test_the_checks_properties_as_a_unit_pass_systemd_analyze_verify(groups, tok
     """The same KEY=VALUE lines in a unit file: systemd parses every one of them (a warning counts)."""
     s, venv = box(groups, tmp_path)
     argv = dc.argv(s.coder, s.cfg, venv, box_paths.bin_dir(s.cfg.SPARKCTL_HOME))
+    name, text = f"{dc.unit_name(venv)}.service", dc.as_unit(s.coder, s.cfg)
     props = [a.split("=", 1)[1] for a in argv if a.startswith("--property=")]
-    command = argv[argv.index(f"{venv}/bin/python"):]
-    name = f"{dc.unit_name(venv)}.service"
-    text = "[Service]\nType=exec\n" + "".join(f"{p}\n" for p in props) + f"ExecStart={shlex.join(command)}\n"
+    assert [ln for ln in text.splitlines() if "=" in ln and not ln.startswith(("#", "Type=", "ExecStart="))] == props
+    assert text.splitlines()[-1] == f"ExecStart={shlex.join(argv[argv.index(f'{venv}/bin/python'):])}"
     prepare = [c.split()[0] for c in s.cfg.VLLM_DEVICE_PREPARE]
     root = systemd_root(tmp_path, {name: text}, [f"{venv}/bin/python", *prepare])
     (root / dc.env_path(s.cfg).lstrip("/")).parent.mkdir(parents=True, exist_ok=True)
