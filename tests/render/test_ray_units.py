@@ -97,13 +97,15 @@ def test_the_ray_units_carry_the_vllm_units_sandbox(tmp_path):
         sandbox = {k: v for k, v in vllm.items() if k not in {
             "EnvironmentFile", "ExecStart", "KillSignal",  # vLLM's own start (SIGINT: vLLM loses SIGTERM at start-up)
             "RuntimeDirectory", "RuntimeDirectoryMode",  # vLLM's ZMQ sockets; Ray's are under STATE_DIR/ray
-            "ExecStartPre",  # Ray's own clean-up beside the device preparation both run (below)
+            "ExecStartPre",  # below: the device preparation both run first, then each one's own
         }}
         missing = {k: v for k, v in sandbox.items() if ray_unit.get(k) != v}
         assert missing == {}, missing
+        # the simulated pool's admission belongs to a vLLM engine's start (the head's coder unit), not Ray's
+        admission = s.cfg.UNIFIED_MEMORY_STANDIN
+        pre = [v for v in vllm.get("ExecStartPre", []) if not admission or admission not in v]
         prepared = [f"+{cmd}" for cmd in s.cfg.VLLM_DEVICE_PREPARE]  # as root, before the sandboxed start
-        assert [p for p in vllm.get("ExecStartPre", []) if p.startswith("+")] == prepared
-        assert [p for p in ray_unit.get("ExecStartPre", []) if p.startswith("+")] == prepared
+        assert pre == prepared and ray_unit.get("ExecStartPre", [])[:len(prepared)] == prepared
 
 
 @needs_systemd_analyze
@@ -115,7 +117,8 @@ def test_ray_units_and_the_coder_dropin_pass_systemd_analyze_verify(groups, toke
                 ray.WORKER_UNIT: ray.render_unit(worker.role, worker.coder, worker.cfg),
                 head.coder.unit: units.render_unit(head.coder, head.cfg)}
     root = systemd_root(tmp_path, rendered, [ray.ray_bin(head.cfg), f"{units.vllm_venv(head.cfg)}/bin/vllm",
-                                             "/bin/rm", *[c.split()[0] for c in head.cfg.VLLM_DEVICE_PREPARE]])
+                                             "/bin/rm", f"{units.vllm_venv(head.cfg)}/bin/python",
+                                             *[c.split()[0] for c in head.cfg.VLLM_DEVICE_PREPARE]])
     dropin = root / ray.coder_dropin_path(head.coder).lstrip("/")
     dropin.parent.mkdir(parents=True)
     dropin.write_text(ray.render_coder_dropin())

@@ -148,7 +148,8 @@ def test_units_pass_systemd_analyze_verify_and_security(groups, token_file, tmp_
     rendered["ssh.service"] = "[Service]\nExecStart=/usr/sbin/sshd -D\n"
     (tmp_path / "dropin").mkdir()
     prepare = [cmd.split()[0] for cmd in s.cfg.VLLM_DEVICE_PREPARE]  # ExecStartPre=+ programs (a real box's)
-    root = systemd_root(tmp_path, rendered, [f"{units.vllm_venv(s.cfg)}/bin/vllm", "/usr/sbin/sshd", *prepare])
+    root = systemd_root(tmp_path, rendered, [f"{units.vllm_venv(s.cfg)}/bin/vllm", f"{units.vllm_venv(s.cfg)}/bin/python",
+                                             "/usr/sbin/sshd", *prepare])
     dropin = root / "etc/systemd/system/ssh.service.d"
     dropin.mkdir()
     (dropin / "sparkctl-memory.conf").write_text(units.render_template("sshd-memory.conf.j2", d=s.cfg))
