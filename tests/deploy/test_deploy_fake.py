@@ -19,9 +19,9 @@ from tests.render.test_render import settings_for
 
 
 def run_fake(kind: str, tmp_path, *extra: str, token: str | None = API_TOKEN,
-             scrape_token: str | bool = SCRAPE_TOKEN) -> dict:
+             scrape_token: str | bool = SCRAPE_TOKEN, env_extra: dict | None = None) -> dict:
     env = dict(os.environ, FAKE_KIND=kind, PYINFRA_FAKE_DELAY="0", PYINFRA_FAKE_DELAY_JITTER="0",
-               SPARKCTL_TEST_SECRETS=str(tmp_path / "secrets"), GX10_HOSTS="")
+               SPARKCTL_TEST_SECRETS=str(tmp_path / "secrets"), GX10_HOSTS="", **(env_extra or {}))
     if token is not None:
         tf = tmp_path / "api_token"
         tf.write_text(token)
@@ -131,3 +131,13 @@ def test_a_new_venv_is_device_checked_in_the_vllm_units_sandbox_before_it_is_mar
     assert env_put and dgx["ops"].index(env_put[0]) < next(i for i, o in enumerate(dgx["ops"])
                                                            if "Build and device-check vLLM" in o)
     assert "device_check.py" in "\n".join(cmds)  # uploaded with the other box scripts
+
+
+def test_a_box_whose_driver_lacks_a_device_group_is_refused_before_any_change(tmp_path):
+    """The driver answers but /proc/devices (read after VLLM_DEVICE_PREPARE ran) has no nvidia-uvm: DeviceAllow=
+    would allow nothing for it, and CUDA in the sandboxed services would fail at their first start."""
+    out = run_fake("dgx", tmp_path, env_extra={"FAKE_PROC_DEVICES": "C mem,C nvidia,C nvidiactl,C nvidia-caps"})
+    assert "preflight refused this box" in out["log"]
+    assert "NVIDIA_DEVICES: char-nvidia-uvm not in this box's /proc/devices" in out["log"]
+    # nothing changed but what every vLLM start runs first (the fact's device preparation, as nvidia-smi loads the driver)
+    assert [c for c in changes(out) if not c.startswith("if [ -x /usr/bin/nvidia-modprobe ]")] == []
