@@ -66,9 +66,10 @@ PIP_VERSION = "26.3"  # pip version installed into the venv first (old pips mis-
 # --- versioned vLLM venvs: a new vLLM is built beside the running one ---
 VLLM_VENVS_KEEP = 2  # venvs kept under SPARKCTL_HOME/venvs (newest first) besides any a unit still names
 # --- the device check: a new venv runs once in the vLLM unit's own sandbox before any service uses it ---
-# commands run as root before every vLLM/Ray start (ExecStartPre=+) and before the device check's sandboxed part:
-# the sandbox (NoNewPrivileges) keeps the setuid nvidia-modprobe from loading nvidia-uvm and creating /dev/nvidia-uvm
-# and /dev/nvidia0 at the first CUDA use after a reboot; an absolute program and plain arguments each
+# commands run as root once per boot, before any vLLM or Ray unit and the device check (sparkctl-devices.service,
+# which they Want and start After=; preflight runs them too): the sandbox (NoNewPrivileges, DevicePolicy=closed)
+# keeps the setuid nvidia-modprobe from loading nvidia-uvm and creating /dev/nvidia-uvm and /dev/nvidia0 at the first
+# CUDA use after a reboot; an absolute program and plain arguments each
 VLLM_DEVICE_PREPARE = ["/usr/bin/nvidia-modprobe -u -c=0"]
 # what the device check (sparkctl/box/device_check.py) runs, in order, the first failure refusing the venv: import
 # (vLLM at VLLM_VERSION), cuda (CUDA init, REQUIRED_COMPUTE_CAP, memory), triton (a kernel compiled and run: C

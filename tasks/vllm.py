@@ -14,14 +14,14 @@ from pyinfra import host
 from pyinfra.api import StringCommand, deploy, operation
 from pyinfra.api.command import QuoteString
 from pyinfra.facts.files import File
-from pyinfra.operations import apt, files, server
+from pyinfra.operations import apt, files, server, systemd
 
 from sparkctl import REPO_ROOT
 from sparkctl.box import contract
 from sparkctl.config import box_paths
 from sparkctl.config.settings import Settings
 from sparkctl.render import device_check
-from sparkctl.render.units import pip_args, vllm_venv
+from sparkctl.render.units import DEVICES_UNIT, pip_args, render_devices_unit, vllm_venv
 
 __all__ = ["REMOTE_SCRIPTS", "SHARED_SCRIPTS", "venv_build", "vllm"]
 
@@ -58,6 +58,7 @@ def vllm(settings: Settings) -> list:
                for script in REMOTE_SCRIPTS}
     files.put(name="Write pip constraints", src=StringIO("".join(f"{c}\n" for c in cfg.VLLM_PIP_CONSTRAINTS)),
               dest=f"{home}/constraints.txt", user="root", group="root", mode="0644")
+    _devices(cfg)
     files.put(name="Write the device check's environment (root-only)",
               src=StringIO(device_check.render_env(settings.coder, cfg, venv)), dest=device_check.env_path(cfg),
               user="root", group="root", mode="0600")
@@ -68,6 +69,19 @@ def vllm(settings: Settings) -> list:
                alias=cfg.VLLM_METADATA_ALIAS,
                check=device_check.argv(settings.coder, cfg, venv, box_paths.bin_dir(home)))
     return [uploads[script] for script in SHARED_SCRIPTS]
+
+
+def _devices(cfg) -> None:
+    """DEVICES_UNIT: the GPU's modules and device nodes prepared as root once per boot (VLLM_DEVICE_PREPARE), before
+    any sandboxed vLLM or Ray unit (they Want it, After= it) and before the device check. Started, never restarted:
+    its commands only load what is missing, and a changed one takes effect at the next boot (preflight has run it
+    already). No commands (the simulated Spark): no unit."""
+    if not cfg.VLLM_DEVICE_PREPARE:
+        return
+    unit = files.put(name=f"Unit {DEVICES_UNIT} (VLLM_DEVICE_PREPARE)", src=StringIO(render_devices_unit(cfg)),
+                     dest=f"/etc/systemd/system/{DEVICES_UNIT}", user="root", group="root", mode="0644")
+    systemd.daemon_reload(name=f"Reload systemd ({DEVICES_UNIT} changed)", _if=unit.did_change)
+    systemd.service(name=f"{DEVICES_UNIT} enabled and started", service=DEVICES_UNIT, running=True, enabled=True)
 
 
 @operation()

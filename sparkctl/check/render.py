@@ -68,6 +68,8 @@ def _units(s: Settings) -> dict[str, BoxFile]:
             out[f"{s.coder.unit}.d/{ray.COORDINATION_DROPIN}"] = BoxFile(ray.coder_dropin_path(s.coder),
                                                                         lambda c: ray.render_coder_dropin())
     out["ssh.service.d/sparkctl-memory.conf"] = BoxFile(box_files.SSHD_DROPIN, box_files.sshd_dropin)
+    if s.cfg.VLLM_DEVICE_PREPARE:
+        out[units.DEVICES_UNIT] = BoxFile(f"/etc/systemd/system/{units.DEVICES_UNIT}", units.render_devices_unit)
     check = f"{device_check.unit_name(units.vllm_venv(s.cfg))}.service"  # systemd-run's, when a venv is built
     out[check] = BoxFile(f"/run/systemd/transient/{check}", lambda c: device_check.as_unit(s.coder, c))
     return out

@@ -7,8 +7,9 @@ the check runs with the unit's exact user, group, sandbox, device policy and all
 limits, and the two cannot drift. What it replaces: its own runtime directory (the unit's, /run/vllm-<service>,
 belongs to the running service: a second unit naming it would remove it when it ends) and so TMPDIR; the env file
 (the coder's environment, service_environment, with that TMPDIR, root-only like the services' own: the live one
-may not exist yet on a first install). The unit's device preparation (VLLM_DEVICE_PREPARE) runs first, as root,
-exactly as in the unit (ExecStartPre=+), and RuntimeMaxSec bounds the whole (DEVICE_CHECK_TIMEOUT_S).
+may not exist yet on a first install). Like the unit, it Wants and starts After= the GPU's preparation as root
+(DEVICES_UNIT, VLLM_DEVICE_PREPARE: its [Unit] lines that name it), and RuntimeMaxSec bounds the whole
+(DEVICE_CHECK_TIMEOUT_S).
 """
 
 from __future__ import annotations
@@ -19,18 +20,21 @@ import shlex
 from sparkctl.config import box_paths
 from sparkctl.config.schema import GroupData
 from sparkctl.config.service import Service
-from sparkctl.render.units import render_unit, service_environment, vllm_venv
+from sparkctl.render.units import DEVICES_UNIT, render_unit, service_environment, vllm_venv
 
 SCRIPT = "device_check.py"  # sparkctl/box/device_check.py, uploaded with the other box scripts (tasks/vllm.py)
 ENV_FILE = "sparkctl-device-check.env"  # in ENV_DIR, root-only (not vllm-*.env: no service's)
 # [Service] keys of the vLLM unit that a one-shot check does not take: how the service starts, restarts and stops
-# (the check's command is its own ExecStart; the device preparation is added from VLLM_DEVICE_PREPARE itself), and
-# the runtime directory and env file the check replaces with its own (above)
+# (the check's command is its own ExecStart; what a start runs first belongs to a served engine, such as the simulated
+# Spark's admission), and the runtime directory and env file the check replaces with its own (above)
 NOT_FOR_A_ONESHOT = frozenset({
     "Type", "ExecStart", "ExecStartPre", "ExecStartPost", "ExecStop", "ExecStopPost", "ExecReload", "Restart",
     "RestartSec", "KillSignal", "TimeoutStopSec", "RuntimeDirectory", "RuntimeDirectoryMode",
     "RuntimeDirectoryPreserve", "EnvironmentFile",
 })
+
+
+UNIT_KEYS = ("Wants", "After")  # the properties from the unit's [Unit] section (the preparation's ordering)
 
 
 def unit_name(venv: str) -> str:
@@ -42,17 +46,25 @@ def env_path(cfg: GroupData) -> str:
     return f"{cfg.ENV_DIR}/{ENV_FILE}"
 
 
-def service_lines(unit_text: str) -> list[tuple[str, str]]:
-    """(key, value) of every setting in the unit's [Service] section, in order (comments and blanks left out)."""
-    out, section = [], ""
+def section_lines(unit_text: str, section: str) -> list[tuple[str, str]]:
+    """(key, value) of every setting in one section of a unit ("[Service]"), in order (comments, blanks left out)."""
+    out, current = [], ""
     for raw in unit_text.splitlines():
         line = raw.strip()
         if line.startswith("[") and line.endswith("]"):
-            section = line
-        elif section == "[Service]" and line and not line.startswith(("#", ";")) and "=" in line:
+            current = line
+        elif current == section and line and not line.startswith(("#", ";")) and "=" in line:
             key, value = line.split("=", 1)
             out.append((key.strip(), value))
     return out
+
+
+def service_lines(unit_text: str) -> list[tuple[str, str]]:
+    return section_lines(unit_text, "[Service]")
+
+
+def unit_lines(unit_text: str) -> list[tuple[str, str]]:
+    return section_lines(unit_text, "[Unit]")
 
 
 def sandbox_properties(unit_text: str) -> list[str]:
@@ -73,8 +85,10 @@ def properties(svc: Service, cfg: GroupData, venv: str) -> list[str]:
     """Every --property of the check's transient unit: the vLLM unit's sandbox and limits, then the check's own."""
     own = [f"RuntimeDirectory={unit_name(venv)}", "RuntimeDirectoryMode=0700", f"EnvironmentFile={env_path(cfg)}",
            f"RuntimeMaxSec={cfg.DEVICE_CHECK_TIMEOUT_S}"]
-    prepare = [f"ExecStartPre=+{cmd}" for cmd in cfg.VLLM_DEVICE_PREPARE]  # as root, before the sandboxed check
-    return [*sandbox_properties(render_unit(svc, cfg)), *own, *prepare]
+    # the GPU's modules and nodes prepared first, as for the unit: the [Unit] lines that name DEVICES_UNIT
+    unit = render_unit(svc, cfg)
+    prepare = [f"{k}={v}" for k, v in unit_lines(unit) if v == DEVICES_UNIT]
+    return [*sandbox_properties(unit), *own, *prepare]
 
 
 def check_args(cfg: GroupData) -> list[str]:
@@ -97,7 +111,9 @@ def as_unit(svc: Service, cfg: GroupData) -> str:
     venv = vllm_venv(cfg)
     words = argv(svc, cfg, venv, box_paths.bin_dir(cfg.SPARKCTL_HOME))
     props = [w.split("=", 1)[1] for w in words if w.startswith("--property=")]
+    deps = [p for p in props if p.split("=", 1)[0] in UNIT_KEYS]
     command = words[words.index(f"{venv}/bin/python"):]
     return (f"# {unit_name(venv)}.service: systemd-run's transient unit of the device check "
-            f"(sparkctl/render/device_check.py)\n[Service]\nType=exec\n" + "".join(f"{p}\n" for p in props) +
+            f"(sparkctl/render/device_check.py)\n[Unit]\n" + "".join(f"{p}\n" for p in deps) +
+            "[Service]\nType=exec\n" + "".join(f"{p}\n" for p in props if p not in deps) +
             f"ExecStart={shlex.join(command)}\n")

@@ -123,8 +123,14 @@ def test_a_new_venv_is_device_checked_in_the_vllm_units_sandbox_before_it_is_mar
     expected = device_check.argv(s.coder, s.cfg, venv, box_paths.bin_dir(s.cfg.SPARKCTL_HOME))
     assert cmds[check[0]].endswith(" ".join(shlex.quote(a) for a in expected))
     for prop in ("User=vllm", "NoNewPrivileges=yes", "DevicePolicy=closed", "DeviceAllow=char-nvidia-uvm rw",
-                 "CapabilityBoundingSet=", "ExecStartPre=+/usr/bin/nvidia-modprobe -u -c=0"):
+                 "CapabilityBoundingSet=", "Wants=sparkctl-devices.service", "After=sparkctl-devices.service"):
         assert shlex.quote(f"--property={prop}") in cmds[check[0]], prop
+    # the GPU's modules and nodes prepared as root by their own unit, started (never restarted) before the check
+    ops = dgx["ops"]
+    assert ops.index("vLLM | Unit sparkctl-devices.service (VLLM_DEVICE_PREPARE)") < \
+        ops.index("vLLM | sparkctl-devices.service enabled and started") < \
+        next(i for i, o in enumerate(ops) if "Build and device-check vLLM" in o)
+    assert not any("restart sparkctl-devices" in c for c in cmds)
     assert "--checks import cuda triton flashinfer" in cmds[check[0]]
     assert not any("import importlib.metadata as m, vllm" in c for c in cmds)  # the old check as root: gone
     env_put = [o for o in dgx["ops"] if "Write the device check's environment" in o]

@@ -1,6 +1,7 @@
 """The device check's transient unit (sparkctl/render/device_check.py): it carries every sandbox, device and limit
 line of the rendered vLLM unit, none that belongs to a long-running service, its own runtime directory and env
-file, and the unit's device preparation; and its properties, written as a unit, pass systemd-analyze verify."""
+file, and the unit's ordering after the GPU's preparation as root (sparkctl-devices.service); and its properties,
+written as a unit, pass systemd-analyze verify, as does the preparation's unit."""
 
 from __future__ import annotations
 
@@ -51,12 +52,11 @@ def test_every_sandbox_line_of_the_vllm_unit_is_a_property_of_the_check(groups, 
     assert f"RuntimeDirectory={name}" in props and f"RuntimeDirectory=vllm-{s.coder.name}" not in props
     assert f"EnvironmentFile={s.cfg.ENV_DIR}/sparkctl-device-check.env" in props
     assert f"RuntimeMaxSec={s.cfg.DEVICE_CHECK_TIMEOUT_S}" in props
-    # the unit's device preparation, as root, exactly as the unit runs it (and nothing else the unit runs first:
-    # the simulated Spark's admission belongs to an engine's start)
-    prepared = [f"ExecStartPre=+{c}" for c in s.cfg.VLLM_DEVICE_PREPARE]
-    in_unit = [f"ExecStartPre={v}" for k, v in dc.service_lines(unit) if k == "ExecStartPre"]
-    assert in_unit[:len(prepared)] == prepared
-    assert [p for p in props if p.startswith("ExecStartPre=")] == prepared
+    # after the GPU's preparation as root, exactly as the unit (and nothing the unit runs first: the simulated
+    # Spark's admission belongs to an engine's start)
+    prepared = [f"{k}={units.DEVICES_UNIT}" for k in ("Wants", "After")] if s.cfg.VLLM_DEVICE_PREPARE else []
+    assert [f"{k}={v}" for k, v in dc.unit_lines(unit) if v == units.DEVICES_UNIT] == prepared
+    assert [p for p in props if p.split("=", 1)[0] in ("Wants", "After", "Requires", "ExecStartPre")] == prepared
 
 
 def test_a_real_box_prepares_its_devices_and_checks_the_gpu(gx10_data):
@@ -64,7 +64,8 @@ def test_a_real_box_prepares_its_devices_and_checks_the_gpu(gx10_data):
     venv = units.vllm_venv(s.cfg)
     argv = dc.argv(s.coder, s.cfg, venv, box_paths.bin_dir(s.cfg.SPARKCTL_HOME))
     assert argv[:5] == ["systemd-run", "--wait", "--pipe", "--collect", "--quiet"]
-    assert "--property=ExecStartPre=+/usr/bin/nvidia-modprobe -u -c=0" in argv
+    assert "--property=Wants=sparkctl-devices.service" in argv and "--property=After=sparkctl-devices.service" in argv
+    assert "ExecStart=/usr/bin/nvidia-modprobe -u -c=0\n" in units.render_devices_unit(s.cfg)  # as root, once per boot
     assert "--property=DeviceAllow=char-nvidia-uvm rw" in argv and "--property=User=vllm" in argv
     tail = argv[argv.index(f"{venv}/bin/python"):]
     assert tail == [f"{venv}/bin/python", "/opt/sparkctl/bin/device_check.py", "--dist", "vllm", "--version",
@@ -94,11 +95,16 @@ def test_the_checks_properties_as_a_unit_pass_systemd_analyze_verify(groups, tok
     argv = dc.argv(s.coder, s.cfg, venv, box_paths.bin_dir(s.cfg.SPARKCTL_HOME))
     name, text = f"{dc.unit_name(venv)}.service", dc.as_unit(s.coder, s.cfg)
     props = [a.split("=", 1)[1] for a in argv if a.startswith("--property=")]
-    assert [ln for ln in text.splitlines() if "=" in ln and not ln.startswith(("#", "Type=", "ExecStart="))] == props
+    lines = [ln for ln in text.splitlines() if "=" in ln and not ln.startswith(("#", "Type=", "ExecStart="))]
+    assert sorted(lines) == sorted(props)
     assert text.splitlines()[-1] == f"ExecStart={shlex.join(argv[argv.index(f'{venv}/bin/python'):])}"
+    rendered = {name: text}
+    if s.cfg.VLLM_DEVICE_PREPARE:
+        rendered[units.DEVICES_UNIT] = units.render_devices_unit(s.cfg)
     prepare = [c.split()[0] for c in s.cfg.VLLM_DEVICE_PREPARE]
-    root = systemd_root(tmp_path, {name: text}, [f"{venv}/bin/python", *prepare])
+    root = systemd_root(tmp_path, rendered, [f"{venv}/bin/python", *prepare])
     (root / dc.env_path(s.cfg).lstrip("/")).parent.mkdir(parents=True, exist_ok=True)
     (root / dc.env_path(s.cfg).lstrip("/")).write_text(dc.render_env(s.coder, s.cfg, venv))
-    rc, out = verify(root, name)
-    assert (rc, out) == (0, ""), out
+    for unit in rendered:
+        rc, out = verify(root, unit)
+        assert (rc, out) == (0, ""), out

@@ -11,7 +11,7 @@ import pytest
 
 from sparkctl.check.validate import validate_host as validate
 from sparkctl.config import groupdata
-from sparkctl.render import ray, units
+from sparkctl.render import device_check, ray, units
 from tasks.services import venv_users
 from tests.conftest import FAKE_LOCK, changed
 from tests.render.test_render import needs_systemd_analyze, systemd_root, verify
@@ -97,15 +97,20 @@ def test_the_ray_units_carry_the_vllm_units_sandbox(tmp_path):
         sandbox = {k: v for k, v in vllm.items() if k not in {
             "EnvironmentFile", "ExecStart", "KillSignal",  # vLLM's own start (SIGINT: vLLM loses SIGTERM at start-up)
             "RuntimeDirectory", "RuntimeDirectoryMode",  # vLLM's ZMQ sockets; Ray's are under STATE_DIR/ray
-            "ExecStartPre",  # below: the device preparation both run first, then each one's own
         }}
+        # the simulated pool's admission belongs to a vLLM engine's start (the head's coder unit), not Ray's
+        pre = [v for v in sandbox.pop("ExecStartPre", []) if not s.cfg.UNIFIED_MEMORY_STANDIN
+               or s.cfg.UNIFIED_MEMORY_STANDIN not in v]
+        if pre:
+            sandbox["ExecStartPre"] = pre
         missing = {k: v for k, v in sandbox.items() if ray_unit.get(k) != v}
         assert missing == {}, missing
-        # the simulated pool's admission belongs to a vLLM engine's start (the head's coder unit), not Ray's
-        admission = s.cfg.UNIFIED_MEMORY_STANDIN
-        pre = [v for v in vllm.get("ExecStartPre", []) if not admission or admission not in v]
-        prepared = [f"+{cmd}" for cmd in s.cfg.VLLM_DEVICE_PREPARE]  # as root, before the sandboxed start
-        assert pre == prepared and ray_unit.get("ExecStartPre", [])[:len(prepared)] == prepared
+        # both start after the GPU's preparation as root (VLLM_DEVICE_PREPARE), when the box has one
+        wanted = [units.DEVICES_UNIT] if s.cfg.VLLM_DEVICE_PREPARE else []
+        for text in (units.render_unit(s.coder, s.cfg), ray.render_unit(s.role, s.coder, s.cfg)):
+            lines = device_check.unit_lines(text)
+            for key in ("Wants", "After"):
+                assert [v for k, v in lines if k == key and v == units.DEVICES_UNIT] == wanted, (key, lines)
 
 
 @needs_systemd_analyze
@@ -117,8 +122,7 @@ def test_ray_units_and_the_coder_dropin_pass_systemd_analyze_verify(groups, toke
                 ray.WORKER_UNIT: ray.render_unit(worker.role, worker.coder, worker.cfg),
                 head.coder.unit: units.render_unit(head.coder, head.cfg)}
     root = systemd_root(tmp_path, rendered, [ray.ray_bin(head.cfg), f"{units.vllm_venv(head.cfg)}/bin/vllm",
-                                             "/bin/rm", f"{units.vllm_venv(head.cfg)}/bin/python",
-                                             *[c.split()[0] for c in head.cfg.VLLM_DEVICE_PREPARE]])
+                                             "/bin/rm", f"{units.vllm_venv(head.cfg)}/bin/python"])
     dropin = root / ray.coder_dropin_path(head.coder).lstrip("/")
     dropin.parent.mkdir(parents=True)
     dropin.write_text(ray.render_coder_dropin())
