@@ -34,10 +34,10 @@ class GpuInfo(FactBase):
 
 
 class DeviceGroups(FactBase):
-    """The device groups /proc/devices lists (what DeviceAllow=char-NAME and block-NAME match), read after the units'
-    device preparation ran as root (`prepare`: VLLM_DEVICE_PREPARE, the commands every vLLM start runs first; like
-    nvidia-smi for GpuInfo, they load a driver module this box has and create its nodes, nothing else), and each
-    preparation program this box lacks: {"char": [names], "block": [names], "missing": [programs]}."""
+    """The device groups /proc/devices lists (what DeviceAllow=char-NAME and block-NAME match), read after the GPU's
+    preparation ran as root (`prepare`: VLLM_DEVICE_PREPARE, what sparkctl-devices.service runs before the vLLM units
+    at every boot; like nvidia-smi for GpuInfo, they load a driver module this box has and create its nodes, nothing
+    else), and each preparation program this box lacks: {"char": [names], "block": [names], "missing": [programs]}."""
 
     def command(self, prepare):
         steps = []

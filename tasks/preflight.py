@@ -80,7 +80,8 @@ def _device_problems(cfg, fact: dict | None) -> list[str]:
     in the sandboxed service would then fail at its first start."""
     if fact is None:
         return []
-    problems = [f"VLLM_DEVICE_PREPARE: {exe} is not on this box (every vLLM start runs it first, as root)"
+    problems = [f"VLLM_DEVICE_PREPARE: {exe} is not on this box (sparkctl-devices.service runs it as root at every "
+                f"boot, before the vLLM units)"
                 for exe in fact["missing"]]
     kinds = {"char": fact["char"], "block": fact["block"]}
     absent = [dev for dev in cfg.NVIDIA_DEVICES if dev.partition("-")[2] not in kinds.get(dev.partition("-")[0], ())]

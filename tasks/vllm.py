@@ -27,7 +27,8 @@ __all__ = ["REMOTE_SCRIPTS", "SHARED_SCRIPTS", "venv_build", "vllm"]
 
 REMOTE_SCRIPTS = ("rollout.py", "rollout_txn.py", "rollout_gate.py", "rollout_drain.py", "rollout_peer.py",
                   "rollout_restart.py", "rollout_verdict.py", "fetch_checkpoint.py", "check_vllm_args.py",
-                  "contract.py", "boxio.py", "retire.py", "device_check.py")  # retire.py: the stale step's --stale run, before the proxy
+                  "device_check.py",  # a new venv's, before it is marked built (venv_build)
+                  "contract.py", "boxio.py", "retire.py")  # retire.py: the stale step's --stale run, before the proxy
 # uploaded here, before any rollout, and imported by the monitoring step's scripts too (the box boundary's contract,
 # the one atomic write): vllm() returns their uploads, and the monitoring step restarts its watchdog when they change
 SHARED_SCRIPTS = ("contract.py", "boxio.py")
