@@ -73,6 +73,17 @@ BOX_PYTHON_VERSION = "3.12"  # major.minor of the python3 the venv is made with 
 PIP_FIND_LINKS_HERE = {}  # PIP_FIND_LINKS directory on the box -> its copy on this machine (repo-relative path)
 # --- versioned vLLM venvs: a new vLLM is built beside the running one ---
 VLLM_VENVS_KEEP = 2  # venvs kept under SPARKCTL_HOME/venvs (newest first) besides any a unit still names
+# --- the device check: a new venv runs once in the vLLM unit's own sandbox before any service uses it ---
+# commands run as root once per boot, before any vLLM or Ray unit and the device check (sparkctl-devices.service,
+# which they Want and start After=; preflight runs them too): the sandbox (NoNewPrivileges, DevicePolicy=closed)
+# keeps the setuid nvidia-modprobe from loading nvidia-uvm and creating /dev/nvidia-uvm and /dev/nvidia0 at the first
+# CUDA use after a reboot; an absolute program and plain arguments each
+VLLM_DEVICE_PREPARE = ["/usr/bin/nvidia-modprobe -u -c=0"]
+# what the device check (sparkctl/box/device_check.py) runs, in order, the first failure refusing the venv: import
+# (vLLM at VLLM_VERSION), cuda (CUDA init, REQUIRED_COMPUTE_CAP, memory), triton (a kernel compiled and run: C
+# compiler, Python.h, ptxas), flashinfer (imported when installed), torch_compile (inductor on the CPU: C++ compiler)
+DEVICE_CHECKS = ["import", "cuda", "triton", "flashinfer"]
+DEVICE_CHECK_TIMEOUT_S = 600  # RuntimeMaxSec= of the device check's transient unit: longest it may run, s
 
 # --- paths on the box ------------------------------------------------------------------------------------------
 SPARKCTL_HOME = "/opt/sparkctl"  # versioned vLLM venvs (venvs/) and the helper scripts (bin/) the deploy uploads
@@ -108,8 +119,9 @@ SERVICE_START_LIMIT_INTERVAL_S = 3600  # StartLimitIntervalSec=: window for coun
 SERVICE_START_LIMIT_BURST = 3  # StartLimitBurst=: starts allowed in the window before systemd gives up
 SERVICE_STOP_TIMEOUT_S = 120  # TimeoutStopSec=: seconds a stopping vLLM gets before SIGKILL
 SERVICE_NOFILE = 65536  # LimitNOFILE=: open files per service
-NVIDIA_DEVICES = ["char-nvidia-frontend", "char-nvidiactl", "char-nvidia-uvm",
-                  "char-nvidia-caps"]  # DeviceAllow= device groups (rw) CUDA needs (/proc/devices names)
+# DeviceAllow= device groups (rw) CUDA needs, as /proc/devices names them (preflight refuses one the box lacks): the
+# open 580 driver registers /dev/nvidia0.. as "nvidia" and /dev/nvidiactl as "nvidiactl" (older drivers: nvidia-frontend)
+NVIDIA_DEVICES = ["char-nvidia", "char-nvidiactl", "char-nvidia-uvm", "char-nvidia-caps"]
 # --- settings validation: what check refuses unless told otherwise
 LISTEN_ADDRESS_NOT_LOOPBACK_OK = False  # True: allow a non-loopback LISTEN_ADDRESS (vLLM then answers without TLS/token)
 

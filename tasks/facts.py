@@ -33,6 +33,34 @@ class GpuInfo(FactBase):
         return {"name": parts[0], "compute_cap": parts[1], "driver_version": parts[2]}
 
 
+class DeviceGroups(FactBase):
+    """The device groups /proc/devices lists (what DeviceAllow=char-NAME and block-NAME match), read after the GPU's
+    preparation ran as root (`prepare`: VLLM_DEVICE_PREPARE, what sparkctl-devices.service runs before the vLLM units
+    at every boot; like nvidia-smi for GpuInfo, they load a driver module this box has and create its nodes, nothing
+    else), and each preparation program this box lacks: {"char": [names], "block": [names], "missing": [programs]}."""
+
+    def command(self, prepare):
+        steps = []
+        for cmd in prepare:  # the schema holds each to an absolute program and plain arguments
+            exe, words = cmd.split()[0], " ".join(shlex.quote(w) for w in cmd.split())
+            steps.append(f"if [ -x {shlex.quote(exe)} ]; then {words} >/dev/null 2>&1; "
+                         f"else echo {shlex.quote('MISSING ' + exe)}; fi;")
+        return " ".join([*steps, "awk '/^Character devices:/ {s=\"C\"; next} /^Block devices:/ {s=\"B\"; next}",
+                         "s && NF == 2 {print s, $2}' /proc/devices"])
+
+    def default(self):
+        return None
+
+    def process(self, output):
+        out = {"char": [], "block": [], "missing": []}
+        for line in output:
+            kind, _, name = line.strip().partition(" ")
+            key = {"C": "char", "B": "block", "MISSING": "missing"}.get(kind)
+            if key and name:
+                out[key].append(name)
+        return out
+
+
 class DiskAvailable(FactBase):
     """Bytes free on the filesystem that holds `path` (or its nearest existing parent)."""
 

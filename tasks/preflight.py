@@ -12,7 +12,7 @@ from sparkctl.config.hosts import per_host_models
 from sparkctl.config.quantities import GIB
 from sparkctl.config.settings import Settings
 from sparkctl.errors import Refused, SparkctlError
-from tasks.facts import NOLOGIN_SHELLS, DiskAvailable, GpuInfo, MemTotal, SystemUser
+from tasks.facts import NOLOGIN_SHELLS, DeviceGroups, DiskAvailable, GpuInfo, MemTotal, SystemUser
 
 
 def settings_for_host() -> Settings:
@@ -33,9 +33,10 @@ def settings_for_host() -> Settings:
 
 def check_facts(settings: Settings, arch: str, os_release: dict, gpu: dict | None, is_dgx: bool,
                 disk_free: int, pending_bytes: int, mem_total: int | None = None,
-                service_user: dict | None = None) -> list[str]:
+                service_user: dict | None = None, devices: dict | None = None) -> list[str]:
     """Pure: every fact compared with what the settings expect; returns the refusals. mem_total: MemTotal in bytes
-    (None: not read); service_user: the SystemUser fact of SERVICE_USER (None: not read)."""
+    (None: not read); service_user: the SystemUser fact of SERVICE_USER (None: not read); devices: the DeviceGroups
+    fact (None: not read, no driver answers yet)."""
     cfg = settings.cfg
     os_release = os_release or {}
     problems = []
@@ -52,7 +53,8 @@ def check_facts(settings: Settings, arch: str, os_release: dict, gpu: dict | Non
         problems.append(f"disk: {disk_free / GIB:.1f} GiB free under MODEL_STORE={cfg.MODEL_STORE}, but the "
                         f"pending downloads need {pending_bytes / GIB:.1f} GiB plus DISK_HEADROOM_GIB="
                         f"{cfg.DISK_HEADROOM_GIB}")
-    return problems + _memory_problems(cfg, mem_total) + _user_problems(cfg, service_user)
+    return problems + _memory_problems(cfg, mem_total) + _user_problems(cfg, service_user) + \
+        _device_problems(cfg, devices)
 
 
 def _gpu_problems(cfg, gpu: dict | None, is_dgx: bool) -> list[str]:
@@ -66,6 +68,29 @@ def _gpu_problems(cfg, gpu: dict | None, is_dgx: bool) -> list[str]:
     if gpu["compute_cap"] != cfg.REQUIRED_COMPUTE_CAP:
         return [f"GPU compute capability {gpu['compute_cap']}; REQUIRED_COMPUTE_CAP is {cfg.REQUIRED_COMPUTE_CAP}"]
     return []
+
+
+def driver_answers(gpu: dict | None) -> bool:
+    return gpu is not None and "error" not in gpu
+
+
+def _device_problems(cfg, fact: dict | None) -> list[str]:
+    """Once the driver answers: every VLLM_DEVICE_PREPARE program is on the box, and every NVIDIA_DEVICES group is in
+    its /proc/devices (after that preparation): systemd allows nothing for a group the box does not have, and CUDA
+    in the sandboxed service would then fail at its first start."""
+    if fact is None:
+        return []
+    problems = [f"VLLM_DEVICE_PREPARE: {exe} is not on this box (sparkctl-devices.service runs it as root at every "
+                f"boot, before the vLLM units)"
+                for exe in fact["missing"]]
+    kinds = {"char": fact["char"], "block": fact["block"]}
+    absent = [dev for dev in cfg.NVIDIA_DEVICES if dev.partition("-")[2] not in kinds.get(dev.partition("-")[0], ())]
+    if absent:
+        have = [g for g in fact["char"] if "nvidia" in g]
+        problems.append(f"NVIDIA_DEVICES: {', '.join(absent)} not in this box's /proc/devices (its NVIDIA character "
+                        f"device groups: {', '.join(have) or 'none'}): DeviceAllow= would allow nothing for "
+                        f"{'it' if len(absent) == 1 else 'them'}; NVIDIA_DEVICES lists char-<group> names from there")
+    return problems
 
 
 def _memory_problems(cfg, mem_total: int | None) -> list[str]:
@@ -106,8 +131,10 @@ def preflight(settings: Settings) -> dict:
     pending_bytes = sum(cp.total_bytes for cp in pending)
     disk_free = host.get_fact(DiskAvailable, path=cfg.MODEL_STORE)
     user = host.get_fact(SystemUser, user=cfg.SERVICE_USER)
+    devices = host.get_fact(DeviceGroups, prepare=cfg.VLLM_DEVICE_PREPARE) \
+        if driver_answers(gpu) and cfg.NVIDIA_DEVICES else None
     problems = check_facts(settings, arch, os_release, gpu, is_dgx, disk_free, pending_bytes,
-                           mem_total=host.get_fact(MemTotal), service_user=user)
+                           mem_total=host.get_fact(MemTotal), service_user=user, devices=devices)
     if problems:
         raise Refused(f"{host.name}: preflight refused this box (nothing was changed):\n  - " + "\n  - ".join(problems))
     gpu_text = f"{gpu['name']} (cc {gpu['compute_cap']}, driver {gpu['driver_version']})" if gpu else "no driver yet"

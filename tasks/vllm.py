@@ -1,8 +1,9 @@
 """vLLM: system packages, a dedicated user, the pinned vLLM in a versioned venv, the box-side helpers.
 
 The venv is <SPARKCTL_HOME>/venvs/<version>-<hash of what is installed> (sparkctl.render.units.vllm_venv), built
-and import-checked beside the running one; the units switch to it through the rollout transaction, which can
-roll back to the previous venv. Venvs no unit references are pruned after the rollouts (tasks/services.py).
+beside the running one and device-checked in the vLLM unit's own sandbox (sparkctl.render.device_check) before it is
+marked built; the units switch to it through the rollout transaction, which can roll back to the previous venv.
+Venvs no unit references are pruned after the rollouts (tasks/services.py).
 """
 
 from __future__ import annotations
@@ -13,18 +14,20 @@ from pyinfra import host
 from pyinfra.api import StringCommand, deploy, operation
 from pyinfra.api.command import QuoteString
 from pyinfra.facts.files import File
-from pyinfra.operations import apt, files, server
+from pyinfra.operations import apt, files, server, systemd
 
 from sparkctl import REPO_ROOT
 from sparkctl.box import contract
 from sparkctl.config import box_paths
 from sparkctl.config.settings import Settings
-from sparkctl.render.units import pip_args, vllm_venv
+from sparkctl.render import device_check
+from sparkctl.render.units import DEVICES_UNIT, pip_args, render_devices_unit, vllm_venv
 
 __all__ = ["REMOTE_SCRIPTS", "SHARED_SCRIPTS", "venv_build", "vllm"]
 
 REMOTE_SCRIPTS = ("rollout.py", "rollout_txn.py", "rollout_gate.py", "rollout_drain.py", "rollout_peer.py",
                   "rollout_restart.py", "rollout_verdict.py", "fetch_checkpoint.py", "check_vllm_args.py",
+                  "device_check.py",  # a new venv's, before it is marked built (venv_build)
                   "contract.py", "boxio.py", "retire.py")  # retire.py: the stale step's --stale run, before the proxy
 # uploaded here, before any rollout, and imported by the monitoring step's scripts too (the box boundary's contract,
 # the one atomic write): vllm() returns their uploads, and the monitoring step restarts its watchdog when they change
@@ -56,23 +59,43 @@ def vllm(settings: Settings) -> list:
                for script in REMOTE_SCRIPTS}
     files.put(name="Write pip constraints", src=StringIO("".join(f"{c}\n" for c in cfg.VLLM_PIP_CONSTRAINTS)),
               dest=f"{home}/constraints.txt", user="root", group="root", mode="0644")
-    # a new venv beside the running one: a failed install touches no running service
-    venv_build(name=f"Build and import-check vLLM {cfg.VLLM_VERSION} ({cfg.VLLM_DIST}) in {venv}", venv=venv,
+    _devices(cfg)
+    files.put(name="Write the device check's environment (root-only)",
+              src=StringIO(device_check.render_env(settings.coder, cfg, venv)), dest=device_check.env_path(cfg),
+              user="root", group="root", mode="0600")
+    # a new venv beside the running one: a failed install or device check touches no running service
+    venv_build(name=f"Build and device-check vLLM {cfg.VLLM_VERSION} ({cfg.VLLM_DIST}) in {venv}", venv=venv,
                pip_version=cfg.PIP_VERSION, dist=cfg.VLLM_DIST, version=cfg.VLLM_VERSION,
                requirement=cfg.VLLM_PIP_REQUIREMENT, pip_args=pip_args(cfg), remove=cfg.VLLM_PIP_REMOVE,
-               alias=cfg.VLLM_METADATA_ALIAS)
+               alias=cfg.VLLM_METADATA_ALIAS,
+               check=device_check.argv(settings.coder, cfg, venv, box_paths.bin_dir(home)))
     return [uploads[script] for script in SHARED_SCRIPTS]
+
+
+def _devices(cfg) -> None:
+    """DEVICES_UNIT: the GPU's modules and device nodes prepared as root once per boot (VLLM_DEVICE_PREPARE), before
+    any sandboxed vLLM or Ray unit (they Want it, After= it) and before the device check. Started, never restarted:
+    its commands only load what is missing, and a changed one takes effect at the next boot (preflight has run it
+    already). No commands (the simulated Spark): no unit."""
+    if not cfg.VLLM_DEVICE_PREPARE:
+        return
+    unit = files.put(name=f"Unit {DEVICES_UNIT} (VLLM_DEVICE_PREPARE)", src=StringIO(render_devices_unit(cfg)),
+                     dest=f"/etc/systemd/system/{DEVICES_UNIT}", user="root", group="root", mode="0644")
+    systemd.daemon_reload(name=f"Reload systemd ({DEVICES_UNIT} changed)", _if=unit.did_change)
+    systemd.service(name=f"{DEVICES_UNIT} enabled and started", service=DEVICES_UNIT, running=True, enabled=True)
 
 
 @operation()
 def venv_build(venv: str, pip_version: str, dist: str, version: str, requirement: str, pip_args: list[str],
-               remove: list[str], alias: str):
+               remove: list[str], alias: str, check: list[str]):
     """Build a vLLM venv unless its built marker exists: venv, pip, vLLM, removals, the metadata alias (for
-    builds published under another name), then import it and check its version; only then write the marker.
-    A failed step leaves no marker: the next run starts that venv again from scratch."""
+    builds published under another name), then the device check (`check`: sparkctl.render.device_check.argv, in
+    the vLLM unit's sandbox: vLLM imports at its version, and the GPU, compilers and kernels it needs work there);
+    only then write the marker. A failed step leaves no marker, and the host stops here, before any service is
+    touched (the check prints what is missing): the next run starts that venv again from scratch."""
     marker = f"{venv}/.sparkctl-built"
     if host.get_fact(File, path=marker):
-        host.noop(f"{dist} {version} is built and import-checked in {venv}")
+        host.noop(f"{dist} {version} is built and device-checked in {venv}")
         return
     python, pip = QuoteString(f"{venv}/bin/python"), [QuoteString(a) for a in pip_args]
     yield StringCommand("rm -rf", QuoteString(venv), "&& python3 -m venv", QuoteString(venv))
@@ -86,7 +109,5 @@ def venv_build(venv: str, pip_version: str, dist: str, version: str, requirement
                 "d.mkdir(exist_ok=True); (d / 'METADATA').write_text(%r); (d / 'RECORD').write_text('')"
                 % (f"vllm-{alias}.dist-info", f"Metadata-Version: 2.1\nName: vllm\nVersion: {alias}\n"))
         yield StringCommand(python, "-c", QuoteString(code))
-    check = ("import importlib.metadata as m, vllm; v = m.version(%r); assert v.split('+')[0] == %r, v"
-             % (dist, version))
-    yield StringCommand(python, "-c", QuoteString(check))
+    yield StringCommand(*[QuoteString(a) for a in check])
     yield StringCommand("touch", QuoteString(marker))

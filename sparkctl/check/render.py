@@ -7,7 +7,8 @@ and the deploy's preflight run it alike).
 | nginx site + token file                | nginx -t in a private prefix                                           |
 | vLLM units, box facts service + timer, | systemd-analyze verify in a private root (a warning counts)            |
 | watchdog unit, Ray unit (+ the head's  |                                                                        |
-| coder drop-in), sshd drop-in           |                                                                        |
+| coder drop-in), sshd drop-in, the      |                                                                        |
+| device check's transient unit          |                                                                        |
 | earlyoom's arguments                   | glibc's regcomp/regexec on its --prefer/--avoid (vLLM first, never sshd) |
 | vLLM env files                         | the argument list read back as systemd gives it; vLLM's own parser when  |
 |                                        | vLLM is installed here (else the box runs it before anything stops)      |
@@ -39,7 +40,7 @@ from sparkctl.config import pki
 from sparkctl.config.schema import GroupData
 from sparkctl.config.settings import Settings
 from sparkctl.errors import SettingError
-from sparkctl.render import box_files, ray, units
+from sparkctl.render import box_files, device_check, ray, units
 from sparkctl.render import monitoring as mon
 from sparkctl.render.box_files import EARLYOOM_NEVER_PREFER, EARLYOOM_VITAL, EARLYOOM_VLLM
 
@@ -67,6 +68,10 @@ def _units(s: Settings) -> dict[str, BoxFile]:
             out[f"{s.coder.unit}.d/{ray.COORDINATION_DROPIN}"] = BoxFile(ray.coder_dropin_path(s.coder),
                                                                         lambda c: ray.render_coder_dropin())
     out["ssh.service.d/sparkctl-memory.conf"] = BoxFile(box_files.SSHD_DROPIN, box_files.sshd_dropin)
+    if s.cfg.VLLM_DEVICE_PREPARE:
+        out[units.DEVICES_UNIT] = BoxFile(f"/etc/systemd/system/{units.DEVICES_UNIT}", units.render_devices_unit)
+    check = f"{device_check.unit_name(units.vllm_venv(s.cfg))}.service"  # systemd-run's, when a venv is built
+    out[check] = BoxFile(f"/run/systemd/transient/{check}", lambda c: device_check.as_unit(s.coder, c))
     return out
 
 

@@ -319,7 +319,7 @@ def gpu_devices(s: GroupData, shipped: Shipped) -> None:
     """A CUDA build of vLLM opens the GPU's device nodes: the unit's DevicePolicy=closed allows only NVIDIA_DEVICES."""
     if not s.NVIDIA_DEVICES and s.VLLM_DIST not in CPU_BUILDS:
         raise SettingError("NVIDIA_DEVICES", s.NVIDIA_DEVICES, "the GPU's device groups, such as "
-                           "['char-nvidia-frontend', 'char-nvidiactl', 'char-nvidia-uvm'] (empty only with a CPU "
+                           "['char-nvidia', 'char-nvidiactl', 'char-nvidia-uvm'] (empty only with a CPU "
                            f"build of vLLM: VLLM_DIST one of {', '.join(CPU_BUILDS)})",
                            f"VLLM_DIST = {s.VLLM_DIST!r} runs on the GPU, which DevicePolicy=closed would hide from it")
 
@@ -332,6 +332,18 @@ def rdma_devices(s: GroupData, shipped: Shipped) -> None:
                            "['char-infiniband_verbs'] (empty only with CX7_HCAS = [], NCCL on TCP sockets)",
                            f"NCCL_IB_HCA names {', '.join(s.CX7_HCAS)}, which DevicePolicy=closed would hide: NCCL "
                            "would fall back to sockets over the link")
+
+
+GPU_DEVICE_CHECKS = ("cuda", "triton", "flashinfer")  # DEVICE_CHECKS that need the GPU's CUDA
+
+
+def device_checks(s: GroupData, shipped: Shipped) -> None:
+    """A CPU build of vLLM has no CUDA: a device check that needs it would refuse every venv it builds."""
+    gpu = [c for c in s.DEVICE_CHECKS if c in GPU_DEVICE_CHECKS]
+    if gpu and s.VLLM_DIST in CPU_BUILDS:
+        raise SettingError("DEVICE_CHECKS", s.DEVICE_CHECKS, "checks without " + ", ".join(GPU_DEVICE_CHECKS) +
+                           " for a CPU build, such as ['import', 'torch_compile']",
+                           f"VLLM_DIST = {s.VLLM_DIST!r} is a CPU build: {', '.join(gpu)} would always fail")
 
 
 def _required_version(requirement: str) -> tuple[str, SpecifierSet | None]:
@@ -516,7 +528,7 @@ def _embedder_floor(settings: Settings, i: int, gib: float) -> None:
 
 SETTINGS_RULES = (model_keys, embedder_ports, ports, scrape_timeout, link_keys, exposure, oom_order, memory,
                   service_user, owned_flags, pair_restart, deploy_packages, gpu_devices, vllm_pip_url, rdma_devices,
-                  vllm_version, cuda_version, handoff_dir, router_out_wait)  # every entry point: the typed settings alone
+                  device_checks, vllm_version, cuda_version, handoff_dir, router_out_wait)  # the typed settings alone
 
 
 def check_settings(s: GroupData, shipped: Shipped, ssh_port: int) -> None:

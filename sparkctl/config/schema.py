@@ -28,6 +28,7 @@ from sparkctl.errors import SettingError
 INVENTORY_KEYS = frozenset({"flavor"})
 BOX_WAITS = ("HEALTH_READY_TIMEOUT_S", "ACCEPTANCE_VERDICT_TIMEOUT_S", "DRAIN_TIMEOUT_S")  # BOX_TIMEOUT_FLOORS_S's keys
 TOPOLOGIES = ("replicas", "split", "tensor-parallel")  # SPARK_TOPOLOGY: how a pair serves (config/topology.py)
+DEVICE_CHECK_NAMES = ("import", "cuda", "triton", "flashinfer", "torch_compile")  # DEVICE_CHECKS: the box's checks
 
 
 # a plain URL path: nothing nginx would read as syntax or a pattern (PROXY_ROUTES goes into the site verbatim)
@@ -276,6 +277,15 @@ class GroupData(BaseModel):
     STATUS_SSH_TIMEOUT_S: t.Seconds
     # safe change: drained, gated, reversible rollouts
     VLLM_VENVS_KEEP: t.typed(int, "a whole number of venvs from 1 to 100", ge=1, le=100)
+    # the device check of a new venv (sparkctl/box/device_check.py CHECKS: tests/box/test_device_check.py)
+    VLLM_DEVICE_PREPARE: t.list_of(t.pattern(r"^(/[A-Za-z0-9._+-]+)+( [A-Za-z0-9._=,:/+-]+)*$",
+                                             "an absolute program and plain arguments such as "
+                                             "/usr/bin/nvidia-modprobe -u -c=0"),
+                                   "a list of commands, each an absolute program and plain arguments")
+    DEVICE_CHECKS: t.list_of(Annotated[Literal[DEVICE_CHECK_NAMES], Field(
+        description=f"one of {', '.join(DEVICE_CHECK_NAMES)}")], f"a non-empty list of checks from "
+                             f"{', '.join(DEVICE_CHECK_NAMES)}", 1)
+    DEVICE_CHECK_TIMEOUT_S: t.WholeSeconds
     DRAIN_TIMEOUT_S: t.typed(float, f"a number of seconds from 0 to {t.MAX_SECONDS} (0: do not drain)", ge=0,
                              le=t.MAX_SECONDS)
     BOX_TIMEOUT_FLOORS_S: Annotated[dict[Literal[BOX_WAITS], t.Seconds], Field(

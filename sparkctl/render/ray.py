@@ -64,7 +64,7 @@ def start_args(role: Role, cfg: GroupData) -> list[str]:
 def render_unit(role: Role, coder: Service, cfg: GroupData) -> str:
     return units.render_template("ray.service.j2", d=cfg, head=role.name == "head", address=role.address,
                                  env=environment(coder, cfg), temp_dir=temp_dir(cfg), ray_bin=ray_bin(cfg),
-                                 args=shlex.join(start_args(role, cfg)))
+                                 args=shlex.join(start_args(role, cfg)), devices_unit=units.DEVICES_UNIT)
 
 
 def coder_dropin_path(coder: Service) -> str:

@@ -24,6 +24,9 @@ from sparkctl.config.schema import GroupData
 from sparkctl.config.service import Service, snapshot_path
 from sparkctl.errors import SettingError
 
+# the oneshot unit that prepares the GPU's modules and device nodes as root (VLLM_DEVICE_PREPARE); the vLLM and Ray
+# units Want it and start After= it (templates/sparkctl-devices.service.j2 says why not an ExecStartPre=+)
+DEVICES_UNIT = "sparkctl-devices.service"
 TP_UNIT_ENV = "SPARKCTL_TP_UNIT"  # read on the box by sparkctl/box/rollout_peer.py (TP_UNIT)
 ENV_FILE_KEYS = ("SPARKCTL_MODEL", "SPARKCTL_REVISION", "SPARKCTL_MODEL_PATH", "SPARKCTL_PLANNED_GIB",
                  "VLLM_ARGS")  # templates/vllm.env.j2
@@ -123,7 +126,13 @@ def render_env(svc: Service, cfg: GroupData) -> str:
 def render_unit(svc: Service, cfg: GroupData) -> str:
     return render_template("vllm.service.j2", svc=svc, d=cfg,
                            env_path=f"{cfg.ENV_DIR}/{svc.env_file}",
-                           vllm_bin=f"{vllm_venv(cfg)}/bin/vllm", admission_standin=admission_standin(svc, cfg))
+                           vllm_bin=f"{vllm_venv(cfg)}/bin/vllm", admission_standin=admission_standin(svc, cfg),
+                           devices_unit=DEVICES_UNIT)
+
+
+def render_devices_unit(cfg: GroupData) -> str:
+    """DEVICES_UNIT: VLLM_DEVICE_PREPARE's commands, one ExecStart= each (written only when there are any)."""
+    return render_template("sparkctl-devices.service.j2", d=cfg)
 
 
 def admission_standin(svc: Service, cfg: GroupData) -> str:

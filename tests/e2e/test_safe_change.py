@@ -14,8 +14,10 @@ import time
 import pytest
 
 from sparkctl.config.lock_refresh import refresh_lock
-from tests.e2e.conftest import GROUPS, broken_candidate_overrides, pyinfra, pyinfra_popen, record, sim_exec
-from tests.e2e.helpers import ROLLOUT, box_json, chat_ok, main_pid
+from sparkctl.render.units import vllm_venv
+from tests.conftest import typed
+from tests.e2e.conftest import GROUPS, PAIR, broken_candidate_overrides, pyinfra, pyinfra_popen, record, sim_exec
+from tests.e2e.helpers import ROLLOUT, SERVICES, box_json, chat_ok, main_pid
 
 pytestmark = pytest.mark.scenario("safe-change")
 
@@ -87,7 +89,7 @@ def test_a_failed_pip_install_touches_no_running_service(converged_spark):
 @pytest.mark.e2e_extended(cost_s=180)  # a venv build of its own (~3 min here): outside CI's budget
 def test_a_vllm_build_that_cannot_start_never_replaces_the_running_one(converged_spark):
     """A metadata alias without "+cpu" makes vLLM's CPU build miss its platform at start (it imports fine, so the
-    venv passes its import check). The new venv is built beside the running one; vLLM's own argument check, run
+    venv passes its device check). The new venv is built beside the running one; vLLM's own argument check, run
     with the candidate venv before anything stops, refuses it: nothing restarts and the failure is remembered."""
     exec_start = "grep -h ^ExecStart= /etc/systemd/system/vllm-coder.service"
     before, pids = sim_exec(HOST, exec_start), {u: main_pid(HOST, u) for u in ("vllm-coder.service",
@@ -105,3 +107,49 @@ def test_a_vllm_build_that_cannot_start_never_replaces_the_running_one(converged
     assert failed, "the refused candidate is remembered"
     run = pyinfra("-y", "--limit", HOST, "inventory.py", "deploy.py")
     assert run.rc == 0, run.failure()
+
+
+# a venv of another name with the same contents: what it removes, in another order (sparkctl/capacity/venv.py hashes it)
+SAME_VENV_RENAMED = ["triton", "torchvision", "torchaudio", "torchcodec"]
+
+
+@pytest.mark.e2e_extended(cost_s=240)  # estimate, not yet measured: a venv build of its own (~3 min here, as above),
+# the device check (~30-90 s: vLLM's import, one torch.compile) and the plain deploy that puts g++ back; the check's
+# logic and its command run against stand-ins in tests/box/test_device_check.py and tests/deploy/test_deploy_fake.py
+def test_a_venv_that_fails_its_device_check_is_refused_before_anything_stops(converged_spark):
+    """The box has lost its C++ compiler (g++ removed, and VLLM_BUILD_PACKAGES without it so apt does not put it
+    back), and the deploy builds a new venv (VLLM_PIP_REMOVE reordered: the same contents under another name). The
+    device check runs the candidate in the vLLM unit's own sandbox: torch.compile finds no g++, the venv is refused
+    with that name, before any service stopped; the box keeps serving from its running venv. Then g++ and the
+    group data's venv come back with the plain deploy."""
+    def started() -> dict[str, tuple[str, str]]:
+        return {u: (main_pid(HOST, u), sim_exec(HOST, f"systemctl show -P ActiveEnterTimestamp {u}").strip())
+                for u in SERVICES}
+
+    exec_start = "grep -h ^ExecStart= /etc/systemd/system/vllm-coder.service"
+    before, running = started(), sim_exec(HOST, exec_start)
+    packages = [p for p in converged_spark.data["VLLM_BUILD_PACKAGES"] if p != "g++"]
+    candidate = vllm_venv(typed({**converged_spark.data, "VLLM_PIP_REMOVE": SAME_VENV_RENAMED}))
+    assert candidate not in running and vllm_venv(typed(converged_spark.data)) in running
+    try:
+        PAIR.disturbed(HOST)  # behind the deploy's back: the next scenario's pair is put back first
+        sim_exec(HOST, "DEBIAN_FRONTEND=noninteractive apt-get remove -y -q g++ && ! command -v g++")
+        run = pyinfra("-y", "--limit", HOST, "--data", f"VLLM_BUILD_PACKAGES={json.dumps(packages)}",
+                      "--data", f"VLLM_PIP_REMOVE={json.dumps(SAME_VENV_RENAMED)}", "inventory.py", "deploy.py")
+        record("venv without a C++ compiler: built beside, refused by its device check before anything stopped",
+               run.seconds)
+        assert run.rc != 0, "a venv that fails its device check must fail the deploy"
+        line = next((ln for ln in run.output.splitlines() if "device check FAILED (torch_compile)" in ln), "")
+        assert "no C++ compiler" in line and "g++" in line and "VLLM_BUILD_PACKAGES" in line, run.failure()
+        assert candidate in line  # the refused venv, by name
+        assert started() == before, "nothing restarted"  # each vLLM unit's MainPID and ActiveEnterTimestamp
+        assert sim_exec(HOST, exec_start) == running and chat_ok(converged_spark)
+        assert sim_exec(HOST, f"test -d {candidate} && ! test -e {candidate}/.sparkctl-built && echo refused") \
+            .strip() == "refused"  # built beside, never marked: nothing will use it
+        assert sim_exec(HOST, "systemctl list-units --all --plain --no-legend 'sparkctl-device-check-*'").strip() \
+            == ""  # the check's transient unit is gone (--collect), failed or not
+    finally:
+        run = pyinfra("-y", "--limit", HOST, "inventory.py", "deploy.py")  # g++ (VLLM_BUILD_PACKAGES) and its venv
+        assert run.rc == 0, run.failure()
+    assert sim_exec(HOST, "command -v g++").strip()
+    assert started() == before and sim_exec(HOST, exec_start) == running  # the group data's venv: nothing restarted

@@ -11,7 +11,7 @@ import pytest
 
 from sparkctl.check.validate import validate_host as validate
 from sparkctl.config import groupdata
-from sparkctl.render import ray, units
+from sparkctl.render import device_check, ray, units
 from tasks.services import venv_users
 from tests.conftest import FAKE_LOCK, changed
 from tests.render.test_render import needs_systemd_analyze, systemd_root, verify
@@ -108,6 +108,12 @@ def test_the_ray_units_carry_the_vllm_units_sandbox(tmp_path):
         # NCCL's RDMA devices and pinned memory in both (none on the simulated Spark: no HCAs, systemd's limit)
         memlock = ["infinity"] if groups[-1] == "gx10" else None
         assert ray_unit.get("LimitMEMLOCK") == vllm.get("LimitMEMLOCK") == memlock
+        # both start after the GPU's preparation as root (VLLM_DEVICE_PREPARE), when the box has one
+        wanted = [units.DEVICES_UNIT] if s.cfg.VLLM_DEVICE_PREPARE else []
+        for text in (units.render_unit(s.coder, s.cfg), ray.render_unit(s.role, s.coder, s.cfg)):
+            lines = device_check.unit_lines(text)
+            for key in ("Wants", "After"):
+                assert [v for k, v in lines if k == key and v == units.DEVICES_UNIT] == wanted, (key, lines)
 
 
 @needs_systemd_analyze

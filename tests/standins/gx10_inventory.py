@@ -54,6 +54,10 @@ if _kind == "dgx":
     _responses["nvidia-smi --query-gpu"] = "NVIDIA GB10, 12.1, 580.95.05"
     _responses["/etc/dgx-release"] = _exists.format("/etc/dgx-release")
     _responses["/usr/local/cuda-13.0/bin/nvcc"] = _exists.format("/usr/local/cuda-13.0/bin/nvcc")
+    # tasks/facts.py DeviceGroups: /proc/devices of the open 580 driver once nvidia-modprobe -u -c=0 ran
+    # (FAKE_PROC_DEVICES: another answer, comma-separated lines)
+    _responses["/proc/devices"] = os.environ["FAKE_PROC_DEVICES"].split(",") if "FAKE_PROC_DEVICES" in os.environ \
+        else ["C mem", "C nvidia", "C nvidiactl", "C nvidia-caps", "C nvidia-uvm", "B sd"]
 if os.environ.get("FAKE_ROLLOUT_AWAITS") in ("1", "serving"):  # the coder passes its gate and waits for its verdict
     _responses = {"rollout.py follow coder": '@@ {"offset": 0, "running": true, "done": false, "result": null, '
                   '"awaiting": true, "candidate": "c0ffee", "verdict_deadline": 1900000000}', **_responses}
