@@ -51,7 +51,10 @@ class Figure:
 
 
 def gib(x: float | None) -> str:
-    return "-" if x is None else f"{x:.1f} GiB"
+    """A size in GiB: one decimal, or three significant digits below 1 GiB (the simulated Spark's 64 MiB of KV)."""
+    if x is None:
+        return "-"
+    return f"{x:.1f} GiB" if abs(x) >= 1 else f"{x:.3g} GiB"
 
 
 def _within(measured: float, planned: float, tolerance: float) -> bool:
@@ -94,7 +97,7 @@ def _weights(box: str, service: str, svc: dict, plan: dict) -> Figure:
     found = [float(m.group(1)) for line in svc.get("journal", []) if (m := MODEL_LOADING_RE.search(line))]
     how = "journal of the unit's current start: vLLM's \"Model loading took X GiB\""
     against = f"planned resident {gib(plan['resident_gib'])} (weights + runtime, {plan['resident_source']})"
-    bad = (f"{service}'s weights alone outgrow the plan's resident figure: the checkpoint is not the one the catalog "
+    bad = ("the weights alone outgrow the plan's resident figure: the checkpoint is not the one the catalog "
            "describes (lock, revision, quantization) or its memory facts are wrong: fix them before trusting the plan")
     if not found:
         return Figure("memory", box, f"{service}: weights (vLLM)", "not logged", against, NOT_MEASURED, how, bad)
@@ -108,7 +111,7 @@ def _kv_pool(box: str, service: str, svc: dict, plan: dict, tolerance: float) ->
     how = ("journal of the unit's current start: vLLM's \"Available KV cache memory\" / \"reserved X GiB memory for "
            "KV Cache\"")
     against = f"planned KV {gib(plan['kv_gib'])} (±{tolerance:.0%}, PLAN_MEASURED_TOLERANCE)"
-    bad = (f"{service}'s KV pool is not the budget the deploy set (--kv-cache-memory-bytes): the unit runs other "
+    bad = ("the KV pool is not the budget the deploy set (--kv-cache-memory-bytes): the unit runs other "
            "arguments than the rendered ones, or vLLM sized the pool itself; compare `systemctl cat` with the env file")
     if logged is None:
         return Figure("memory", box, f"{service}: KV pool (vLLM)", "not logged", against, NOT_MEASURED, how, bad)
@@ -120,7 +123,7 @@ def _cgroup(box: str, service: str, svc: dict, plan: dict, tolerance: float) -> 
     current = svc.get("memory_current")
     how = "systemctl show -P MemoryCurrent (the unit's cgroup: weights, KV, runtime, its page cache)"
     against = f"planned footprint {gib(plan['footprint_gib'])} (+{tolerance:.0%})"
-    bad = (f"{service} holds more than the plan gave it: the memory the other services and the OS were promised "
+    bad = ("the service holds more than the plan gave it: the memory the other services and the OS were promised "
            "is not there (SparkMemAvailableLow, earlyoom); lower a KV budget or correct the catalog's resident figure")
     if current is None:
         return Figure("memory", box, f"{service}: whole unit (cgroup)", "not available (no memory accounting for "

@@ -10,6 +10,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from sparkctl import REPO_ROOT
 from sparkctl.config.hosts import HostConn
 from sparkctl.config.settings import derive
 from sparkctl.errors import SparkctlError
@@ -18,6 +19,7 @@ from sparkctl.measure.thresholds import Thresholds
 from sparkctl.rehearse import boxread, figures, planned, probe_figures
 from sparkctl.rehearse.figures import BAD, NA, Figure
 
+ADMISSION_FILE = REPO_ROOT / "sparkctl" / "capacity" / "admission.py"
 ADMISSION_ABSENT = "admission walk not available (sparkctl/capacity/admission.py is not in this checkout)"
 
 
@@ -53,8 +55,8 @@ def admission_starts(bp: planned.BoxPlan, box: str) -> tuple[list | None, str]:
     (None, why not)."""
     try:
         from sparkctl.capacity import admission
-    except ModuleNotFoundError as exc:
-        if exc.name != "sparkctl.capacity.admission":
+    except ImportError:
+        if ADMISSION_FILE.exists():  # there, and broken: say so rather than report it absent
             raise
         return None, ADMISSION_ABSENT
     try:

@@ -26,11 +26,18 @@ LINK_BAD = ("the CX7 link carries less than LINK_MIN_BUSBW_GBPS: a tensor-parall
             "same physical port on both boxes, the MTU")
 
 
-def _how(rec: dict, what: str) -> str:
+DECODE_COUNTER = "tok/s from vllm:generation_tokens_total, read on the box over ssh"
+
+
+def streams(n: int) -> str:
+    return f"{n} stream{'s' if n != 1 else ''}"
+
+
+def _how(rec: dict, what: str, reading: str = DECODE_COUNTER) -> str:
     w = rec.get("workload") or {}
     box = (rec.get("box") or {}).get("name", "?")
     return (f"python -m sparkctl bench --host {box} ({what}; workload {w.get('name', '?')}-v{w.get('version', '?')}, "
-            f"max_tokens {rec.get('max_tokens')}; tok/s from vllm:generation_tokens_total over ssh)")
+            f"max_tokens {rec.get('max_tokens')}; {reading})")
 
 
 def _published(rec: dict, spec) -> tuple[reference.Published | None, str]:
@@ -57,8 +64,8 @@ def decode_figures(box: str, rec: dict, spec, t: Thresholds) -> list[Figure]:
             against += f"; write-up {pub.decode[n]:g} tok/s, floor {floor:.1f}"
         elif why:
             against += f"; no published figure: {why}"
-        out.append(Figure("decode", box, f"decode, {n} stream{'s' if n > 1 else ''}", value, against,
-                          BAD if bad else OK, _how(rec, f"{n} streams, {rec.get('window_s')} s window"), DECODE_BAD))
+        out.append(Figure("decode", box, f"decode, {streams(n)}", value, against, BAD if bad else OK,
+                          _how(rec, f"{streams(n)}, {rec.get('window_s'):g} s window"), DECODE_BAD))
     out += _prefill_figures(box, rec, pub, why, t)
     if rec.get("problems"):
         out.append(Figure("decode", box, "probe problems", "; ".join(rec["problems"]), "none", BAD,
@@ -71,16 +78,17 @@ def _prefill_figures(box: str, rec: dict, pub, why: str, t: Thresholds) -> list[
     out = []
     for p in rec.get("prefill", []):
         n = p["target_tokens"]
-        how = _how(rec, f"one fresh {n}-token prompt, max_tokens 1, timed to the first token")
+        how = _how(rec, f"one fresh {n:,}-token prompt, max_tokens 1", "prompt tokens / time to the first token, "
+                   "prefix-cache hits 0")
         if p.get("error") or p.get("tokens_per_s") is None:
-            out.append(Figure("decode", box, f"prefill, {n} tokens", f"not measured: {p.get('error')}", "-", BAD,
+            out.append(Figure("decode", box, f"prefill, {n:,} tokens", f"not measured: {p.get('error')}", "-", BAD,
                               how, PREFILL_BAD))
             continue
         rate, verdict, against = p["tokens_per_s"], OK, f"no published figure: {why}" if why else "-"
         if pub is not None and n in pub.prefill:
             floor = pub.prefill[n] * (1 - t.published_prefill_max_regression)
             verdict, against = (OK if rate >= floor else BAD), f"write-up {pub.prefill[n]:g} tok/s, floor {floor:.0f}"
-        out.append(Figure("decode", box, f"prefill, {n} tokens", f"{rate:.0f} tok/s", against, verdict, how,
+        out.append(Figure("decode", box, f"prefill, {n:,} tokens", f"{rate:.0f} tok/s", against, verdict, how,
                           PREFILL_BAD))
     return out
 
@@ -96,16 +104,17 @@ def spec_figures(box: str, rec: dict, spec, floor, t: Thresholds) -> list[Figure
     out = []
     for run in rec.get("runs", []):
         sd, n = run.get("spec_decode") or {}, run["streams"]
-        how = _how(rec, f"{n} streams, {rec.get('window_s')} s window; vllm:spec_decode_* counters")
+        how = _how(rec, f"{streams(n)}, {rec.get('window_s'):g} s window", "vllm:spec_decode_* counters over the "
+                   "same window")
         if sd.get("tokens_per_step") is None:
-            out.append(Figure("speculative", box, f"acceptance, {n} streams", "not measured", against, BAD, how,
+            out.append(Figure("speculative", box, f"acceptance, {streams(n)}", "not measured", against, BAD, how,
                               SPEC_BAD))
             continue
         per_pos = ", ".join(f"{v:.2f}" for v in (sd.get("per_position_acceptance") or {}).values()) or "-"
         rate = sd.get("acceptance_rate")
         value = (f"{sd['tokens_per_step']:.2f} tokens/step, rate {'-' if rate is None else f'{rate:.0%}'}, per "
                  f"position {per_pos}")
-        out.append(Figure("speculative", box, f"acceptance, {n} streams", value, against,
+        out.append(Figure("speculative", box, f"acceptance, {streams(n)}", value, against,
                           OK if sd["tokens_per_step"] >= least else BAD, how, SPEC_BAD))
     return out
 

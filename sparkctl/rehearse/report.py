@@ -56,10 +56,11 @@ def _section(box: dict, key: str) -> list[str]:
     lines = [f"### {box['name']}: {SECTIONS[key]}", ""]
     if not rows:
         return lines + ["Nothing measured for this section on this box (see the figures above).", ""]
-    lines += ["| figure | value | against | verdict | measured by | a bad result means |", "|---|---|---|---|---|---|"]
-    lines += ["| " + " | ".join(_cell(f[k]) for k in ("name", "value", "against", "verdict", "how", "bad_means")) + " |"
+    lines += ["| figure | value | against | verdict | measured by |", "|---|---|---|---|---|"]
+    lines += ["| " + " | ".join(_cell(f[k]) for k in ("name", "value", "against", "verdict", "how")) + " |"
               for f in rows]
-    return lines + [""]
+    meanings = dict.fromkeys(f["bad_means"] for f in rows if f["bad_means"])
+    return lines + [""] + [f"A bad result means: {m}" for m in meanings] + [""]
 
 
 def markdown(doc: dict) -> str:

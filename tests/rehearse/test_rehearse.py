@@ -146,10 +146,10 @@ def test_a_healthy_box_passes_and_every_figure_says_how_it_was_measured(one_box,
     assert "spark-2" not in json.dumps([f for f in figs if "first install" in f])  # another box's starts are its own
     assert figs["coder"]["value"] == "212.5 s" and figs["coder"]["section"] == "load"
     assert figs["decode, 8 streams"]["verdict"] == OK and "write-up 122 tok/s" in figs["decode, 8 streams"]["against"]
-    assert "8 streams, 40.0 s window" in figs["decode, 8 streams"]["how"]
+    assert "8 streams, 40 s window" in figs["decode, 8 streams"]["how"]
     assert "codegen-v1" in figs["decode, 8 streams"]["how"]
-    assert figs["prefill, 12288 tokens"]["verdict"] == OK
-    assert "per position 0.62, 0.47, 0.33" in figs["acceptance, 1 streams"]["value"]
+    assert figs["prefill, 12,288 tokens"]["verdict"] == OK
+    assert "per position 0.62, 0.47, 0.33" in figs["acceptance, 1 stream"]["value"]
     assert figs["coder KV tokens"]["value"] == "1,014,892 tokens" and figs["coder KV tokens"]["verdict"] == OK
     assert figs["link bus bandwidth"]["verdict"] == NA and "not a pair" in figs["link bus bandwidth"]["value"]
     assert all(f["how"] and f["bad_means"] for f in figs.values())
@@ -163,7 +163,7 @@ def test_the_markdown_renders_every_section_for_every_box(one_box, admission, mo
     for box in ("spark-1", "gone"):
         for heading in SECTIONS.values():
             assert f"### {box}: {heading}" in md, (box, heading)
-    assert "| figure | value | against | verdict | measured by | a bad result means |" in md
+    assert "| figure | value | against | verdict | measured by |" in md and "A bad result means: " in md
     assert rc == 1 and any(x.startswith("gone: box over ssh (unreachable") for x in doc["bad"])  # named
 
 
@@ -212,6 +212,7 @@ def test_speculation_that_accepts_nothing_is_bad(one_box, admission):
 
 def test_absent_box_scripts_and_admission_walk_are_not_installed_not_bad(one_box, monkeypatch):
     monkeypatch.setitem(sys.modules, "sparkctl.capacity.admission", None)  # import fails: not in this checkout
+    monkeypatch.setattr("sparkctl.rehearse.gather.ADMISSION_FILE", one_box / "no-such-admission.py")
     rc, doc, md = rehearse(one_box, FakeShell(device=boxread.Result(0, boxread.ABSENT + "\n", "")), skip_bench=True)
     figs = by_name(doc)
     assert figs["device check"]["value"] == "not installed on this box"
