@@ -19,8 +19,8 @@ OK, BAD, WARN, NOT_MEASURED, NA = "ok", "BAD", "warn", "not measured", "n/a"
 # section key -> its heading in the report (and in docs/first-gx10.md's order)
 SECTIONS = {
     "device": "Device check",
-    "memory": "Memory per service: planned against measured",
     "admission": "Admission per start",
+    "memory": "Memory per service: planned against measured",
     "load": "Load time per service",
     "decode": "Decode and prefill against the roofline",
     "speculative": "MTP acceptance per position",
