@@ -14,6 +14,8 @@ import shlex
 import sys
 from pathlib import Path
 
+from rich.console import Console
+
 from sparkctl import REPO_ROOT
 from sparkctl.check.load import load
 from sparkctl.config import hosts
@@ -115,7 +117,9 @@ def run(args, shell: boxread.Shell | None = None, bench=None) -> int:
             "groups": args.groups, "how": how_measured(cfg, args.skip_bench)}
     doc = report.assemble(boxes, meta)
     md, js = report.write(doc, out)
-    print(f"report: {md} and {js}")
+    console = Console(width=150) if not sys.stdout.isatty() else Console()
+    console.print(report.summary_table(doc))
+    console.print(f"report: {md} and {js}", markup=False, highlight=False, soft_wrap=True)
     for line in doc["bad"]:
-        print(f"BAD: {line}")
+        console.print(f"BAD: {line}", markup=False, highlight=False, soft_wrap=True)
     return 1 if doc["bad"] else 0

@@ -82,8 +82,9 @@ def _bench(host: HostConn, bp: planned.BoxPlan, ctx: Context) -> tuple[list[Figu
     ctx.log(f"{box}: the bench probe (python -m sparkctl bench --host {box})")
     try:
         rec = ctx.bench(host, ctx.groups)
-    except SparkctlError as exc:
-        return [Figure("decode", box, "decode and prefill", f"the probe could not measure: {exc}", "-", BAD,
+    except Exception as exc:  # noqa: BLE001 (an unreachable proxy is httpx's error): one BAD figure, not a lost report
+        why = str(exc) if isinstance(exc, SparkctlError) else f"{type(exc).__name__}: {exc}"
+        return [Figure("decode", box, "decode and prefill", f"the probe could not measure: {why}", "-", BAD,
                        f"python -m sparkctl bench --host {box}", probe_figures.DECODE_BAD)], None
     path = record.write_record(rec, ctx.out_dir / f"bench-{box}.json")
     spec, t = bp.config.coding_model, Thresholds.from_settings(bp.config.cfg)

@@ -78,6 +78,19 @@ def markdown(doc: dict) -> str:
     return "\n".join(lines).rstrip() + "\n"
 
 
+def summary_table(doc: dict):
+    """The terminal's summary: per box its role and how many figures have each verdict."""
+    from rich.table import Table
+
+    table = Table(title=f"rehearsal of {doc.get('date', '?')}")
+    for col in ("box", "role", *VERDICTS):
+        table.add_column(col)
+    for box in doc["boxes"]:
+        counts = _counts(box)
+        table.add_row(box["name"], box["role"], *(str(counts[v]) for v in VERDICTS))
+    return table
+
+
 def write(doc: dict, out_dir: Path) -> tuple[Path, Path]:
     """rehearsal.md and rehearsal.json under out_dir (created)."""
     out_dir.mkdir(parents=True, exist_ok=True)

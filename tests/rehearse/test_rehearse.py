@@ -260,12 +260,18 @@ def test_the_link_floor_judges_when_it_is_set():
     assert link_figures("spark-2", dict(result, installed=False), "", 3.0)[0].value == "not installed on this box"
 
 
-def test_a_probe_that_cannot_measure_is_bad(one_box, admission):
+@pytest.mark.parametrize("error, said", [
+    (BenchError("vLLM still has requests in flight after 120 s (BENCH_IDLE_TIMEOUT_S)"), "vLLM still has requests"),
+    (ConnectionRefusedError("[Errno 111] Connection refused"), "ConnectionRefusedError: [Errno 111]"),
+])
+def test_a_probe_that_cannot_measure_is_bad_and_the_report_is_still_written(one_box, admission, error, said):
     def broken(host, groups):
-        raise BenchError("vLLM still has requests in flight after 120 s (BENCH_IDLE_TIMEOUT_S)")
+        raise error
 
-    rc, doc, _md = rehearse(one_box, FakeShell(), bench=broken)
-    assert rc == 1 and doc["bad"][0].startswith("spark-1: decode and prefill (the probe could not measure: vLLM still")
+    rc, doc, md = rehearse(one_box, FakeShell(), bench=broken)
+    assert rc == 1 and doc["bad"] == [f"spark-1: decode and prefill (the probe could not measure: {said}" +
+                                      doc["bad"][0].split(said, 1)[1]]
+    assert "### spark-1: Link bandwidth of a tensor-parallel pair" in md
 
 
 def test_the_box_facts_parse_what_systemd_prints_without_memory_accounting():
