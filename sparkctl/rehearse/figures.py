@@ -164,11 +164,15 @@ def admission_figures(box: str, starts: list | None, why_not: str, facts: dict) 
         out = [Figure("admission", box, "admission walk", why_not, "-", NOT_MEASURED, how, ADMISSION_BAD)]
     else:
         out = [Figure("admission", box, f"{s.service}: {s.start}",
-                      f"free {gib(s.free_gib)}, needs {gib(s.required_gib)} (utilization {s.utilization:.3f})",
+                      f"free {gib(s.free_gib)}, needs {gib(s.required_gib)} (utilization {_fraction(s.utilization)})",
                       "needs <= free", OK if s.admitted else BAD, how, ADMISSION_BAD) for s in starts]
     for service, svc in sorted((facts.get("services") or {}).items()):
         out.append(_vllm_admission(box, service, svc))
     return out
+
+
+def _fraction(x) -> str:
+    return "-" if x is None else f"{x:.3f}"
 
 
 def _vllm_admission(box: str, service: str, svc: dict) -> Figure:

@@ -63,6 +63,8 @@ def admission_starts(bp: planned.BoxPlan, box: str) -> tuple[list | None, str]:
         starts = admission.walk(settings_for(bp))
     except SparkctlError as exc:
         return None, f"admission walk not run: {exc}"
+    except Exception as exc:  # noqa: BLE001 (another branch's module: its failure is reported, the rest measured)
+        return None, f"admission walk failed: {type(exc).__name__}: {exc}"
     return [s for s in starts if getattr(s, "host", box) in (box, "", None)], ""
 
 

@@ -324,3 +324,15 @@ def test_every_box_command_is_valid_shell():
     for command in commands:
         r = subprocess.run(["sh", "-n", "-c", command], capture_output=True, text=True)
         assert r.returncode == 0, (command, r.stderr)
+
+
+def test_an_admission_walk_that_fails_is_reported_and_the_rest_measured(one_box, admission):
+    def walk(settings):
+        raise TypeError("walk() expects a Settings")
+
+    admission.walk = walk
+    rc, doc, _md = rehearse(one_box, FakeShell(), skip_bench=True)
+    fig = by_name(doc)["admission walk"]
+    assert rc == 0 and fig["verdict"] == NOT_MEASURED
+    assert fig["value"] == "admission walk failed: TypeError: walk() expects a Settings"
+    assert by_name(doc)["coder KV tokens"]["verdict"] == OK
