@@ -336,3 +336,42 @@ def test_an_admission_walk_that_fails_is_reported_and_the_rest_measured(one_box,
     assert rc == 0 and fig["verdict"] == NOT_MEASURED
     assert fig["value"] == "admission walk failed: TypeError: walk() expects a Settings"
     assert by_name(doc)["coder KV tokens"]["verdict"] == OK
+
+
+class LocalHost:
+    """The ssh round trip without ssh (as tests/status does): the same remote command, run by a local shell."""
+
+    name, address, ssh_user = "spark-1", "127.0.0.1", "root"
+
+    def ssh_argv(self, command=None):
+        return ["sh", "-c", command]
+
+
+def test_the_box_read_runs_as_one_shell_command_and_parses(tmp_path, monkeypatch):
+    """The real command through sh, with systemctl and journalctl stood in for: what it prints is what is parsed."""
+    from sparkctl.check.load import load
+
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "systemctl").write_text(
+        '#!/bin/sh\ncase "$3" in ActiveState) echo active;; MemoryCurrent) echo "[not set]";; '
+        'InvocationID) echo 0123abcd;; ExecMainStartTimestamp) echo "Thu 1970-01-01 00:16:40 UTC";; esac\n')
+    journal = "\\n".join(CODER_JOURNAL + ["1100.2 spark-1 vllm[7]: INFO unrelated line"])
+    (bin_dir / "journalctl").write_text(
+        '#!/bin/sh\ncase "$*" in *_SYSTEMD_INVOCATION_ID=0123abcd*) printf "' + journal + '\\n";; '
+        '*" -b "*) echo "1001.0 spark-1 vllm[3]: DEBUG worker requested memory: 80.28 GiB";; esac\n')
+    for f in bin_dir.iterdir():
+        f.chmod(0o755)
+    home = tmp_path / "home"
+    (home / "bin").mkdir(parents=True)
+    (home / "bin" / "link_probe.py").write_text("")
+    monkeypatch.setenv("PATH", f"{bin_dir}:{__import__('os').environ['PATH']}")
+    cfg = load(GROUPS, overrides={"SPARKCTL_HOME": str(home)}).cfg
+    facts = boxread.read_box(boxread.Shell(), LocalHost(), cfg, {"coder": "vllm-coder.service"})
+    coder = facts["services"]["coder"]
+    assert facts["error"] is None and facts["scripts"] == ["link_probe.py"]
+    assert (coder["active"], coder["memory_current"], coder["start_epoch"]) == ("active", None, 1000.0)
+    assert coder["journal"] == CODER_JOURNAL  # only the lines the rehearsal reads
+    assert figures.load_seconds(coder) == 212.5 and facts["meminfo"]["MemAvailable"] > 0
+    fig = figures.admission_figures("spark-1", [], "", facts)[0]
+    assert (fig.value, fig.verdict) == ("requested 80.28 GiB", OK)
