@@ -19,6 +19,17 @@ OS_RESERVE_GIB = 6.0  # kept free for the OS, sshd, nginx, page cache, GiB
 # an unrefreshed lock has no config.json): a few thousand tokens of a small embedder's KV, half the shipped 2 GiB;
 # with its layer facts the check holds the budget to one full request instead, GiB
 EMBEDDER_KV_FLOOR_GIB = 1.0
+# vLLM refuses to start an engine when the box's free memory (MemAvailable on the GB10's unified memory) is below
+# total x --gpu-memory-utilization (vllm/v1/worker/utils.py request_memory, at every CUDA start, whatever
+# --kv-cache-memory-bytes says); its default 0.92 asks for 111.9 GiB and refuses the second engine on the box. Each
+# service is given its planned footprint (resident + KV) plus this margin over BOX_USABLE_MEMORY_GIB, and `check`
+# walks every start the deploy can make against it (sparkctl/capacity/admission.py). The margin is the plan's own
+# uncertainty: an engine is refused at start, not OOM-killed later, when less than its plan + this is free, GiB
+VLLM_ADMISSION_MARGIN_GIB = 2.0
+# The simulated Spark's stand-in for the GB10's unified-memory pool (group_data/sim.py): a script run before every
+# vLLM start (ExecStartPre=+) that applies vLLM's own request_memory against the pool less what the box's other
+# running vLLM services hold by their plan. "" on a real box: vLLM itself reads the real pool at every start
+UNIFIED_MEMORY_STANDIN = ""
 PLAN_MEASURED_TOLERANCE = 0.25  # planned vs measured KV capacity, relative gap (fraction): above it the health
 # table warns (vLLM's startup log) and the plan flags its estimate against the catalog's production measurement
 

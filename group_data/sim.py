@@ -8,7 +8,13 @@ the Hugging Face hub, 100 GB checkpoints); `python -m sparkctl sim up` provides 
 EXPECTED_ARCH = ["x86_64", "aarch64"]  # `uname -m` of a simulated Spark
 EXPECTED_OS = ["debian 12"]  # the simulated Spark's rootfs is debootstrapped bookworm
 BOX_USABLE_MEMORY_GIB = 20.0  # memory the simulated Spark may plan with (this machine has 24 GiB), GiB
-OS_RESERVE_GIB = 2.0  # kept free for the test host's systemd, sshd, nginx, GiB
+# kept free for the test host's systemd, sshd, nginx, GiB; below 8 % of the pool like a GX10's 6 of 121.6, so vLLM's
+# default utilization (0.92) admits the first engine and refuses the second, as on a GX10
+OS_RESERVE_GIB = 1.5
+# the stand-in for the GB10's unified-memory pool of BOX_USABLE_MEMORY_GIB (sparkctl/sim/standins/gb10-memory, put in
+# every instance by `sim up`): vLLM's own request_memory before every vLLM start, as a CUDA start runs it
+UNIFIED_MEMORY_STANDIN = "/usr/local/lib/sparkctl-sim/gb10-memory"
+VLLM_ADMISSION_MARGIN_GIB = 0.25  # the plan of a tiny stand-in is hand-typed, its error small: a quarter of a GiB, GiB
 DISK_HEADROOM_GIB = 1  # free space that must remain under MODEL_STORE after downloads, GiB
 
 # --- stand-in NVIDIA apt repository (stub packages of the same names; sparkctl/sim/nvidia_repo.py) -------------
@@ -66,7 +72,7 @@ CATALOG_MODELS = {
         "checkpoint": {"repo": "sim/tiny-too-big", "revision": "main"},
         "max_model_len": 4096,
         # hand-typed, overriding the ~1 MB the lock records: a checkpoint of 14 GiB of weights, which with
-        # MODEL_RUNTIME_OVERHEAD_GIB's 1.5 exceeds the 13.9 GiB a simulated box has beside its embedders; split over
+        # MODEL_RUNTIME_OVERHEAD_GIB's 1.5 exceeds the 14.4 GiB a simulated box has beside its embedders; split over
         # two boxes it takes 7 + 1.5 on each
         "memory": {"weights_gib": 14.0},
     },

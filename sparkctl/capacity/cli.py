@@ -16,7 +16,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from sparkctl.capacity import kv, plan, report
+from sparkctl.capacity import admission, kv, plan, report
 from sparkctl.check.load import load
 from sparkctl.config import catalog as catalog_mod
 from sparkctl.config.settings import HostConfig
@@ -72,12 +72,29 @@ def _layer_configs(args: argparse.Namespace, config: HostConfig, names: list[str
     return configs
 
 
+def admission_walk(config: HostConfig, box_plan: plan.BoxPlan) -> dict[str, list[admission.Start] | str]:
+    """{box: every start vLLM's admission judges there, or why it cannot be walked} for the configured box (a
+    tensor-parallel pair: the head with the embedders, the worker without)."""
+    tp = 2 if box_plan.topology == "tensor-parallel" else 1
+    boxes = {"head": True, "worker": False} if tp > 1 else {"box": True}
+    out = {}
+    for name, embedders in boxes.items():
+        try:
+            engines, flips = admission.configured_engines(config.cfg, config.catalog, tp, embedders)
+            out[name] = admission.walk(config.cfg, engines, flips, host=name)
+        except SettingError as exc:
+            out[name] = str(exc)
+    return out
+
+
 def run(args: argparse.Namespace) -> int:
     box_plan, config = build_plan(args)
+    starts = admission_walk(config, box_plan)
     if args.json:
-        print(json.dumps(report.plan_json(box_plan), indent=2))
+        print(json.dumps({**report.plan_json(box_plan), "admission": report.admission_json(starts)}, indent=2))
     else:
         report.print_table(box_plan, config.cfg.CODING_MODEL)
+        report.print_admission(starts, config.cfg)
     return 0
 
 

@@ -237,7 +237,7 @@ def plan_model(cfg: GroupData, catalog: dict[str, ModelSpec], coding_model: str,
     spec = lookup(catalog, "coding model", coding_model, CODER)
     box = box or box_from_data(cfg, catalog)
     tp = sparks if topology == "tensor-parallel" else 1
-    resident = _resident(spec, cfg, tp)
+    resident = resident_per_box(spec, cfg, tp)
     free = box.available_gib - (resident.value or 0.0)
     kv, kv_setting = _kv_budget(cfg, spec, topology, free, kv_gib)
     layout = facts.model_layout(spec, config, config_source)
@@ -259,7 +259,7 @@ def plan_model(cfg: GroupData, catalog: dict[str, ModelSpec], coding_model: str,
     return _annotate(plan, spec, cfg)
 
 
-def _resident(spec: ModelSpec, cfg: GroupData, tp: int) -> facts.Figure:
+def resident_per_box(spec: ModelSpec, cfg: GroupData, tp: int) -> facts.Figure:
     """GiB per box, excluding KV: tensor-parallel divides the weights, not the runtime."""
     whole = facts.resident(spec, cfg.MODEL_RUNTIME_OVERHEAD_GIB)
     if tp <= 1 or whole.value is None:
@@ -292,7 +292,7 @@ def _kv_budget(cfg: GroupData, spec: ModelSpec, topology: str, free: float, kv_g
 def _fit(cfg: GroupData, spec: ModelSpec, box: Box, layout: KvLayout | None, tp: int) -> tuple[bool, str]:
     """Whether one max-context request fits beside the embedders on each of tp boxes, with the arithmetic."""
     where = "one box" if tp == 1 else f"per box over {tp} (tensor-parallel; the head also runs the embedders)"
-    res = _resident(spec, cfg, tp)
+    res = resident_per_box(spec, cfg, tp)
     if res.value is None:
         return False, f"{where}: resident memory unknown ({res.source})"
     free = box.available_gib - res.value
@@ -313,7 +313,7 @@ def _fit(cfg: GroupData, spec: ModelSpec, box: Box, layout: KvLayout | None, tp:
 def placement(cfg: GroupData, spec: ModelSpec, box: Box, layout: KvLayout | None) -> Placement:
     one_ok, one = _fit(cfg, spec, box, layout, 1)
     two_ok, two = _fit(cfg, spec, box, layout, 2)
-    if _resident(spec, cfg, 1).value is None:
+    if resident_per_box(spec, cfg, 1).value is None:
         return Placement(UNKNOWN, one, two)
     return Placement(ONE_BOX if one_ok else TWO_BOXES if two_ok else NOWHERE, one, two)
 
@@ -353,7 +353,7 @@ def _annotate(plan: ModelPlan, spec: ModelSpec, cfg: GroupData) -> ModelPlan:
 def provenance(plan: ModelPlan, spec: ModelSpec, cfg: GroupData) -> dict[str, str]:
     """Where each figure of the plan came from: measured (with its source), calibrated, derived from the
     checkpoint's files (config.json at <sha>, the lock's safetensors), hand-typed, or estimated."""
-    res, w = _resident(spec, cfg, plan.tp), facts.weights(spec)
+    res, w = resident_per_box(spec, cfg, plan.tp), facts.weights(spec)
     kv = ("measured: " + (plan.measured.source or "") if plan.measured.capacity_known else
           f"estimate from the layers ({plan.layout.source})" if plan.layout else "unknown: no layer facts")
     if plan.estimate_agreement == "calibrated":

@@ -270,3 +270,36 @@ def _provenance_cell(m: ModelPlan) -> str:
 def provenance_lines(m: ModelPlan) -> list[str]:
     """Every figure's provenance in full, for the notes under the table."""
     return [f"{figure}: {text}" for figure, text in m.provenance.items()]
+
+
+def admission_json(starts: dict) -> dict:
+    """{box: [{service, start, running, free_gib, required_gib, utilization, admitted, refusal}] or the reason}."""
+    return {box: walked if isinstance(walked, str) else
+            [{"service": s.service, "start": s.start, "running": list(s.running), "free_gib": round(s.free_gib, 3),
+              "required_gib": round(s.required_gib, 3), "utilization": s.utilization, "admitted": s.admitted,
+              "refusal": s.refusal} for s in walked] for box, walked in starts.items()}
+
+
+def print_admission(starts: dict, cfg) -> None:
+    """vLLM's start-up admission for each start the deploy can make: free then against required."""
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console() if Console().is_terminal else Console(width=190)
+    for box, walked in starts.items():
+        if isinstance(walked, str):
+            console.print(f"[red]admission ({box}): cannot be walked: {walked}[/red]", highlight=False)
+            continue
+        table = Table(title=f"vLLM's start-up admission on the {box} (free then vs ceil({cfg.BOX_USABLE_MEMORY_GIB:g} "
+                            f"GiB x --gpu-memory-utilization); planned footprint + {cfg.VLLM_ADMISSION_MARGIN_GIB:g} "
+                            f"GiB margin)", title_justify="left")
+        for col in ("service", "start", "running beside it (GiB)", "free GiB", "required GiB", "utilization", ""):
+            table.add_column(col)
+        for s in walked:
+            table.add_row(s.service, s.start, ", ".join(s.running) or "-", f"{s.free_gib:.2f}",
+                          f"{s.required_gib:.2f}", f"{s.utilization:g}",
+                          "admitted" if s.admitted else "[red]REFUSED[/red]")
+        console.print(table)
+        for s in walked:
+            if not s.admitted:
+                console.print(f"[red]{s.service} ({s.start}): {s.refusal}[/red]", highlight=False)

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from sparkctl.capacity import planner
+from sparkctl.capacity import admission, planner
 from sparkctl.check import rules
 from sparkctl.check.load import host_config, shipped, with_pool
 from sparkctl.check.render import check_box_files
@@ -39,6 +39,7 @@ def validate_host(data: dict, host_name: str = "", read_secrets: bool = True, ho
         settings = with_secrets(settings)
     scrape_targets(settings.cfg, settings.services)  # the node's scrape path must not be a served model's
     planner.check_fits(settings.cfg, settings.catalog, settings.cfg.CODING_MODEL)
+    admission.refuse(settings.cfg, admission.walk_settings(settings))  # every start vLLM's admission would refuse
     rules.embedders_hold_one_request(settings)
     fleet_rules(settings, hosts, host_models)
     if read_secrets:

@@ -40,6 +40,8 @@ OWNED_FLAGS: tuple[OwnedFlag, ...] = (
     OwnedFlag("--max-model-len", (), "the catalog entry's max_model_len, which the capacity plan checks"),
     OwnedFlag("--kv-cache-memory-bytes", (), "CODER_KV_CACHE_GIB or EMBEDDERS[i].kv_cache_gib, which the capacity "
                                              "plan checks"),
+    OwnedFlag("--gpu-memory-utilization", (), "VLLM_ADMISSION_MARGIN_GIB: the plan gives each engine its footprint "
+                                              "plus the margin (vLLM's start-up admission, sparkctl/capacity/admission.py)"),
     OwnedFlag("--kv-cache-dtype", (), "the catalog entry's kv_cache_dtype, which the capacity plan counts"),
     OwnedFlag("--speculative-config", ("-sc",), "the catalog entry's speculative (and draft checkpoint)"),
     OwnedFlag("--max-num-seqs", (), "CODER_MAX_NUM_SEQS"),

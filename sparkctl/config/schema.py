@@ -75,6 +75,8 @@ class GroupData(BaseModel):
     OS_RESERVE_GIB: t.GiBOrZero
     EMBEDDER_KV_FLOOR_GIB: t.GiB
     PLAN_MEASURED_TOLERANCE: t.Fraction
+    VLLM_ADMISSION_MARGIN_GIB: t.GiBOrZero
+    UNIFIED_MEMORY_STANDIN: t.AbsPathOrEmpty
     # NVIDIA driver and CUDA
     NVIDIA_DRIVER_BRANCH: t.Count
     CUDA_VERSION: t.Version

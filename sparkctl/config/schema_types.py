@@ -128,10 +128,12 @@ Text = typed(str, "a non-empty string", min_length=1)
 LocalPath = typed(str, "a control-machine path (relative to the repository or absolute)", min_length=1)
 
 
-def _box_path(problem_of):
+def _box_path(problem_of, empty_ok: bool = False):
     """A plain absolute box path, normalised (what is stored and used is the normalised one), then `problem_of`
-    its normalised form: refused with that problem's words."""
+    its normalised form: refused with that problem's words (empty_ok: "" passes as "none")."""
     def check(value):
+        if empty_ok and value == "":
+            return value
         problem = box_paths.plain_problem(value)
         if problem:
             raise ValueError(problem)
@@ -163,6 +165,8 @@ StateFile = typed(str, "a plain file path relative to STATE_DIR, outside its cac
 _PLAIN = f"a plain absolute path ({box_paths.PLAIN_WORDS}; no '..')"
 AbsPath = typed(str, f"an absolute path other than /: {_PLAIN}",
                 _box_path(lambda p: "an absolute path other than /" if p == "/" else ""))
+AbsPathOrEmpty = typed(str, f"an absolute path other than /, or empty: {_PLAIN}",
+                       _box_path(lambda p: "an absolute path other than /" if p == "/" else "", empty_ok=True))
 DeployDir = typed(str, f"a directory of the deploy's own, not / or a system directory: {_PLAIN}",
                   _box_path(box_paths.deploy_dir_problem))
 Url = pattern(r"^https?://[^\s/$.?#][^\s]*$", "an http:// or https:// URL")

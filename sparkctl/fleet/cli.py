@@ -54,10 +54,13 @@ def run(args: argparse.Namespace) -> int:
     box_plan, config = capacity_cli.build_plan(args)
     cfg, hosts, host_models = what_if(config.cfg, args)
     fleet = overview.fleet_plan(cfg, config.catalog, hosts, host_models)
+    starts = capacity_cli.admission_walk(config, box_plan)
     if args.json:
-        print(json.dumps({**capacity_report.plan_json(box_plan), "fleet": report.fleet_json(fleet)}, indent=2))
+        print(json.dumps({**capacity_report.plan_json(box_plan), "admission": capacity_report.admission_json(starts),
+                          "fleet": report.fleet_json(fleet)}, indent=2))
         return 0
     capacity_report.print_table(box_plan, config.cfg.CODING_MODEL)
+    capacity_report.print_admission(starts, config.cfg)
     from rich.console import Console
 
     console = Console()

@@ -17,6 +17,7 @@ import jinja2
 
 from sparkctl import REPO_ROOT
 from sparkctl.box import contract
+from sparkctl.capacity import admission
 from sparkctl.capacity.venv import pip_args, ray_requirement, vllm_venv  # noqa: F401 - the units' names for them
 from sparkctl.config.catalog import CODER
 from sparkctl.config.schema import GroupData
@@ -24,7 +25,7 @@ from sparkctl.config.service import Service, snapshot_path
 from sparkctl.errors import SettingError
 
 TP_UNIT_ENV = "SPARKCTL_TP_UNIT"  # read on the box by sparkctl/box/rollout_peer.py (TP_UNIT)
-ENV_FILE_KEYS = ("SPARKCTL_MODEL", "SPARKCTL_REVISION", "SPARKCTL_MODEL_PATH", "VLLM_ARGS")  # templates/vllm.env.j2
+ENV_FILE_KEYS = ("SPARKCTL_MODEL", "SPARKCTL_REVISION", "SPARKCTL_MODEL_PATH", "SPARKCTL_PLANNED_GIB", "VLLM_ARGS")  # templates/vllm.env.j2
 
 
 def vllm_args(svc: Service, cfg: GroupData) -> list[str]:
@@ -34,7 +35,9 @@ def vllm_args(svc: Service, cfg: GroupData) -> list[str]:
             "--served-model-name", svc.served_name,
             "--host", cfg.LISTEN_ADDRESS, "--port", str(svc.port),
             "--max-model-len", str(m.max_model_len),
-            "--kv-cache-memory-bytes", str(svc.kv_cache_bytes)]
+            "--kv-cache-memory-bytes", str(svc.kv_cache_bytes),
+            # vLLM's start-up admission (sparkctl/capacity/admission.py): its plan + a margin, never the 0.92 default
+            "--gpu-memory-utilization", str(admission.service_utilization(svc, cfg))]
     if m.kv_cache_dtype != "auto":
         args += ["--kv-cache-dtype", m.kv_cache_dtype]
     if m.speculative:
@@ -102,13 +105,24 @@ def render_env(svc: Service, cfg: GroupData) -> str:
     """The service's env file: which checkpoint it serves and with which arguments (the flip lives here)."""
     return render_template("vllm.env.j2", svc=svc, env=service_environment(svc, cfg),
                            vllm_args=env_file_value(vllm_args(svc, cfg)),
-                           model_path=snapshot_path(cfg.MODEL_STORE, svc.checkpoint))
+                           model_path=snapshot_path(cfg.MODEL_STORE, svc.checkpoint),
+                           planned_gib=f"{admission.engine_of(svc, cfg).footprint_gib:.3f}")
 
 
 def render_unit(svc: Service, cfg: GroupData) -> str:
     return render_template("vllm.service.j2", svc=svc, d=cfg,
                            env_path=f"{cfg.ENV_DIR}/{svc.env_file}",
-                           vllm_bin=f"{vllm_venv(cfg)}/bin/vllm")
+                           vllm_bin=f"{vllm_venv(cfg)}/bin/vllm", admission_standin=admission_standin(svc, cfg))
+
+
+def admission_standin(svc: Service, cfg: GroupData) -> str:
+    """The simulated Spark's ExecStartPre (UNIFIED_MEMORY_STANDIN, run as root with the venv's python, so vLLM's own
+    request_memory judges the start against the stand-in pool); "" on a real box, where vLLM reads the real one."""
+    if not cfg.UNIFIED_MEMORY_STANDIN:
+        return ""
+    return shlex.join([f"{vllm_venv(cfg)}/bin/python", cfg.UNIFIED_MEMORY_STANDIN, "--service", svc.name,
+                       "--env-dir", cfg.ENV_DIR, "--total-gib", f"{cfg.BOX_USABLE_MEMORY_GIB:g}",
+                       "--os-reserve-gib", f"{cfg.OS_RESERVE_GIB:g}"])
 
 
 def rollout_env(cfg: GroupData) -> str:

@@ -70,6 +70,8 @@ def seed(name: str, flavor: str) -> None:
     os.chmod(up / "root/.ssh", 0o700)
     _write(up, "/root/.ssh/authorized_keys", config.SSH_KEY.with_suffix(".pub").read_text(), 0o600)
     _write(up, "/etc/apt/apt.conf.d/01sparkctl-sim-proxy", APT_PROXY_CONF)
+    # every flavor: the pool's admission is the GB10's (its driver's), not the OS image's
+    _write(up, standins.GB10_MEMORY_PATH, standins.gb10_memory(), 0o755)
     if flavor == "dgx":  # DGX OS ships the driver and CUDA: the deploy must leave them alone
         _write(up, "/etc/dgx-release", standins.dgx_release())
         _write(up, "/usr/bin/nvidia-smi", standins.nvidia_smi(), 0o755)

@@ -165,7 +165,7 @@ def test_a_model_too_big_for_one_box_is_refused_there_naming_the_topology_and_ac
         validate_host(data, "spark-1", hosts=["spark-1"])  # the deploy's whole check, one box
     msg = str(err.value)
     for needle in ("sim-too-big resident (weights + runtime)", "-15.5 GiB",
-                   "13.9 GiB beside the OS reserve and embedders - resident 15.5 (weights 14.0 + runtime 1.5)",
+                   "14.4 GiB beside the OS reserve and embedders - resident 15.5 (weights 14.0 + runtime 1.5)",
                    "It fits across two boxes in tensor-parallel", "resident 8.5 (weights 7.0 + runtime 1.5)",
                    'SPARK_TOPOLOGY = "tensor-parallel"'):
         assert needle in msg, needle

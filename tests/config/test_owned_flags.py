@@ -54,12 +54,13 @@ SPELLINGS = [
     ("-sc.method", "--speculative-config"), ("-s", "--speculative-config"), ("-tp", "--tensor-parallel-size"),
     ("-tp=2", "--tensor-parallel-size"), ("-t", "--tensor-parallel-size"), ("-n2", "--nnodes"), ("-r=1", "--node-rank"),
     ("-dp", "--data-parallel-size"), ("--model=x", "--model"), ("--config", "--config"), ("--uds", "--uds"),
-    ("--headless", "--headless"),
+    ("--headless", "--headless"), ("--gpu-memory-utilization", "--gpu-memory-utilization"),
+    ("--gpu_memory_utilization=0.5", "--gpu-memory-utilization"),
     # not owned: vLLM's other flags, values, argparse's end of options, a negative number
     ("--enforce-eager", None), ("--model-impl", None), ("--kv-cache-dtype-skip-layers", None),
     ("--config-format", None), ("--limit-mm-per-prompt", None), ("--runner", None), ("-dpn", None), ("-O3", None),
     ("-q", None), ("--", None), ("-", None), ("-1", None), ("qwen3", None), ('{"image":4}', None),
-    ("--gpu-memory-utilization", None), ("--enable-prefix-caching", None),
+    ("--enable-prefix-caching", None),
 ]
 
 

@@ -147,7 +147,7 @@ def test_units_pass_systemd_analyze_verify_and_security(groups, token_file, tmp_
     rendered = {svc.unit: units.render_unit(svc, s.cfg) for svc in s.services}
     rendered["ssh.service"] = "[Service]\nExecStart=/usr/sbin/sshd -D\n"
     (tmp_path / "dropin").mkdir()
-    root = systemd_root(tmp_path, rendered, [f"{units.vllm_venv(s.cfg)}/bin/vllm", "/usr/sbin/sshd"])
+    root = systemd_root(tmp_path, rendered, [f"{units.vllm_venv(s.cfg)}/bin/vllm", f"{units.vllm_venv(s.cfg)}/bin/python", "/usr/sbin/sshd"])
     dropin = root / "etc/systemd/system/ssh.service.d"
     dropin.mkdir()
     (dropin / "sparkctl-memory.conf").write_text(units.render_template("sshd-memory.conf.j2", d=s.cfg))
