@@ -159,7 +159,8 @@ ADMISSION_BAD = ("vLLM refuses this start (\"Free memory on device ... is less t
 
 def admission_figures(box: str, starts: list | None, why_not: str, facts: dict) -> list[Figure]:
     """The planned admission of every start (capacity/admission.py's walk), then vLLM's own figure per service."""
-    how = "sparkctl.capacity.admission.walk: free memory at each start against utilization x total (the planner)"
+    how = ("sparkctl.capacity.admission.walk_settings: the planned MemAvailable at each start against vLLM's "
+           "request_memory, ceil(total x --gpu-memory-utilization)")
     if starts is None:
         out = [Figure("admission", box, "admission walk", why_not, "-", NOT_MEASURED, how, ADMISSION_BAD)]
     else:

@@ -59,8 +59,9 @@ def admission_starts(bp: planned.BoxPlan, box: str) -> tuple[list | None, str]:
         if ADMISSION_FILE.exists():  # there, and broken: say so rather than report it absent
             raise
         return None, ADMISSION_ABSENT
+    walk = getattr(admission, "walk_settings", None) or admission.walk  # walk_settings(Settings) -> [Start]
     try:
-        starts = admission.walk(settings_for(bp))
+        starts = walk(settings_for(bp))
     except SparkctlError as exc:
         return None, f"admission walk not run: {exc}"
     except Exception as exc:  # noqa: BLE001 (another branch's module: its failure is reported, the rest measured)

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 
 import pytest
 
+from sparkctl import capacity
 from sparkctl.config.quantities import GIB
 from sparkctl.measure.record import BenchError
 from sparkctl.rehearse import boxread, cli, figures, report
@@ -116,6 +117,7 @@ def admission(monkeypatch):
                    Start("spark-2", "coder", "first install, 3 of 3", 10.0, 80.0, 0.66, False)]
     fake.walk = lambda settings: list(fake.starts)
     monkeypatch.setitem(sys.modules, "sparkctl.capacity.admission", fake)
+    monkeypatch.setattr(capacity, "admission", fake, raising=False)  # the real one may be imported already
     monkeypatch.setattr("sparkctl.rehearse.gather.settings_for", lambda bp: "the box's settings")
     return fake
 
@@ -212,6 +214,7 @@ def test_speculation_that_accepts_nothing_is_bad(one_box, admission):
 
 def test_absent_box_scripts_and_admission_walk_are_not_installed_not_bad(one_box, monkeypatch):
     monkeypatch.setitem(sys.modules, "sparkctl.capacity.admission", None)  # import fails: not in this checkout
+    monkeypatch.delattr(capacity, "admission", raising=False)
     monkeypatch.setattr("sparkctl.rehearse.gather.ADMISSION_FILE", one_box / "no-such-admission.py")
     rc, doc, md = rehearse(one_box, FakeShell(device=boxread.Result(0, boxread.ABSENT + "\n", "")), skip_bench=True)
     figs = by_name(doc)
@@ -375,3 +378,17 @@ def test_the_box_read_runs_as_one_shell_command_and_parses(tmp_path, monkeypatch
     assert figures.load_seconds(coder) == 212.5 and facts["meminfo"]["MemAvailable"] > 0
     fig = figures.admission_figures("spark-1", [], "", facts)[0]
     assert (fig.value, fig.verdict) == ("requested 80.28 GiB", OK)
+
+
+def test_the_real_admission_walk_admits_every_start_of_the_shipped_box(one_box, monkeypatch):
+    """sparkctl.capacity.admission's own walk over the box's derived settings (the test lock), no fake."""
+    from sparkctl.check.load import load
+    from sparkctl.config.settings import derive
+    from tests.conftest import FAKE_LOCK
+
+    monkeypatch.setattr("sparkctl.rehearse.gather.settings_for",
+                        lambda bp: derive(load(GROUPS, overrides={"MODEL_LOCK_FILE": FAKE_LOCK}), bp.part))
+    rc, doc, _md = rehearse(one_box, FakeShell(), skip_bench=True)
+    starts = {k: f for k, f in by_name(doc).items() if f["section"] == "admission" and "vLLM's own" not in k}
+    assert rc == 0 and "coder: first install, 1 of 3" in starts and "coder: flip to laguna-s-2.1" in starts, starts
+    assert {f["verdict"] for f in starts.values()} == {OK}
