@@ -142,5 +142,12 @@ def test_the_first_hours_figures_are_the_plans_and_the_write_ups():
     want.append(f"`ACCEPTANCE_SPEC_MIN_TOKENS_PER_STEP` ({t.spec_min_tokens_per_step:g}) and "
                 f"{t.spec_floor_fraction:g} x the\n  catalog's tokens per step "
                 f"({t.spec_floor_fraction * qwen_spec.tokens_per_step:g} for Qwen)")
-    missing = [w for w in want if w not in text]
+    from sparkctl.capacity import admission
+
+    starts = {(s.service, s.start): s for s in admission.walk(cfg, *admission.configured_engines(cfg, config.catalog))}
+    first, flip = starts["coder", "first install, 1 of 3"], starts["coder", "flip to laguna-s-2.1"]
+    want.append(f"first start sees {first.free_gib:.1f} GiB free against {first.required_gib:.1f} requested, a flip "
+                f"to Laguna {flip.free_gib:.1f} against {flip.required_gib:.1f}")
+    flat = " ".join(text.split())
+    missing = [w for w in want if " ".join(w.split()) not in flat]
     assert missing == []

@@ -30,7 +30,7 @@ ABSENT = "__sparkctl_not_installed__"
 SCRIPTS = ("device_check.py", "link_probe.py")
 JOURNAL_LINES = (r"Model loading took|Available KV cache memory|memory for KV Cache|KV cache size|"
                  r"Maximum concurrency for|Application startup complete")
-ADMISSION_LINES = r"Free memory on device|requested memory"
+ADMISSION_LINES = r"Free memory on device|requested memory|GiB requested"  # vLLM's refusal, its debug line, the sim's
 UNIT_PROPERTIES = ("ActiveState", "MemoryCurrent", "InvocationID")
 NO_VALUE = ("", "[not set]", "infinity", "18446744073709551615")  # systemd's "no accounting" spellings
 

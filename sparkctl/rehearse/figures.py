@@ -32,6 +32,8 @@ MODEL_LOADING_RE = re.compile(r"Model loading took\s+([0-9.]+)\s*GiB")
 REFUSAL_RE = re.compile(r"Free memory on device \S+ \(([0-9.]+)/([0-9.]+) GiB\) on startup is less than desired "
                         r"GPU memory utilization \(([0-9.]+), ([0-9.]+) GiB\)")
 REQUESTED_RE = re.compile(r"requested memory\D*([0-9.]+)\s*GiB")
+# the simulated Spark's GB10 pool stand-in (sparkctl/sim/standins/gb10-memory: vLLM's own request_memory) when it admits
+ADMITTED_RE = re.compile(r"([0-9.]+) GiB free >= ([0-9.]+) GiB requested")
 STARTUP_COMPLETE = "Application startup complete"
 
 
@@ -153,8 +155,9 @@ def box_memory_figures(box: str, facts: dict, planned: dict, usable_gib: float, 
 # ---------------------------------------------------------------------------------------------------- admission
 
 ADMISSION_BAD = ("vLLM refuses this start (\"Free memory on device ... is less than desired GPU memory "
-                 "utilization\"): a first install, a flip or a lone restart in this order does not come up; lower "
-                 "that service's utilization or reorder its starts (docs/first-gx10.md)")
+                 "utilization\"): a first install, a lone restart or a flip in this order does not come up; free "
+                 "memory for it (a smaller KV budget, fewer EMBEDDERS, a smaller VLLM_ADMISSION_MARGIN_GIB) or, when "
+                 "the box holds more than planned, correct the plan's resident figures (docs/first-gx10.md)")
 
 
 def admission_figures(box: str, starts: list | None, why_not: str, facts: dict) -> list[Figure]:
@@ -185,6 +188,9 @@ def _vllm_admission(box: str, service: str, svc: dict) -> Figure:
             verdict = WARN if svc.get("active") == "active" else BAD  # refused once, up now: a restart order hit it
             return Figure("admission", box, name, f"refused: free {free}/{total} GiB < {util} x total = {wanted} GiB",
                           "free >= wanted", verdict, how, ADMISSION_BAD)
+        if m := ADMITTED_RE.search(line):
+            return Figure("admission", box, name, f"admitted: {m.group(1)} GiB free >= {m.group(2)} GiB requested",
+                          "free >= requested", OK, how, ADMISSION_BAD)
         if m := REQUESTED_RE.search(line):
             return Figure("admission", box, name, f"requested {m.group(1)} GiB", "-", OK, how, ADMISSION_BAD)
     return Figure("admission", box, name, "no admission line this boot (vLLM logs a refusal only when it refuses, "

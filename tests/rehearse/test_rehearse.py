@@ -200,6 +200,14 @@ def test_a_refusal_before_the_unit_came_up_is_a_warning(one_box, admission):
     assert fig["value"] == "refused: free 60.10/121.63 GiB < 0.66 x total = 80.28 GiB"
 
 
+def test_the_simulated_sparks_admission_line_is_read_back(one_box, admission):
+    line = ("1001.0 spark-1 gb10-memory[3]: gb10-memory: coder admitted: 15.60 GiB free >= 8.12 GiB requested "
+            "(gpu_memory_utilization 0.406; beside nothing else)")
+    rc, doc, _md = rehearse(one_box, FakeShell(facts=box_text(coder_boot=[line])), skip_bench=True)
+    fig = by_name(doc)["coder: vLLM's own admission"]
+    assert (fig["value"], fig["verdict"]) == ("admitted: 15.60 GiB free >= 8.12 GiB requested", OK)
+
+
 def test_a_refused_start_in_the_walk_is_bad(one_box, admission):
     admission.starts[1] = Start("spark-1", "coder", "flip to laguna-s-2.1", 30.0, 98.0, 0.81, False)
     rc, doc, _md = rehearse(one_box, FakeShell(), skip_bench=True)
