@@ -32,6 +32,7 @@ MODEL_LOADING_RE = re.compile(r"Model loading took\s+([0-9.]+)\s*GiB")
 REFUSAL_RE = re.compile(r"Free memory on device \S+ \(([0-9.]+)/([0-9.]+) GiB\) on startup is less than desired "
                         r"GPU memory utilization \(([0-9.]+), ([0-9.]+) GiB\)")
 REQUESTED_RE = re.compile(r"requested memory\D*([0-9.]+)\s*GiB")
+INITIAL_FREE_RE = re.compile(r"Initial free memory\s+([0-9.]+)\s*GiB")  # vLLM's own reading at its current start
 # the simulated Spark's GB10 pool stand-in (sparkctl/sim/standins/gb10-memory: vLLM's own request_memory) when it admits
 ADMITTED_RE = re.compile(r"([0-9.]+) GiB free >= ([0-9.]+) GiB requested")
 STARTUP_COMPLETE = "Application startup complete"
@@ -193,6 +194,10 @@ def _vllm_admission(box: str, service: str, svc: dict) -> Figure:
                           "free >= requested", OK, how, ADMISSION_BAD)
         if m := REQUESTED_RE.search(line):
             return Figure("admission", box, name, f"requested {m.group(1)} GiB", "-", OK, how, ADMISSION_BAD)
+    for line in svc.get("journal", []):
+        if m := INITIAL_FREE_RE.search(line):
+            return Figure("admission", box, name, f"admitted: vLLM saw {m.group(1)} GiB free at its current start",
+                          "-", OK, how + "; its \"Initial free memory\"", ADMISSION_BAD)
     return Figure("admission", box, name, "no admission line this boot (vLLM logs a refusal only when it refuses, "
                   "the request at debug level)", "-", NOT_MEASURED, how, ADMISSION_BAD)
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import pytest
 
-from sparkctl import capacity
+from sparkctl import REPO_ROOT, capacity
 from sparkctl.config.quantities import GIB
 from sparkctl.measure.record import BenchError
 from sparkctl.rehearse import boxread, cli, figures, report
@@ -30,13 +30,17 @@ def unit_text(service: str, memory_bytes: int | str, journal: list[str], boot: l
                       *boot])
 
 
+def short_unix(line: str, epoch: float) -> str:
+    """A journal line of tests/fixtures/planner (`journalctl` short format) as `-o short-unix` prints it."""
+    return f"{epoch:.6f} " + line.split(" ", 3)[3]
+
+
+# the GX10 log the planner's tests read (its KV lines), with the weights and the start-up lines around it
+FIXTURE = (REPO_ROOT / "tests" / "fixtures" / "planner" / "gx10-qwen-newer-format.log").read_text().splitlines()
 CODER_JOURNAL = [
-    "1040.5 spark-1 vllm[7]: INFO [gpu_model_runner.py] Model loading took 19.80 GiB memory and 31.2 seconds",
-    "1100.0 spark-1 vllm[7]: INFO [gpu_worker.py] Initial free memory 78.00 GiB, reserved 36.00 GiB memory for KV "
-    "Cache as specified by kv_cache_memory_bytes config and skipped memory profiling.",
-    "1100.1 spark-1 vllm[7]: INFO [kv_cache_utils.py] GPU KV cache size: 1,014,892 tokens, Maximum concurrency for "
-    "262,144 tokens per request: 3.87x",
-    "1212.5 spark-1 vllm[7]: INFO:     Application startup complete.",
+    "1040.500000 spark-1 vllm[7]: INFO [gpu_model_runner.py] Model loading took 19.80 GiB memory and 31.2 seconds",
+    short_unix(FIXTURE[0], 1100.0), short_unix(FIXTURE[2], 1101.0),
+    "1212.500000 spark-1 vllm[7]: INFO:     Application startup complete.",
 ]
 
 
@@ -145,6 +149,7 @@ def test_a_healthy_box_passes_and_every_figure_says_how_it_was_measured(one_box,
         figs["coder: whole unit (cgroup)"]["how"]
     assert figs["box: MemAvailable"]["value"] == "20.0 GiB" and "/proc/meminfo" in figs["box: MemAvailable"]["how"]
     assert figs["coder: first install, 3 of 3"]["verdict"] == OK
+    assert figs["coder: vLLM's own admission"]["value"] == "admitted: vLLM saw 61.12 GiB free at its current start"
     assert "spark-2" not in json.dumps([f for f in figs if "first install" in f])  # another box's starts are its own
     assert figs["coder"]["value"] == "212.5 s" and figs["coder"]["section"] == "load"
     assert figs["decode, 8 streams"]["verdict"] == OK and "write-up 122 tok/s" in figs["decode, 8 streams"]["against"]
