@@ -28,7 +28,7 @@ from sparkctl.config.schema import GroupData
 MARK = "=== "  # a section of read_box's answer: "=== service coder", "=== journal", "=== boot", ...
 ABSENT = "__sparkctl_not_installed__"
 SCRIPTS = ("device_check.py", "link_probe.py")
-JOURNAL_LINES = (r"Model loading took|Available KV cache memory|memory for KV Cache|KV cache size|"
+JOURNAL_LINES = (r"Model loading took|Available KV cache memory|memory for KV Cache|GiB for KV cache|KV cache size|"
                  r"Maximum concurrency for|Application startup complete")
 ADMISSION_LINES = r"Free memory on device|requested memory|GiB requested"  # vLLM's refusal, its debug line, the sim's
 UNIT_PROPERTIES = ("ActiveState", "MemoryCurrent", "InvocationID")

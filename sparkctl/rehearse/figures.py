@@ -29,6 +29,7 @@ SECTIONS = {
 }
 
 MODEL_LOADING_RE = re.compile(r"Model loading took\s+([0-9.]+)\s*GiB")
+CPU_KV_RE = re.compile(r"Explicitly set \(([0-9.]+)/[0-9.]+\) GiB for KV cache")  # vLLM's CPU build (the sim)
 REFUSAL_RE = re.compile(r"Free memory on device \S+ \(([0-9.]+)/([0-9.]+) GiB\) on startup is less than desired "
                         r"GPU memory utilization \(([0-9.]+), ([0-9.]+) GiB\)")
 REQUESTED_RE = re.compile(r"requested memory\D*([0-9.]+)\s*GiB")
@@ -110,9 +111,12 @@ def _weights(box: str, service: str, svc: dict, plan: dict) -> Figure:
 
 
 def _kv_pool(box: str, service: str, svc: dict, plan: dict, tolerance: float) -> Figure:
-    logged = vllm_reported.parse_log("\n".join(svc.get("journal", []))).kv_memory_gib
+    text = "\n".join(svc.get("journal", []))
+    logged = vllm_reported.parse_log(text).kv_memory_gib
+    if logged is None and (m := CPU_KV_RE.search(text)):
+        logged = float(m.group(1))
     how = ("journal of the unit's current start: vLLM's \"Available KV cache memory\" / \"reserved X GiB memory for "
-           "KV Cache\"")
+           "KV Cache\" (the CPU build's \"Explicitly set (X/Y) GiB for KV cache\")")
     against = f"planned KV {gib(plan['kv_gib'])} (±{tolerance:.0%}, PLAN_MEASURED_TOLERANCE)"
     bad = ("the KV pool is not the budget the deploy set (--kv-cache-memory-bytes): the unit runs other "
            "arguments than the rendered ones, or vLLM sized the pool itself; compare `systemctl cat` with the env file")

