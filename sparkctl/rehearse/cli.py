@@ -1,4 +1,4 @@
-"""`python -m sparkctl rehearse [--hosts A,B] [--skip-bench] [--out DIR]`: the first hour on a box
+"""`python -m sparkctl rehearse [--hosts A,B] [--sim] [--skip-bench] [--out DIR]`: the first hour on a box
 (docs/first-gx10.md), one report under --out (default REHEARSE_OUT_DIR/<UTC date and time>/): rehearsal.md,
 rehearsal.json and each box's bench record. The boxes are the configured ones, as `status` and `bench` find them
 (GX10_HOSTS, else the running simulated Sparks in .sim/hosts.json). Exit 1 when a figure is bad (each named), 0
@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import datetime as _dt
+import os
 import shlex
 import sys
 from pathlib import Path
@@ -35,6 +36,8 @@ def add_parser(sub) -> None:
     p.add_argument("--limit", dest="hosts", type=str_list, action="extend", help="the same as --hosts")
     add_list_option(p, "--groups", str_list, "group data to merge (default: all,gx10 for a real box, all,gx10,sim "
                     "else)", example="all,gx10")
+    p.add_argument("--sim", action="store_true", help="the simulated Spark's boxes (.sim/hosts.json) and group data "
+                                                      "(all,gx10,sim), even with GX10_HOSTS set")
     p.add_argument("--skip-bench", action="store_true", help="no bench probe (fast: decode, prefill and speculative "
                                                              "acceptance are left out)")
     p.add_argument("--out", default=None, help="report directory (default REHEARSE_OUT_DIR/<UTC date and time>/)")
@@ -104,6 +107,9 @@ def out_dir(args, cfg: GroupData) -> Path:
 
 
 def run(args, shell: boxread.Shell | None = None, bench=None) -> int:
+    if getattr(args, "sim", False):  # every lookup below (the bench's too) then finds the simulated Sparks
+        os.environ["GX10_HOSTS"] = ""
+        args.groups = args.groups or ["all", "gx10", "sim"]
     configured = hosts.configured_hosts()
     selected = select(configured, args.hosts)
     cfg = load(args.groups or None).cfg  # the configured box's group data: where the report goes, how it measures

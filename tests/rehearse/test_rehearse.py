@@ -424,3 +424,20 @@ def test_the_cpu_builds_lines_are_read_as_the_simulated_spark_logs_them():
 
     assert kv_figures("spark-1", kept, 131072, None, 0.25)[0].value == "131,072 tokens"
     assert figures.load_seconds(svc) is not None
+
+
+def test_sim_reads_the_simulated_sparks_hosts_and_group_data(one_box, admission, monkeypatch, tmp_path):
+    """--sim: the hosts file `sim up` writes and the sim's group data, even with GX10_HOSTS set."""
+    from sparkctl.config import hosts
+
+    sim_file = tmp_path / "hosts.json"
+    sim_file.write_text(json.dumps([{"name": "spark-1", "address": "10.250.0.11"}]))
+    monkeypatch.setattr(hosts, "SIM_HOSTS_FILE", sim_file)
+    monkeypatch.setattr(hosts.sim_hosts, "__defaults__", (sim_file,))
+    monkeypatch.setenv("GX10_HOSTS", "gx10-1")
+    shell = FakeShell()
+    rc = cli.run(Namespace(hosts=None, groups=None, sim=True, skip_bench=True, out=str(one_box)), shell=shell)
+    doc = json.loads((one_box / "rehearsal.json").read_text())
+    assert [b["name"] for b in doc["boxes"]] == ["spark-1"] and doc["groups"] == ["all", "gx10", "sim"]
+    assert by_name(doc)["coder: KV pool (vLLM)"]["against"].startswith("planned KV 0.0625 GiB")
+    assert {h for h, _c in shell.commands} == {"spark-1"} and rc in (0, 1)
