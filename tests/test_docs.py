@@ -138,6 +138,10 @@ def test_the_first_hours_figures_are_the_plans_and_the_write_ups():
     want.append(f"{pub.prefill[12288]:,.0f} tok/s | | {pub.prefill[12288] * (1 - t.published_prefill_max_regression):,.0f}")
     want.append(f"`--port {cfg.REHEARSE_LINK_PORT} --bytes {cfg.REHEARSE_LINK_BYTES} --iters {cfg.REHEARSE_LINK_ITERS} "
                 f"--backend {cfg.REHEARSE_LINK_BACKEND}`".replace("`", ""))
+    lpub = reference.published_of(config.catalog["laguna-s-2.1"])
+    want.append(f"{lpub.decode[1]:g} tok/s ({100 * lpub.decode[1] / laguna.roofline_tokens_per_s:.0f} % of its "
+                f"{laguna.roofline_tokens_per_s:.1f})")
+    want.append(f"{lpub.decode[8]:g} ({100 * lpub.decode[8] / (8 * laguna.roofline_tokens_per_s):.1f} %)")
     qwen_spec = config.catalog["qwen3.8-27b"].memory
     want.append(f"`ACCEPTANCE_SPEC_MIN_TOKENS_PER_STEP` ({t.spec_min_tokens_per_step:g}) and "
                 f"{t.spec_floor_fraction:g} x the\n  catalog's tokens per step "
