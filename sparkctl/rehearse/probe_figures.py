@@ -101,14 +101,16 @@ def spec_figures(box: str, rec: dict, spec, floor, t: Thresholds) -> list[Figure
     least = max(t.spec_min_tokens_per_step, floor.tokens_per_step * t.spec_floor_fraction if floor else 0.0)
     against = f"tokens/step >= {least:.2f}" + (f" (catalog {floor.tokens_per_step:g} x {t.spec_floor_fraction:g})"
                                                if floor and floor.tokens_per_step else "")
+    if least <= 1:  # as the acceptance gate: 1 token per step is what no speculation gives, so nothing is judged
+        against = "off (ACCEPTANCE_SPEC_MIN_TOKENS_PER_STEP <= 1, no catalog floor for this checkpoint)"
     out = []
     for run in rec.get("runs", []):
         sd, n = run.get("spec_decode") or {}, run["streams"]
         how = _how(rec, f"{streams(n)}, {rec.get('window_s'):g} s window", "vllm:spec_decode_* counters over the "
                    "same window")
         if sd.get("tokens_per_step") is None:
-            out.append(Figure("speculative", box, f"acceptance, {streams(n)}", "not measured", against, BAD, how,
-                              SPEC_BAD))
+            out.append(Figure("speculative", box, f"acceptance, {streams(n)}", "not measured (no draft in the "
+                              "window)", against, BAD if least > 1 else NOT_MEASURED, how, SPEC_BAD))
             continue
         per_pos = ", ".join(f"{v:.2f}" for v in (sd.get("per_position_acceptance") or {}).values()) or "-"
         rate = sd.get("acceptance_rate")

@@ -441,3 +441,22 @@ def test_sim_reads_the_simulated_sparks_hosts_and_group_data(one_box, admission,
     assert [b["name"] for b in doc["boxes"]] == ["spark-1"] and doc["groups"] == ["all", "gx10", "sim"]
     assert by_name(doc)["coder: KV pool (vLLM)"]["against"].startswith("planned KV 0.0625 GiB")
     assert {h for h, _c in shell.commands} == {"spark-1"} and rc in (0, 1)
+
+
+def test_speculation_is_judged_only_where_the_gate_judges_it():
+    """No floor for the checkpoint and the minimum off (the simulated Spark's 1.0): printed, never BAD."""
+    from sparkctl.check.load import load
+    from sparkctl.measure import acceptance
+    from sparkctl.measure.thresholds import Thresholds
+    from sparkctl.rehearse.probe_figures import spec_figures
+
+    config = load(["all", "gx10", "sim"])
+    spec, t = config.coding_model, Thresholds.from_settings(config.cfg)
+    rec = bench_record(Namespace(name="spark-1"), None, tokens_per_step=1.0)
+    rec["runs"][1]["spec_decode"] = {"drafts": 0, "tokens_per_step": None}
+    figs = spec_figures("spark-1", rec, spec, acceptance.floor_of(spec), t)
+    assert [f.verdict for f in figs] == [OK, NOT_MEASURED, OK, OK] and figs[0].against.startswith("off")
+    gx10 = load(GROUPS)
+    figs = spec_figures("spark-1", rec, gx10.coding_model, acceptance.floor_of(gx10.coding_model),
+                        Thresholds.from_settings(gx10.cfg))
+    assert [f.verdict for f in figs] == [BAD, BAD, BAD, BAD]
