@@ -216,7 +216,7 @@ NIAH_MAX_TOKENS = 4096  # NIAH answer budget per request (reasoning models think
 # --- the first hour on a box: `python -m sparkctl rehearse` (docs/first-gx10.md) ----------------------------------
 REHEARSE_OUT_DIR = "rehearsal"  # control machine: the report goes to <this>/<UTC date>/ unless --out names a directory
 REHEARSE_SSH_TIMEOUT_S = 60  # one read of a box's units, journals and /proc/meminfo over ssh, s
-REHEARSE_DEVICE_CHECK_TIMEOUT_S = 1800  # the box's device check (CUDA init, Triton and NVFP4 kernels compiled once), s
+REHEARSE_DEVICE_CHECK_TIMEOUT_S = 1800  # one run of the box's device check over ssh (first CUDA init, Triton compiles), s
 REHEARSE_LINK_BACKEND = "nccl"  # torch.distributed backend of the tensor-parallel pair's link probe: nccl | gloo
 REHEARSE_LINK_BYTES = 1073741824  # bytes per all-reduce of the link probe (1 GiB: past NCCL's small-message regime)
 REHEARSE_LINK_ITERS = 20  # timed all-reduces of the link probe (after its warm-up), count

@@ -4,8 +4,9 @@
   the lines of its current start's journal the rehearsal reads (weights, KV pool, KV tokens, startup complete),
   this boot's admission lines (vLLM's refusal, its debug "requested memory"); /proc/meminfo; which of the box's
   own scripts are installed under SPARKCTL_HOME/bin.
-* `device_check`: `<venv>/bin/python <SPARKCTL_HOME>/bin/device_check.py` (sparkctl/box/device_check.py: it runs
-  in the vLLM unit's sandbox as a transient unit), or "not installed on this box" when the file is absent.
+* `device_check`: `<venv>/bin/python <SPARKCTL_HOME>/bin/device_check.py` (sparkctl/box/device_check.py), run as
+  the deploy runs it (sparkctl/render/device_check.py: a transient unit in the vLLM unit's sandbox) where that
+  module is in this checkout, or "not installed on this box" when the file is absent.
 * `link_pair`: `link_probe.py --rank R --world 2 ...` (sparkctl/box/link_probe.py) on both boxes of a
   tensor-parallel pair at once, over the CX7 link's addresses and the pair's NCCL/Gloo environment.
 
@@ -14,6 +15,7 @@ A `Shell` runs one command on one box; tests replace it with a fake answering fr
 
 from __future__ import annotations
 
+import importlib
 import json
 import shlex
 import subprocess
@@ -21,7 +23,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 from sparkctl.capacity.venv import vllm_venv
-from sparkctl.config import topology
+from sparkctl.config import box_paths, topology
 from sparkctl.config.hosts import HostConn
 from sparkctl.config.schema import GroupData
 
@@ -139,12 +141,18 @@ def read_box(shell: Shell, host: HostConn, cfg: GroupData, units: dict[str, str]
 
 # ---------------------------------------------------------------------------------------------------- box scripts
 
+def _guarded(cfg: GroupData, script: str, run: str) -> str:
+    """`run`, or ABSENT when the script is not installed under SPARKCTL_HOME/bin."""
+    path = f"{box_paths.bin_dir(cfg.SPARKCTL_HOME)}/{script}"
+    return f"[ -f {shlex.quote(path)} ] || {{ echo {ABSENT}; exit 0; }}; {run}"
+
+
 def _script_command(cfg: GroupData, script: str, args: list[str], env: dict | None = None) -> str:
-    path = f"{cfg.SPARKCTL_HOME}/bin/{script}"
+    path = f"{box_paths.bin_dir(cfg.SPARKCTL_HOME)}/{script}"
     prefix = "env " + " ".join(f"{k}={shlex.quote(str(v))}" for k, v in sorted((env or {}).items())) + " " \
         if env else ""
-    run = f"{prefix}{shlex.quote(vllm_venv(cfg) + '/bin/python')} {shlex.quote(path)} {shlex.join(args)}".strip()
-    return f"[ -f {shlex.quote(path)} ] || {{ echo {ABSENT}; exit 0; }}; {run}"
+    return _guarded(cfg, script, f"{prefix}{shlex.quote(vllm_venv(cfg) + '/bin/python')} {shlex.quote(path)} "
+                                 f"{shlex.join(args)}".strip())
 
 
 def _last_json(text: str) -> dict | None:
@@ -163,16 +171,32 @@ def _script_result(host: HostConn, command: str, r: Result) -> dict:
     if r.out.strip() == ABSENT:
         return {"installed": False, "command": ssh_text(host, command)}
     doc = _last_json(r.out)
-    tail = (r.err.strip() or r.out.strip()).splitlines()[-1:] if r.rc != 0 else []
-    summary = (doc or {}).get("summary") or (tail[0] if tail else "")
-    return {"installed": True, "rc": r.rc, "output": doc, "summary": str(summary)[:300],
+    lines = [ln for ln in (r.out + "\n" + r.err).splitlines() if ln.strip()]
+    last = ((r.err.strip() or r.out.strip()) if r.rc != 0 else r.out.strip()).splitlines()[-1:]
+    summary = (doc or {}).get("summary") or (last[0] if last else "")
+    return {"installed": True, "rc": r.rc, "output": doc, "summary": str(summary)[:300], "lines": lines[-20:],
             "command": ssh_text(host, command)}
 
 
-def device_check(shell: Shell, host: HostConn, cfg: GroupData) -> dict:
-    """The box-side device check's result: {"installed", "rc", "output" (its JSON, if it printed one), "summary",
-    "command"}."""
-    command = _script_command(cfg, "device_check.py", [])
+def device_command(cfg: GroupData, settings=None) -> str:
+    """The device check as the deploy runs it (sparkctl/render/device_check.py: systemd-run in the coder unit's
+    sandbox, with its arguments from the settings) when that module is in this checkout and the box's derived
+    settings (settings: sparkctl.config.settings.Settings) could be built; its arguments alone when only they can;
+    the script alone without that module."""
+    try:  # the device check's own branch; imported by name so this folder works with and without it
+        render_check = importlib.import_module("sparkctl.render.device_check")
+    except ImportError:
+        return _script_command(cfg, "device_check.py", [])
+    if settings is None:
+        return _script_command(cfg, "device_check.py", render_check.check_args(cfg))
+    argv = render_check.argv(settings.coder, cfg, vllm_venv(cfg), box_paths.bin_dir(cfg.SPARKCTL_HOME))
+    return _guarded(cfg, "device_check.py", shlex.join(argv))
+
+
+def device_check(shell: Shell, host: HostConn, cfg: GroupData, settings=None) -> dict:
+    """The box-side device check's result: {"installed", "rc", "output" (its JSON, if it printed one), "summary"
+    (its last line), "lines" (its last 20), "command"}."""
+    command = device_command(cfg, settings)
     return _script_result(host, command, shell.run(host, command, cfg.REHEARSE_DEVICE_CHECK_TIMEOUT_S))
 
 

@@ -74,6 +74,14 @@ def settings_for(bp: planned.BoxPlan):
     return derive(bp.config, bp.part)
 
 
+def _settings_or_none(bp: planned.BoxPlan):
+    """The box's derived settings, or None when they cannot be built here (a lock not refreshed)."""
+    try:
+        return settings_for(bp)
+    except SparkctlError:
+        return None
+
+
 def _bench(host: HostConn, bp: planned.BoxPlan, ctx: Context) -> tuple[list[Figure], str | None]:
     """Decode, prefill and speculative acceptance from the bench probe's record, written beside the report."""
     box = host.name
@@ -107,7 +115,7 @@ def _kv(box: str, bp: planned.BoxPlan, facts: dict) -> list[Figure]:
 def _read(host: HostConn, bp: planned.BoxPlan, ctx: Context, out: BoxReport) -> None:
     """The box's own figures: device check, memory, admission, load, bench, KV tokens."""
     cfg, box = bp.config.cfg, host.name
-    out.device = boxread.device_check(ctx.shell, host, cfg)
+    out.device = boxread.device_check(ctx.shell, host, cfg, _settings_or_none(bp))
     out.figures += figures.device_figures(box, out.device)
     out.figures += figures.memory_figures(box, out.facts, bp.services, cfg.PLAN_MEASURED_TOLERANCE)
     out.figures += figures.box_memory_figures(box, out.facts, bp.services, cfg.BOX_USABLE_MEMORY_GIB,

@@ -460,3 +460,27 @@ def test_speculation_is_judged_only_where_the_gate_judges_it():
     figs = spec_figures("spark-1", rec, gx10.coding_model, acceptance.floor_of(gx10.coding_model),
                         Thresholds.from_settings(gx10.cfg))
     assert [f.verdict for f in figs] == [BAD, BAD, BAD, BAD]
+
+
+def test_the_device_check_runs_as_the_deploy_runs_it_where_that_module_is_here(one_box, admission, monkeypatch):
+    """sparkctl/render/device_check.py (the device check's branch): its systemd-run command in the coder unit's
+    sandbox; without the box's settings its arguments alone; without the module the script alone."""
+    fake = types.ModuleType("sparkctl.render.device_check")
+    fake.check_args = lambda cfg: ["--dist", cfg.VLLM_DIST, "--version", cfg.VLLM_VERSION, "--checks", "import"]
+    fake.argv = lambda svc, cfg, venv, bin_dir: ["systemd-run", "--wait", "--pipe", f"--unit=check-{svc}",
+                                                 f"{venv}/bin/python", f"{bin_dir}/device_check.py",
+                                                 *fake.check_args(cfg)]
+    monkeypatch.setitem(sys.modules, "sparkctl.render.device_check", fake)
+    monkeypatch.setattr("sparkctl.rehearse.gather.settings_for", lambda bp: Namespace(coder="coder"))
+    shell = FakeShell(device=boxread.Result(0, "device check: import: vllm 0.32.0 (3.1 s)\n"
+                                               "device check: passed in 3.2 s: import\n", ""))
+    rc, doc, _md = rehearse(one_box, shell, skip_bench=True)
+    fig = by_name(doc)["device check"]
+    assert rc == 0 and fig["value"] == "passed: device check: passed in 3.2 s: import"
+    assert "systemd-run --wait --pipe --unit=check-coder" in fig["how"] and "--version 0.32.0" in fig["how"]
+    from sparkctl.check.load import load
+
+    cfg = load(GROUPS).cfg
+    assert "systemd-run" not in boxread.device_command(cfg) and "--dist vllm" in boxread.device_command(cfg)
+    monkeypatch.setitem(sys.modules, "sparkctl.render.device_check", None)
+    assert boxread.device_command(cfg, Namespace(coder="coder")).endswith("/opt/sparkctl/bin/device_check.py")
