@@ -217,10 +217,8 @@ NIAH_MAX_TOKENS = 4096  # NIAH answer budget per request (reasoning models think
 REHEARSE_OUT_DIR = "rehearsal"  # control machine: the report goes to <this>/<UTC date>/ unless --out names a directory
 REHEARSE_SSH_TIMEOUT_S = 60  # one read of a box's units, journals and /proc/meminfo over ssh, s
 REHEARSE_DEVICE_CHECK_TIMEOUT_S = 1800  # one run of the box's device check over ssh (first CUDA init, Triton compiles), s
-REHEARSE_LINK_BACKEND = "nccl"  # torch.distributed backend of the tensor-parallel pair's link probe: nccl | gloo
-REHEARSE_LINK_BYTES = 1073741824  # bytes per all-reduce of the link probe (1 GiB: past NCCL's small-message regime)
-REHEARSE_LINK_ITERS = 20  # timed all-reduces of the link probe (after its warm-up), count
-REHEARSE_LINK_PORT = 29502  # the link probe's rendezvous port on the head's CX7 address (not TP_MASTER_PORT's)
+REHEARSE_LINK_PORT = 29502  # the link probe's rendezvous port on the head's CX7 address (not TP_MASTER_PORT's); its
+# buffer, iterations and backend are LINK_PROBE_*, its floor LINK_MIN_BUSBW_GBPS (with sparkctl/box/link_probe.py)
 REHEARSE_LINK_TIMEOUT_S = 600  # both ranks of the link probe must finish within this, s
 
 # --- monitoring: node exporter, box facts, scrape paths, alerts, watchdog ---------------------------------

@@ -154,9 +154,6 @@ BENCH_WINDOW_S = 10  # decode window, s
 BENCH_MAX_TOKENS = 256  # per probe request
 BENCH_PREFILL_TOKENS = 3000  # must fit the tiny models' 4096-token context
 BENCH_IGNORE_EOS = True  # random-weight stand-ins stop at arbitrary tokens; keep streams running to max_tokens
-REHEARSE_LINK_BACKEND = "gloo"  # the CPU build has no NCCL: the bridge is probed over Gloo, as vLLM's pair uses it
-REHEARSE_LINK_BYTES = 16777216  # 16 MiB per all-reduce: two shared cores, bytes
-REHEARSE_LINK_ITERS = 5  # timed all-reduces, count
 REHEARSE_LINK_TIMEOUT_S = 120  # both ranks of the link probe, s
 
 # --- acceptance: tiny random-weight models on 2 shared CPU cores -------------------------------------------------

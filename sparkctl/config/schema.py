@@ -212,10 +212,6 @@ class GroupData(BaseModel):
     REHEARSE_OUT_DIR: t.LocalPath
     REHEARSE_SSH_TIMEOUT_S: t.Seconds
     REHEARSE_DEVICE_CHECK_TIMEOUT_S: t.Seconds
-    REHEARSE_LINK_BACKEND: Annotated[Literal["nccl", "gloo"], Field(description="one of nccl, gloo")]
-    REHEARSE_LINK_BYTES: t.typed(int, "a whole number of bytes from 1024 to 68719476736 (64 GiB)", ge=1024,
-                                 le=64 * 2**30)
-    REHEARSE_LINK_ITERS: t.typed(int, "a whole number of iterations from 1 to 10000", ge=1, le=10000)
     REHEARSE_LINK_PORT: t.UserPort
     REHEARSE_LINK_TIMEOUT_S: t.Seconds
     # monitoring: node exporter, box facts, scrape paths, the hand-off's Prometheus job and alerts

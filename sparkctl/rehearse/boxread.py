@@ -173,7 +173,7 @@ def _script_result(host: HostConn, command: str, r: Result) -> dict:
     doc = _last_json(r.out)
     lines = [ln for ln in (r.out + "\n" + r.err).splitlines() if ln.strip()]
     last = ((r.err.strip() or r.out.strip()) if r.rc != 0 else r.out.strip()).splitlines()[-1:]
-    summary = (doc or {}).get("summary") or (last[0] if last else "")
+    summary = (doc or {}).get("summary") or (doc or {}).get("error") or (last[0] if last else "")
     return {"installed": True, "rc": r.rc, "output": doc, "summary": str(summary)[:300], "lines": lines[-20:],
             "command": ssh_text(host, command)}
 
@@ -200,23 +200,35 @@ def device_check(shell: Shell, host: HostConn, cfg: GroupData, settings=None) ->
     return _script_result(host, command, shell.run(host, command, cfg.REHEARSE_DEVICE_CHECK_TIMEOUT_S))
 
 
-def link_commands(cfg: GroupData, pair: tuple[str, ...]) -> list[str]:
-    """The link probe on each box of the pair (head first, rank 0), with the pair's NCCL/Gloo environment."""
+LINK_SETTINGS = ("LINK_PROBE_BYTES", "LINK_PROBE_ITERS", "LINK_PROBE_BACKEND", "LINK_MIN_BUSBW_GBPS")
+
+
+def link_settings(cfg: GroupData) -> dict | None:
+    """The link probe's settings (LINK_SETTINGS), or None where this checkout predates them: they come with
+    sparkctl/box/link_probe.py, in the link's own branch (read by name until then; plain attributes once merged)."""
+    if not all(name in type(cfg).model_fields for name in LINK_SETTINGS):
+        return None
+    return {name: getattr(cfg, name) for name in LINK_SETTINGS}
+
+
+def link_commands(cfg: GroupData, pair: tuple[str, ...], probe: dict) -> list[str]:
+    """The link probe on each box of the pair (head first, rank 0), with the pair's NCCL/Gloo environment (the
+    coder's topology environment, topology.distributed_env); probe: link_settings(cfg)."""
     head = pair[0]
     master = topology.cx7_address(cfg, head)
     out = []
     for rank, box in enumerate(pair):
         env = {k: v for k, v in topology.distributed_env(cfg, box, head).items() if not k.startswith("RAY_")}
         args = ["--rank", str(rank), "--world", "2", "--master", master, "--port", str(cfg.REHEARSE_LINK_PORT),
-                "--bytes", str(cfg.REHEARSE_LINK_BYTES), "--iters", str(cfg.REHEARSE_LINK_ITERS),
-                "--backend", cfg.REHEARSE_LINK_BACKEND]
+                "--bytes", str(probe["LINK_PROBE_BYTES"]), "--iters", str(probe["LINK_PROBE_ITERS"]),
+                "--backend", probe["LINK_PROBE_BACKEND"]]
         out.append(_script_command(cfg, "link_probe.py", args, env))
     return out
 
 
-def link_pair(shell: Shell, boxes: list[HostConn], cfg: GroupData) -> dict[str, dict]:
+def link_pair(shell: Shell, boxes: list[HostConn], cfg: GroupData, probe: dict) -> dict[str, dict]:
     """Both ranks at once (each waits for the other at the rendezvous); per box its result and busbw_gbps."""
-    commands = link_commands(cfg, tuple(h.name for h in boxes))
+    commands = link_commands(cfg, tuple(h.name for h in boxes), probe)
     with ThreadPoolExecutor(max_workers=2) as pool:
         results = list(pool.map(lambda hc: shell.run(hc[0], hc[1], cfg.REHEARSE_LINK_TIMEOUT_S),
                                 zip(boxes, commands)))

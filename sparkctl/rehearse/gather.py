@@ -17,8 +17,10 @@ from sparkctl.errors import SparkctlError
 from sparkctl.measure import acceptance, record
 from sparkctl.measure.thresholds import Thresholds
 from sparkctl.rehearse import boxread, figures, planned, probe_figures
-from sparkctl.rehearse.figures import BAD, NA, Figure
+from sparkctl.rehearse.figures import BAD, NA, NOT_MEASURED, Figure
 
+LINK_ABSENT = ("link probe not in this checkout (sparkctl/box/link_probe.py and its LINK_PROBE_* settings come with "
+               "the link's branch)")
 ADMISSION_FILE = REPO_ROOT / "sparkctl" / "capacity" / "admission.py"
 ADMISSION_ABSENT = "admission walk not available (sparkctl/capacity/admission.py is not in this checkout)"
 
@@ -159,13 +161,17 @@ def link_figures(reports: list[BoxReport], plans: dict[str, planned.BoxPlan], ev
             rep.figures += probe_figures.link_figures(rep.name, None, f"not a pair (SPARK_TOPOLOGY = "
                                                       f"{bp.config.cfg.SPARK_TOPOLOGY!r})", None)
             continue
+        probe = boxread.link_settings(bp.config.cfg)
+        if probe is None:
+            rep.figures.append(Figure("link", rep.name, "link bus bandwidth", LINK_ABSENT, "-", NOT_MEASURED, "-",
+                                      probe_figures.LINK_BAD))
+            continue
         pair = bp.role.pair
         if pair not in done:
             ctx.log(f"{' and '.join(pair)}: the link probe, both ranks at once")
-            done[pair] = boxread.link_pair(ctx.shell, [everyone[name] for name in pair], bp.config.cfg)
+            done[pair] = boxread.link_pair(ctx.shell, [everyone[name] for name in pair], bp.config.cfg, probe)
         rep.link = done[pair].get(rep.name)
-        floor = getattr(bp.config.cfg, "LINK_MIN_BUSBW_GBPS", None)  # arrives with sparkctl/box/link_probe.py
-        rep.figures += probe_figures.link_figures(rep.name, rep.link, "", floor)
+        rep.figures += probe_figures.link_figures(rep.name, rep.link, "", probe["LINK_MIN_BUSBW_GBPS"])
 
 
 def rehearse(selected: list[HostConn], inventory: list[HostConn], ctx: Context) -> list[BoxReport]:

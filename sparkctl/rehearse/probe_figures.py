@@ -141,7 +141,8 @@ def link_figures(box: str, result: dict | None, why_not: str, floor_gbps: float 
     if result is None:
         return [Figure("link", box, "link bus bandwidth", why_not, "-", NA, "-", LINK_BAD)]
     how = result.get("command", "")
-    against = f">= {floor_gbps:g} GB/s (LINK_MIN_BUSBW_GBPS)" if floor_gbps else "no floor (LINK_MIN_BUSBW_GBPS unset)"
+    against = f">= {floor_gbps:g} GB/s (LINK_MIN_BUSBW_GBPS)" if floor_gbps else \
+        "no floor (LINK_MIN_BUSBW_GBPS = 0)" if floor_gbps == 0 else "no floor (LINK_MIN_BUSBW_GBPS not in this checkout)"
     if not result.get("installed"):
         return [Figure("link", box, "link bus bandwidth", "not installed on this box", against, NOT_MEASURED, how,
                        LINK_BAD)]
@@ -149,5 +150,5 @@ def link_figures(box: str, result: dict | None, why_not: str, floor_gbps: float 
     if result.get("rc") != 0 or busbw is None:
         return [Figure("link", box, "link bus bandwidth", f"FAILED (exit {result.get('rc')}): "
                        f"{result.get('summary', '')}", against, BAD, how, LINK_BAD)]
-    verdict = (OK if busbw >= floor_gbps else BAD) if floor_gbps else WARN
+    verdict = (OK if busbw >= floor_gbps else BAD) if floor_gbps else (OK if floor_gbps == 0 else WARN)
     return [Figure("link", box, "link bus bandwidth", f"{busbw:.2f} GB/s", against, verdict, how, LINK_BAD)]

@@ -246,6 +246,7 @@ def test_a_tensor_parallel_pair_probes_its_link_on_both_boxes_at_once(one_box, a
     link = {"spark-1": boxread.Result(0, '{"rank": 0, "busbw_gbps": 21.9}\n', ""),
             "spark-2": boxread.Result(0, "NCCL INFO ...\n" + '{"rank": 1, "busbw_gbps": 3.1}\n', "")}
     monkeypatch.setattr("sparkctl.rehearse.gather.planned.BoxPlan.units", property(lambda self: {}), raising=True)
+    monkeypatch.setattr(boxread, "link_settings", lambda cfg: dict(PROBE, LINK_MIN_BUSBW_GBPS=15.0))
     shell = FakeShell(facts="=== meminfo\nMemAvailable: 20971520 kB\n=== scripts\nlink_probe.py\n", link=link)
     rc, doc, _md = rehearse(one_box, shell, skip_bench=True)
     probes = [c for c in shell.commands if "link_probe.py" in c[1] and "--rank" in c[1]]
@@ -255,8 +256,22 @@ def test_a_tensor_parallel_pair_probes_its_link_on_both_boxes_at_once(one_box, a
     assert "NCCL_IB_HCA=rocep1s0f1,roceP2p1s0f1" in head
     assert by_name(doc, "spark-1")["link bus bandwidth"]["value"] == "21.90 GB/s"
     assert by_name(doc, "spark-2")["link bus bandwidth"]["value"] == "3.10 GB/s"
+    assert rc == 1 and "spark-2: link bus bandwidth (3.10 GB/s)" in doc["bad"]  # below LINK_MIN_BUSBW_GBPS
     assert [b["role"] for b in doc["boxes"]] == ["head", "worker"]
     assert by_name(doc, "spark-2")["decode and prefill"]["verdict"] == NA  # measured through the head
+
+
+PROBE = {"LINK_PROBE_BYTES": 1073741824, "LINK_PROBE_ITERS": 20, "LINK_PROBE_BACKEND": "nccl"}
+
+
+def test_without_the_link_probes_settings_a_pair_says_so(one_box, admission, monkeypatch):
+    monkeypatch.setenv("GX10_HOSTS", "spark-1,spark-2")
+    monkeypatch.setattr("sparkctl.rehearse.planned.box_part", _tp_part)
+    monkeypatch.setattr(boxread, "link_settings", lambda cfg: None)
+    shell = FakeShell(facts="=== meminfo\nMemAvailable: 20971520 kB\n=== scripts\n")
+    rc, doc, _md = rehearse(one_box, shell, skip_bench=True)
+    assert by_name(doc, "spark-1")["link bus bandwidth"]["value"].startswith("link probe not in this checkout")
+    assert not [c for c in shell.commands if "--rank" in c[1]]
 
 
 def _tp_part(groups, host, inventory):
@@ -336,7 +351,7 @@ def test_every_box_command_is_valid_shell():
 
     cfg = load(GROUPS, overrides={"SPARK_TOPOLOGY": "tensor-parallel"}).cfg
     commands = [boxread.facts_command({"coder": "vllm-coder.service", "embed-qwen3": "vllm-embed-qwen3.service"},
-                                      cfg.SPARKCTL_HOME), *boxread.link_commands(cfg, ("spark-1", "spark-2"))]
+                                      cfg.SPARKCTL_HOME), *boxread.link_commands(cfg, ("spark-1", "spark-2"), PROBE)]
     for command in commands:
         r = subprocess.run(["sh", "-n", "-c", command], capture_output=True, text=True)
         assert r.returncode == 0, (command, r.stderr)
