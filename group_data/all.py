@@ -283,6 +283,14 @@ BENCH_SETTLE_S = 1.0  # wait after every stream has its first token, before the 
 BENCH_IDLE_TIMEOUT_S = 120  # longest wait for vLLM to have no request in flight between phases, s
 NIAH_MAX_TOKENS = 4096  # NIAH answer budget per request (reasoning models think first), tokens
 
+# --- the first hour on a box: `python -m sparkctl rehearse` (docs/first-gx10.md) ----------------------------------
+REHEARSE_OUT_DIR = "rehearsal"  # control machine: the report goes to <this>/<UTC date>/ unless --out names a directory
+REHEARSE_SSH_TIMEOUT_S = 60  # one read of a box's units, journals and /proc/meminfo over ssh, s
+REHEARSE_DEVICE_CHECK_TIMEOUT_S = 1800  # one run of the box's device check over ssh (first CUDA init, Triton compiles), s
+REHEARSE_LINK_PORT = 29502  # the link probe's rendezvous port on the head's CX7 address (not TP_MASTER_PORT's); its
+# buffer, iterations and backend are LINK_PROBE_*, its floor LINK_MIN_BUSBW_GBPS (with sparkctl/box/link_probe.py)
+REHEARSE_LINK_TIMEOUT_S = 600  # both ranks of the link probe must finish within this, s
+
 # --- monitoring: node exporter, box facts, scrape paths, alerts, watchdog ---------------------------------
 MONITORING_PACKAGES = ["prometheus-node-exporter"]  # Debian/Ubuntu packages: the real node exporter
 NODE_EXPORTER_PORT = 9100  # node exporter's TCP port, bound to LISTEN_ADDRESS only (scraped through the proxy)

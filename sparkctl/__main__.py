@@ -20,6 +20,7 @@ COMMAND_MODULES = [
     "sparkctl.measure.cli",  # bench, bench compare, niah, evals compare
     "sparkctl.check.cli",  # check: the deploy's whole validation, offline
     "sparkctl.status.cli",  # status: every box and service at a glance
+    "sparkctl.rehearse.cli",  # rehearse: the first hour on a box, one report (docs/first-gx10.md)
 ]
 
 

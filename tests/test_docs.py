@@ -95,3 +95,62 @@ def test_every_section_a_comment_names_exists():
             now = [d for d, hs in where.items() if name in hs]
             missing.append(f"{path} cites {doc} \"{name}\"" + (f": it is in {now[0]} now" if now else ""))
     assert missing == []
+
+
+# --- docs/first-gx10.md: the first hour on a real GX10 says what the code and the plan say ---------------------------
+
+
+def test_the_first_hour_follows_the_rehearsals_sections_in_order():
+    from sparkctl.rehearse.figures import SECTIONS
+
+    found = headings(REPO_ROOT / "docs" / "first-gx10.md")
+    at = [next((i for i, h in enumerate(found) if h.startswith(s)), None) for s in SECTIONS.values()]
+    assert None not in at and at == sorted(at), dict(zip(SECTIONS.values(), at))
+    assert "Rehearsal on the simulated Spark" in found
+
+
+def test_the_first_hours_figures_are_the_plans_and_the_write_ups():
+    """Every production figure the page quotes is what the planner and the catalog hold for a real GX10."""
+    from sparkctl.capacity import planner
+    from sparkctl.check.load import load
+    from sparkctl.measure import reference
+    from sparkctl.measure.thresholds import Thresholds
+
+    text = (REPO_ROOT / "docs" / "first-gx10.md").read_text()
+    config = load(["all", "gx10"])
+    cfg, t = config.cfg, Thresholds.from_settings(config.cfg)
+    qwen, laguna = (planner.plan_box(cfg, config.catalog, coding_model=k).model(k)
+                    for k in ("qwen3.8-27b", "laguna-s-2.1"))
+    box = qwen.box
+    want = [f"{qwen.resident_gib:.1f} GiB (measured", f"| {qwen.kv_gib:.1f} GiB | {qwen.footprint_gib:.1f} GiB |",
+            f"{laguna.resident_gib:.1f} GiB (estimate) | {laguna.kv_gib:.1f} GiB | {laguna.footprint_gib:.1f} GiB",
+            f"{qwen.kv_tokens_measured:,} tokens", f"estimates {laguna.kv_tokens_estimate:,}",
+            f"roofline for Qwen at\nMTP depth 3 is {qwen.roofline_tokens_per_s:.1f} tok/s",
+            f"{box.usable_gib - box.os_reserve_gib - box.embedders_gib - qwen.footprint_gib:.1f} GiB beyond the OS reserve",
+            f"with Laguna {box.usable_gib - box.os_reserve_gib - box.embedders_gib - laguna.footprint_gib:.1f}"]
+    for e in box.embedders:
+        want.append(f"{e.resident_gib:.1f} GiB (calibrated) | {e.kv_gib:.1f} GiB | {e.total_gib:.1f} GiB")
+    pub = reference.published_of(config.catalog["qwen3.8-27b"])
+    for n, rate in pub.decode.items():
+        pct = 100 * rate / (n * qwen.roofline_tokens_per_s)
+        want.append(f"| {n} | {rate:g}{' tok/s' if n == 1 else ''} | {pct:.0f} % | "
+                    f"{rate * (1 - t.published_decode_max_regression):.1f} |")
+    want.append(f"{pub.prefill[12288]:,.0f} tok/s | | {pub.prefill[12288] * (1 - t.published_prefill_max_regression):,.0f}")
+    want.append(f"--port {cfg.REHEARSE_LINK_PORT} --bytes")
+    lpub = reference.published_of(config.catalog["laguna-s-2.1"])
+    want.append(f"{lpub.decode[1]:g} tok/s ({100 * lpub.decode[1] / laguna.roofline_tokens_per_s:.0f} % of its "
+                f"{laguna.roofline_tokens_per_s:.1f})")
+    want.append(f"{lpub.decode[8]:g} ({100 * lpub.decode[8] / (8 * laguna.roofline_tokens_per_s):.1f} %)")
+    qwen_spec = config.catalog["qwen3.8-27b"].memory
+    want.append(f"`ACCEPTANCE_SPEC_MIN_TOKENS_PER_STEP` ({t.spec_min_tokens_per_step:g}) and "
+                f"{t.spec_floor_fraction:g} x the\n  catalog's tokens per step "
+                f"({t.spec_floor_fraction * qwen_spec.tokens_per_step:g} for Qwen)")
+    from sparkctl.capacity import admission
+
+    starts = {(s.service, s.start): s for s in admission.walk(cfg, *admission.configured_engines(cfg, config.catalog))}
+    first, flip = starts["coder", "first install, 1 of 3"], starts["coder", "flip to laguna-s-2.1"]
+    want.append(f"first start sees {first.free_gib:.1f} GiB free against {first.required_gib:.1f} requested, a flip "
+                f"to Laguna {flip.free_gib:.1f} against {flip.required_gib:.1f}")
+    flat = " ".join(text.split())
+    missing = [w for w in want if " ".join(w.split()) not in flat]
+    assert missing == []

@@ -100,7 +100,8 @@ def service_ports(s: GroupData) -> list[tuple[str, int]]:
     """Every port a setting makes the box listen on, (setting, port)."""
     return [("CODER_PORT", s.CODER_PORT), *((f"EMBEDDER_PORTS[{i}]", p) for i, p in enumerate(s.EMBEDDER_PORTS)),
             ("PROXY_PORT", s.PROXY_PORT), ("TP_MASTER_PORT", s.TP_MASTER_PORT), ("RAY_PORT", s.RAY_PORT),
-            ("NODE_EXPORTER_PORT", s.NODE_EXPORTER_PORT)]
+            ("NODE_EXPORTER_PORT", s.NODE_EXPORTER_PORT),
+            ("REHEARSE_LINK_PORT", s.REHEARSE_LINK_PORT)]  # the link probe's rendezvous, while `rehearse` runs
 
 
 def ports(s: GroupData, shipped: Shipped) -> None:

@@ -235,6 +235,12 @@ class GroupData(BaseModel):
     BENCH_SETTLE_S: t.Seconds
     BENCH_IDLE_TIMEOUT_S: t.Seconds
     NIAH_MAX_TOKENS: t.Tokens
+    # the first hour on a box: `python -m sparkctl rehearse`
+    REHEARSE_OUT_DIR: t.LocalPath
+    REHEARSE_SSH_TIMEOUT_S: t.Seconds
+    REHEARSE_DEVICE_CHECK_TIMEOUT_S: t.Seconds
+    REHEARSE_LINK_PORT: t.UserPort
+    REHEARSE_LINK_TIMEOUT_S: t.Seconds
     # monitoring: node exporter, box facts, scrape paths, the hand-off's Prometheus job and alerts
     MONITORING_PACKAGES: t.DebPackages
     NODE_EXPORTER_PORT: t.UserPort
