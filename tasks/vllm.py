@@ -28,6 +28,7 @@ __all__ = ["REMOTE_SCRIPTS", "SHARED_SCRIPTS", "venv_build", "vllm"]
 REMOTE_SCRIPTS = ("rollout.py", "rollout_txn.py", "rollout_gate.py", "rollout_drain.py", "rollout_peer.py",
                   "rollout_restart.py", "rollout_verdict.py", "fetch_checkpoint.py", "check_vllm_args.py",
                   "device_check.py",  # a new venv's, before it is marked built (venv_build)
+                  "link_probe.py",  # a tensor-parallel pair's all-reduce, run by `python -m sparkctl rehearse`
                   "contract.py", "boxio.py", "retire.py")  # retire.py: the stale step's --stale run, before the proxy
 # uploaded here, before any rollout, and imported by the monitoring step's scripts too (the box boundary's contract,
 # the one atomic write): vllm() returns their uploads, and the monitoring step restarts its watchdog when they change

@@ -12,6 +12,5 @@ writes the report; cli.py the command.
 
 May import: sparkctl.config, sparkctl.capacity, sparkctl.measure (the bench probe and its judgement's thresholds),
 sparkctl.check.load (how every command reads the settings), sparkctl.errors, sparkctl.box.contract (the box's unit
-names), sparkctl.render.device_check (the device check's command as the deploy runs it; imported by name, since it
-comes with the device check's own branch).
+names), sparkctl.render.device_check (the device check's command as the deploy runs it).
 """

@@ -15,7 +15,6 @@ A `Shell` runs one command on one box; tests replace it with a fake answering fr
 
 from __future__ import annotations
 
-import importlib
 import json
 import shlex
 import subprocess
@@ -26,6 +25,7 @@ from sparkctl.capacity.venv import vllm_venv
 from sparkctl.config import box_paths, topology
 from sparkctl.config.hosts import HostConn
 from sparkctl.config.schema import GroupData
+from sparkctl.render import device_check as render_check
 
 MARK = "=== "  # a section of read_box's answer: "=== service coder", "=== journal", "=== boot", ...
 ABSENT = "__sparkctl_not_installed__"
@@ -180,13 +180,8 @@ def _script_result(host: HostConn, command: str, r: Result) -> dict:
 
 def device_command(cfg: GroupData, settings=None) -> str:
     """The device check as the deploy runs it (sparkctl/render/device_check.py: systemd-run in the coder unit's
-    sandbox, with its arguments from the settings) when that module is in this checkout and the box's derived
-    settings (settings: sparkctl.config.settings.Settings) could be built; its arguments alone when only they can;
-    the script alone without that module."""
-    try:  # the device check's own branch; imported by name so this folder works with and without it
-        render_check = importlib.import_module("sparkctl.render.device_check")
-    except ImportError:
-        return _script_command(cfg, "device_check.py", [])
+    sandbox) when the box's derived settings (sparkctl.config.settings.Settings) could be built; the script with its
+    arguments alone when they could not (a lock not refreshed)."""
     if settings is None:
         return _script_command(cfg, "device_check.py", render_check.check_args(cfg))
     argv = render_check.argv(settings.coder, cfg, vllm_venv(cfg), box_paths.bin_dir(cfg.SPARKCTL_HOME))
@@ -200,15 +195,10 @@ def device_check(shell: Shell, host: HostConn, cfg: GroupData, settings=None) ->
     return _script_result(host, command, shell.run(host, command, cfg.REHEARSE_DEVICE_CHECK_TIMEOUT_S))
 
 
-LINK_SETTINGS = ("LINK_PROBE_BYTES", "LINK_PROBE_ITERS", "LINK_PROBE_BACKEND", "LINK_MIN_BUSBW_GBPS")
-
-
-def link_settings(cfg: GroupData) -> dict | None:
-    """The link probe's settings (LINK_SETTINGS), or None where this checkout predates them: they come with
-    sparkctl/box/link_probe.py, in the link's own branch (read by name until then; plain attributes once merged)."""
-    if not all(name in type(cfg).model_fields for name in LINK_SETTINGS):
-        return None
-    return {name: getattr(cfg, name) for name in LINK_SETTINGS}
+def link_settings(cfg: GroupData) -> dict:
+    """The link probe's settings: what it moves and how (LINK_PROBE_*), and the floor it is judged against."""
+    return {"LINK_PROBE_BYTES": cfg.LINK_PROBE_BYTES, "LINK_PROBE_ITERS": cfg.LINK_PROBE_ITERS,
+            "LINK_PROBE_BACKEND": cfg.LINK_PROBE_BACKEND, "LINK_MIN_BUSBW_GBPS": cfg.LINK_MIN_BUSBW_GBPS}
 
 
 def link_commands(cfg: GroupData, pair: tuple[str, ...], probe: dict) -> list[str]:

@@ -10,19 +10,14 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from sparkctl import REPO_ROOT
+from sparkctl.capacity import admission
 from sparkctl.config.hosts import HostConn
 from sparkctl.config.settings import derive
 from sparkctl.errors import SparkctlError
 from sparkctl.measure import acceptance, record
 from sparkctl.measure.thresholds import Thresholds
 from sparkctl.rehearse import boxread, figures, planned, probe_figures
-from sparkctl.rehearse.figures import BAD, NA, NOT_MEASURED, Figure
-
-LINK_ABSENT = ("link probe not in this checkout (sparkctl/box/link_probe.py and its LINK_PROBE_* settings come with "
-               "the link's branch)")
-ADMISSION_FILE = REPO_ROOT / "sparkctl" / "capacity" / "admission.py"
-ADMISSION_ABSENT = "admission walk not available (sparkctl/capacity/admission.py is not in this checkout)"
+from sparkctl.rehearse.figures import BAD, NA, Figure
 
 
 @dataclass
@@ -53,22 +48,13 @@ class BoxReport:
 
 
 def admission_starts(bp: planned.BoxPlan, box: str) -> tuple[list | None, str]:
-    """The admission walk's starts on this box (capacity/admission.py, imported here: it may not be there yet), or
+    """The admission walk's starts on this box (sparkctl/capacity/admission.py over its derived settings), or
     (None, why not)."""
     try:
-        from sparkctl.capacity import admission
-    except ImportError:
-        if ADMISSION_FILE.exists():  # there, and broken: say so rather than report it absent
-            raise
-        return None, ADMISSION_ABSENT
-    walk = getattr(admission, "walk_settings", None) or admission.walk  # walk_settings(Settings) -> [Start]
-    try:
-        starts = walk(settings_for(bp))
+        starts = admission.walk_settings(settings_for(bp))
     except SparkctlError as exc:
         return None, f"admission walk not run: {exc}"
-    except Exception as exc:  # noqa: BLE001 (another branch's module: its failure is reported, the rest measured)
-        return None, f"admission walk failed: {type(exc).__name__}: {exc}"
-    return [s for s in starts if getattr(s, "host", box) in (box, "", None)], ""
+    return [s for s in starts if s.host in (box, "")], ""
 
 
 def settings_for(bp: planned.BoxPlan):
@@ -162,10 +148,6 @@ def link_figures(reports: list[BoxReport], plans: dict[str, planned.BoxPlan], ev
                                                       f"{bp.config.cfg.SPARK_TOPOLOGY!r})", None)
             continue
         probe = boxread.link_settings(bp.config.cfg)
-        if probe is None:
-            rep.figures.append(Figure("link", rep.name, "link bus bandwidth", LINK_ABSENT, "-", NOT_MEASURED, "-",
-                                      probe_figures.LINK_BAD))
-            continue
         pair = bp.role.pair
         if pair not in done:
             ctx.log(f"{' and '.join(pair)}: the link probe, both ranks at once")

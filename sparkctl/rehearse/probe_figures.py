@@ -141,8 +141,7 @@ def link_figures(box: str, result: dict | None, why_not: str, floor_gbps: float 
     if result is None:
         return [Figure("link", box, "link bus bandwidth", why_not, "-", NA, "-", LINK_BAD)]
     how = result.get("command", "")
-    against = f">= {floor_gbps:g} GB/s (LINK_MIN_BUSBW_GBPS)" if floor_gbps else \
-        "no floor (LINK_MIN_BUSBW_GBPS = 0)" if floor_gbps == 0 else "no floor (LINK_MIN_BUSBW_GBPS not in this checkout)"
+    against = f">= {floor_gbps:g} GB/s (LINK_MIN_BUSBW_GBPS)" if floor_gbps else "no floor (LINK_MIN_BUSBW_GBPS = 0)"
     if not result.get("installed"):
         return [Figure("link", box, "link bus bandwidth", "not installed on this box", against, NOT_MEASURED, how,
                        LINK_BAD)]

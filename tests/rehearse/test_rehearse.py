@@ -14,8 +14,9 @@ from dataclasses import dataclass
 
 import pytest
 
-from sparkctl import REPO_ROOT, capacity
+from sparkctl import REPO_ROOT
 from sparkctl.config.quantities import GIB
+from sparkctl.errors import SettingError
 from sparkctl.measure.record import BenchError
 from sparkctl.rehearse import boxread, cli, figures, report
 from sparkctl.rehearse.figures import BAD, NA, NOT_MEASURED, OK, SECTIONS
@@ -119,10 +120,10 @@ def admission(monkeypatch):
     fake.starts = [Start("spark-1", "embed-qwen3", "first install, 1 of 3", 115.6, 4.8, 0.04, True),
                    Start("spark-1", "coder", "first install, 3 of 3", 105.0, 80.0, 0.66, True),
                    Start("spark-2", "coder", "first install, 3 of 3", 10.0, 80.0, 0.66, False)]
-    fake.walk = lambda settings: list(fake.starts)
-    monkeypatch.setitem(sys.modules, "sparkctl.capacity.admission", fake)
-    monkeypatch.setattr(capacity, "admission", fake, raising=False)  # the real one may be imported already
+    fake.walk_settings = lambda settings: list(fake.starts)
+    monkeypatch.setattr("sparkctl.rehearse.gather.admission", fake)
     monkeypatch.setattr("sparkctl.rehearse.gather.settings_for", lambda bp: "the box's settings")
+    monkeypatch.setattr("sparkctl.rehearse.gather._settings_or_none", lambda bp: None)  # the check's arguments alone
     return fake
 
 
@@ -225,17 +226,12 @@ def test_speculation_that_accepts_nothing_is_bad(one_box, admission):
     assert rc == 1 and all(x.startswith("spark-1: acceptance,") for x in doc["bad"]) and len(doc["bad"]) == 4
 
 
-def test_absent_box_scripts_and_admission_walk_are_not_installed_not_bad(one_box, monkeypatch):
-    monkeypatch.setitem(sys.modules, "sparkctl.capacity.admission", None)  # import fails: not in this checkout
-    monkeypatch.delattr(capacity, "admission", raising=False)
-    monkeypatch.setattr("sparkctl.rehearse.gather.ADMISSION_FILE", one_box / "no-such-admission.py")
+def test_absent_box_scripts_are_not_installed_not_bad(one_box, admission):
     rc, doc, md = rehearse(one_box, FakeShell(device=boxread.Result(0, boxread.ABSENT + "\n", "")), skip_bench=True)
     figs = by_name(doc)
     assert figs["device check"]["value"] == "not installed on this box"
     assert figs["device check"]["verdict"] == NOT_MEASURED
     assert "device_check.py" in figs["device check"]["how"]
-    assert figs["admission walk"]["value"] == "admission walk not available (sparkctl/capacity/admission.py is not " \
-        "in this checkout)"
     assert figs["decode and prefill"]["value"] == "skipped (--skip-bench)"
     assert rc == 0 and "not installed on this box" in md
 
@@ -262,16 +258,6 @@ def test_a_tensor_parallel_pair_probes_its_link_on_both_boxes_at_once(one_box, a
 
 
 PROBE = {"LINK_PROBE_BYTES": 1073741824, "LINK_PROBE_ITERS": 20, "LINK_PROBE_BACKEND": "nccl"}
-
-
-def test_without_the_link_probes_settings_a_pair_says_so(one_box, admission, monkeypatch):
-    monkeypatch.setenv("GX10_HOSTS", "spark-1,spark-2")
-    monkeypatch.setattr("sparkctl.rehearse.planned.box_part", _tp_part)
-    monkeypatch.setattr(boxread, "link_settings", lambda cfg: None)
-    shell = FakeShell(facts="=== meminfo\nMemAvailable: 20971520 kB\n=== scripts\n")
-    rc, doc, _md = rehearse(one_box, shell, skip_bench=True)
-    assert by_name(doc, "spark-1")["link bus bandwidth"]["value"].startswith("link probe not in this checkout")
-    assert not [c for c in shell.commands if "--rank" in c[1]]
 
 
 def _tp_part(groups, host, inventory):
@@ -357,15 +343,15 @@ def test_every_box_command_is_valid_shell():
         assert r.returncode == 0, (command, r.stderr)
 
 
-def test_an_admission_walk_that_fails_is_reported_and_the_rest_measured(one_box, admission):
+def test_an_admission_walk_that_cannot_run_is_reported_and_the_rest_measured(one_box, admission):
     def walk(settings):
-        raise TypeError("walk() expects a Settings")
+        raise SettingError("MODEL_LOCK_FILE", "models.lock.json", "a lock with every checkpoint resolved")
 
-    admission.walk = walk
+    admission.walk_settings = walk
     rc, doc, _md = rehearse(one_box, FakeShell(), skip_bench=True)
     fig = by_name(doc)["admission walk"]
     assert rc == 0 and fig["verdict"] == NOT_MEASURED
-    assert fig["value"] == "admission walk failed: TypeError: walk() expects a Settings"
+    assert fig["value"].startswith("admission walk not run: MODEL_LOCK_FILE = 'models.lock.json' is not valid")
     assert by_name(doc)["coder KV tokens"]["verdict"] == OK
 
 
@@ -477,25 +463,22 @@ def test_speculation_is_judged_only_where_the_gate_judges_it():
     assert [f.verdict for f in figs] == [BAD, BAD, BAD, BAD]
 
 
-def test_the_device_check_runs_as_the_deploy_runs_it_where_that_module_is_here(one_box, admission, monkeypatch):
-    """sparkctl/render/device_check.py (the device check's branch): its systemd-run command in the coder unit's
-    sandbox; without the box's settings its arguments alone; without the module the script alone."""
-    fake = types.ModuleType("sparkctl.render.device_check")
-    fake.check_args = lambda cfg: ["--dist", cfg.VLLM_DIST, "--version", cfg.VLLM_VERSION, "--checks", "import"]
-    fake.argv = lambda svc, cfg, venv, bin_dir: ["systemd-run", "--wait", "--pipe", f"--unit=check-{svc}",
-                                                 f"{venv}/bin/python", f"{bin_dir}/device_check.py",
-                                                 *fake.check_args(cfg)]
-    monkeypatch.setitem(sys.modules, "sparkctl.render.device_check", fake)
-    monkeypatch.setattr("sparkctl.rehearse.gather.settings_for", lambda bp: Namespace(coder="coder"))
+def test_the_device_check_runs_as_the_deploy_runs_it(one_box, admission, monkeypatch):
+    """sparkctl/render/device_check.py's systemd-run command in the coder unit's sandbox, from the box's derived
+    settings; without them (a lock not refreshed) the script with its arguments alone."""
+    from sparkctl.check.load import load
+    from sparkctl.config.settings import derive
+    from sparkctl.render import device_check
+    from tests.conftest import FAKE_LOCK
+
+    settings = derive(load(GROUPS, overrides={"MODEL_LOCK_FILE": FAKE_LOCK}), ["spark-1"])
+    monkeypatch.setattr("sparkctl.rehearse.gather._settings_or_none", lambda bp: settings)
     shell = FakeShell(device=boxread.Result(0, "device check: import: vllm 0.32.0 (3.1 s)\n"
                                                "device check: passed in 3.2 s: import\n", ""))
     rc, doc, _md = rehearse(one_box, shell, skip_bench=True)
     fig = by_name(doc)["device check"]
     assert rc == 0 and fig["value"] == "passed: device check: passed in 3.2 s: import"
-    assert "systemd-run --wait --pipe --unit=check-coder" in fig["how"] and "--version 0.32.0" in fig["how"]
-    from sparkctl.check.load import load
-
-    cfg = load(GROUPS).cfg
-    assert "systemd-run" not in boxread.device_command(cfg) and "--dist vllm" in boxread.device_command(cfg)
-    monkeypatch.setitem(sys.modules, "sparkctl.render.device_check", None)
-    assert boxread.device_command(cfg, Namespace(coder="coder")).endswith("/opt/sparkctl/bin/device_check.py")
+    unit = device_check.unit_name(boxread.vllm_venv(settings.cfg))
+    assert "systemd-run --wait --pipe" in fig["how"] and unit in fig["how"], fig["how"]
+    alone = boxread.device_command(settings.cfg)
+    assert "systemd-run" not in alone and " ".join(device_check.check_args(settings.cfg)) in alone
