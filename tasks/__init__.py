@@ -19,5 +19,6 @@ first). A step imports none of another step's private names; errors (sparkctl.er
 (sparkctl.render, the box boundary's sparkctl/box/contract.py, sparkctl/config/box_paths.py) live in the package.
 
 May import: sparkctl.config, sparkctl.check, sparkctl.render, sparkctl.measure, sparkctl.fleet, sparkctl.box.contract
-(the box boundary), sparkctl.errors, and pyinfra.
+(the box boundary), sparkctl.capacity.admission (the preflight walks this deploy's vLLM starts beside what the box
+runs now), sparkctl.errors, and pyinfra.
 """

@@ -272,3 +272,30 @@ class SystemUser(FactBase):
                 key, _, value = rest.partition("=")
                 out["uid_min" if key == "UID_MIN" else "uid_max"] = int(value)
         return out
+
+
+class PlannedHolds(FactBase):
+    """What each vLLM service installed on the box holds now by the plan its live env file was rendered with:
+    {service: {"gib": SPARKCTL_PLANNED_GIB (None: a file from before the deploy wrote it), "state": its unit's
+    ActiveState}}; {} on a box with none (a first install)."""
+
+    def command(self, env_dir):
+        d = shlex.quote(env_dir)
+        return StringCommand(f'for f in {d}/vllm-*.env; do [ -e "$f" ] || continue; n=${{f##*/vllm-}}; n=${{n%.env}}; '
+                             "g=$(sed -n 's/^SPARKCTL_PLANNED_GIB=//p' \"$f\"); "
+                             'echo "HOLDS $n ${g:--} $(systemctl show -P ActiveState "vllm-$n.service")"; done; true')
+
+    def default(self):
+        return {}
+
+    def process(self, output):
+        out = {}
+        for line in output:
+            words = line.split()
+            if len(words) == 4 and words[0] == "HOLDS":
+                try:
+                    gib = None if words[2] == "-" else float(words[2])
+                except ValueError:
+                    gib = None
+                out[words[1]] = {"gib": gib, "state": words[3]}
+        return out

@@ -7,12 +7,13 @@ from pyinfra.api import deploy
 from pyinfra.facts.files import File
 from pyinfra.facts.server import Arch, OsRelease
 
+from sparkctl.capacity import admission
 from sparkctl.check.validate import validate_host
 from sparkctl.config.hosts import per_host_models
 from sparkctl.config.quantities import GIB
 from sparkctl.config.settings import Settings
 from sparkctl.errors import Refused, SparkctlError
-from tasks.facts import NOLOGIN_SHELLS, DeviceGroups, DiskAvailable, GpuInfo, MemTotal, SystemUser
+from tasks.facts import NOLOGIN_SHELLS, DeviceGroups, DiskAvailable, GpuInfo, MemTotal, PlannedHolds, SystemUser
 
 
 def settings_for_host() -> Settings:
@@ -55,6 +56,14 @@ def check_facts(settings: Settings, arch: str, os_release: dict, gpu: dict | Non
                         f"{cfg.DISK_HEADROOM_GIB}")
     return problems + _memory_problems(cfg, mem_total) + _user_problems(cfg, service_user) + \
         _device_problems(cfg, devices)
+
+
+def rollout_admission(settings: Settings, holds: dict) -> list[str]:
+    """Each of this deploy's vLLM starts, in rollout order, beside what the box runs now (sparkctl/capacity/admission.py
+    walk_rollout; `check` walked the configuration's own starts already): a start vLLM's admission would refuse."""
+    return [f"{s.service} ({s.start}): vLLM would refuse it: {s.arithmetic(settings.cfg)}. Deploy what frees memory "
+            f"first (the smaller budgets alone), then what takes it; or lower {s.setting or 'its KV budget'}"
+            for s in admission.walk_rollout(settings, holds) if not s.admitted]
 
 
 def _gpu_problems(cfg, gpu: dict | None, is_dgx: bool) -> list[str]:
@@ -135,6 +144,7 @@ def preflight(settings: Settings) -> dict:
         if driver_answers(gpu) and cfg.NVIDIA_DEVICES else None
     problems = check_facts(settings, arch, os_release, gpu, is_dgx, disk_free, pending_bytes,
                            mem_total=host.get_fact(MemTotal), service_user=user, devices=devices)
+    problems += rollout_admission(settings, host.get_fact(PlannedHolds, env_dir=cfg.ENV_DIR))
     if problems:
         raise Refused(f"{host.name}: preflight refused this box (nothing was changed):\n  - " + "\n  - ".join(problems))
     gpu_text = f"{gpu['name']} (cc {gpu['compute_cap']}, driver {gpu['driver_version']})" if gpu else "no driver yet"

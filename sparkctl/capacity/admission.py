@@ -36,6 +36,7 @@ from sparkctl.errors import SettingError, SparkctlError
 VLLM_DEFAULT_UTILIZATION = 0.92  # vllm/config/cache.py CacheConfig.gpu_memory_utilization's default (0.32.0)
 UTILIZATION_DECIMALS = 4  # --gpu-memory-utilization is rendered rounded up to this many decimals
 DEVICE = "cuda:0"  # what vLLM's message names on a GX10 (one GPU per box)
+HOLDING = ("active", "activating", "deactivating", "reloading")  # a unit in these states holds its engine's memory
 
 
 @dataclass(frozen=True)
@@ -259,3 +260,26 @@ def walk_settings(settings, utilization_of: Callable[[Engine], float] | None = N
     _, flips = coder_engines(cfg, settings.catalog, settings.coder.model.key, settings.coder.kv_cache_bytes / GIB, tp,
                              engines[0].service if engines else "coder")
     return walk(cfg, engines, flips, host=settings.host_name, utilization_of=utilization_of)
+
+
+def walk_rollout(settings, holds: dict[str, dict]) -> list[Start]:
+    """This deploy's rollouts on the box as it runs now (the preflight, which reads `holds`: tasks/facts.py
+    PlannedHolds): the services in rollout order, each started beside the ones rolled out before it (at their new
+    plan) and the ones still to come as they hold memory now (the plan their live env file was rendered with; a file
+    written before the deploy recorded it: the new plan). A change that moves memory from one service to another is
+    admitted only if each start is, in the order the deploy makes them. Services the box runs but no longer
+    configures are gone by then (the stale step, before the rollouts)."""
+    cfg = settings.cfg
+    engines = [engine_of(s, cfg, i - 1) for i, s in enumerate(settings.services)]
+    out = []
+    for i, e in enumerate(engines):
+        later = [_as_held(o, holds[o.service]) for o in engines[i + 1:]
+                 if holds.get(o.service, {}).get("state") in HOLDING]
+        out.append(judge(cfg, settings.host_name, e, f"this deploy's rollout, {i + 1} of {len(engines)}, beside the "
+                                                     f"box as it runs now", engines[:i] + later))
+    return out
+
+
+def _as_held(engine: Engine, hold: dict) -> Engine:
+    gib = hold.get("gib")
+    return engine if gib is None else Engine(f"{engine.service} (now)", engine.model, float(gib), engine.setting)

@@ -103,3 +103,30 @@ def test_a_tensor_parallel_worker_walks_its_own_box(gx10_data):
 def test_vllms_own_rule_is_used_where_vllm_is_importable(monkeypatch):
     monkeypatch.setitem(__import__("sys").modules, "vllm", None)  # import vllm -> ImportError
     assert admission.vllm_rule() is admission.request_memory_copy
+
+
+def test_a_deploy_that_moves_memory_is_walked_in_rollout_order_beside_the_box_as_it_runs(gx10_data):
+    """The preflight's walk (tasks/facts.py PlannedHolds on the box): the coder rolls out first, beside the embedders
+    as they hold memory now, before their own rollouts shrink them."""
+    s = validate_host(gx10_data, "gx10")
+    bigger = {"embed-qwen3": {"gib": 30.0, "state": "active"}, "embed-bge-m3": {"gib": 30.0, "state": "active"}}
+    first = admission.walk_rollout(s, bigger)[0]
+    assert first.service == "coder" and not first.admitted
+    assert first.free_gib == pytest.approx(121.6 - 6 - 60) and "embed-qwen3 (now) 30.00" in first.running
+    assert "this deploy's rollout, 1 of 3" in first.start
+    as_planned = {"embed-qwen3": {"gib": 4.8, "state": "active"}, "embed-bge-m3": {"gib": None, "state": "active"}}
+    assert all(st.admitted for st in admission.walk_rollout(s, as_planned))
+    stopped = {name: dict(hold, state="failed") for name, hold in bigger.items()}  # a failed unit holds nothing
+    assert all(st.admitted for st in admission.walk_rollout(s, stopped))
+    assert all(st.admitted for st in admission.walk_rollout(s, {}))  # a first install
+
+
+def test_the_preflight_refuses_a_rollout_vllm_would_refuse_naming_the_start(gx10_data):
+    from tasks.preflight import rollout_admission
+
+    s = validate_host(gx10_data, "gx10")
+    problems = rollout_admission(s, {"embed-qwen3": {"gib": 30.0, "state": "active"},
+                                     "embed-bge-m3": {"gib": 30.0, "state": "activating"}})
+    assert len(problems) == 2 and problems[0].startswith("coder (this deploy's rollout, 1 of 3")  # and embed-qwen3
+    assert problems[1].startswith("embed-qwen3 (this deploy's rollout, 2 of 3") and "Deploy what frees" in problems[1]
+    assert "vLLM would refuse it: free 55.60 GiB" in problems[0] and "CODER_KV_CACHE_GIB['qwen3.8-27b']" in problems[0]

@@ -46,7 +46,8 @@ def changes(out: dict) -> list[str]:
     reads = ("uname", "cat /etc/", "! (test -e", "if command -v", "p= ", "command -v", "for i in `cat",
              "cd /etc/ &&", "[ -x", "[ -f", "curl -fsS --max-time", "journalctl", "systemctl show",
              "s=$(systemctl show", "test -d", "! test", "systemctl is-enabled", "systemctl --no-legend",
-             "systemctl -al", "ls ", "stat ", "getent passwd", "awk '/^MemTotal:/")
+             "systemctl -al", "ls ", "stat ", "getent passwd", "awk '/^MemTotal:/",
+             "for f in /etc/sparkctl/vllm-*.env; do")  # tasks/facts.py PlannedHolds
     return [c for c in out["commands"] if not c.lstrip().startswith(reads)]
 
 
@@ -138,6 +139,17 @@ def test_a_new_venv_is_device_checked_in_the_vllm_units_sandbox_before_it_is_mar
     assert env_put and dgx["ops"].index(env_put[0]) < next(i for i, o in enumerate(dgx["ops"])
                                                            if "Build and device-check vLLM" in o)
     assert "device_check.py" in "\n".join(cmds)  # uploaded with the other box scripts
+
+
+def test_a_rollout_vllm_would_refuse_beside_what_the_box_runs_now_is_refused_before_any_change(tmp_path):
+    """The box's embedders hold 30 GiB each by their live env files (an earlier configuration): the coder, rolled
+    out first at its 80 GiB plan, would be refused by vLLM's admission beside them; the preflight says so."""
+    holds = "HOLDS embed-qwen3 30.0 active,HOLDS embed-bge-m3 30.0 active,HOLDS coder 80.000 active"
+    out = run_fake("dgx", tmp_path, env_extra={"FAKE_HOLDS": holds})
+    assert "preflight refused this box" in out["log"]
+    assert "coder (this deploy's rollout, 1 of 3, beside the box as it runs now): vLLM would refuse it" in out["log"]
+    assert "embed-qwen3 (now) 30.00" in out["log"] and "Deploy what frees memory first" in out["log"]
+    assert [c for c in changes(out) if not c.startswith("if [ -x /usr/bin/nvidia-modprobe ]")] == []
 
 
 def test_a_box_whose_driver_lacks_a_device_group_is_refused_before_any_change(tmp_path):

@@ -58,6 +58,10 @@ if _kind == "dgx":
     # (FAKE_PROC_DEVICES: another answer, comma-separated lines)
     _responses["/proc/devices"] = os.environ["FAKE_PROC_DEVICES"].split(",") if "FAKE_PROC_DEVICES" in os.environ \
         else ["C mem", "C nvidia", "C nvidiactl", "C nvidia-caps", "C nvidia-uvm", "B sd"]
+# tasks/facts.py PlannedHolds: what the box's vLLM services hold now by their live env files (FAKE_HOLDS: its lines,
+# comma-separated, e.g. "HOLDS embed-qwen3 30.0 active"); none by default (a first install)
+if os.environ.get("FAKE_HOLDS"):
+    _responses["SPARKCTL_PLANNED_GIB="] = os.environ["FAKE_HOLDS"].split(",")
 if os.environ.get("FAKE_ROLLOUT_AWAITS") in ("1", "serving"):  # the coder passes its gate and waits for its verdict
     _responses = {"rollout.py follow coder": '@@ {"offset": 0, "running": true, "done": false, "result": null, '
                   '"awaiting": true, "candidate": "c0ffee", "verdict_deadline": 1900000000}', **_responses}
