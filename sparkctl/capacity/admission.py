@@ -203,13 +203,21 @@ def refuse(cfg: GroupData, starts: list[Start]) -> None:
 
 def coder_engines(cfg: GroupData, catalog: dict[str, ModelSpec], current: str, kv_gib: float, tp: int,
                   name: str = "coder") -> tuple[Engine, list[Engine]]:
-    """(the coder as configured, the flips: every other coding model with a CODER_KV_CACHE_GIB budget)."""
+    """(the coder as configured, the flips: every other coding model with a CODER_KV_CACHE_GIB budget whose plan fits
+    this topology; one that does not, such as a model too big for one box, is refused by the plan itself when it is
+    chosen, with its own arithmetic and the topology that would fit it)."""
     coder = Engine(name, current, coder_footprint(cfg, catalog[current], kv_gib, tp),
                    f"CODER_KV_CACHE_GIB[{current!r}]")
     flips = [Engine(name, key, coder_footprint(cfg, catalog[key], float(budget), tp), f"CODER_KV_CACHE_GIB[{key!r}]")
              for key, budget in cfg.CODER_KV_CACHE_GIB.items()
-             if key != current and key in catalog and catalog[key].role == CODER]
+             if key != current and key in catalog and catalog[key].role == CODER
+             and _plan_fits(cfg, catalog, key, float(budget), tp)]
     return coder, flips
+
+
+def _plan_fits(cfg: GroupData, catalog: dict[str, ModelSpec], key: str, kv_gib: float, tp: int) -> bool:
+    topology = "tensor-parallel" if tp > 1 else "replicas"
+    return plan.plan_model(cfg, catalog, key, kv_gib=kv_gib, sparks=tp, topology=topology).fits
 
 
 def configured_engines(cfg: GroupData, catalog: dict[str, ModelSpec], tp: int = 1, embedders: bool = True

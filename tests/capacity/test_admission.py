@@ -130,3 +130,18 @@ def test_the_preflight_refuses_a_rollout_vllm_would_refuse_naming_the_start(gx10
     assert len(problems) == 2 and problems[0].startswith("coder (this deploy's rollout, 1 of 3")  # and embed-qwen3
     assert problems[1].startswith("embed-qwen3 (this deploy's rollout, 2 of 3") and "Deploy what frees" in problems[1]
     assert "vLLM would refuse it: free 55.60 GiB" in problems[0] and "CODER_KV_CACHE_GIB['qwen3.8-27b']" in problems[0]
+
+
+def test_a_flip_the_plan_itself_refuses_is_not_walked_as_an_admission(token_file, tmp_path):
+    """sim-too-big has a KV budget but fits only two boxes: on one box the plan refuses it when it is chosen (its own
+    arithmetic, the topology that fits it), so the walk of the shipped coder's starts leaves it out; across a pair
+    its flip is walked."""
+    from sparkctl.config import groupdata
+    from tests.conftest import FAKE_LOCK
+
+    data = {**groupdata.load(["all", "gx10", "sim"]), "MODEL_LOCK_FILE": FAKE_LOCK, "SECRETS_DIR": str(tmp_path),
+            "CODER_KV_CACHE_GIB": {"qwen3.8-27b": 0.0625, "laguna-s-2.1": 0.0625, "sim-too-big": 0.0625}}
+    one = admission.walk_settings(validate_host(data, "spark-1", hosts=["spark-1"]))
+    assert {st.start for st in one if st.start.startswith("flip")} == {"flip to laguna-s-2.1"}
+    pair = validate_host({**data, "SPARK_TOPOLOGY": "tensor-parallel"}, "spark-2", hosts=["spark-1", "spark-2"])
+    assert "flip to sim-too-big" in {st.start for st in admission.walk_settings(pair)}
