@@ -208,10 +208,14 @@ WATCHDOG_STALL_S = 60  # work pending and no engine step for this long = wedged;
 SERVICE_RESTART_SEC = 5  # RestartSec=: seconds between systemd's automatic restarts of a vLLM service, s
 
 # --- the front door on the simulated fleet (`sim up --gateway`): a router's health window sized for tiny engines --
-# A tiny stand-in answers its health path in milliseconds, so a 1 s cadence with a 1 s timeout takes a box out of a
-# router's rotation within 2 x (1 + 1) = 4 s of its health path failing (a real box: 2 x (5 + 5) = 20 s). Every
-# rollout that restarts a serving model waits ROUTER_OUT_WAIT_S first, gateway or not: the sim's CI pair pays 4 s,
-# not 20, per such rollout.
+# vLLM's /health only reads the engine's `errored` flag (vllm/entrypoints/serve/instrumentator/health.py ->
+# AsyncLLM.check_health): what it costs is the wait for the API server's event loop, which on the sim shares 2 cores
+# with the engines' own CPU work. Measured 2026-12-05 on spark-1 through its nginx (/coder/health every 0.25 s, what
+# a router asks) while 6 streams of 3,500 tokens ran on its coder (426 s, with 5 test suites sharing the cores):
+# 1,692 samples, p50 0.003 s, p99 0.064 s, the slowest 0.956 s (idle: 0.01 s). A 1 s timeout took a serving box out
+# twice in a row under such load (#34: 504s from the box's nginx), so the timeout is 3x the slowest measured, and
+# a box leaves a router's rotation within 2 x (1 + 3) = 8 s of its health path failing (a real box: 2 x (5 + 5) =
+# 20 s). Every rollout that restarts a serving model waits ROUTER_OUT_WAIT_S first, gateway or not.
 ROUTER_HEALTH_INTERVAL_S = 1  # seconds between two health checks of one box, s
-ROUTER_HEALTH_TIMEOUT_S = 1  # one health check's timeout, s
-ROUTER_OUT_WAIT_S = 4  # the routers' health window above, s
+ROUTER_HEALTH_TIMEOUT_S = 3  # one health check's timeout (the box's nginx gives /health the same), s
+ROUTER_OUT_WAIT_S = 8  # the routers' health window above, s

@@ -52,12 +52,12 @@ SCENARIO_ORDER = ("sim-lifecycle", "rollout", "bench", "faults", "split", "harde
 # other run (CI's `make test`) adds one share of them to the core set, chosen from the commit (tests/e2e/selection.py):
 # a rerun of a commit runs the same share, and each scenario runs once in every few landings.
 EXTENDED = os.environ.get("SPARKCTL_E2E_EXTENDED") == "1"
-# Seconds of extended scenarios (by their measured cost) a run adds. CI's budget is 45 min. Its fresh-clone run at
-# landing 191 (a share of 390 s) took 2801 s: bootstrap, the fast suite in one process (~650 s) and the core set
-# took ~2410 s, which left no room for the largest share (510 s). The fast suite now runs on every core (pytest-xdist,
-# ~330 s here on 2 cores), so the rest is ~2100 s; 420 keeps the largest share and a slow machine's noise within
-# ~42 min. A scenario costlier than this alone runs only in `make test-extended` (tests/e2e/selection.py).
-EXTENDED_BUDGET_S = float(os.environ.get("SPARKCTL_E2E_EXTENDED_BUDGET_S", "420"))
+# Seconds of extended scenarios (by their measured cost) a run adds. CI stops at 90 min and the project keeps its
+# run under 60. The fresh-clone run at landing 214 took 1,573 s with a share of 325 s: bootstrap, the fast suite on
+# every core and the core set cost ~1,250 s. A share of up to 1,500 s keeps the run near 46 min, and a share whose
+# scenarios run 20 % over their measured cost near 51 min; every extended scenario fits it (the fleet is three modules,
+# each with its own join, and the two long acceptance scenarios ride too), and a fast test refuses one that does not.
+EXTENDED_BUDGET_S = float(os.environ.get("SPARKCTL_E2E_EXTENDED_BUDGET_S", "1500"))
 EXTENDED_PICK: list[str] = []  # what this run's share is, for its summary
 
 

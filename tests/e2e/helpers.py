@@ -4,7 +4,9 @@ coder through the proxy, read a unit's process or invocation, a box's JSON state
 from __future__ import annotations
 
 import json
+import threading
 import time
+from dataclasses import dataclass, field
 
 import httpx
 import pytest
@@ -91,3 +93,77 @@ def probe_all(spark) -> dict:
     with pytest.raises(httpx.ConnectError):  # the default trust store does not know our CA: TLS is real
         httpx.get(spark.base_url("coder") + "/models", verify=True, trust_env=False, timeout=10)
     return out
+
+
+ON_PURPOSE = 503  # a box's router health path while its drain or unready file stands: out of the routers by design
+
+
+@dataclass
+class HealthSampler:
+    """Each box's router health path (/coder/health through its proxy, what a router asks) every `interval` s, with
+    the routers' own timeout (ROUTER_HEALTH_TIMEOUT_S): (time, {box: status, or the error's name}, {box: seconds}).
+
+    A 503 is a box out on purpose (its rollout's drain or unready file); anything else not 200 (a 504 from the box's
+    nginx, a timeout, a 502) is a box that a router would count as failing though nobody took it out."""
+
+    spark: object  # tests.e2e.conftest.Spark: token, CA, settings
+    addresses: dict  # box -> address
+    interval: float = 0.5
+    samples: list = field(default_factory=list)
+    _stop: threading.Event = field(default_factory=threading.Event)
+
+    def __enter__(self):
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self._stop.set()
+        self._thread.join(timeout=60)
+
+    def _run(self) -> None:
+        port, timeout = self.spark.data["PROXY_PORT"], self.spark.data["ROUTER_HEALTH_TIMEOUT_S"]
+        with self.spark.client() as c:
+            while not self._stop.is_set():
+                t0, codes, seconds = time.monotonic(), {}, {}
+                for box, address in self.addresses.items():
+                    t1 = time.monotonic()
+                    try:
+                        codes[box] = c.get(f"https://{address}:{port}/coder/health", timeout=timeout,
+                                           headers={"Authorization": f"Bearer {self.spark.token}"}).status_code
+                    except httpx.HTTPError as exc:
+                        codes[box] = type(exc).__name__
+                    seconds[box] = time.monotonic() - t1
+                self.samples.append((t0, codes, seconds))
+                self._stop.wait(max(0.0, self.interval - (time.monotonic() - t0)))
+
+    def most_out_on_purpose(self) -> int:
+        """The most boxes out by their drain or unready file in one sample: what MAX_UNAVAILABLE bounds."""
+        return max((sum(1 for c in codes.values() if c == ON_PURPOSE) for _t, codes, _s in self.samples), default=0)
+
+    def failing_while_serving(self, threshold: int, spare: tuple[str, ...] = ()) -> dict[str, int]:
+        """Boxes whose health path failed `threshold` samples in a row with neither 200 nor the 503 of their drain
+        (what would take a serving box out of a router), with their longest such run; `spare`: boxes a scenario
+        kills on purpose."""
+        longest: dict[str, int] = {}
+        for box in self.addresses:
+            run = 0
+            for _t, codes, _s in self.samples:
+                run = run + 1 if codes.get(box) not in (200, ON_PURPOSE) else 0
+                longest[box] = max(longest.get(box, 0), run)
+        return {b: n for b, n in longest.items() if n >= threshold and b not in spare}
+
+    def slow(self) -> list[tuple[str, object, float]]:
+        """Every answer neither 200 nor 503 (box, status or error, seconds): reported apart from the boxes out on
+        purpose."""
+        return [(b, codes[b], secs[b]) for _t, codes, secs in self.samples for b in codes
+                if codes[b] not in (200, ON_PURPOSE)]
+
+    def slowest(self) -> float:
+        return max((s for _t, _c, secs in self.samples for s in secs.values()), default=0.0)
+
+    def summary(self) -> str:
+        return (f"{len(self.samples)} health samples every {self.interval} s: at most {self.most_out_on_purpose()} of "
+                f"{len(self.addresses)} boxes out on purpose (503) at once; {len(self.slow())} answers neither 200 "
+                f"nor 503 {self.slow()[:4]}; the slowest answer {self.slowest():.3f} s against the routers' "
+                f"{self.spark.data['ROUTER_HEALTH_TIMEOUT_S']} s timeout")

@@ -4,8 +4,8 @@ drives it).
 The extended scenarios are dealt into shares that each fit the budget (every scenario carries its measured cost),
 and a run takes the share of its landing: the number of first-parent commits up to HEAD, so a rerun of the same
 commit runs the same share, and with K shares every scenario runs once in every K landings on the main branch. A
-scenario costlier than the budget alone (a simulated fleet of its own) never fits CI's run: only `make
-test-extended` runs it, and every summary names it.
+scenario costlier than the budget alone would never fit CI's run: only `make test-extended` would run it, every
+summary would name it, and a fast test refuses one (tests/test_e2e_selection.py): split it or make it lighter.
 
 A scenario is a test function marked `@pytest.mark.e2e_extended(cost_s=...)`, or a whole module whose `pytestmark`
 holds that marker (its tests share one costly fixture, so they run together or not at all): "file::*".
@@ -105,6 +105,7 @@ class Pick:
     shares: int  # ... of how many
     landing: Landing
     left_out: list[str] = ()  # costlier than the budget alone: make test-extended only
+    share_costs: tuple[float, ...] = ()  # every share's measured cost, in share order
 
     def summary(self, costs: dict[str, float], budget_s: float) -> str:
         cost = sum(costs[n] for n in self.names)
@@ -112,7 +113,8 @@ class Pick:
                         for n in self.left_out)
         return (f"extended e2e scenarios: share {self.share + 1} of {self.shares}, chosen by {self.landing.how}: "
                 f"{cost:.0f} s of measured cost within a budget of {budget_s:.0f} s; each extended scenario runs in "
-                f"one landing of every {self.shares} (make test-extended runs them all){alone}")
+                f"one landing of every {self.shares} (make test-extended runs them all); the shares cost "
+                f"{', '.join(f'{c:.0f}' for c in self.share_costs)} s{alone}")
 
 
 def pick(costs: dict[str, float], budget_s: float, at: Landing) -> Pick:
@@ -121,4 +123,5 @@ def pick(costs: dict[str, float], budget_s: float, at: Landing) -> Pick:
     if not shares:
         return Pick([], 0, 0, at, left_out)
     share = at.number % len(shares)
-    return Pick(sorted(shares[share]), share, len(shares), at, left_out)
+    return Pick(sorted(shares[share]), share, len(shares), at, left_out,
+                tuple(sum(costs[n] for n in s) for s in shares))

@@ -20,7 +20,8 @@ from sparkctl.config import groupdata
 from sparkctl.measure import history
 from tests.conftest import typed
 from tests.e2e.conftest import GROUPS, PAIR, pyinfra, pyinfra_popen, record, sim_exec
-from tests.e2e.helpers import ROLLOUT, SERVICES, box_json, chat, hub_file_gets, main_pids, probe_all
+from tests.e2e.helpers import (ROLLOUT, SERVICES, HealthSampler, box_json, chat, hub_file_gets, main_pids,
+                               probe_all)
 
 pytestmark = pytest.mark.scenario("rollout")
 
@@ -146,6 +147,7 @@ def test_the_flip_goes_one_box_at_a_time_lets_streams_finish_and_downloads_nothi
     reader = threading.Thread(target=read)
     reader.start()
     prober.thread.start()
+    health = HealthSampler(spark, addresses).__enter__()  # the routers' view of the pool of two, beside the chats
     try:
         assert rollout_began.wait(900), "".join(lines)[-3000:]
         streams = [threading.Thread(target=stream, args=(spark, addresses[h], g, STREAM_TOKENS))
@@ -160,6 +162,7 @@ def test_the_flip_goes_one_box_at_a_time_lets_streams_finish_and_downloads_nothi
         time.sleep(2)
         prober.stop.set()
         prober.thread.join()
+        health.__exit__()
     out = "".join(lines)
     record("flip of the replicas pair to laguna-s-2.1, one box at a time, streams in flight", time.monotonic() - t0)
     assert proc.returncode == 0, out[-4000:]
@@ -173,6 +176,12 @@ def test_the_flip_goes_one_box_at_a_time_lets_streams_finish_and_downloads_nothi
     record("flip, longest single-box gap", max(gaps.values()))
     assert both_down == 0
     assert all(g > 0 for g in gaps.values()), "each box restarted its coder (else the test proves nothing)"
+    # a pool of two: MAX_UNAVAILABLE is one box out on purpose (its drain or unready file), and the box serving the
+    # streams is never failing its router health path (what would take it out of a router in front)
+    print(f"flip, router health paths: {health.summary()}")
+    record("flip, the slowest router health answer of the pair (2 streams per box)", health.slowest())
+    assert health.most_out_on_purpose() == 1, health.summary()
+    assert health.failing_while_serving(spark.data["ROUTER_HEALTH_FAILURE_THRESHOLD"]) == {}, health.summary()
 
     # every stream in flight finished; the first box to roll out drained while its streams ran, and new requests to
     # a draining box were refused with Retry-After
