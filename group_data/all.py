@@ -444,7 +444,12 @@ ROUTER_BRIDGE_PORT = 30999  # the loopback bridge the routers reach the boxes th
 ROUTER_SCRAPE_PATH = "router"  # the routers' scrape paths on the front: /<this>/<served>/metrics (scrape token)
 ROUTER_HEALTH_PATH = "/health"  # the health path the router asks each box for, below /<served> (vLLM's /health)
 ROUTER_HEALTH_INTERVAL_S = 5  # --health-check-interval-secs: seconds between two health checks of one box, s
-ROUTER_HEALTH_TIMEOUT_S = 5  # --health-check-timeout-secs: one health check's timeout, s
+# vLLM's /health reads one flag (AsyncLLM.check_health: is the engine dead?); under load its answer waits only for the
+# API server's event loop. On the simulated Spark, where the engines' work shares 2 cores with that loop, the slowest
+# of 1,692 answers under 6 streams of 3,500 tokens was 0.956 s (group_data/sim.py). A GX10 runs the engine on the
+# GPU and the API server on its own of 20 cores: 5 s is 5x the sim's slowest, and two in a row must fail (unmeasured
+# on a GX10 under load: `rehearse` and the bench probe's streams are where to read it).
+ROUTER_HEALTH_TIMEOUT_S = 5  # --health-check-timeout-secs: one health check's timeout (the box's nginx: the same), s
 ROUTER_HEALTH_FAILURE_THRESHOLD = 2  # consecutive failed checks before a box is out of rotation (here: 10-15 s)
 ROUTER_HEALTH_SUCCESS_THRESHOLD = 2  # consecutive passed checks before a box is back in rotation
 # A rollout (and the watchdog's restart) first fails the box's router health path alone
