@@ -57,7 +57,7 @@ def test_a_range_reaching_the_next_by_the_served_model_count_is_refused(base):
     assert e.value.setting == "ROUTER_STANDBY_PORT_BASE" and e.value.value == start + 2
     assert f"ROUTER_PORT_BASE + 2 = {start + 2}" in str(e.value) and "3 served models" in str(e.value)
     check(base, ROUTER_STANDBY_PORT_BASE=start + 3)
-    alone = dict(EMBEDDERS=[], EMBEDDER_PORTS=[])
+    alone = dict(FLEET_POOLS={"qwen3.8-27b": {"boxes": 2, "embedders": False}})  # boxes without embedders
     assert [p.served for p in check(base, ROUTER_STANDBY_PORT_BASE=start + 1, **alone).pools] == ["coder"]
     with pytest.raises(SettingError, match="ROUTER_STANDBY_PORT_BASE"):
         check(base, ROUTER_STANDBY_PORT_BASE=start + 1)
