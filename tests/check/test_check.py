@@ -135,7 +135,8 @@ def test_group_data_is_read_as_pyinfra_reads_it_imports_are_not_settings(tmp_pat
     path = tmp_path / "group_data" / "extra.py"
     path.parent.mkdir()
     path.write_text(GROUP_DATA_WITH_IMPORTS)
-    code = ("import json, sys; from pyinfra_cli.inventory import _get_group_data; "
+    code = ("import json, sys; from pyinfra.api import Config, Inventory, State; from pyinfra.context import ctx_state; "
+            "from pyinfra_cli.inventory import _get_group_data; ctx_state.set(State(Inventory(([], {})), Config())); "
             "print(json.dumps(sorted(_get_group_data(sys.argv[1])['extra'])))")
     r = subprocess.run([sys.executable, "-c", code, str(path.parent)], capture_output=True, text=True, timeout=60,
                        check=True)
