@@ -74,6 +74,15 @@ def by_number(key: type, value, what: str):
     return Annotated[dict[key, value], BeforeValidator(_number_keys), Field(description=what)]
 
 
+KvTokens = by_number(float, Annotated[int, Field(gt=0)], "a mapping of KV budgets in GiB to the KV tokens vLLM "
+                     "reported, each a whole number > 0, e.g. {36: 1014892}")
+KvConcurrency = by_number(float, Annotated[float, Field(gt=0)], "a mapping of KV budgets in GiB to the concurrent "
+                          "requests vLLM reported, each > 0, e.g. {36: 3.9}")
+DecodeByStreams = by_number(int, float, "a mapping of stream counts to aggregate decode tokens/s, e.g. {1: 40.5}")
+PrefillByLength = by_number(int, float, "a mapping of prompt lengths in tokens to fresh-prefill tokens/s, e.g. "
+                            "{8192: 3000.0}")
+
+
 class Checkpoint(BaseModel):
     """One Hugging Face repository the box downloads, at a revision the lock file pins to a commit."""
 
@@ -114,10 +123,8 @@ class MemoryFacts(BaseModel):
     linear_state_bytes_per_layer: Layers = None  # Gated DeltaNet: fixed state per sequence per linear layer, bytes
     sliding_window: Layers = None  # > 0: the linear layers are sliding-window attention over this many tokens
     draft_attention_layers: Layers = None  # speculative layers whose KV shares the target's pool
-    measured_kv_tokens: by_number(float, Annotated[int, Field(gt=0)], "a mapping of KV budgets in GiB to the KV "
-                                  "tokens vLLM reported, each a whole number > 0, e.g. {36: 1014892}") = {}
-    measured_concurrency: by_number(float, Annotated[float, Field(gt=0)], "a mapping of KV budgets in GiB to the "
-                                    "concurrent requests vLLM reported, each > 0, e.g. {36: 3.9}") = {}
+    measured_kv_tokens: KvTokens = {}  # {kv_budget_gib: tokens vLLM reported}
+    measured_concurrency: KvConcurrency = {}  # {kv_budget_gib: concurrent requests}
     measured_source: str = ""  # where the measured_* figures were published
     calibrated: dict[str, str] = {}  # {fact: why}: layer facts calibrated to a production figure
     measured_decode_tokens_per_s: Annotated[float, Field(ge=0)] = 0.0  # bench probe, single stream; 0: none
@@ -129,10 +136,8 @@ class MemoryFacts(BaseModel):
     measured_acceptance_on: str = ""  # checkpoint repo the acceptance figures belong to; "": measured_on's
     acceptance_provenance: dict[str, str] = {}  # {figure: measured | derived | provisional}
     # published bench-probe figures: the reference of a model's first flip on a box
-    published_decode_tokens_per_s: by_number(int, float, "a mapping of stream counts to aggregate decode tokens/s, "
-                                             "e.g. {1: 40.5}") = {}
-    published_prefill_tokens_per_s: by_number(int, float, "a mapping of prompt lengths in tokens to fresh-prefill "
-                                              "tokens/s, e.g. {8192: 3000.0}") = {}
+    published_decode_tokens_per_s: DecodeByStreams = {}  # {streams: aggregate decode tok/s}
+    published_prefill_tokens_per_s: PrefillByLength = {}  # {prompt tokens: fresh-prefill tok/s}
     published_workload: dict[str, Any] = {}  # as history.workload_key fields
     published_source: str = ""
     # the checkpoint's config.json facts and weight size as its Hub page shows them, typed in (with their URL and
