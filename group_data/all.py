@@ -458,8 +458,9 @@ ROUTER_HEALTH_SUCCESS_THRESHOLD = 2  # consecutive passed checks before a box is
 # the routers' health window, ROUTER_HEALTH_FAILURE_THRESHOLD x (ROUTER_HEALTH_INTERVAL_S + ROUTER_HEALTH_TIMEOUT_S) =
 # 2 x (5 + 5) = 20 s (a round of checks may take its timeout before the next interval starts); `check` refuses a value
 # below that window.
-# 0: no router in front of these boxes (no gateway): drain at once. Sent to every box whether or not a gateway is in
-# the inventory (a box deploys the same with or without one), s
+# 0: no router in front of these boxes (no gateway): drain at once; `check` refuses 0 whenever GATEWAY_HOSTS names
+# a gateway. Sent to every box whether or not a gateway is in the inventory (a box deploys the same with or without
+# one), s
 ROUTER_OUT_WAIT_S = 20
 ROUTER_WORKER_STARTUP_TIMEOUT_S = 7200  # --worker-startup-timeout-secs: a starting router's wait for its boxes, s
 ROUTER_STARTUP_CHECK_INTERVAL_S = 1  # --worker-startup-check-interval: a (re)starting router's checks, s (its

@@ -18,6 +18,7 @@ SettingError naming the setting, the value and what is valid:
   - on a box that is the gateway too: one of them the box's own (check/rules.py `service_ports`: PROXY_PORT,
     CODER_PORT, EMBEDDER_PORTS, TP_MASTER_PORT, RAY_PORT, NODE_EXPORTER_PORT);
   - ROUTER_RETRY_INITIAL_BACKOFF_MS above ROUTER_RETRY_MAX_BACKOFF_MS;
+  - a box's ROUTER_OUT_WAIT_S below the routers' health window, 0 included (check/rules.py router_out_wait_behind);
   - (`check` only, over the whole group) GATEWAY_HOSTS naming one host twice.
 
 Of two clashing settings, the refusal names the one the operator changed (rules.Shipped.blame) and the other.
@@ -70,6 +71,8 @@ def validate_gateway(name: str, own: Mapping, boxes: Mapping[str, Mapping],
     box_cfg = checked[name].cfg if name in checked else None
     ports_apart(config.cfg, len(pool_list), schema.ssh_port(merged), box_cfg)
     retry_backoff(config.cfg)
+    for box, settings in checked.items():
+        rules.router_out_wait_behind(box, settings.cfg, name, config.cfg)
     return Gateway(config, pool_list, name in checked)
 
 

@@ -25,9 +25,10 @@ from packaging.utils import InvalidWheelFilename, parse_wheel_filename
 from packaging.version import Version
 
 from sparkctl.capacity import planner
+from sparkctl.capacity.kv import serve_options
 from sparkctl.config import box_paths, catalog
 from sparkctl.config.box_paths import is_below, nested
-from sparkctl.config.owned_flags import check_owned_flags
+from sparkctl.config.owned_flags import check_counted_flags, check_owned_flags, switch_of
 from sparkctl.config.quantities import GIB, KIB, MIB, TIB
 from sparkctl.config.schema import GroupData
 from sparkctl.config.settings import HostConfig, Settings
@@ -271,6 +272,17 @@ def service_user(s: GroupData, shipped: Shipped) -> None:
 
 def owned_flags(s: GroupData, shipped: Shipped) -> None:
     check_owned_flags("VLLM_COMMON_ARGS", s.VLLM_COMMON_ARGS)
+    check_counted_flags("VLLM_COMMON_ARGS", s.VLLM_COMMON_ARGS)
+
+
+def embedders_present(s: GroupData, shipped: Shipped) -> None:
+    """SPARK_TOPOLOGY's pools are planned with the EMBEDDERS on every box (sparkctl/fleet/pools.py): a box without
+    them is a FLEET_POOLS pool's, which says so ("embedders": False) and is planned that way."""
+    if s.EMBEDDERS or s.FLEET_POOLS:
+        return
+    raise SettingError("EMBEDDERS", [], 'at least one embedder, such as [{"model": "bge-m3", "kv_cache_gib": 2}] '
+                       "with its EMBEDDER_PORTS port", 'A box without embedders is a FLEET_POOLS pool with "embedders": '
+                                                      "False, which the plan and the routers count as such")
 
 
 def embedder_ports(s: GroupData, shipped: Shipped) -> None:
@@ -281,7 +293,7 @@ def embedder_ports(s: GroupData, shipped: Shipped) -> None:
     if name == "EMBEDDERS":
         raise SettingError("EMBEDDERS", _plain(s.EMBEDDERS), f"{len(s.EMBEDDER_PORTS)} embedders, one per "
                            f"EMBEDDER_PORTS port {s.EMBEDDER_PORTS}",
-                           "Or give EMBEDDER_PORTS one port per EMBEDDERS entry ([] for none)")
+                           "Or give EMBEDDER_PORTS one port per EMBEDDERS entry")
     raise SettingError("EMBEDDER_PORTS", s.EMBEDDER_PORTS, f"{len(s.EMBEDDERS)} ports, one per EMBEDDERS entry")
 
 
@@ -415,15 +427,103 @@ def handoff_dir(s: GroupData, shipped: Shipped) -> None:
                            "endpoints.json and the manifests are written there, beside whatever else it holds")
 
 
+HEALTH_WINDOW = "ROUTER_HEALTH_FAILURE_THRESHOLD x (ROUTER_HEALTH_INTERVAL_S + ROUTER_HEALTH_TIMEOUT_S)"
+
+
+def health_window(s: GroupData) -> int:
+    """How long the routers may take to see a box fail its health path and take it out of rotation, s."""
+    return s.ROUTER_HEALTH_FAILURE_THRESHOLD * (s.ROUTER_HEALTH_INTERVAL_S + s.ROUTER_HEALTH_TIMEOUT_S)
+
+
 def router_out_wait(s: GroupData, shipped: Shipped) -> None:
     """A rollout waits for every router to take the box out before it drains: at least the routers' health window
-    (0: no router in front of the boxes)."""
-    window = s.ROUTER_HEALTH_FAILURE_THRESHOLD * (s.ROUTER_HEALTH_INTERVAL_S + s.ROUTER_HEALTH_TIMEOUT_S)
+    (0: no router in front of the boxes, which the gateway's check holds to: router_out_wait_behind)."""
+    window = health_window(s)
     if 0 < s.ROUTER_OUT_WAIT_S < window:
         raise SettingError("ROUTER_OUT_WAIT_S", s.ROUTER_OUT_WAIT_S,
-                           f"0 (no router in front of the boxes) or at least {window} s, the routers' health window "
-                           f"(ROUTER_HEALTH_FAILURE_THRESHOLD x (ROUTER_HEALTH_INTERVAL_S + ROUTER_HEALTH_TIMEOUT_S))",
+                           f"0 (no router in front of the boxes: GATEWAY_HOSTS empty) or at least {window} s, the "
+                           f"routers' health window ({HEALTH_WINDOW})",
                            "a shorter wait lets a router send requests to a box that already answers the drain's 503")
+
+
+def router_out_wait_behind(box: str, s: GroupData, gateway: str, routers: GroupData) -> None:
+    """A box behind a gateway's routers waits their whole health window before it drains, 0 included (0 says no
+    router is in front: GATEWAY_HOSTS says one is). s: the box's settings; routers: the gateway's."""
+    window = health_window(routers)
+    if s.ROUTER_OUT_WAIT_S < window:
+        raise SettingError("ROUTER_OUT_WAIT_S", s.ROUTER_OUT_WAIT_S,
+                           f"at least {window} s on {box}, the routers' health window ({HEALTH_WINDOW}), while "
+                           f"GATEWAY_HOSTS names {gateway}",
+                           f"GATEWAY_HOSTS puts {gateway}'s routers in front of {box}: a rollout would drain it "
+                           "while they still send it requests, which meet the drain's 503")
+
+
+# --- what the box's pip, link and scheduler need of each other -------------------------------------------------------
+
+
+def pip_offline(s: GroupData, shipped: Shipped) -> None:
+    """pip --no-index installs only from --find-links: with none, the venv build fails on the box."""
+    if s.PIP_NO_INDEX and not s.PIP_FIND_LINKS:
+        raise SettingError("PIP_NO_INDEX", s.PIP_NO_INDEX, "False, or True with PIP_FIND_LINKS naming the box's wheel "
+                           "directories (such as [\"/opt/wheelhouse\"])",
+                           "PIP_FIND_LINKS = []: pip --no-index would have nowhere to install vLLM from, and the venv "
+                           "build would fail on the box")
+
+
+def cx7_subnets(s: GroupData, shipped: Shipped) -> None:
+    """Each CX7 twin of a box on its own subnet: two interfaces on one subnet share one route, so the kernel sends
+    (and answers ARP for) both addresses through one of them and the other twin's half of the link stays idle."""
+    for host, addresses in s.CX7_ADDRESSES.items():
+        nets = [ipaddress.ip_interface(a).network for a in addresses]
+        for (i, a), (j, b) in itertools.combinations(enumerate(nets), 2):
+            if a.overlaps(b):
+                raise SettingError(f"CX7_ADDRESSES[{host!r}][{j}]", addresses[j],
+                                   f"an address on a subnet apart from CX7_ADDRESSES[{host!r}][{i}] = "
+                                   f"{addresses[i]!r} ({a}): each CX7 twin on its own subnet",
+                                   "On one subnet the kernel routes both twins' traffic through one interface")
+
+
+def batched_tokens(s: GroupData, shipped: Shipped) -> None:
+    """vLLM's scheduler refuses a batched-token budget below max_num_seqs (vllm/config/scheduler.py: each step
+    gives every running sequence at least one token)."""
+    if s.CODER_MAX_NUM_BATCHED_TOKENS < s.CODER_MAX_NUM_SEQS:
+        (name, value), (other, other_value) = shipped.blame(
+            ("CODER_MAX_NUM_BATCHED_TOKENS", s.CODER_MAX_NUM_BATCHED_TOKENS),
+            ("CODER_MAX_NUM_SEQS", s.CODER_MAX_NUM_SEQS))
+        bound = "at least" if name == "CODER_MAX_NUM_BATCHED_TOKENS" else "at most"
+        raise SettingError(name, value, f"{bound} {other} = {other_value}",
+                           "vLLM refuses a batched-token budget below max_num_seqs when the coder starts, on the box")
+
+
+def coder_batch_floor(config: HostConfig) -> None:
+    """What vLLM's engine refuses at start beyond max_num_seqs (batched_tokens): a budget below the coder's
+    max_model_len with chunked prefill off (--no-enable-chunked-prefill: a step holds a whole prompt), or below a
+    hybrid model's attention block in its Mamba "align" cache mode, the default with prefix caching ("In Mamba cache
+    align mode, block_size must be <= max_num_batched_tokens"; the block grows to hold one GDN state: kv.py)."""
+    cfg, model = config.cfg, config.coding_model
+    floors = [(_align_block(config), f"{model.key}'s attention block in vLLM's Mamba align cache mode (prefix "
+                                     "caching on: vLLM refuses a budget below one block)")]
+    if switch_of([*model.extra_args, *cfg.VLLM_COMMON_ARGS], "--enable-chunked-prefill") is False:
+        floors.append((model.max_model_len, f"{model.key}'s context, as chunked prefill is off "
+                                            "(--no-enable-chunked-prefill: a step holds a whole prompt)"))
+    floor, why = max(floors)
+    if cfg.CODER_MAX_NUM_BATCHED_TOKENS < floor:
+        raise SettingError("CODER_MAX_NUM_BATCHED_TOKENS", cfg.CODER_MAX_NUM_BATCHED_TOKENS,
+                           f"at least {floor:,} tokens, {why}", "vLLM refuses a smaller budget when the coder starts, "
+                                                                "on the box")
+
+
+def _align_block(config: HostConfig) -> int:
+    """The coder's attention block in tokens when vLLM caches its GDN/Mamba state in "align" mode, else 0 (no such
+    layers, prefix caching off, another mode, or its layer facts unknown)."""
+    cfg, model = config.cfg, config.coding_model
+    layout = planner.model_layout(model)
+    opts = serve_options(model, cfg.VLLM_COMMON_ARGS)
+    mode = opts["mamba_cache_mode"] or ("align" if opts["prefix_caching"] else "none")
+    if layout is None or not layout.state_layers or mode != "align":
+        return 0
+    kv_bytes = int(cfg.CODER_KV_CACHE_GIB[cfg.CODING_MODEL] * GIB)
+    return planner.kv_capacity(layout, kv_bytes, model.max_model_len, block_size=opts["block_size"]).block_size
 
 
 # --- the waits a real box needs: refused below their floor, or warned about (BOX_TIMEOUT_FLOOR_MODE) -----------------
@@ -529,7 +629,8 @@ def _embedder_floor(settings: Settings, i: int, gib: float) -> None:
 
 SETTINGS_RULES = (model_keys, embedder_ports, ports, scrape_timeout, link_keys, exposure, oom_order, memory,
                   service_user, owned_flags, pair_restart, deploy_packages, gpu_devices, vllm_pip_url, rdma_devices,
-                  device_checks, vllm_version, cuda_version, handoff_dir, router_out_wait)  # the typed settings alone
+                  device_checks, vllm_version, cuda_version, handoff_dir, router_out_wait, embedders_present,
+                  pip_offline, cx7_subnets, batched_tokens)  # the typed settings alone
 
 
 def check_settings(s: GroupData, shipped: Shipped, ssh_port: int) -> None:
@@ -543,6 +644,7 @@ def check_host(config: HostConfig, shipped: Shipped) -> None:
     """The rules the deploy's whole validation runs on a host's settings and catalog (sparkctl/check/validate.py)."""
     box_layout(config.cfg, shipped)
     served_names(config, shipped)
+    coder_batch_floor(config)
 
 
 def check_services(settings: Settings) -> None:

@@ -16,12 +16,13 @@ from __future__ import annotations
 import copy
 import difflib
 import re
-from typing import Annotated, Any, Literal
+from types import NoneType, UnionType
+from typing import Annotated, Any, Literal, Union, get_args, get_origin
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, ValidationError
 
 from sparkctl.config import catalog_entries
-from sparkctl.config.owned_flags import check_owned_flags
+from sparkctl.config.owned_flags import check_counted_flags, check_owned_flags
 from sparkctl.errors import SettingError
 
 CODER = "coder"
@@ -48,6 +49,38 @@ GiB = Annotated[float | None, Field(ge=0, description="a number of GiB >= 0, or 
                                                       "checkpoint's files")]
 Layers = Annotated[int | None, Field(ge=0, description="a whole number >= 0, or None to derive it from the "
                                                        "checkpoint's config.json")]
+
+
+def _number_keys(value):
+    """A mapping's keys that are numbers written as text, as numbers: JSON (--data, a JSON file) has text keys
+    only, so {"36": 1014892} is {36: 1014892}. Any other key is left for the type to refuse."""
+    if not isinstance(value, dict):
+        return value
+    return {_number(k) if isinstance(k, str) else k: v for k, v in value.items()}
+
+
+def _number(text: str):
+    for kind in (int, float):
+        try:
+            number = kind(text)
+        except ValueError:
+            continue
+        return number if number == number and abs(number) != float("inf") else text
+    return text
+
+
+def by_number(key: type, value, what: str):
+    """A mapping keyed by a number (a KV budget in GiB, a stream count, a prompt length), its keys also as text."""
+    return Annotated[dict[key, value], BeforeValidator(_number_keys), Field(description=what)]
+
+
+KvTokens = by_number(float, Annotated[int, Field(gt=0)], "a mapping of KV budgets in GiB to the KV tokens vLLM "
+                     "reported, each a whole number > 0, e.g. {36: 1014892}")
+KvConcurrency = by_number(float, Annotated[float, Field(gt=0)], "a mapping of KV budgets in GiB to the concurrent "
+                          "requests vLLM reported, each > 0, e.g. {36: 3.9}")
+DecodeByStreams = by_number(int, float, "a mapping of stream counts to aggregate decode tokens/s, e.g. {1: 40.5}")
+PrefillByLength = by_number(int, float, "a mapping of prompt lengths in tokens to fresh-prefill tokens/s, e.g. "
+                            "{8192: 3000.0}")
 
 
 class Checkpoint(BaseModel):
@@ -90,8 +123,8 @@ class MemoryFacts(BaseModel):
     linear_state_bytes_per_layer: Layers = None  # Gated DeltaNet: fixed state per sequence per linear layer, bytes
     sliding_window: Layers = None  # > 0: the linear layers are sliding-window attention over this many tokens
     draft_attention_layers: Layers = None  # speculative layers whose KV shares the target's pool
-    measured_kv_tokens: dict[float, Annotated[int, Field(gt=0)]] = {}  # {kv_budget_gib: tokens vLLM reported}
-    measured_concurrency: dict[float, Annotated[float, Field(gt=0)]] = {}  # {kv_budget_gib: concurrent requests}
+    measured_kv_tokens: KvTokens = {}  # {kv_budget_gib: tokens vLLM reported}
+    measured_concurrency: KvConcurrency = {}  # {kv_budget_gib: concurrent requests}
     measured_source: str = ""  # where the measured_* figures were published
     calibrated: dict[str, str] = {}  # {fact: why}: layer facts calibrated to a production figure
     measured_decode_tokens_per_s: Annotated[float, Field(ge=0)] = 0.0  # bench probe, single stream; 0: none
@@ -103,8 +136,8 @@ class MemoryFacts(BaseModel):
     measured_acceptance_on: str = ""  # checkpoint repo the acceptance figures belong to; "": measured_on's
     acceptance_provenance: dict[str, str] = {}  # {figure: measured | derived | provisional}
     # published bench-probe figures: the reference of a model's first flip on a box
-    published_decode_tokens_per_s: dict[int, float] = {}  # {streams: aggregate decode tok/s}
-    published_prefill_tokens_per_s: dict[int, float] = {}  # {prompt tokens: fresh-prefill tok/s}
+    published_decode_tokens_per_s: DecodeByStreams = {}  # {streams: aggregate decode tok/s}
+    published_prefill_tokens_per_s: PrefillByLength = {}  # {prompt tokens: fresh-prefill tok/s}
     published_workload: dict[str, Any] = {}  # as history.workload_key fields
     published_source: str = ""
     # the checkpoint's config.json facts and weight size as its Hub page shows them, typed in (with their URL and
@@ -159,8 +192,18 @@ def _annotation(loc: tuple) -> tuple[Any, str]:
 
 
 def _type_name(annotation) -> str:
+    """A type as an operator reads it: dict[float, int], not pydantic's metadata (Annotated[int, FieldInfo(...)])."""
     if annotation is None:
         return "value"
+    if annotation is NoneType:
+        return "None"
+    origin, args = get_origin(annotation), get_args(annotation)
+    if origin is Annotated:
+        return _type_name(args[0])
+    if origin in (Union, UnionType):
+        return " | ".join(_type_name(a) for a in args)
+    if origin in (dict, list, tuple) and args:
+        return f"{origin.__name__}[{', '.join('...' if a is Ellipsis else _type_name(a) for a in args)}]"
     return annotation.__name__ if isinstance(annotation, type) else str(annotation).replace("typing.", "")
 
 
@@ -207,6 +250,7 @@ def _checked(spec: ModelSpec, blame) -> ModelSpec:
         raise SettingError(f"{blame(('speculative', 'num_speculative_tokens'))}['speculative']"
                            "['num_speculative_tokens']", tokens, "a whole number >= 1")
     check_owned_flags(f"{blame(('extra_args',))}['extra_args']", spec.extra_args)
+    check_counted_flags(f"{blame(('extra_args',))}['extra_args']", spec.extra_args)
     return spec
 
 

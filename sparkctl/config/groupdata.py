@@ -50,7 +50,31 @@ def read_file(path: Path) -> dict:
                     0)
         source = text.splitlines()[line - 1].strip() if 0 < line <= len(text.splitlines()) else ""
         raise SettingError(f"{name} line {line}", source, what, f"{type(exc).__name__}: {exc}") from None
-    return {k: v for k, v in namespace.items() if not k.startswith("__")}
+    return settings_of(namespace, text)
+
+
+def settings_of(namespace: dict, text: str) -> dict:
+    """The settings a group data file defines, as pyinfra keeps them (pyinfra_cli/inventory.py _get_group_data,
+    pyinfra 3.10): the names in __all__ when the file sets it, else every name but those an import statement binds
+    (`import os` is a helper of the file, not a setting named os); never a dunder."""
+    if "__all__" in namespace:
+        keep = set(namespace["__all__"])
+    else:
+        imported = _imported_names(ast.parse(text))
+        keep = {k for k in namespace if k not in imported}
+    return {k: v for k, v in namespace.items() if k in keep and not k.startswith("__")}
+
+
+def _imported_names(tree: ast.Module) -> set[str]:
+    """The names the file's top-level import statements bind (`import a.b` binds a; `from x import *` none that
+    can be told)."""
+    names: set[str] = set()
+    for node in tree.body:
+        if isinstance(node, ast.Import):
+            names |= {alias.asname or alias.name.split(".")[0] for alias in node.names}
+        elif isinstance(node, ast.ImportFrom):
+            names |= {alias.asname or alias.name for alias in node.names if alias.name != "*"}
+    return names
 
 
 def _defined_once(text: str, name: str) -> None:

@@ -117,3 +117,33 @@ def check_owned_flags(setting: str, args) -> None:
         raise SettingError(f"{setting}[{i}]", token, f"no flag the deploy sets itself{spelled}",
                            f"{owned.flag} is derived by the deploy (the last one on vLLM's command line wins, so "
                            f"this one would override it after every check passed); set it through {owned.instead}")
+
+
+# --- flags left to the operator whose values the capacity plan reads (sparkctl/capacity/kv.py serve_options) -------
+
+BLOCK_SIZE = "--block-size"  # tokens per KV block: vLLM's CacheConfig takes a whole number > 0 (block_size gt=0)
+
+
+def check_counted_flags(setting: str, args) -> None:
+    """Refuse a --block-size that is not a whole number of tokens from 1 up: vLLM's engine refuses it at start (on
+    the box, after the deploy restarted the service), and the capacity plan would count its default instead."""
+    args = [str(a) for a in args or ()]
+    for i, token in enumerate(args):
+        if not token.startswith("--") or _long_name(token) != BLOCK_SIZE:
+            continue
+        value = token.split("=", 1)[1] if "=" in token else (args[i + 1] if i + 1 < len(args) else "")
+        if not (value.isdigit() and int(value) >= 1):
+            raise SettingError(f"{setting}[{i}]", token if "=" in token else f"{token} {value}".strip(),
+                               f"{BLOCK_SIZE} with a whole number of tokens from 1 up, such as {BLOCK_SIZE} 16",
+                               "vLLM's engine refuses a block size of 0 (or none) when it starts, on the box")
+
+
+def switch_of(args, flag: str) -> bool | None:
+    """What an argument list says of a boolean flag of vLLM's (`--flag` / `--no-flag`, underscores allowed): the
+    last spelling wins, as on vLLM's command line; None when it says nothing."""
+    negated = "--no-" + flag[2:]
+    said = None
+    for token in (str(a) for a in args or ()):
+        name = _long_name(token) if token.startswith("--") else ""
+        said = True if name == flag else False if name == negated else said
+    return said

@@ -125,12 +125,8 @@ class GroupData(BaseModel):
     CODER_MAX_NUM_SEQS: t.typed(int, "a whole number of sequences from 1 to 1024", ge=1, le=1024)
     CODER_MAX_NUM_BATCHED_TOKENS: t.Tokens
     VLLM_COMMON_ARGS: t.list_of(t.Text, "a list of `vllm serve` arguments")
-    VLLM_EXTRA_ENV: Annotated[dict[t.EnvName, t.pattern(r"^(.*[^\\])?$", "a value not ending in a backslash "
-                                                        "(systemd would join the next line of the env file to it)")],
-                              Field(description="a mapping of environment variable names to string values")]
-    GPU_ARCH_ENV: Annotated[dict[t.EnvName, t.pattern(r"^(.*[^\\])?$", "a value not ending in a backslash "
-                                                      "(systemd would join the next line of the env file to it)")],
-                            Field(description="a mapping of environment variable names to string values")]
+    VLLM_EXTRA_ENV: t.env_mapping("a mapping of environment variable names to string values")
+    GPU_ARCH_ENV: t.env_mapping("a mapping of environment variable names to string values")
     TRITON_PTXAS_PATH: t.pattern(r"^(/[A-Za-z0-9_+@-][A-Za-z0-9._+@-]*)*$", "an absolute path on the box such as "
                                  "/usr/local/cuda-13.0/bin/ptxas, or empty for Triton's bundled ptxas")
     VLLM_ENGINE_READY_TIMEOUT_S: t.WholeSeconds
@@ -219,8 +215,7 @@ class GroupData(BaseModel):
     CHECKPOINT_SYNC_USER: Annotated[Literal["root"], Field(
         description="root (the head's forced-command rrsync entry lives in root's authorized_keys; tasks/link.py "
                     "writes no other account's)")]
-    CHECKPOINT_SYNC_SSH_OPTIONS: t.list_of(t.pattern(r"^[A-Za-z0-9]+=[^\s'\"]+$", "an ssh -o option such as BatchMode=yes"),
-                                           "a list of ssh -o options such as BatchMode=yes")
+    CHECKPOINT_SYNC_SSH_OPTIONS: t.list_of(t.SshOption, "a list of ssh -o options such as BatchMode=yes")
     GATEWAY_HANDOFF_DIR: t.LocalPath
     GATEWAY_NAMESPACE: t.K8sName
     GATEWAY_K8S_VERSION: t.Version
@@ -424,13 +419,18 @@ class _Missing:
 def _describe(annotation, loc: tuple) -> str | None:
     """The description of the innermost type on loc's path that has one (the most specific "what is valid")."""
     found = None
-    for part in loc:
+    for part in _key_steps(loc):
         annotation, found = _unwrap(annotation, found)
         annotation, found, known = _step(annotation, part, found)
         if not known:
             return found
     annotation, found = _unwrap(annotation, found)
     return found
+
+
+def _key_steps(loc: tuple) -> list:
+    """loc with a mapping key's pair (key, "[key]"), pydantic's spelling of "this key is wrong", as one "[key]"."""
+    return [p for i, p in enumerate(loc) if not (i + 1 < len(loc) and loc[i + 1] == "[key]")]
 
 
 def _step(annotation, part, found):
@@ -461,13 +461,16 @@ def _unwrap(annotation, found):
 
 def _loc_text(loc: tuple) -> str:
     """("EMBEDDERS", 0, "kv_cache_gib") -> EMBEDDERS[0].kv_cache_gib; ("CX7_ADDRESSES", "spark-1", 0) ->
-    CX7_ADDRESSES['spark-1'][0] (a name after a list index is an Embedder field, else a mapping key)."""
+    CX7_ADDRESSES['spark-1'][0] (a name after a list index is an Embedder field, else a mapping key);
+    ("VLLM_EXTRA_ENV", "bad key", "[key]") -> VLLM_EXTRA_ENV key 'bad key' (the key itself is wrong)."""
     text = str(loc[0])
-    for prev, part in zip(loc, loc[1:]):
-        if isinstance(part, int):
+    for i, (prev, part) in enumerate(zip(loc, loc[1:]), start=1):
+        if part == "[key]":
+            continue
+        if i + 1 < len(loc) and loc[i + 1] == "[key]":
+            text += f" key {part!r}"
+        elif isinstance(part, int):
             text += f"[{part}]"
-        elif part == "[key]":
-            text += " key"
         elif isinstance(prev, int):
             text += f".{part}"
         else:
@@ -495,7 +498,19 @@ def _error(err: dict, data: dict) -> SettingError:
         valid = str(err["ctx"]["error"])  # a rule's own words: what exactly is wrong with this value
     hint = err["msg"] if err["type"] not in ("greater_than", "greater_than_equal", "less_than", "less_than_equal",
                                              "value_error", "string_pattern_mismatch") else ""
-    return SettingError(setting, err["input"], valid, hint)
+    return SettingError(setting, err["input"], valid, _quote_hint(err, loc) or hint)
+
+
+def _quote_hint(err: dict, loc: tuple) -> str:
+    """A number where text belongs (CUDA_VERSION=13.0, an env value of 1): how to write it as text. pyinfra reads a
+    --data value as JSON, so an unquoted 13.0 arrives as a number."""
+    value = err["input"]
+    if err["type"] != "string_type" or type(value) not in (int, float):
+        return ""
+    if len(loc) > 1:
+        return f'{value!r} was read as a number: write it in quotes, "{value}"'
+    return (f'{value!r} was read as a number: write it in quotes, {loc[0]} = "{value}" in group data, or '
+            f"--data '{loc[0]}=\"{value}\"' (pyinfra reads a --data value as JSON)")
 
 
 def _close_names(name: str, known) -> list[str]:

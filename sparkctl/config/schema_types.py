@@ -180,7 +180,36 @@ DebPackage = pattern(r"^[a-z0-9][a-z0-9+.-]+$", "a Debian package name")
 PipName = pattern(r"^[A-Za-z0-9][A-Za-z0-9._-]*$", "a pip distribution name")
 IfName = pattern(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,14}$", "a network interface name (up to 15 characters)")
 Name = pattern(r"^[a-z0-9][a-z0-9._-]{0,62}$", "a lower-case name usable as a URL path segment")
-EnvName = pattern(r"^[A-Za-z_][A-Za-z0-9_]*$", "an environment variable name")
+EnvName = pattern(r"^[A-Za-z_][A-Za-z0-9_]*$", "an environment variable name: letters, digits and _, not starting "
+                  "with a digit, such as VLLM_LOGGING_LEVEL")
+_JOINED = "a value not ending in a backslash (systemd would join the next line of the env file to it)"
+# a value of an env file's NAME=value line: text, as the environment is (a number is written "1")
+EnvValue = typed(str, 'a string such as "1" (an environment value is text), not ending in a backslash',
+                 _refuse(lambda v: _JOINED if v.endswith("\\") else ""))
+
+
+def env_mapping(what: str):
+    """A mapping of environment variable names to values (VLLM_EXTRA_ENV, GPU_ARCH_ENV)."""
+    return Annotated[dict[EnvName, EnvValue], Field(description=what)]
+
+
+# ssh -o options that run a command (as root, on the box that connects) or load code, beside the forced command the
+# other box pins its key to, or that send the connection through another host: the options the link's copy needs
+# (BatchMode, StrictHostKeyChecking, ConnectTimeout, Ciphers, ...) do none of this; ssh reads names in any case
+SSH_COMMAND_OPTIONS = ("ProxyCommand", "ProxyJump", "LocalCommand", "PermitLocalCommand", "RemoteCommand",
+                       "KnownHostsCommand", "PKCS11Provider", "SecurityKeyProvider", "Include", "Match")
+_SSH_OPTION = "an ssh -o option such as BatchMode=yes (NAME=value, no spaces or quotes)"
+
+
+def _ssh_option_problem(option: str) -> str:
+    name = option.split("=", 1)[0]
+    if name.lower() in {o.lower() for o in SSH_COMMAND_OPTIONS}:
+        return (f"an ssh -o option other than {', '.join(SSH_COMMAND_OPTIONS)} ({name} runs a command, loads code or "
+                f"sends the connection through another host, as root on the box, beside the link's forced commands)")
+    return ""
+
+
+SshOption = typed(str, _SSH_OPTION, _refuse(_ssh_option_problem), pattern=r"^[A-Za-z0-9]+=[^\s'\"]+$")
 UnixUser = pattern(r"^[a-z_][a-z0-9_-]{0,31}$", "a dedicated system user name (lower case, up to 32 characters)")
 # a program the box runs by name (PATH lookup) or by absolute path: one word in a unit's ExecStart
 Program = pattern(r"^(/[A-Za-z0-9._+@-]+)+$|^[A-Za-z0-9][A-Za-z0-9._+-]*$",

@@ -54,6 +54,7 @@ class Case:
     fake: bool = False  # also run through the @fake deploy (one or two of each kind: ~1 s of CPU each)
     cli: bool = False  # also run through `python -m sparkctl check` in a subprocess
     group_data: object = None  # fn(group_data dir): an edit of the files themselves (a FIFO, a directory)
+    absent: list[str] = field(default_factory=list)  # words the message must not hold (a wrong type's words)
 
 
 def _cli(value) -> str:
@@ -613,6 +614,51 @@ CASES = [
          prepare=_lock(lambda e: next(iter(e["files"].values())).update(size=True))),
     Case("a fractional nginx timeout", ["PROXY_READ_TIMEOUT_S = 7200.5", "whole number of seconds",
                                         "nginx refuses a fraction"], data={"PROXY_READ_TIMEOUT_S": 7200.5}, cli=True),
+    # --- refusals replayed: worded with the setting, the value and the valid choices (issue 33) ----------------------
+    Case("an environment variable name with a space", ["VLLM_EXTRA_ENV key 'bad key'", "environment variable name",
+                                                       "letters, digits and _"],
+         data={"VLLM_EXTRA_ENV": {"bad key": "x"}}, absent=["backslash"]),
+    Case("an environment value given as a number", ["VLLM_EXTRA_ENV['X'] = 1", 'a string such as "1"',
+                                                    'write it in quotes, "1"'],
+         data={"VLLM_EXTRA_ENV": {"X": 1}}, cli=True),
+    Case("a measured KV figure keyed by a word", ["['measured_kv_tokens']['big']", "dict[float, int]",
+                                                  "a mapping of KV budgets in GiB"],
+         data={"CATALOG_OVERRIDES": {"qwen3.8-27b": {"memory": {"measured_kv_tokens": {"big": 1}}}}},
+         absent=["FieldInfo", "Annotated"]),
+    Case("the shipped CUDA version unquoted on the command line", ["CUDA_VERSION = 13.0", "a version such as 13.0",
+                                                                   "read as a number",
+                                                                   "--data 'CUDA_VERSION=\"13.0\"'"],
+         raw=["CUDA_VERSION=13.0"], cli=True),
+    # --- refusals replayed: accepted before, refused now (issue 33, issue 34) ------------------------------------------
+    Case("no embedders and no embedder ports", ["EMBEDDERS = []", "at least one embedder",
+                                                'FLEET_POOLS pool with "embedders": False'],
+         data={"EMBEDDERS": [], "EMBEDDER_PORTS": []}, cli=True),
+    Case("a KV block size of 0", ["VLLM_COMMON_ARGS[0] = '--block-size 0'", "whole number of tokens from 1"],
+         data={"VLLM_COMMON_ARGS": ["--block-size", "0"]}, fake=True),
+    Case("a KV block size of 0 in a catalog entry", ["CATALOG_OVERRIDES['qwen3.8-27b']['extra_args'][2]",
+                                                     "'--block_size=0'", "whole number of tokens from 1"],
+         data={"CATALOG_OVERRIDES": {"qwen3.8-27b": {"extra_args": ["--reasoning-parser", "qwen3",
+                                                                    "--block_size=0"]}}}),
+    Case("an ssh option that runs a command", ["CHECKPOINT_SYNC_SSH_OPTIONS[1] = 'ProxyCommand=/tmp/x'",
+                                               "other than ProxyCommand, ProxyJump, LocalCommand"],
+         data={"CHECKPOINT_SYNC_SSH_OPTIONS": ["BatchMode=yes", "ProxyCommand=/tmp/x"]}, cli=True),
+    Case("an ssh option that runs a command, in lower case", ["CHECKPOINT_SYNC_SSH_OPTIONS[0] = 'localcommand=id'",
+                                                              "LocalCommand"],
+         data={"CHECKPOINT_SYNC_SSH_OPTIONS": ["localcommand=id"]}),
+    Case("pip without an index and without wheels", ["PIP_NO_INDEX = True", "True with PIP_FIND_LINKS",
+                                                     "PIP_FIND_LINKS = []"], data={"PIP_NO_INDEX": True}),
+    Case("both CX7 twins on one subnet", ["CX7_ADDRESSES['spark-1'][1] = '192.168.100.20/24'",
+                                          "subnet apart from CX7_ADDRESSES['spark-1'][0]", "192.168.100.0/24"],
+         data={"CX7_ADDRESSES": {"spark-1": ["192.168.100.10/24", "192.168.100.20/24"],
+                                 "spark-2": ["192.168.100.11/24", "192.168.101.11/24"]}}),
+    Case("a batched-token budget of 1", ["CODER_MAX_NUM_BATCHED_TOKENS = 1", "at least CODER_MAX_NUM_SEQS = 8"],
+         data={"CODER_MAX_NUM_BATCHED_TOKENS": 1}, cli=True),
+    Case("a batched-token budget below the hybrid coder's block", ["CODER_MAX_NUM_BATCHED_TOKENS = 8",
+                                                                   "at least 1,600 tokens", "Mamba align"],
+         data={"CODER_MAX_NUM_BATCHED_TOKENS": 8}),
+    Case("a batched-token budget below the context without chunked prefill",
+         ["CODER_MAX_NUM_BATCHED_TOKENS = 16384", "at least 262,144 tokens", "--no-enable-chunked-prefill"],
+         data={"VLLM_COMMON_ARGS": ["--no-enable-chunked-prefill"]}),
     # --- the command line ----------------------------------------------------------------------------------------
     Case("--data without =", ["--data", "CODING_MODEL", "KEY=VALUE"], raw=["CODING_MODEL"]),  # pyinfra's
     # own CLI raises ValueError for this one, before our code runs
@@ -671,6 +717,8 @@ def _assert_refused(status: int, err: str, case: Case) -> None:
     assert not CODE_FRAGMENT.search(err), err  # words for an operator, not code (never "t.GiB")
     for w in case.words:
         assert w in err, f"{w!r} missing from: {err}"
+    for w in case.absent:
+        assert w not in err, f"{w!r} in: {err}"
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c.id for c in CASES])
@@ -774,6 +822,32 @@ def test_every_class_of_the_issue_has_cases():
 def test_the_valid_configuration_passes(gx10_data):
     s = validate(gx10_data, "gx10")
     assert s.coder.model.key == "qwen3.8-27b" and s.warnings == ()
+
+
+NEAR_MISSES = [  # each beside a refusal of the replayed cases above, valid: a refusal that fired on all would fail
+    ("a measured KV figure keyed by text, as JSON writes it",
+     {"CATALOG_OVERRIDES": {"qwen3.8-27b": {"memory": {"measured_kv_tokens": {"36": 1_014_892}}}}}),
+    ("an environment value written as text", {"VLLM_EXTRA_ENV": {"X": "1"}}),
+    ("the CUDA version quoted", {"CUDA_VERSION": "13.0"}),
+    ("a KV block size of 16", {"VLLM_COMMON_ARGS": ["--block-size", "16"]}),
+    ("ssh options that run nothing", {"CHECKPOINT_SYNC_SSH_OPTIONS": ["BatchMode=yes", "ConnectTimeout=5"]}),
+    ("pip without an index, from its wheels", {"PIP_NO_INDEX": True, "PIP_FIND_LINKS": ["/opt/wheelhouse"]}),
+    ("a batched-token budget of one hybrid block", {"CODER_MAX_NUM_BATCHED_TOKENS": 1600}),
+    ("a batched-token budget of the context without chunked prefill",
+     {"VLLM_COMMON_ARGS": ["--no-enable-chunked-prefill"], "CODER_MAX_NUM_BATCHED_TOKENS": 262_144}),
+    ("a box without embedders, by its pool", {"FLEET_POOLS": {"qwen3.8-27b": {"boxes": 1, "embedders": False}}}),
+    ("a router wait of 0 with no gateway", {"ROUTER_OUT_WAIT_S": 0}),
+]
+
+
+@pytest.mark.parametrize("data", [d for _, d in NEAR_MISSES], ids=[i for i, _ in NEAR_MISSES])
+def test_a_value_beside_a_refusal_passes(data, tmp_path, monkeypatch, capsys):
+    args, env, _ = _prepare(Case("near miss", [], data=data), tmp_path)
+    for k, v in env.items():
+        monkeypatch.setenv(k, v)
+    monkeypatch.delenv("SPARK_HF_TOKEN_FILE", raising=False)
+    monkeypatch.delenv("GATEWAY_HOSTS", raising=False)
+    assert main(_check_argv(args, tmp_path)) == 0, capsys.readouterr().err
 
 
 def test_a_wheel_url_passes_when_the_operator_says_so(gx10_data):

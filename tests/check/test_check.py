@@ -4,6 +4,7 @@ host data keys pass and nothing else does; an operator's valid TLS pair passes."
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import re
@@ -17,7 +18,7 @@ import pytest
 from sparkctl import REPO_ROOT
 from sparkctl.__main__ import main
 from sparkctl.check.validate import validate_host
-from sparkctl.config import pki, schema
+from sparkctl.config import groupdata, pki, schema
 from sparkctl.config.groupdata import parse_data_value
 from sparkctl.config.hosts import HostConn
 from sparkctl.errors import SettingError
@@ -114,3 +115,44 @@ def test_an_operators_valid_tls_pair_passes(gx10_data, tmp_path):
     validate_host(data, "gx10", address="spark-1.lan.example")  # the wildcard covers one label
     with pytest.raises(SettingError, match="subjectAltName includes a.b.lan.example"):
         validate_host(data, "gx10", address="a.b.lan.example")
+
+
+GROUP_DATA_WITH_IMPORTS = '''"""An operator's group data file with helpers of its own."""
+import os
+import os.path as osp
+from math import inf as _inf
+from pathlib import Path
+
+STORE = os.path.join("/srv", "models")
+KEYS = sorted(["b", "a"])
+'''
+
+
+def test_group_data_is_read_as_pyinfra_reads_it_imports_are_not_settings(tmp_path):
+    """`import os` in group data is a helper of the file: pyinfra keeps no name an import binds (nor a dunder), and
+    neither does the check (which once refused it as a setting named os); pyinfra's own reader, in a subprocess
+    (importing pyinfra_cli monkey-patches the stdlib)."""
+    path = tmp_path / "group_data" / "extra.py"
+    path.parent.mkdir()
+    path.write_text(GROUP_DATA_WITH_IMPORTS)
+    code = ("import json, sys; from pyinfra.api import Config, Inventory, State; from pyinfra.context import ctx_state; "
+            "from pyinfra_cli.inventory import _get_group_data; ctx_state.set(State(Inventory(([], {})), Config())); "
+            "print(json.dumps(sorted(_get_group_data(sys.argv[1])['extra'])))")
+    r = subprocess.run([sys.executable, "-c", code, str(path.parent)], capture_output=True, text=True, timeout=60,
+                       check=True)
+    ours = groupdata.read_file(path)
+    assert sorted(ours) == json.loads(r.stdout.splitlines()[-1]) == ["KEYS", "STORE"]
+    assert ours["STORE"] == "/srv/models"
+    path.write_text(GROUP_DATA_WITH_IMPORTS + '__all__ = ["STORE"]\n')  # __all__ says what the file exports
+    assert groupdata.read_file(path) == {"STORE": "/srv/models"}
+
+
+def test_check_passes_group_data_that_imports_a_module(token_file, tmp_path, monkeypatch, capsys):
+    gd = tmp_path / "group_data"
+    gd.mkdir()
+    for f in (REPO_ROOT / "group_data").glob("*.py"):
+        (gd / f.name).write_text(f.read_text())
+    with (gd / "gx10.py").open("a") as out:
+        out.write("import os  # an operator's helper\nfrom os import sep\n")
+    monkeypatch.setattr(groupdata, "load", functools.partial(groupdata.load, root=tmp_path))
+    assert main(["check", "--data", f"MODEL_LOCK_FILE={FAKE_LOCK}"]) == 0, capsys.readouterr().err

@@ -57,7 +57,7 @@ def test_a_range_reaching_the_next_by_the_served_model_count_is_refused(base):
     assert e.value.setting == "ROUTER_STANDBY_PORT_BASE" and e.value.value == start + 2
     assert f"ROUTER_PORT_BASE + 2 = {start + 2}" in str(e.value) and "3 served models" in str(e.value)
     check(base, ROUTER_STANDBY_PORT_BASE=start + 3)
-    alone = dict(EMBEDDERS=[], EMBEDDER_PORTS=[])
+    alone = dict(FLEET_POOLS={"qwen3.8-27b": {"boxes": 2, "embedders": False}})  # boxes without embedders
     assert [p.served for p in check(base, ROUTER_STANDBY_PORT_BASE=start + 1, **alone).pools] == ["coder"]
     with pytest.raises(SettingError, match="ROUTER_STANDBY_PORT_BASE"):
         check(base, ROUTER_STANDBY_PORT_BASE=start + 1)
@@ -172,6 +172,24 @@ def test_a_first_retry_wait_longer_than_the_longest_is_refused(base):
     check(base, ROUTER_RETRY_INITIAL_BACKOFF_MS=base["ROUTER_RETRY_MAX_BACKOFF_MS"])
 
 
+def test_a_router_wait_below_the_health_window_is_refused_behind_a_gateway_zero_included(base):
+    """0 says no router is in front of the boxes: with a gateway there is one, and a rollout would drain the box while
+    its routers still send to it (issue 34). Refused naming both settings; the window itself passes."""
+    with pytest.raises(SettingError) as e:
+        check(base, ROUTER_OUT_WAIT_S=0)
+    assert e.value.setting == "ROUTER_OUT_WAIT_S" and e.value.value == 0
+    assert "at least 20 s on spark-1" in str(e.value) and "GATEWAY_HOSTS names gw" in str(e.value)
+    check(base, ROUTER_OUT_WAIT_S=20)
+
+
+def test_the_gateways_own_health_window_is_what_a_boxs_wait_must_cover(base):
+    """The routers run on the gateway: its health settings (its own host data here) make the window the boxes wait."""
+    slower = {"ROUTER_HEALTH_INTERVAL_S": 10, "ROUTER_OUT_WAIT_S": 30}  # 2 x (10 + 5) = 30 s
+    with pytest.raises(SettingError, match="ROUTER_OUT_WAIT_S = 20 .*at least 30 s on spark-1.*GATEWAY_HOSTS names gw"):
+        check(base, own=slower)
+    check(base, own=slower, ROUTER_OUT_WAIT_S=30)
+
+
 def test_a_gateway_named_twice_is_refused():
     with pytest.raises(SettingError, match="GATEWAY_HOSTS = 'gw,gw' .*each host once"):
         unique_gateways(["gw", "gw"])
@@ -195,6 +213,18 @@ def test_check_validates_every_gateway_host(token_file, monkeypatch, capsys):
     assert main(["check", "--data", f"MODEL_LOCK_FILE={FAKE_LOCK}", "--data", "SPARK_TOPOLOGY=tensor-parallel",
                  "--data", "GATEWAY_FRONT_PORT=8443"]) == 2
     assert "spark-2: GATEWAY_HOSTS = 'spark-2' is not valid" in capsys.readouterr().err
+
+
+def test_check_refuses_a_router_wait_of_0_whenever_a_gateway_is_configured(token_file, monkeypatch, capsys):
+    monkeypatch.setenv("GX10_HOSTS", "spark-1,spark-2")
+    monkeypatch.setenv("GATEWAY_HOSTS", "")
+    assert main(["check", "--data", f"MODEL_LOCK_FILE={FAKE_LOCK}", "--data", "ROUTER_OUT_WAIT_S=0"]) == 0
+    capsys.readouterr()
+    monkeypatch.setenv("GATEWAY_HOSTS", "gw")
+    assert main(["check", "--data", f"MODEL_LOCK_FILE={FAKE_LOCK}", "--data", "ROUTER_OUT_WAIT_S=0"]) == 2
+    err = capsys.readouterr().err
+    assert "gw: ROUTER_OUT_WAIT_S = 0 is not valid; expected at least 20 s on spark-1" in err, err
+    assert "GATEWAY_HOSTS names gw" in err and "Traceback" not in err
 
 
 def test_check_refuses_a_gateway_when_no_box_is_configured(token_file, monkeypatch, capsys):

@@ -177,3 +177,17 @@ def test_a_group_data_model_goes_through_the_whole_deploy(tmp_path):
     fetches = [c for c in out["commands"] if "fetch_checkpoint.py" in c and "--listing" in c]
     assert len(fetches) == 6 and any("sim--tiny-qwen-4l@" in c for c in fetches), out["log"][-3000:]
     assert any("rollout.py apply coder" in c for c in out["commands"]), out["log"][-3000:]
+
+
+def test_figures_keyed_by_a_number_take_the_keys_json_writes_as_text():
+    """JSON (a --data value) has text keys only: {"36": 1014892} is the KV budget 36 GiB; a key that is no number is
+    refused naming the field and what its keys are, in words (not pydantic's type text)."""
+    memory = {"measured_kv_tokens": {"36": 1_014_892, "12.5": 400_000}, "published_decode_tokens_per_s": {"4": 80.0}}
+    spec = catalog.resolve({"qwen3.8-27b": {"memory": memory}})["qwen3.8-27b"]
+    assert spec.memory.measured_kv_tokens == {36: 1_014_892, 12.5: 400_000}
+    assert spec.memory.published_decode_tokens_per_s == {4: 80.0}
+    for key in ("big", "nan", "inf"):
+        with pytest.raises(SettingError) as e:
+            catalog.resolve({"qwen3.8-27b": {"memory": {"measured_kv_tokens": {key: 1}}}})
+        assert e.value.setting == f"CATALOG_OVERRIDES['qwen3.8-27b']['memory']['measured_kv_tokens'][{key!r}]"
+        assert "dict[float, int]: a mapping of KV budgets in GiB" in str(e.value) and "FieldInfo" not in str(e.value)

@@ -10,7 +10,7 @@ import pytest
 
 from sparkctl.check.validate import validate_host
 from sparkctl.config import catalog
-from sparkctl.config.owned_flags import BY_LONG, check_owned_flags, owner_of
+from sparkctl.config.owned_flags import BY_LONG, check_counted_flags, check_owned_flags, owner_of, switch_of
 from sparkctl.errors import SettingError
 from sparkctl.render import units
 
@@ -77,3 +77,27 @@ def test_the_refusal_names_the_setting_the_flag_and_where_it_is_set():
     assert text.startswith("VLLM_COMMON_ARGS[1] = '--max_num_seqs=64' is not valid")
     assert "how vLLM spells --max-num-seqs" in text and "set it through CODER_MAX_NUM_SEQS" in text
     assert set(BY_LONG) >= {"--host", "--port", "--max-model-len", "--kv-cache-memory-bytes"}
+
+
+@pytest.mark.parametrize("args, refused", [
+    (["--block-size", "0"], "--block-size 0"), (["--block-size=0"], "--block-size=0"),
+    (["--block_size", "-16"], "--block_size -16"), (["--enforce-eager", "--block-size"], "--block-size"),
+    (["--block-size", "sixteen"], "--block-size sixteen"), (["--block-size", "16"], None),
+    (["--block-size=1"], None), (["--enforce-eager"], None)])
+def test_a_block_size_is_a_whole_number_of_tokens_from_1(args, refused):
+    """vLLM's CacheConfig refuses a block size of 0 when the engine starts (block_size gt=0), on the box: the
+    check refuses it first, naming the argument."""
+    if refused is None:
+        check_counted_flags("VLLM_COMMON_ARGS", args)
+        return
+    with pytest.raises(SettingError) as e:
+        check_counted_flags("VLLM_COMMON_ARGS", args)
+    assert e.value.value == refused and "whole number of tokens from 1" in str(e.value)
+
+
+@pytest.mark.parametrize("args, said", [
+    ([], None), (["--no-enable-chunked-prefill"], False), (["--no_enable_chunked_prefill"], False),
+    (["--enable-chunked-prefill"], True), (["--no-enable-chunked-prefill", "--enable-chunked-prefill"], True),
+    (["--enable-chunked-prefill", "--no-enable-chunked-prefill"], False), (["--enable-prefix-caching"], None)])
+def test_a_boolean_flag_is_read_as_vllm_reads_it_the_last_one_winning(args, said):
+    assert switch_of(args, "--enable-chunked-prefill") is said
