@@ -31,11 +31,13 @@ Of two clashing settings, the refusal names the one the operator changed (rules.
 
 from __future__ import annotations
 
+import hashlib
 import ipaddress
 from collections.abc import Mapping
 from dataclasses import dataclass
 
 from cryptography import x509
+from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 
 from sparkctl.check import rules
 from sparkctl.check.load import host_config, shipped
@@ -252,10 +254,19 @@ def ca_of(cfg: GroupData) -> str:
     if not cfg.TLS_CERT_FILE:
         return f"the generated CA in {secrets.secrets_dir(cfg) / 'pki'}"
     try:
-        leaf = x509.load_pem_x509_certificate(secrets.tls_file(cfg.TLS_CERT_FILE).read_bytes())
+        chain = x509.load_pem_x509_certificates(secrets.tls_file(cfg.TLS_CERT_FILE).read_bytes())
     except (OSError, ValueError):
         return f"the CA of {cfg.TLS_CERT_FILE}"
-    return f"the CA {leaf.issuer.rfc4514_string()}"
+    leaf = chain[0]
+    issuer = next((c for c in chain[1:] if c.subject == leaf.issuer), None)
+    if issuer is not None:  # the issuer's own key: two CAs of one name are still two CAs
+        key = issuer.public_key().public_bytes(Encoding.DER, PublicFormat.SubjectPublicKeyInfo)
+        return f"the CA {leaf.issuer.rfc4514_string()} (key sha256 {hashlib.sha256(key).hexdigest()[:16]})"
+    try:
+        aki = leaf.extensions.get_extension_for_class(x509.AuthorityKeyIdentifier).value.key_identifier
+    except x509.ExtensionNotFound:
+        aki = None
+    return f"the CA {leaf.issuer.rfc4514_string()}" + (f" (key id {aki.hex()})" if aki else "")
 
 
 def agree(doors: Mapping[str, HostConfig]) -> None:

@@ -42,7 +42,7 @@ def priority(cfg: GroupData, gateways: list[str], name: str) -> int:
 
 def keepalived_conf(cfg: GroupData, name: str, prio: int, password: str) -> str:
     """keepalived.conf of one gateway (root-only 0600 on the box: it holds the password)."""
-    return render_template("keepalived.conf.j2", d=cfg, name=name, priority=prio, password=password)
+    return render_template("keepalived.conf.j2", d=cfg, gateway=name, priority=prio, password=password)
 
 
 def health_urls(cfg: GroupData, pools: list[Pool]) -> list[str]:
