@@ -157,7 +157,7 @@ def test_nginx_accepts_the_site_with_its_health_page(cfg, no_vip, tmp_path):
     r = harness.nginx_test(tmp_path, site)
     assert r.returncode == 0, r.stderr
     assert f"listen 127.0.0.1:{cfg.FRONT_HEALTH_PORT};" in site
-    assert f"location = /coder/health {{" in site and cfg.FRONT_HEALTH_ROUTER_PATH in site
+    assert "location = /coder/health {" in site and cfg.FRONT_HEALTH_ROUTER_PATH in site
     assert f"{cfg.FRONT_HEALTH_PORT}" not in router.site(no_vip, fleet(no_vip))  # one gateway, no VIP: as before
 
 
