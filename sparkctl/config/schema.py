@@ -397,7 +397,8 @@ class GroupData(BaseModel):
     GATEWAY_VIP_PREFIX_LEN: t.typed(int, "a prefix length from 1 to 32 bits", ge=1, le=32)
     GATEWAY_VIP_INTERFACE: t.IfNameOrEmpty
     KEEPALIVED_PACKAGES: t.DebPackages
-    VRRP_ROUTER_ID: int  # its range (1-255) is check/gateway.py's refusal, naming the setting
+    # its range is check/gateway.py's refusal (vrrp_router_id), naming the setting and the valid ids
+    VRRP_ROUTER_ID: Annotated[int, Field(description="a VRRP virtual router id from 1 to 255")]
     VRRP_PASSWORD_FILE: t.FileName
     VRRP_PRIORITY_FIRST: t.typed(int, "a VRRP priority from 2 to 254", ge=2, le=254)
     VRRP_PRIORITY_STEP: t.typed(int, "a priority step from 1 to 253", ge=1, le=253)
