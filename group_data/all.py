@@ -427,7 +427,8 @@ ROLLOUT_ESTIMATE_ACCEPTANCE_S = [120, 240]  # the quick acceptance: "about 2-4 m
 # the router reaches each box through a loopback bridge (nginx again) that adds the token and verifies the box's
 # certificate, so the router itself holds no secret and never sees vLLM's port.
 GATEWAY_FRONT_PORT = 443  # the gateway's public TLS port (on a box that is also the gateway: not PROXY_PORT), TCP port
-GATEWAY_PACKAGES = ["nginx", "python3-venv"]  # Debian/Ubuntu packages the gateway host needs
+GATEWAY_PACKAGES = ["nginx", "python3-venv", "nftables"]  # Debian/Ubuntu packages the gateway host needs (nftables:
+# the bridge's firewall below)
 ROUTER_VERSION = "0.1.17"  # PyPI vllm-router release every router runs (its own venv per version)
 ROUTER_HOME = "/opt/sparkctl-router"  # the router venvs (venvs/vllm-router-<version>) on the gateway host
 ROUTER_USER = "vllm-router"  # system user every router runs as (no home, no shell, no secret readable)
@@ -479,3 +480,40 @@ ROUTER_RESTART_RETRY_AFTER_S = 1  # Retry-After of the front's 503 while a route
 ROUTER_READY_TIMEOUT_S = 300  # the deploy's wait for a restarted router to listen (it does once a box is healthy), s
 ROUTER_STOP_TIMEOUT_S = 7200  # TimeoutStopSec= of a router unit: on SIGTERM vllm-router stops listening and finishes
 # the requests it holds (its twin takes new ones meanwhile); a long generation may take this long, s
+
+# --- two front doors, one service (docs/two-front-doors.md) --------------------------------------------------
+# Two or more GATEWAY_HOSTS deploy identical front doors. With GATEWAY_VIP set, clients keep one URL: keepalived
+# (VRRP) holds the address on one gateway at a time and moves it when that gateway stops or its front door fails the
+# health check below. Empty: no keepalived (one gateway exactly as before; several: each its own URL, balanced by the
+# cluster through the hand-off's front-door Service). Every gateway must carry the same values (`check` refuses not).
+GATEWAY_VIP = ""  # the front doors' virtual IPv4 address (in the gateways' subnet, no host's own), or "": none
+GATEWAY_VIP_PREFIX_LEN = 24  # the VIP's prefix length: the subnet every gateway's address is in, bits
+GATEWAY_VIP_INTERFACE = ""  # the gateways' network interface that carries the VIP and VRRP (e.g. "enP7s7")
+KEEPALIVED_PACKAGES = ["keepalived"]  # Debian/Ubuntu packages a gateway with a VIP needs (keepalived >= 2.0: -t)
+VRRP_ROUTER_ID = 51  # VRRP virtual router id, 1-255: unique among the VRRP groups on that network segment
+VRRP_PASSWORD_FILE = "vrrp_password"  # the file in SECRETS_DIR holding VRRP's PASS authentication, 1-8 characters
+# (it guards against a misconfigured neighbour's adverts, not an attacker: PASS travels in clear on the segment)
+VRRP_PRIORITY_FIRST = 150  # VRRP priority of the first gateway in GATEWAY_HOSTS, 2-254: it holds the VIP first
+VRRP_PRIORITY_STEP = 10  # each next gateway's priority is this much lower (the last must stay at 1 or more)
+VRRP_ADVERT_INT_S = 1  # seconds between the master's adverts; a backup takes over after ~3 missed ones, s
+# No preemption: a gateway that comes back (rebooted, its front healthy again) stays backup, so the VIP moves once
+# per failure and not back again: clients meet one move, and one router's cache_aware tree keeps the traffic.
+VRRP_PREEMPT = False
+# The health check keepalived runs on every gateway (vrrp_script): each served model's routers through the local nginx
+# on 127.0.0.1:FRONT_HEALTH_PORT/<served>/health (the router's FRONT_HEALTH_ROUTER_PATH, the primary or its standby).
+# FRONT_HEALTH_FALL failures in a row put the gateway in FAULT: it gives up the VIP and a backup takes it.
+FRONT_HEALTH_PORT = 30998  # nginx's loopback health page of the front door (only with a VIP), TCP port
+FRONT_HEALTH_ROUTER_PATH = "/liveness"  # the router's own health path (vllm-router: the process answers; not
+# /readiness, which fails on every gateway at once when no box is healthy: the VIP would then be nowhere)
+FRONT_HEALTH_INTERVAL_S = 2  # seconds between two runs of the check, s
+FRONT_HEALTH_TIMEOUT_S = 2  # one run's timeout (each served model's request shares it), s
+FRONT_HEALTH_FALL = 2  # failed runs in a row before the gateway gives up the VIP
+FRONT_HEALTH_RISE = 2  # passed runs in a row before it may hold the VIP again
+FRONT_HEALTH_SCRIPT = "/usr/local/lib/sparkctl/front-door-health"  # the check's script on the gateway
+KEEPALIVED_CONF = "/etc/keepalived/keepalived.conf"  # keepalived's configuration (root-only 0600: it holds the password)
+# The hand-off's front-door Service (k8s-front-doors.yaml): a client IP sticks to one gateway, so one router's
+# cache_aware tree sees its sessions (Kubernetes Services offer ClientIP affinity only; a header hash needs a mesh)
+FRONT_DOOR_AFFINITY_TIMEOUT_S = 10800  # sessionAffinityConfig.clientIP.timeoutSeconds, s
+# --- the bridge serves the routers' user alone: an nftables owner match on the loopback output (docs/two-front-doors.md)
+BRIDGE_FIREWALL_TABLE = "sparkctl_bridge"  # nftables table (family inet) the deploy owns on every gateway
+BRIDGE_FIREWALL_FILE = "/etc/sparkctl/bridge-firewall.nft"  # its ruleset on the gateway, loaded by a oneshot unit

@@ -219,3 +219,11 @@ SERVICE_RESTART_SEC = 5  # RestartSec=: seconds between systemd's automatic rest
 ROUTER_HEALTH_INTERVAL_S = 1  # seconds between two health checks of one box, s
 ROUTER_HEALTH_TIMEOUT_S = 3  # one health check's timeout (the box's nginx gives /health the same), s
 ROUTER_OUT_WAIT_S = 8  # the routers' health window above, s
+
+# --- two front doors on the simulated fleet (`sim up --gateway spark-4,spark-5`) ---------------------------------
+# `sim up` booting two or more gateways gives each the VIP as its own host data (.sim/hosts.json: GATEWAY_VIP =
+# sparkctl/sim/config.py's GATEWAY_VIP, 10.250.0.100) and creates secrets/vrrp_password; one gateway gets none and
+# runs no keepalived. Each instance is a network namespace whose eth0 is a veth on the sim's bridge (10.250.0.0/24):
+# VRRP's multicast (224.0.0.18) crosses the bridge between the gateways.
+GATEWAY_VIP_INTERFACE = "eth0"  # every instance's one interface on the sim's bridge
+GATEWAY_VIP_PREFIX_LEN = 24  # the sim subnet (sparkctl/sim/config.py PREFIX_LEN), bits

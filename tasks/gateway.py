@@ -13,10 +13,14 @@ from __future__ import annotations
 from io import StringIO
 
 import json
+import posixpath
 import shlex
+from pathlib import Path
+
+import yaml
 
 from pyinfra import host, inventory, logger
-from pyinfra.api import StringCommand, deploy, operation
+from pyinfra.api import FactBase, StringCommand, deploy, operation
 from pyinfra.api.command import QuoteString
 from pyinfra.facts.files import File, FindFiles
 from pyinfra.operations import apt, files, server, systemd
@@ -24,14 +28,15 @@ from pyinfra.operations.util import any_changed
 
 from sparkctl.box.contract import UNIT_DIR
 from sparkctl.check.gateway import validate_gateway
-from sparkctl.config import secrets
+from sparkctl.config import pki, secrets
+from sparkctl.config.secrets import secrets_dir
 from sparkctl.config.hosts import per_host_models
 from sparkctl.config.settings import HostConfig
 from sparkctl.errors import Refused, SparkctlError
-from sparkctl.render import prometheus_rules, router
+from sparkctl.render import front_doors, prometheus_rules, router
 from sparkctl.render.gateway import HANDOFF_MODE, write_atomic
 from sparkctl.render.box_files import NGINX_DIR
-from tasks.common import handoff_dir, tls_material
+from tasks.common import fail, handoff_dir, tls_material
 
 __all__ = ["after_the_boxes", "gateway", "gateway_config"]
 
@@ -40,13 +45,20 @@ GATEWAY_SITE_LINK = f"{NGINX_DIR}/sites-enabled/sparkctl-gateway.conf"
 
 def gateway_config() -> tuple[HostConfig, list[router.Pool]]:
     """This gateway's settings and pools, validated as `python -m sparkctl check` validates them
-    (sparkctl.check.gateway); bad input is refused here, before any command runs."""
+    (sparkctl.check.gateway, every gateway's data beside this one's: one front); bad input is refused here, before
+    any command runs."""
     boxes = {h.name: h.data.dict() for h in inventory.get_group("gx10", [])}
     try:
-        checked = validate_gateway(host.name, host.data.dict(), boxes, host_models=per_host_models())
+        checked = validate_gateway(host.name, host.data.dict(), boxes, host_models=per_host_models(),
+                                   gateways={h.name: h.data.dict() for h in _gateway_hosts()})
     except SparkctlError as exc:
         raise Refused(f"{host.name}: {exc}") from None
     return checked.config, checked.pools
+
+
+def _gateway_hosts() -> list:
+    """The `gateway` group's hosts in GATEWAY_HOSTS order (this one included)."""
+    return list(inventory.get_group("gateway", [])) or [host]
 
 
 @operation()
@@ -84,7 +96,7 @@ def _nginx(config: HostConfig, pools: list[router.Pool], beside_box: bool) -> bo
     cfg = config.cfg
     api = secrets.read_api_token(cfg)
     tokens = router.tokens(cfg, api, secrets.read_scrape_token(cfg, api_token=api), beside_box_site=beside_box)
-    cert, key, ca = tls_material(config)
+    cert, key, ca = front_tls(config)
     ca_src = str(ca) if ca is not None else "/etc/ssl/certs/ca-certificates.crt"  # an operator's CA: the system's
     files.directory(name=f"Create {router.GATEWAY_TLS_DIR}", path=router.GATEWAY_TLS_DIR, user="root",
                     group="root", mode="0700")
@@ -106,6 +118,86 @@ def _nginx(config: HostConfig, pools: list[router.Pool], beside_box: bool) -> bo
         changes.append(files.link(name="Disable the distribution's default site",
                                   path=f"{NGINX_DIR}/sites-enabled/default", present=False))
     return any_changed(*changes)
+
+
+def front_tls(config: HostConfig) -> tuple[Path, Path, Path | None]:
+    """The front's TLS pair: the box's own (tls_material), or with a VIP a certificate of the front door's own
+    that also names the VIP clients connect to (a box that is a gateway keeps its proxy's certificate as it was)."""
+    cfg = config.cfg
+    if not cfg.GATEWAY_VIP or cfg.TLS_CERT_FILE:  # the operator's certificate: it must name the VIP (docs)
+        return tls_material(config)
+    names = [config.address, config.host_name, *cfg.TLS_SERVER_NAMES, cfg.GATEWAY_VIP]
+    return pki.ensure_server_cert(secrets_dir(cfg) / "pki", f"{config.host_name}-front-door", names)
+
+
+def _staged(name: str, text: str, dest: str, check: str, mode: str, then: list[str]) -> None:
+    """Upload a file beside its place (the staged copy is what changes are measured on), check it with the tool that
+    reads it, and only then install it and run `then`: a file the tool refuses never reaches its place."""
+    staged = f"{dest}.sparkctl-staged"
+    put = files.put(name=f"{name} (staged)", src=StringIO(text), dest=staged, user="root", group="root", mode=mode)
+    server.shell(name=f"{name}: checked ({check.split()[0]}), installed" + (", applied" if then else ""),
+                 commands=[f"{check} {shlex.quote(staged)}",
+                           f"install -m {mode} -o root -g root {shlex.quote(staged)} {shlex.quote(dest)}", *then],
+                 _if=put.did_change)
+
+
+def bridge_firewall(cfg) -> None:
+    """The bridge's firewall: the routers' user alone may open 127.0.0.1:ROUTER_BRIDGE_PORT (nftables table of the
+    deploy's own, loaded by a oneshot unit at boot and whenever it changed), then checked on the box."""
+    users = front_doors.bridge_users(cfg)
+    files.directory(name=f"Create {posixpath.dirname(cfg.BRIDGE_FIREWALL_FILE)}",
+                    path=posixpath.dirname(cfg.BRIDGE_FIREWALL_FILE), user="root", group="root", mode="0755")
+    unit = files.put(name=f"Unit {front_doors.FIREWALL_UNIT}", src=StringIO(front_doors.bridge_firewall_unit(
+        cfg, users)), dest=f"{UNIT_DIR}/{front_doors.FIREWALL_UNIT}", user="root", group="root", mode="0644")
+    systemd.daemon_reload(name="systemd daemon-reload (bridge firewall unit)", _if=unit.did_change)
+    systemd.service(name=f"{front_doors.FIREWALL_UNIT} enabled", service=front_doors.FIREWALL_UNIT, enabled=True)
+    _staged("Bridge firewall (nftables)", front_doors.bridge_firewall(cfg, users), cfg.BRIDGE_FIREWALL_FILE,
+            "nft -c -f", "0644", [f"systemctl restart {front_doors.FIREWALL_UNIT}"])
+    systemd.service(name=f"{front_doors.FIREWALL_UNIT} applied", service=front_doors.FIREWALL_UNIT, running=True)
+    bridge_firewall_present(name=f"The bridge refuses every user but {', '.join(users)} (nft list table)", cfg=cfg)
+
+
+class BridgeTable(FactBase):
+    """`nft list table inet TABLE`, or nothing when it is not loaded."""
+
+    def command(self, table):
+        return StringCommand("nft list table inet", QuoteString(table), "2>/dev/null || true")
+
+    def process(self, output):
+        return "\n".join(output)
+
+
+@operation()
+def bridge_firewall_present(cfg):
+    """After loading: the bridge's rule is in the kernel's ruleset (read when the deploy runs, not when it plans)."""
+    if not host.state.is_executing:
+        host.noop("checked after the firewall is loaded")
+        return
+    listing = host.get_fact(BridgeTable, table=cfg.BRIDGE_FIREWALL_TABLE) or ""
+    if front_doors.firewall_rule_present(cfg, listing):
+        host.noop(f"nftables table inet {cfg.BRIDGE_FIREWALL_TABLE} refuses other users on the bridge")
+        return
+    yield fail(f"{host.name}: the bridge's firewall rule is not in nftables table inet {cfg.BRIDGE_FIREWALL_TABLE} "
+               f"after loading {cfg.BRIDGE_FIREWALL_FILE} (nft list table shows:\n{listing or '(no such table)'})")
+
+
+def keepalived(config: HostConfig, pools: list[router.Pool]) -> None:
+    """With GATEWAY_VIP: keepalived holds the VIP on one healthy gateway at a time; its configuration (0600: the VRRP
+    password) is checked with keepalived -t before it is installed and reloaded."""
+    cfg = config.cfg
+    apt.packages(name="Install keepalived (the front doors' VIP)", packages=cfg.KEEPALIVED_PACKAGES,
+                 cache_time=cfg.APT_CACHE_TIME_S)
+    files.directory(name=f"Create {posixpath.dirname(cfg.FRONT_HEALTH_SCRIPT)}",
+                    path=posixpath.dirname(cfg.FRONT_HEALTH_SCRIPT), user="root", group="root", mode="0755")
+    files.put(name="The front door's health check (keepalived's vrrp_script)", src=StringIO(
+        front_doors.health_script(cfg, pools)), dest=cfg.FRONT_HEALTH_SCRIPT, user="root", group="root", mode="0755")
+    names = [h.name for h in _gateway_hosts()]
+    conf = front_doors.keepalived_conf(cfg, host.name, front_doors.priority(cfg, names, host.name),
+                                       secrets.read_vrrp_password(cfg))
+    systemd.service(name="keepalived enabled", service="keepalived.service", enabled=True)
+    _staged("keepalived.conf (root-only: VRRP's password)", conf, cfg.KEEPALIVED_CONF, "keepalived -t -f", "0600",
+            ["systemctl reload-or-restart keepalived.service"])
+    systemd.service(name="keepalived running", service="keepalived.service", running=True)
 
 
 def _routers(config: HostConfig, pools: list[router.Pool], venv_changed) -> None:
@@ -153,11 +245,20 @@ def write_router_handoff(config: HostConfig, pools: list[router.Pool]):
     if not host.state.is_executing:
         host.noop("written after the routers")
         return
-    out = handoff_dir(config.cfg)
+    cfg = config.cfg
+    out = handoff_dir(cfg)
     out.mkdir(parents=True, exist_ok=True)
-    _cert, _key, ca = tls_material(config)
-    doc = router.handoff(config.cfg, host.name, config.address, pools, str(ca) if ca else None)
-    write_atomic(str(out / router.ROUTER_HANDOFF), json.dumps(doc, indent=2) + "\n", HANDOFF_MODE)
+    _cert, _key, ca = front_tls(config)
+    path = out / router.ROUTER_HANDOFF
+    existing = json.loads(path.read_text()) if path.exists() else {}
+    mine = front_doors.front_door(host.name, config.address, cfg.GATEWAY_FRONT_PORT, pools)
+    doc = front_doors.handoff(cfg, host.name, mine, existing, [h.name for h in _gateway_hosts()], pools,
+                              str(ca) if ca else None)
+    write_atomic(str(path), json.dumps(doc, indent=2) + "\n", HANDOFF_MODE)
+    write_atomic(str(out / front_doors.FRONT_DOORS_K8S), yaml.safe_dump_all(
+        front_doors.manifests(doc, cfg.GATEWAY_NAMESPACE, cfg), sort_keys=False), HANDOFF_MODE)
+    write_atomic(str(out / front_doors.FRONT_DOORS_LLMD), yaml.safe_dump(front_doors.llmd(doc), sort_keys=False),
+                 HANDOFF_MODE)
     ep = out / "endpoints.json"
     prometheus_rules.write_scrape(out, json.loads(ep.read_text()) if ep.exists() else {}, config.cfg)
     logger.info(f"{host.name}: gateway hand-off: {out / router.ROUTER_HANDOFF} ("
@@ -171,10 +272,11 @@ def gateway() -> None:
     config, pools = gateway_config()
     cfg = config.cfg
     beside_box = "gx10" in host.groups
-    apt.packages(name="Install nginx and python3-venv", packages=cfg.GATEWAY_PACKAGES, update=True,
+    apt.packages(name=f"Install {', '.join(cfg.GATEWAY_PACKAGES)}", packages=cfg.GATEWAY_PACKAGES, update=True,
                  cache_time=cfg.APT_CACHE_TIME_S)
     server.user(name=f"Create system user {cfg.ROUTER_USER}", user=cfg.ROUTER_USER, system=True,
                 shell="/usr/sbin/nologin", create_home=False)
+    bridge_firewall(cfg)  # before nginx (re)loads the bridge: it is never open to every local user
     for path in (cfg.ROUTER_HOME, f"{cfg.ROUTER_HOME}/venvs"):
         files.directory(name=f"Create {path}", path=path, user="root", group="root", mode="0755")
     venv = router_venv(name=f"Install vllm-router {cfg.ROUTER_VERSION} in {router.venv(cfg)}",
@@ -186,5 +288,7 @@ def gateway() -> None:
                  "systemctl reload nginx"], _if=changed)
     _routers(config, pools, venv)
     _retire_routers(pools)
+    if front_doors.has_vip(cfg):  # after the routers: a gateway takes the VIP only once its front door answers
+        keepalived(config, pools)
     write_router_handoff(name="Gateway hand-off: router.json and the routers' scrape job (control machine)",
                          config=config, pools=pools)

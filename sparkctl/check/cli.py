@@ -78,11 +78,11 @@ def check_gateways(gateways: list[hosts.HostConn], groups: list[str], boxes: dic
         print(f"sparkctl check: {exc}", file=sys.stderr)
         return False
     ok = True
+    owns = {gw.name: boxes.get(gw.name) or {**groupdata.load([g for g in groups if g != "gx10"]),
+                                            **gw.pyinfra_data(), **overrides} for gw in gateways}
     for gw in gateways:
-        own = boxes.get(gw.name) or {**groupdata.load([g for g in groups if g != "gx10"]), **gw.pyinfra_data(),
-                                     **overrides}
         try:
-            checked = validate_gateway(gw.name, own, boxes, host_models=models)
+            checked = validate_gateway(gw.name, owns[gw.name], boxes, host_models=models, gateways=owns)
         except SparkctlError as exc:
             print(f"sparkctl check: {gw.name}: {exc}", file=sys.stderr)
             ok = False

@@ -19,20 +19,31 @@ SettingError naming the setting, the value and what is valid:
     CODER_PORT, EMBEDDER_PORTS, TP_MASTER_PORT, RAY_PORT, NODE_EXPORTER_PORT);
   - ROUTER_RETRY_INITIAL_BACKOFF_MS above ROUTER_RETRY_MAX_BACKOFF_MS;
   - a box's ROUTER_OUT_WAIT_S below the routers' health window, 0 included (check/rules.py router_out_wait_behind);
-  - (`check` only, over the whole group) GATEWAY_HOSTS naming one host twice.
+  - (`check` only, over the whole group) GATEWAY_HOSTS naming one host twice;
+  - two front doors (docs/two-front-doors.md): VRRP_ROUTER_ID outside 1-255; with GATEWAY_VIP set, no
+    GATEWAY_VIP_INTERFACE, a VIP outside the subnet (GATEWAY_VIP_PREFIX_LEN) of a gateway's address, a VIP that is
+    a host's own address (a box's or a gateway's) or its subnet's network or broadcast address, a last gateway's
+    VRRP priority below 1, the VRRP password missing from secrets/ (naming the file to create); and every gateway
+    on the same front: one GATEWAY_FRONT_PORT, one CA, one VIP, router id and password (per-host data may differ:
+    a host's own data in the inventory, e.g. the simulated Spark's hosts.json).
 
 Of two clashing settings, the refusal names the one the operator changed (rules.Shipped.blame) and the other.
 """
 
 from __future__ import annotations
 
+import hashlib
+import ipaddress
 from collections.abc import Mapping
 from dataclasses import dataclass
+
+from cryptography import x509
+from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 
 from sparkctl.check import rules
 from sparkctl.check.load import host_config, shipped
 from sparkctl.check.validate import validate_host
-from sparkctl.config import schema
+from sparkctl.config import schema, secrets
 from sparkctl.config.schema import GroupData
 from sparkctl.config.settings import HostConfig, Settings
 from sparkctl.errors import SettingError
@@ -53,11 +64,13 @@ class Gateway:
 
 
 def validate_gateway(name: str, own: Mapping, boxes: Mapping[str, Mapping],
-                     host_models: dict[str, str] | None = None) -> Gateway:
+                     host_models: dict[str, str] | None = None, gateways: Mapping[str, Mapping] | None = None,
+                     read_secrets: bool = True) -> Gateway:
     """Everything the gateway step checks before touching its host; raises SettingError on the first refusal.
     name: the gateway's inventory name; own: its merged data (pyinfra's host.data: a box's whole data when it is
     one); boxes: every gx10 host's merged data, in inventory order; host_models: the CODING_MODEL a box's own host
-    data sets (SPARK_CODING_MODELS)."""
+    data sets (SPARK_CODING_MODELS); gateways: every gateway's own data in GATEWAY_HOSTS order (default: this one
+    alone); read_secrets: False leaves the VRRP password unread."""
     if not boxes:
         raise SettingError("GX10_HOSTS", "", "at least one gx10 box for the gateway's routers to reach",
                            f"GATEWAY_HOSTS names {name}, whose routers would have no workers")
@@ -73,6 +86,9 @@ def validate_gateway(name: str, own: Mapping, boxes: Mapping[str, Mapping],
     retry_backoff(config.cfg)
     for box, settings in checked.items():
         rules.router_out_wait_behind(box, settings.cfg, name, config.cfg)
+    doors = {g: host_config({**boxes[names[0]], **data}, g) for g, data in (gateways or {name: own}).items()}
+    doors[name] = config
+    front_doors(config.cfg, doors, {box: s.address for box, s in checked.items()}, read_secrets)
     return Gateway(config, pool_list, name in checked)
 
 
@@ -108,9 +124,10 @@ def not_a_worker(cfg: GroupData, name: str, hosts: list[str], host_models: dict[
 
 def gateway_ports(cfg: GroupData, served: int) -> list[tuple[str, int, int]]:
     """Every port the gateway listens on: (setting, its value, offset), the router ranges one port per served
-    model (offset 0, 1, ...), then the bridge and the front."""
+    model (offset 0, 1, ...), then the bridge, the front and (with a VIP) the front's health page."""
     out = [(n, getattr(cfg, n), i) for n in ROUTER_RANGES for i in range(served)]
-    return out + [(n, getattr(cfg, n), 0) for n in GATEWAY_PORTS]
+    health = ("FRONT_HEALTH_PORT",) if cfg.GATEWAY_VIP else ()  # the health page keepalived's check asks
+    return out + [(n, getattr(cfg, n), 0) for n in (*GATEWAY_PORTS, *health)]
 
 
 def _label(name: str, value: int, offset: int) -> str:
@@ -166,3 +183,107 @@ def retry_backoff(cfg: GroupData) -> None:
         bound = "at most" if name == "ROUTER_RETRY_INITIAL_BACKOFF_MS" else "at least"
         raise SettingError(name, value, f"{bound} {other} = {other_value} ms",
                            "The router's first wait before a retry cannot be longer than its longest")
+
+
+# --- two front doors, one service (docs/two-front-doors.md) ------------------------------------------------------
+VRRP_IDS = range(1, 256)  # VRRP's virtual router ids (RFC 5798: 1-255)
+SAME_ON_EVERY_GATEWAY = ("GATEWAY_FRONT_PORT", "GATEWAY_VIP", "GATEWAY_VIP_PREFIX_LEN", "VRRP_ROUTER_ID",
+                         "VRRP_PASSWORD_FILE")  # one front: what clients and VRRP see must not differ by gateway
+
+
+def front_doors(cfg: GroupData, doors: Mapping[str, HostConfig], boxes: Mapping[str, str],
+                read_secrets: bool = True) -> None:
+    """The front doors' rules; doors: every gateway's settings (GATEWAY_HOSTS order), boxes: each box's address."""
+    vrrp_router_id(cfg)
+    agree(doors)
+    if not cfg.GATEWAY_VIP:
+        return
+    if not cfg.GATEWAY_VIP_INTERFACE:
+        raise SettingError("GATEWAY_VIP_INTERFACE", "", "the gateways' network interface that carries the VIP, "
+                           "e.g. enP7s7 (ip -br addr on a gateway)", f"GATEWAY_VIP = {cfg.GATEWAY_VIP} is set")
+    vip_in_subnet(cfg, {g: c.address for g, c in doors.items()}, {**boxes, **{g: c.address for g, c in doors.items()}})
+    priorities(cfg, len(doors))
+    if read_secrets:
+        secrets.read_vrrp_password(cfg)
+
+
+def vrrp_router_id(cfg: GroupData) -> None:
+    if cfg.VRRP_ROUTER_ID not in VRRP_IDS:
+        raise SettingError("VRRP_ROUTER_ID", cfg.VRRP_ROUTER_ID, f"a VRRP virtual router id from {VRRP_IDS[0]} to "
+                           f"{VRRP_IDS[-1]}, unique on the gateways' network segment")
+
+
+def _ip(text: str):
+    try:
+        return ipaddress.ip_address(text)
+    except ValueError:
+        return None  # a DNS name: its address is not known offline
+
+
+def vip_in_subnet(cfg: GroupData, gateways: Mapping[str, str], hosts: Mapping[str, str]) -> None:
+    """The VIP inside every gateway's subnet (VRRP moves it on one segment), none of the hosts' own addresses, not
+    its subnet's network or broadcast address. Gateways known by a DNS name are not checked (no lookup offline)."""
+    vip = ipaddress.ip_address(cfg.GATEWAY_VIP)
+    net = ipaddress.ip_network(f"{vip}/{cfg.GATEWAY_VIP_PREFIX_LEN}", strict=False)
+    for g, address in gateways.items():
+        ip = _ip(address)
+        if ip is not None and ip not in net:
+            raise SettingError("GATEWAY_VIP", cfg.GATEWAY_VIP, f"an unused address in {g}'s subnet: inside "
+                               f"{ipaddress.ip_network(f'{ip}/{cfg.GATEWAY_VIP_PREFIX_LEN}', strict=False)} "
+                               f"(GATEWAY_VIP_PREFIX_LEN = {cfg.GATEWAY_VIP_PREFIX_LEN})",
+                               f"{g} is {address}: VRRP moves the VIP between gateways on one network segment")
+    for h, address in hosts.items():
+        if _ip(address) == vip:
+            raise SettingError("GATEWAY_VIP", cfg.GATEWAY_VIP, f"an address in {net} that no host uses",
+                               f"{h}'s own address is {address}")
+    if net.num_addresses > 2 and vip in (net.network_address, net.broadcast_address):
+        raise SettingError("GATEWAY_VIP", cfg.GATEWAY_VIP, f"a host address in {net} (not its network or "
+                           "broadcast address)")
+
+
+def priorities(cfg: GroupData, gateways: int) -> None:
+    """Every gateway's VRRP priority at 1 or more: VRRP_PRIORITY_FIRST minus VRRP_PRIORITY_STEP per gateway."""
+    last = cfg.VRRP_PRIORITY_FIRST - (gateways - 1) * cfg.VRRP_PRIORITY_STEP
+    if last < 1:
+        raise SettingError("VRRP_PRIORITY_STEP", cfg.VRRP_PRIORITY_STEP, f"at most "
+                           f"{(cfg.VRRP_PRIORITY_FIRST - 1) // max(1, gateways - 1)} for {gateways} gateways",
+                           f"the last gateway's priority would be {cfg.VRRP_PRIORITY_FIRST} - {gateways - 1} x "
+                           f"{cfg.VRRP_PRIORITY_STEP} = {last}; VRRP's lowest is 1")
+
+
+def ca_of(cfg: GroupData) -> str:
+    """The CA clients verify a front door with: the generated one in SECRETS_DIR, or the issuer of the operator's
+    certificate (two gateways may hold two certificates from one CA)."""
+    if not cfg.TLS_CERT_FILE:
+        return f"the generated CA in {secrets.secrets_dir(cfg) / 'pki'}"
+    try:
+        chain = x509.load_pem_x509_certificates(secrets.tls_file(cfg.TLS_CERT_FILE).read_bytes())
+    except (OSError, ValueError):
+        return f"the CA of {cfg.TLS_CERT_FILE}"
+    leaf = chain[0]
+    issuer = next((c for c in chain[1:] if c.subject == leaf.issuer), None)
+    if issuer is not None:  # the issuer's own key: two CAs of one name are still two CAs
+        key = issuer.public_key().public_bytes(Encoding.DER, PublicFormat.SubjectPublicKeyInfo)
+        return f"the CA {leaf.issuer.rfc4514_string()} (key sha256 {hashlib.sha256(key).hexdigest()[:16]})"
+    try:
+        aki = leaf.extensions.get_extension_for_class(x509.AuthorityKeyIdentifier).value.key_identifier
+    except x509.ExtensionNotFound:
+        aki = None
+    return f"the CA {leaf.issuer.rfc4514_string()}" + (f" (key id {aki.hex()})" if aki else "")
+
+
+def agree(doors: Mapping[str, HostConfig]) -> None:
+    """Every gateway on one front: the settings clients and VRRP see, and the CA, equal on each."""
+    if len(doors) < 2:
+        return
+    (first, ref), *others = doors.items()
+    for g, c in others:
+        for setting in SAME_ON_EVERY_GATEWAY:
+            mine, theirs = getattr(c.cfg, setting), getattr(ref.cfg, setting)
+            if mine != theirs:
+                raise SettingError(setting, mine, f"{theirs!r}, as on {first}: every gateway serves one front",
+                                   f"{g}'s own data sets {setting} = {mine!r}, {first}'s {theirs!r}")
+        if ca_of(c.cfg) != ca_of(ref.cfg):
+            raise SettingError("TLS_CERT_FILE", c.cfg.TLS_CERT_FILE, f"a certificate from {ca_of(ref.cfg)}, as on "
+                               f"{first}: clients verify every front door with one CA",
+                               f"{g}'s is from {ca_of(c.cfg)}")

@@ -387,6 +387,30 @@ class GroupData(BaseModel):
     ROUTER_RESTART_RETRY_AFTER_S: t.WholeSeconds
     ROUTER_READY_TIMEOUT_S: t.WholeSeconds
     ROUTER_STOP_TIMEOUT_S: t.WholeSeconds
+    # two front doors, one service: keepalived's VIP and the bridge's firewall (check/gateway.py: cross-field rules)
+    GATEWAY_VIP: t.Ipv4OrEmpty
+    GATEWAY_VIP_PREFIX_LEN: t.typed(int, "a prefix length from 1 to 32 bits", ge=1, le=32)
+    GATEWAY_VIP_INTERFACE: t.IfNameOrEmpty
+    KEEPALIVED_PACKAGES: t.DebPackages
+    # its range is check/gateway.py's refusal (vrrp_router_id), naming the setting and the valid ids
+    VRRP_ROUTER_ID: Annotated[int, Field(description="a VRRP virtual router id from 1 to 255")]
+    VRRP_PASSWORD_FILE: t.FileName
+    VRRP_PRIORITY_FIRST: t.typed(int, "a VRRP priority from 2 to 254", ge=2, le=254)
+    VRRP_PRIORITY_STEP: t.typed(int, "a priority step from 1 to 253", ge=1, le=253)
+    VRRP_ADVERT_INT_S: t.typed(int, "a whole number of seconds from 1 to 255", ge=1, le=255)
+    VRRP_PREEMPT: bool
+    FRONT_HEALTH_PORT: t.UserPort
+    FRONT_HEALTH_ROUTER_PATH: t.pattern(r"^/[A-Za-z0-9._/-]*$", "an absolute URL path such as /liveness")
+    FRONT_HEALTH_INTERVAL_S: t.WholeSeconds
+    FRONT_HEALTH_TIMEOUT_S: t.WholeSeconds
+    FRONT_HEALTH_FALL: t.Count
+    FRONT_HEALTH_RISE: t.Count
+    FRONT_HEALTH_SCRIPT: t.AbsPath
+    KEEPALIVED_CONF: t.AbsPath
+    FRONT_DOOR_AFFINITY_TIMEOUT_S: t.typed(int, "a whole number of seconds from 1 to 86400 (Kubernetes' limit)",
+                                           ge=1, le=86400)
+    BRIDGE_FIREWALL_TABLE: t.pattern(r"^[a-z][a-z0-9_]{0,30}$", "an nftables table name (lower case, up to 31)")
+    BRIDGE_FIREWALL_FILE: t.AbsPath
 
 
 # --- strings end up in unit, env and nginx files: one line each -----------------------------------------------------

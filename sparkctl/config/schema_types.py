@@ -179,6 +179,7 @@ ReleaseOrEmpty = pattern(f"^({RELEASE_RE.pattern})?$", "a release such as 0.32.0
 DebPackage = pattern(r"^[a-z0-9][a-z0-9+.-]+$", "a Debian package name")
 PipName = pattern(r"^[A-Za-z0-9][A-Za-z0-9._-]*$", "a pip distribution name")
 IfName = pattern(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,14}$", "a network interface name (up to 15 characters)")
+IfNameOrEmpty = pattern(r"^([A-Za-z0-9][A-Za-z0-9._-]{0,14})?$", "a network interface name, or empty")
 Name = pattern(r"^[a-z0-9][a-z0-9._-]{0,62}$", "a lower-case name usable as a URL path segment")
 EnvName = pattern(r"^[A-Za-z_][A-Za-z0-9_]*$", "an environment variable name: letters, digits and _, not starting "
                   "with a digit, such as VLLM_LOGGING_LEVEL")
@@ -227,6 +228,8 @@ Cidr = typed(str, "an address with its prefix length, e.g. 192.168.100.10/24",
 # ADDRESS:PORT, where an IPv6 address would need brackets none of them adds
 Ipv4Address = typed(str, "an IPv4 address such as 127.0.0.1", _check(
     lambda a: _is_ip(a) and ipaddress.ip_address(a).version == 4, "an IPv4 address such as 127.0.0.1"))
+Ipv4OrEmpty = typed(str, "an IPv4 address such as 192.168.1.50, or empty", _check(
+    lambda a: a == "" or (_is_ip(a) and ipaddress.ip_address(a).version == 4), "an IPv4 address, or empty"))
 Regex = typed(str, "a POSIX extended regular expression without single quotes",
               _check(_is_regex, "a POSIX extended regular expression without single quotes"))
 SystemdSize = pattern(r"^[1-9][0-9]{0,15}[KMGT]?$", "a size in bytes with an optional K, M, G or T suffix (base 1024) "

@@ -334,3 +334,37 @@ def read_scrape_token(cfg: schema.GroupData, api_token: str = "") -> str:
 
 def ensure_scrape_token(cfg: schema.GroupData) -> Path:
     return _ensure_random_token(scrape_token_path(cfg))
+
+
+# --- VRRP's password: keepalived's PASS authentication between the front doors (GATEWAY_VIP) -----------------------
+
+VRRP_PASSWORD_MAX = 8  # keepalived's auth_pass: VRRP's PASS authentication carries 8 characters (more are cut off)
+VRRP_PASSWORD_HOW = "Make one with: openssl rand -hex 4 > FILE; chmod 600 FILE"
+VRRP_PASSWORD_CHARS = re.compile(r"[A-Za-z0-9._~+/=-]+")  # nothing keepalived.conf's parser could read as syntax
+
+
+def vrrp_password_path(cfg: schema.GroupData) -> Path:
+    return secrets_dir(cfg) / cfg.VRRP_PASSWORD_FILE
+
+
+def read_vrrp_password(cfg: schema.GroupData) -> str:
+    """The front doors' VRRP password (secrets/<VRRP_PASSWORD_FILE>): 1-8 characters keepalived.conf reads as one
+    word; missing, empty, longer or readable by others is refused naming the file to create."""
+    path = vrrp_password_path(cfg)
+    how = f"{VRRP_PASSWORD_HOW.replace('FILE', str(path))} (the same file for every gateway)"
+    password = _read(path, "VRRP_PASSWORD_FILE", root=secrets_dir(cfg), how=how)
+    if not VRRP_PASSWORD_CHARS.fullmatch(password) or len(password) > VRRP_PASSWORD_MAX:
+        raise SettingError("VRRP_PASSWORD_FILE", str(path), f"a file holding 1 to {VRRP_PASSWORD_MAX} letters, "
+                                                            "digits or . _ ~ + / = -", how)
+    return password
+
+
+def ensure_vrrp_password(cfg: schema.GroupData) -> Path:
+    """A random VRRP password unless one exists (the simulated Spark's `sim up` with two gateways)."""
+    path = vrrp_password_path(cfg)
+    if not path.exists():
+        path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w") as f:
+            f.write(_stdlib_secrets.token_hex(VRRP_PASSWORD_MAX // 2) + "\n")
+    return path

@@ -212,10 +212,12 @@ def scrape_job_name(cfg: GroupData) -> str:
 def scrape_job(doc: dict, cfg: GroupData) -> dict:
     """The hand-off's Prometheus job for the routers: one target group per served model on the gateway's front,
     with the same scrape token and CA as the boxes' job."""
-    target = f"{doc['address']}:{doc['port']}"
-    groups = [{"targets": [target], "labels": {"__metrics_path__": path, "gateway": doc["gateway"],
-                                               "service": served, "router": role}}
-              for served, m in sorted(doc["models"].items()) for role, path in sorted(m["metrics_paths"].items())]
+    doors = doc.get("front_doors") or [{"gateway": doc["gateway"], "address": doc["address"], "port": doc["port"]}]
+    # each gateway's own routers at its own address (never through the VIP: it reaches one gateway alone)
+    groups = [{"targets": [f"{g['address']}:{g['port']}"],
+               "labels": {"__metrics_path__": path, "gateway": g["gateway"], "service": served, "router": role}}
+              for g in doors for served, m in sorted(doc["models"].items())
+              for role, path in sorted(m["metrics_paths"].items())]
     job = {"job_name": scrape_job_name(cfg), "scheme": "https",
            "scrape_interval": f"{cfg.PROMETHEUS_SCRAPE_INTERVAL_S}s",
            "scrape_timeout": f"{cfg.PROMETHEUS_SCRAPE_TIMEOUT_S}s",

@@ -146,7 +146,7 @@ def _up(hosts: int, flavors, *, wheelhouse: bool, models: bool, lock: bool, boot
         say(f"note: {', '.join(extra)} also running (beyond --hosts {hosts}); listed in {config.HOSTS_FILE}")
     _write_known_hosts(all_running)
     instance.write_hosts_file(all_running)
-    _secrets_and_lock(lock=lock and models)
+    _secrets_and_lock(lock=lock and models, front_doors=sum(r == config.GATEWAY_ROLE for r in roles.values()))
     say(f"sim up: done in {time.monotonic() - t_all:.2f} s; hosts in {config.HOSTS_FILE}")
     return hosts_()
 
@@ -188,13 +188,16 @@ def _start_instances(names: list[str], running: list[str], wanted: dict[str, str
     say(f"instances: {len(to_start)} started in {time.monotonic() - t0:.2f} s")
 
 
-def _secrets_and_lock(lock: bool) -> None:
-    """The tokens the deploy reads (random, 0600, created once) and, with the hub's repos, the simulated lock."""
-    from sparkctl.config.secrets import ensure_api_token, ensure_scrape_token
+def _secrets_and_lock(lock: bool, front_doors: int = 0) -> None:
+    """The tokens the deploy reads (random, 0600, created once), VRRP's password when two or more gateways share
+    the VIP, and, with the hub's repos, the simulated lock."""
+    from sparkctl.config.secrets import ensure_api_token, ensure_scrape_token, ensure_vrrp_password
 
     cfg = sim_settings().cfg
     say(f"api token: {ensure_api_token(cfg)}")
     say(f"scrape token: {ensure_scrape_token(cfg)}")  # what the proxy's scrape paths take
+    if front_doors > 1:
+        say(f"VRRP password of the front doors (VIP {config.GATEWAY_VIP}): {ensure_vrrp_password(cfg)}")
     if lock:
         with step("lock file") as d:
             d.append(refresh_lock())

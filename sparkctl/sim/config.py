@@ -34,6 +34,9 @@ HOST_ADDRESS = "10.250.0.1"
 PREFIX_LEN = 24
 FIRST_HOST_OCTET = 11  # spark-1 = 10.250.0.11, spark-2 = .12, ...
 MAX_HOSTS = 8
+# the front doors' virtual IP when `sim up` boots two or more gateways (keepalived moves it between them over VRRP's
+# multicast 224.0.0.18 on the bridge): in the sim subnet, above every instance's address (.11-.18) and the host's (.1)
+GATEWAY_VIP = "10.250.0.100"
 NETNS_PREFIX = "sparkctl-"  # netns name: sparkctl-spark-1
 VETH_PREFIX = "spkv"  # host-side veth name: spkv11 (15-char limit)
 CGROUP_PARENT = "sparkctl-sim"  # every instance's systemd lives in <root>/sparkctl-sim/<name>

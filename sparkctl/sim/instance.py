@@ -345,11 +345,17 @@ def known_instances() -> list[str]:
     return sorted(valid, key=config.instance_index)
 
 
-def describe(name: str) -> dict:
-    return {"name": name, "address": config.address_of(name), "ssh_port": 22, "ssh_user": "root",
-            "ssh_key": str(config.SSH_KEY), "known_hosts": str(config.KNOWN_HOSTS),
-            "flavor": flavor_of(name) or config.DEFAULT_FLAVOR, "role": role_of(name)}
+def describe(name: str, front_doors: int = 1) -> dict:
+    """An instance's entry in hosts.json; a gateway among two or more (front_doors) carries the front doors' VIP as
+    its own host data (one gateway keeps no VIP: no keepalived, as a single real gateway)."""
+    entry = {"name": name, "address": config.address_of(name), "ssh_port": 22, "ssh_user": "root",
+             "ssh_key": str(config.SSH_KEY), "known_hosts": str(config.KNOWN_HOSTS),
+             "flavor": flavor_of(name) or config.DEFAULT_FLAVOR, "role": role_of(name)}
+    if entry["role"] == config.GATEWAY_ROLE and front_doors > 1:
+        entry["GATEWAY_VIP"] = config.GATEWAY_VIP
+    return entry
 
 
 def write_hosts_file(names: list[str]) -> None:
-    config.HOSTS_FILE.write_text(json.dumps([describe(n) for n in names], indent=2) + "\n")
+    front_doors = sum(role_of(n) == config.GATEWAY_ROLE for n in names)
+    config.HOSTS_FILE.write_text(json.dumps([describe(n, front_doors) for n in names], indent=2) + "\n")

@@ -35,3 +35,37 @@ def test_a_running_instance_keeps_its_role(tmp_path, monkeypatch):
                                             "sim down` first"):
         api._roles(NAMES, ["spark-4"], ())
     assert api._roles(NAMES, ["spark-4"], ("spark-4",))["spark-4"] == "gateway"
+
+
+def test_two_gateways_by_comma_or_repeated_and_each_once():
+    from sparkctl.sim.cli import gateway_names
+
+    assert gateway_names(["spark-4,spark-5"]) == gateway_names(["spark-4", "spark-5"]) == ("spark-4", "spark-5")
+    assert gateway_names(["spark-4, spark-5", "spark-4"]) == ("spark-4", "spark-5")
+    assert gateway_names(None) == ()
+    assert api._roles(NAMES + ["spark-5"], [], gateway_names(["spark-4,spark-5"]))["spark-5"] == "gateway"
+
+
+def test_two_gateways_carry_the_vip_as_their_own_host_data_and_one_does_not(tmp_path, monkeypatch):
+    """hosts.json: with two gateways each has GATEWAY_VIP (keepalived between them); a lone gateway and the boxes
+    have none, so `sim up --hosts 4 --gateway spark-4` deploys as it did. The VIP is no instance's address."""
+    from sparkctl.config import hosts
+
+    monkeypatch.setattr(config, "RUN_DIR", tmp_path)
+    monkeypatch.setattr(config, "instance_dir", lambda n: tmp_path / n)
+    monkeypatch.setattr(config, "HOSTS_FILE", tmp_path / "hosts.json")
+    names = [config.instance_name(i) for i in range(1, 6)]
+    for n in names:
+        instance.set_role(n, "gateway" if n in ("spark-4", "spark-5") else "box")
+    instance.write_hosts_file(names)
+    gws = hosts.sim_gateway_hosts(tmp_path / "hosts.json")
+    assert [g.data.get("GATEWAY_VIP") for g in gws] == [config.GATEWAY_VIP] * 2
+    assert all("GATEWAY_VIP" not in b.data for b in hosts.sim_hosts(tmp_path / "hosts.json"))
+    instance.write_hosts_file(names[:4])
+    assert [g.data.get("GATEWAY_VIP") for g in hosts.sim_gateway_hosts(tmp_path / "hosts.json")] == [None]
+    assert config.GATEWAY_VIP not in {config.address_of(config.instance_name(i))
+                                      for i in range(1, config.MAX_HOSTS + 1)} | {config.HOST_ADDRESS}
+    import ipaddress
+
+    assert ipaddress.ip_address(config.GATEWAY_VIP) in ipaddress.ip_network(
+        f"{config.HOST_ADDRESS}/{config.PREFIX_LEN}", strict=False)

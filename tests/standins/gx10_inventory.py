@@ -19,6 +19,9 @@ _responses = {
     # the box-side rollout (sparkctl/box/rollout.py): started, then followed until it records its result
     "rollout.py apply": '{"txn": "fake-txn", "attached": false}',
     "rollout.py follow": '@@ {"offset": 0, "running": false, "done": true, "result": {"rc": 0, "outcome": "ready"}}',
+    # the gateway's bridge firewall once loaded (tasks/gateway.py BridgeTable), as nft lists it
+    "nft list table inet": ["table inet sparkctl_bridge {", "\tchain output {",
+                            '\t\toifname "lo" tcp dport 30999 meta skuid != 999 reject with tcp reset', "\t}", "}"],
 }
 # the box-side retire (sparkctl/box/retire.py, retire.py's deploy): FAKE_RETIRE="" not retired yet, "retired" already
 # retired, "owned" a rollout owns the coder now
