@@ -13,7 +13,7 @@ from pyinfra import host, logger
 from pyinfra.api import FunctionCommand, StringCommand, operation
 
 from sparkctl.box import contract
-from sparkctl.fleet.gate import Decision, WaveGate, describe_stop, rollout_gate, wait_turn
+from sparkctl.fleet.wave_gate import Decision, WaveGate, describe_stop, rollout_gate, wait_turn
 from tasks.common import box_command, connector_args, follow_transaction, mark_ready
 from tasks.facts import RolloutStatus
 

@@ -9,7 +9,7 @@ MAX_UNAVAILABLE bounds each pool within a wave: a number of units, or a percenta
 down), at least one and never the whole pool (a pool of two never loses both); a pool of one unit has no other box
 to serve while it rolls out, as before. Units are taken in inventory order; one whose pool already has its
 MAX_UNAVAILABLE in the wave waits for the next wave, so a wave may be smaller than its batch size and the list may
-grow (its last size repeats). Each wave finishes (every box judged) before the next starts (sparkctl.fleet.gate).
+grow (its last size repeats). Each wave finishes (every box judged) before the next starts (sparkctl.fleet.wave_gate).
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@ budget stops the rollout and names the boxes left untouched."""
 
 from __future__ import annotations
 
-from sparkctl.fleet.gate import Decision, WaveGate
+from sparkctl.fleet.wave_gate import Decision, WaveGate
 
 GO, WAIT, STOP = Decision.GO, Decision.WAIT, Decision.STOP
 WAVES = [[("a",)], [("b",), ("c",)], [("d",), ("e",)]]
@@ -93,7 +93,7 @@ def test_thirty_two_greenlets_keep_the_waves_and_a_quarter_of_the_pool_at_most(c
 
     from sparkctl.fleet import placement, pools
     from sparkctl.fleet import waves as waves_mod
-    from sparkctl.fleet.gate import wait_turn
+    from sparkctl.fleet.wave_gate import wait_turn
 
     boxes = [f"spark-{i}" for i in range(1, 33)]
     cfg = cfg_with()
