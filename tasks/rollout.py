@@ -64,7 +64,7 @@ def check_in(service: str, box: str, has_work: bool) -> None:
     LEDGER.checked.setdefault(service, {})[box] = has_work
 
 
-def _gate(state, service: str) -> WaveGate:
+def _wave_gate_of(state, service: str) -> WaveGate:
     """The service's wave gate, built once every active box that prepared this op has checked in (every box's
     greenlet runs this op at once, and checks in after one status read): boxes with nothing to roll out are then
     known, and never waited for."""
@@ -81,7 +81,7 @@ def _gate(state, service: str) -> WaveGate:
 
 def _wave_turn(state, host, service: str) -> bool:
     """Execution time: wait for this box's wave; refuse to touch it once an earlier wave spent the failure budget."""
-    gate = _gate(state, service)
+    gate = _wave_gate_of(state, service)
     if wait_turn(gate, host.name, lambda: gevent.sleep(LEDGER.plan.poll_s)) is Decision.STOP:
         host.log_styled(f"not rolling out vllm-{service} here: {describe_stop(gate)}; this box stays on its previous "
                         f"configuration; fix the candidate and rerun", fg="red", log_func=logger.error)
@@ -98,7 +98,7 @@ def _follow_in_wave(state, host, service: str, *args, **kwargs) -> bool:
     try:
         ok = bool(_follow(state, host, service, *args, **kwargs))
     finally:
-        _gate(state, service).record(host.name, ok)
+        _wave_gate_of(state, service).record(host.name, ok)
     return ok
 
 
