@@ -15,7 +15,7 @@ grow (its last size repeats). Each wave finishes (every box judged) before the n
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Callable
+from dataclasses import dataclass
 
 from sparkctl.config.schema import GroupData
 from sparkctl.fleet.placement import Fleet, place
@@ -76,8 +76,19 @@ def wave_boxes(waves: list[list[Unit]]) -> list[list[str]]:
     return [[b for unit in wave for b in unit] for wave in waves]
 
 
-def rollout_waves(cfg: GroupData, hosts: list[str]) -> Callable[[set[str]], list[list[Unit]]]:
-    """What the deploy's rollouts need of the fleet: with_work -> the waves over the units with a box in with_work,
-    for the inventory's gx10 hosts in order (FLEET_POOLS placed, or today's topology read as pools)."""
-    fleet = place(from_settings(cfg, hosts), hosts)
-    return lambda with_work: plan_waves(fleet, cfg.ROLLOUT_WAVES, cfg.MAX_UNAVAILABLE, with_work)
+@dataclass(frozen=True)
+class FleetWaves:
+    """How a deploy's rollouts take the fleet: ROLLOUT_WAVES and MAX_UNAVAILABLE over its placed units."""
+
+    fleet: Fleet  # the inventory's gx10 hosts in order, FLEET_POOLS placed (or today's topology read as pools)
+    sizes: tuple  # ROLLOUT_WAVES
+    max_unavailable: int | str  # MAX_UNAVAILABLE
+
+    def plan(self, with_work: set[str]) -> list[list[Unit]]:
+        """The waves over the units with a box in with_work (plan_waves)."""
+        return plan_waves(self.fleet, list(self.sizes), self.max_unavailable, with_work)
+
+
+def rollout_waves(cfg: GroupData, hosts: list[str]) -> FleetWaves:
+    """What the deploy's rollouts need of the fleet, for the inventory's gx10 hosts in order."""
+    return FleetWaves(place(from_settings(cfg, hosts), hosts), tuple(cfg.ROLLOUT_WAVES), cfg.MAX_UNAVAILABLE)

@@ -14,7 +14,7 @@ import pytest
 import tasks.rollout as glue
 from sparkctl.fleet.placement import Fleet, PlacedPool
 from sparkctl.fleet.pools import Pool
-from sparkctl.fleet.waves import plan_waves
+from sparkctl.fleet.waves import FleetWaves
 
 SERVICE = "coder"
 
@@ -54,9 +54,7 @@ def run(monkeypatch, pools: dict[str, list[str]], outcome: dict[str, bool], work
         max_unavailable="25%", max_fail=0.0) -> tuple[dict[str, bool], list[set[str]], dict[str, Box]]:
     """Every box's greenlet at once; returns each box's op result and which boxes were rolling out together."""
     fleet = fleet_of(pools)
-    ledger = glue.RolloutLedger(plan=glue.WavePlan(lambda w: plan_waves(fleet, waves, max_unavailable, w),
-                                                   max_fail, 0.01))
-    monkeypatch.setattr(glue, "LEDGER", ledger)
+    ledger = glue.RolloutLedger(plan=glue.WavePlan(FleetWaves(fleet, tuple(waves), max_unavailable), max_fail, 0.01))
     rolling: set[str] = set()
     together: list[set[str]] = []
 
@@ -75,10 +73,10 @@ def run(monkeypatch, pools: dict[str, list[str]], outcome: dict[str, bool], work
 
     def one(box: Box) -> bool:
         gevent.sleep(0.001 * len(box.name))  # check-ins arrive at different moments, as status reads do
-        glue.check_in(SERVICE, box.name, box.name in work)
+        glue.check_in(ledger, SERVICE, box.name, box.name in work)
         if box.name not in work:
             return True
-        return glue._wave_turn(state, box, SERVICE) and glue._follow_in_wave(state, box, SERVICE)
+        return glue._wave_turn(state, box, ledger, SERVICE) and glue._follow_in_wave(state, box, ledger, SERVICE)
 
     greenlets = {b: gevent.spawn(one, box) for b, box in boxes.items()}
     gevent.joinall(list(greenlets.values()), timeout=10, raise_error=True)
@@ -120,3 +118,10 @@ def test_boxes_with_nothing_to_roll_out_never_wait_nor_hold_a_wave(monkeypatch, 
     results, together, _ = run(monkeypatch, pools, {}, work, [1, "100%"])
     assert all(results.values())
     assert [t for t in together] == [{b} for b in sorted(work)]  # the one box with work is its own canary
+
+
+def test_the_ledger_is_one_per_deploy_run_whichever_host_asks_first():
+    run, other_run = State(Inventory([])), State(Inventory([]))
+    first = glue.run_ledger(run)
+    assert glue.run_ledger(run) is first  # every host's deploy.py of this run gets the same one
+    assert glue.run_ledger(other_run) is not first  # a second run starts with an empty one
