@@ -86,6 +86,7 @@ class RolloutLedger:
     plan: WavePlan | None = None  # set by the services step while the first box prepares
     expected: dict[str, set[str]] = field(default_factory=dict)  # service -> boxes that prepared its rollout op
     checked: dict[str, dict[str, bool]] = field(default_factory=dict)  # service -> box -> it has a rollout to run
+    first_installs: dict[str, set[str]] = field(default_factory=dict)  # service -> boxes where it never committed
     gates: dict[str, WaveGate] = field(default_factory=dict)  # service -> its gate, built when the op first executes
     known_failed: dict[str, list[str]] = field(default_factory=dict)  # box -> one line per service left as it was
     status: dict[tuple, dict] = field(default_factory=dict)  # (box, executing, ...) -> rollout.py status: one call
@@ -112,10 +113,21 @@ def rollout_status(ledger: RolloutLedger, box: BoxScript) -> dict:
     return ledger.status[key]
 
 
-def check_in(ledger: RolloutLedger, service: str, box: str, has_work: bool) -> None:
-    """Execution time, first thing in a box's rollout op: whether it has something to roll out. What the box runs
-    is known only now (its candidate was staged by the ops before), so the gate waits for every box's word."""
-    ledger.checked.setdefault(service, {})[box] = has_work
+def first_install(status: dict) -> bool:
+    """The service was never committed on the box (rollout.py status: no stamp, `applied` "") and does not run: it
+    serves nothing yet, so its rollout takes no capacity away (sparkctl.fleet.waves)."""
+    return not status.get("applied") and not status.get("active")
+
+
+def check_in(ledger: RolloutLedger, service: str, box: str, has_work: bool | None, new: bool = False) -> None:
+    """Execution time, first thing in a box's rollout op: whether it has something to roll out (None: the box does
+    not pass the gate, a tensor-parallel worker's start), and whether it is a first install (new: the worker's
+    start says so before its head's rollout, as a pair is new only when both boxes are). What the box runs is known
+    only now (its candidate was staged by the ops before), so the gate waits for every box's word."""
+    if has_work is not None:
+        ledger.checked.setdefault(service, {})[box] = has_work
+    if new:
+        ledger.first_installs.setdefault(service, set()).add(box)
 
 
 def _wave_gate_of(state, ledger: RolloutLedger, service: str) -> WaveGate:
@@ -128,7 +140,8 @@ def _wave_gate_of(state, ledger: RolloutLedger, service: str) -> WaveGate:
             gevent.sleep(ledger.plan.poll_s)
         if service not in ledger.gates:  # another greenlet may have built it meanwhile
             work = {b for b, has_work in ledger.checked[service].items() if has_work}
-            ledger.gates[service] = rollout_gate(ledger.plan.waves.plan(work), work, active,
+            new = ledger.first_installs.get(service, set())
+            ledger.gates[service] = rollout_gate(ledger.plan.waves.plan(work, new), work, active,
                                                  ledger.plan.max_fail_percentage)
     return ledger.gates[service]
 
@@ -141,7 +154,10 @@ def _wave_turn(state, host, ledger: RolloutLedger, service: str) -> bool:
                         f"configuration; fix the candidate and rerun", fg="red", log_func=logger.error)
         return False
     boxes, number = gate.wave_of(host.name)
-    if len(gate.waves) > 1:
+    if host.name in ledger.first_installs.get(service, set()):
+        host.log(f"vllm-{service}: a first install (it serves nothing yet): no wait for a wave, not counted against "
+                 f"MAX_UNAVAILABLE; judged with wave {number} of {len(gate.waves)} ({', '.join(boxes)})")
+    elif len(gate.waves) > 1:
         host.log(f"vllm-{service}: wave {number} of {len(gate.waves)} ({', '.join(boxes)})")
     return True
 
@@ -281,8 +297,8 @@ def _needs_transaction(ledger: RolloutLedger, box: BoxScript, service: str, chec
         if check_in_here and executing:
             check_in(ledger, service, host.name, False)
         raise
-    if check_in_here and executing:
-        check_in(ledger, service, host.name, not unchanged)
+    if executing:
+        check_in(ledger, service, host.name, not unchanged if check_in_here else None, first_install(status))
     return unchanged, status
 
 

@@ -6,7 +6,8 @@ drains the served model at the proxy, installs them, restarts, gates on a real r
 exactly that snapshot. A flip therefore changes only the coder's staged env file, and only the coder restarts.
 Rollouts go in waves over the fleet (ROLLOUT_WAVES, MAX_UNAVAILABLE, MAX_FAIL_PERCENTAGE; tasks/rollout.py): a canary
 first, then batches, never more of a pool at once than MAX_UNAVAILABLE (a pair: one box at a time), each wave
-judged before the next is touched, and no further box after a wave spends its failure budget.
+judged before the next is touched, and no further box after a wave spends its failure budget; a first install
+(it serves nothing yet) waits for no wave.
 """
 
 from __future__ import annotations
