@@ -80,8 +80,8 @@ class RolloutLedger:
 
     One per deploy run: each host's deploy.py runs in a namespace of its own, so the one object every host's run
     shares is pyinfra's State, and run_ledger(host.state) keeps the ledger there. deploy.py takes it from there and
-    hands it on explicitly: to services() (which gives it to every rollout op, and they to their commands) and to
-    health() and tp_worker_result()."""
+    hands it on explicitly: to services() (which gives it to every rollout op, and they to their commands, and
+    returns it), then to health() and tp_worker_result()."""
 
     plan: WavePlan | None = None  # set by the services step while the first box prepares
     expected: dict[str, set[str]] = field(default_factory=dict)  # service -> boxes that prepared its rollout op

@@ -66,9 +66,11 @@ def tp_coders(settings: Settings) -> list[tuple]:
 
 @dataclass
 class Rollouts:
-    """What the services step hands on in deploy.py: this box's started worker transactions (for
-    tp_worker_result)."""
+    """What the services step hands on in deploy.py: the run's ledger it was given, which its rollouts fill while
+    they execute (for the health step's report and tp_worker_result), and this box's started worker transactions
+    (for tp_worker_result)."""
 
+    ledger: RolloutLedger
     worker_starts: dict[str, object] = field(default_factory=dict)  # service -> the op that started its transaction
 
 
@@ -126,7 +128,7 @@ def services(settings: Settings, judge, ledger: RolloutLedger, service_list: lis
     for svc in service_list:  # after the rollout installed the unit
         systemd.service(name=f"Enable {svc.unit} at boot", service=svc.unit, running=None, enabled=True)
     prune(cfg)
-    return Rollouts(worker_rollouts)
+    return Rollouts(ledger, worker_rollouts)
 
 
 def roll_out(settings: Settings, judge, ledger: RolloutLedger, box: BoxScript, svc) -> None:
