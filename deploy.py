@@ -25,6 +25,7 @@ from tasks.nvidia import nvidia
 from tasks.oom_guard import oom_guard
 from tasks.preflight import preflight, settings_for_host
 from tasks.proxy import proxy
+from tasks.rollout import run_ledger
 from tasks.services import services
 from tasks.stale import stale
 from tasks.tp_worker import tp_worker_result
@@ -41,11 +42,12 @@ if "gx10" in host.groups:
     oom_guard(settings)
     stale(settings)  # before the proxy drops their locations and the services' rollouts need their memory
     proxy(settings)  # before the services: a coder is judged through it as soon as its box waits for a verdict
-    rollouts = services(settings, judge=judge_waiting)  # what its rollouts learn while they execute, for later steps
+    # the run's rollout ledger, shared by every host's deploy.py: what the rollouts learn as they execute
+    rollouts = services(settings, judge=judge_waiting, ledger=run_ledger(host.state))
     monitoring(settings, shared_scripts)
     health(settings, rollouts.ledger.known_failed)
     acceptance_step(settings)
-    tp_worker_result(settings, rollouts.worker_starts)
+    tp_worker_result(settings, rollouts.worker_starts, rollouts.ledger)
     ray_retire(settings)  # Ray units a configuration no longer runs, once its services run without them
     handoff(settings)
 after_the_boxes()  # every host: the one operation boxes and gateway share orders the gateway's after the boxes'

@@ -5,6 +5,7 @@ box boundary's contract (sparkctl/box/contract.py), every outcome read by name."
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import partial
 
@@ -13,7 +14,8 @@ from pyinfra import host, logger
 from pyinfra.api import FunctionCommand, StringCommand, operation
 
 from sparkctl.box import contract
-from sparkctl.fleet.gate import Decision, WaveGate, describe_stop, rollout_gate, wait_turn
+from sparkctl.fleet.wave_gate import Decision, WaveGate, describe_stop, rollout_gate, wait_turn
+from sparkctl.fleet.waves import FleetWaves
 from tasks.common import box_command, connector_args, follow_transaction, mark_ready
 from tasks.facts import RolloutStatus
 
@@ -23,9 +25,47 @@ class WavePlan:
     """How this run's rollouts take the fleet: the waves over the units that have something to roll out, the
     failure budget per wave, and how often a box waiting for its wave looks again."""
 
-    waves: object  # with_work -> the ordered waves of units (sparkctl.fleet.waves.plan_waves over the placed fleet)
+    waves: FleetWaves  # ROLLOUT_WAVES and MAX_UNAVAILABLE over the placed fleet
     max_fail_percentage: float  # MAX_FAIL_PERCENTAGE
     poll_s: float  # HEALTH_POLL_INTERVAL_S: a waiting box's look at the gate
+
+
+@dataclass(frozen=True)
+class BoxScript:
+    """How this box's rollout ops call its rollout.py: where it is, the environment it needs, the settings its
+    arguments come from (contract.SETTINGS, validated by the schema), how often a transaction is followed, and every
+    service the box runs (one status call reads them all)."""
+
+    script: str
+    env_prefix: str
+    setting_values: dict
+    interval: float  # HEALTH_POLL_INTERVAL_S
+    services: tuple[str, ...]
+
+    def command(self, args: list[str]) -> StringCommand:
+        return box_command(self.env_prefix, self.script, args)
+
+
+@dataclass(frozen=True)
+class Target:
+    """One service as its rollout addresses it: its name, its port, the name it serves, and what the box's health
+    gate sends it (contract.KINDS)."""
+
+    service: str
+    port: int
+    served: str
+    kind: str
+
+
+@dataclass(frozen=True)
+class Judging:
+    """A coder judged inside its own rollout op: the box waits for the acceptance verdict after its health gate
+    (verdict_args: sparkctl.render.units.apply_verdict_args), and judge(state, host, txn, probe_key) -> bool
+    (tasks/acceptance.judge_waiting) measures and sends it, so the next wave touches its boxes only after this
+    one's verdict, and a first install is judged while its verdict deadline is fresh."""
+
+    verdict_args: dict
+    judge: Callable
 
 
 @dataclass
@@ -36,69 +76,99 @@ class RolloutLedger:
     executes the operations, every host's greenlet at once for one op; what a FunctionCommand learns at execute
     time can therefore not be a step's return value. `expected`, `checked` and `gates` must be shared ACROSS hosts:
     the boxes that prepared a rollout, which of them have one to run, and the wave gate their greenlets pass (each
-    waits for its wave, a failed wave stops the rest). The rest is keyed by box. One object per deploy run (the pyinfra process), handed on explicitly:
-    services() returns it, deploy.py gives it to health()."""
+    waits for its wave, a failed wave stops the rest). The rest is keyed by box.
 
-    plan: WavePlan | None = None  # set by the services step while it prepares
+    One per deploy run: each host's deploy.py runs in a namespace of its own, so the one object every host's run
+    shares is pyinfra's State, and run_ledger(host.state) keeps the ledger there. deploy.py takes it from there and
+    hands it on explicitly: to services() (which gives it to every rollout op, and they to their commands, and
+    returns it), then to health() and tp_worker_result()."""
+
+    plan: WavePlan | None = None  # set by the services step while the first box prepares
     expected: dict[str, set[str]] = field(default_factory=dict)  # service -> boxes that prepared its rollout op
     checked: dict[str, dict[str, bool]] = field(default_factory=dict)  # service -> box -> it has a rollout to run
+    first_installs: dict[str, set[str]] = field(default_factory=dict)  # service -> boxes where it never committed
     gates: dict[str, WaveGate] = field(default_factory=dict)  # service -> its gate, built when the op first executes
     known_failed: dict[str, list[str]] = field(default_factory=dict)  # box -> one line per service left as it was
     status: dict[tuple, dict] = field(default_factory=dict)  # (box, executing, ...) -> rollout.py status: one call
-    detached: dict[tuple[str, str], str] = field(default_factory=dict)  # (box, service) -> txn of rollout(wait=False)
+    detached: dict[tuple[str, str], str] = field(default_factory=dict)  # (box, service) -> txn of rollout_start
 
 
-LEDGER = RolloutLedger()
+LEDGER_ATTRIBUTE = "sparkctl_rollout_ledger"  # where run_ledger keeps this run's ledger on pyinfra's State
 
 
-def rollout_status(script: str, services: tuple, env_prefix: str) -> dict:
-    key = (host.name, bool(host.state.is_executing), script, services)
-    if key not in LEDGER.status:
-        LEDGER.status[key] = host.get_fact(RolloutStatus, script=script, services=list(services), env_prefix=env_prefix)
-    return LEDGER.status[key]
+def run_ledger(state) -> RolloutLedger:
+    """This deploy run's ledger, made by the first host's deploy.py to ask (no greenlet switch in between)."""
+    ledger = getattr(state, LEDGER_ATTRIBUTE, None)
+    if ledger is None:
+        ledger = RolloutLedger()
+        setattr(state, LEDGER_ATTRIBUTE, ledger)
+    return ledger
 
 
-def check_in(service: str, box: str, has_work: bool) -> None:
-    """Execution time, first thing in a box's rollout op: whether it has something to roll out. What the box runs
-    is known only now (its candidate was staged by the ops before), so the gate waits for every box's word."""
-    LEDGER.checked.setdefault(service, {})[box] = has_work
+def rollout_status(ledger: RolloutLedger, box: BoxScript) -> dict:
+    key = (host.name, bool(host.state.is_executing), box.script, box.services)
+    if key not in ledger.status:
+        ledger.status[key] = host.get_fact(RolloutStatus, script=box.script, services=list(box.services),
+                                           env_prefix=box.env_prefix)
+    return ledger.status[key]
 
 
-def _gate(state, service: str) -> WaveGate:
+def first_install(status: dict) -> bool:
+    """The service was never committed on the box (rollout.py status: no stamp, `applied` "") and does not run: it
+    serves nothing yet, so its rollout takes no capacity away (sparkctl.fleet.waves)."""
+    return not status.get("applied") and not status.get("active")
+
+
+def check_in(ledger: RolloutLedger, service: str, box: str, has_work: bool | None, new: bool = False) -> None:
+    """Execution time, first thing in a box's rollout op: whether it has something to roll out (None: the box does
+    not pass the gate, a tensor-parallel worker's start), and whether it is a first install (new: the worker's
+    start says so before its head's rollout, as a pair is new only when both boxes are). What the box runs is known
+    only now (its candidate was staged by the ops before), so the gate waits for every box's word."""
+    if has_work is not None:
+        ledger.checked.setdefault(service, {})[box] = has_work
+    if new:
+        ledger.first_installs.setdefault(service, set()).add(box)
+
+
+def _wave_gate_of(state, ledger: RolloutLedger, service: str) -> WaveGate:
     """The service's wave gate, built once every active box that prepared this op has checked in (every box's
     greenlet runs this op at once, and checks in after one status read): boxes with nothing to roll out are then
     known, and never waited for."""
-    if service not in LEDGER.gates:
+    if service not in ledger.gates:
         active = {h.name for h in state.inventory.get_active_hosts()}
-        while not (LEDGER.expected.get(service, set()) & active) <= set(LEDGER.checked.get(service, {})):
-            gevent.sleep(LEDGER.plan.poll_s)
-        if service not in LEDGER.gates:  # another greenlet may have built it meanwhile
-            work = {b for b, has_work in LEDGER.checked[service].items() if has_work}
-            LEDGER.gates[service] = rollout_gate(LEDGER.plan.waves(work), work, active,
-                                                 LEDGER.plan.max_fail_percentage)
-    return LEDGER.gates[service]
+        while not (ledger.expected.get(service, set()) & active) <= set(ledger.checked.get(service, {})):
+            gevent.sleep(ledger.plan.poll_s)
+        if service not in ledger.gates:  # another greenlet may have built it meanwhile
+            work = {b for b, has_work in ledger.checked[service].items() if has_work}
+            new = ledger.first_installs.get(service, set())
+            ledger.gates[service] = rollout_gate(ledger.plan.waves.plan(work, new), work, active,
+                                                 ledger.plan.max_fail_percentage)
+    return ledger.gates[service]
 
 
-def _wave_turn(state, host, service: str) -> bool:
+def _wave_turn(state, host, ledger: RolloutLedger, service: str) -> bool:
     """Execution time: wait for this box's wave; refuse to touch it once an earlier wave spent the failure budget."""
-    gate = _gate(state, service)
-    if wait_turn(gate, host.name, lambda: gevent.sleep(LEDGER.plan.poll_s)) is Decision.STOP:
+    gate = _wave_gate_of(state, ledger, service)
+    if wait_turn(gate, host.name, lambda: gevent.sleep(ledger.plan.poll_s)) is Decision.STOP:
         host.log_styled(f"not rolling out vllm-{service} here: {describe_stop(gate)}; this box stays on its previous "
                         f"configuration; fix the candidate and rerun", fg="red", log_func=logger.error)
         return False
     boxes, number = gate.wave_of(host.name)
-    if len(gate.waves) > 1:
+    if host.name in ledger.first_installs.get(service, set()):
+        host.log(f"vllm-{service}: a first install (it serves nothing yet): no wait for a wave, not counted against "
+                 f"MAX_UNAVAILABLE; judged with wave {number} of {len(gate.waves)} ({', '.join(boxes)})")
+    elif len(gate.waves) > 1:
         host.log(f"vllm-{service}: wave {number} of {len(gate.waves)} ({', '.join(boxes)})")
     return True
 
 
-def _follow_in_wave(state, host, service: str, *args, **kwargs) -> bool:
+def _follow_in_wave(state, host, ledger: RolloutLedger, service: str, *args, **kwargs) -> bool:
     """_follow, its result recorded in the wave gate whatever happens (a wave waits for every box's result)."""
     ok = False
     try:
         ok = bool(_follow(state, host, service, *args, **kwargs))
     finally:
-        _gate(state, service).record(host.name, ok)
+        _wave_gate_of(state, ledger, service).record(host.name, ok)
     return ok
 
 
@@ -171,20 +241,20 @@ def _awaiting(state, host, service: str, started: dict, result: dict, ours: bool
     return None if started.get("attached") else True
 
 
-def _start(state, host, service: str, apply_cmd: StringCommand) -> bool:
+def _start(state, host, ledger: RolloutLedger, service: str, apply_cmd: StringCommand) -> bool:
     """Start (or attach to) the box's transaction and return: a tensor-parallel worker's waits for its head."""
     started = _apply(host, connector_args(host), service, apply_cmd)
     if not started:
         return False
-    LEDGER.detached[(host.name, service)] = started["txn"]
+    ledger.detached[(host.name, service)] = started["txn"]
     host.log(f"vllm-{service}: transaction {started['txn']} started; it changes nothing until the head's candidate "
              f"is installed, and keeps its own only if the head commits")
     return True
 
 
-def _join(state, host, service: str, rollout_py, interval: float) -> bool:
-    """Follow a transaction rollout(wait=False) started until it records its result."""
-    txn = LEDGER.detached.pop((host.name, service), None)
+def _join(state, host, ledger: RolloutLedger, service: str, rollout_py, interval: float) -> bool:
+    """Follow a transaction rollout_start started until it records its result."""
+    txn = ledger.detached.pop((host.name, service), None)
     if txn is None:
         host.log_styled(f"vllm-{service}: no transaction was started here to follow", fg="red", log_func=logger.error)
         return False
@@ -198,7 +268,7 @@ def _join(state, host, service: str, rollout_py, interval: float) -> bool:
     return True
 
 
-def _unchanged(service: str, status: dict, retry_failed: bool) -> str:
+def _unchanged(ledger: RolloutLedger, service: str, status: dict, retry_failed: bool) -> str:
     """Why the box needs no transaction ("" when it does): it runs exactly its staged configuration, or that
     configuration failed before and no retry was asked for (then listed for the health step's report)."""
     busy = status.get("running") or status.get("phase")
@@ -211,57 +281,71 @@ def _unchanged(service: str, status: dict, retry_failed: bool) -> str:
     line = (f"vllm-{service}: this configuration ({failed.get('model')}) failed at {failed.get('at')} "
             f"({why}); nothing restarted. To try it again on purpose: --data ROLLOUT_RETRY_FAILED=True")
     if host.state.is_executing:
-        LEDGER.known_failed.setdefault(host.name, []).append(line)
+        ledger.known_failed.setdefault(host.name, []).append(line)
         host.log_styled(line, fg="yellow", log_func=logger.warning)
     return line
 
 
+def _needs_transaction(ledger: RolloutLedger, box: BoxScript, service: str, check_in_here: bool) -> tuple[str, dict]:
+    """(why the box needs no transaction, "" when it does; the service's status). check_in_here: a box whose
+    rollout passes the wave gate checks in, also when reading its status fails (its wave must not wait for it)."""
+    executing = host.state.is_executing
+    try:
+        status = rollout_status(ledger, box).get(service, {})
+        unchanged = _unchanged(ledger, service, status, box.setting_values["ROLLOUT_RETRY_FAILED"])
+    except Exception:
+        if check_in_here and executing:
+            check_in(ledger, service, host.name, False)
+        raise
+    if executing:
+        check_in(ledger, service, host.name, not unchanged if check_in_here else None, first_install(status))
+    return unchanged, status
+
+
+def _apply_command(box: BoxScript, target: Target, extra: dict) -> StringCommand:
+    return box.command(contract.argv("apply", box.setting_values, service=target.service, port=target.port,
+                                     served=target.served, kind=target.kind, **extra))
+
+
 @operation()
-def rollout(service: str, services: tuple, script: str, setting_values: dict, interval: float, port: int, served: str,
-            kind: str, env_prefix: str = "", handoff: dict | None = None, peer: dict | None = None,
-            wait: bool = True, verdict_args: dict | None = None, on_awaiting=None):
-    """Run the box's transaction for a service (drain, switch, gate, commit or roll back), unless it already
-    runs exactly its staged configuration, or that configuration failed before and no retry was asked for.
-    setting_values: the validated values of contract.SETTINGS (tasks/services.rollout_call); verdict_args
-    (sparkctl.render.units.apply_verdict_args): after its health gate the box waits for the acceptance verdict;
-    on_awaiting(state, host, txn, probe_key) -> bool (tasks/acceptance.judge_waiting) then measures and sends it
-    within this op, so the next wave touches its boxes only after this one's verdict, and a first install is
-    judged while its verdict deadline is fresh (the proxy step runs before the services).
+def rollout(box: BoxScript, target: Target, ledger: RolloutLedger, handoff: dict | None = None,
+            judging: Judging | None = None):
+    """Run the box's transaction for a service (drain, switch, gate, commit or roll back) in its wave, unless it
+    already runs exactly its staged configuration, or that configuration failed before and no retry was asked for.
+    handoff: the box's entry in the gateway hand-off (tasks/common.ready_target), marked not ready meanwhile;
+    judging: the coder is judged by acceptance within this op (Judging).
 
     "Exactly that" = the stamp rollout.py recorded after its last healthy start equals the hash of the staged unit
-    and env file now, so a restart happens only when something the service reads changed.
-
-    peer: rollout.py's --peer-* facts (a tensor-parallel worker following its head); wait=False only starts the
-    transaction (rollout_join follows it to its result, after the head's rollout).
-    """
-    try:
-        status = rollout_status(script, services, env_prefix).get(service, {})
-        unchanged = _unchanged(service, status, setting_values["ROLLOUT_RETRY_FAILED"])
-    except Exception:
-        if wait and host.state.is_executing:
-            check_in(service, host.name, False)  # this box fails here; its wave must not wait for it
-        raise
-    if wait and host.state.is_executing:
-        check_in(service, host.name, not unchanged)
+    and env file now, so a restart happens only when something the service reads changed."""
+    unchanged, status = _needs_transaction(ledger, box, target.service, check_in_here=True)
     if unchanged:
         host.noop(unchanged)
         return
-    rollout_py = partial(box_command, env_prefix, script)
-    apply_cmd = rollout_py(contract.argv("apply", setting_values, service=service, port=port, served=served, kind=kind,
-                                         **(peer or {}), **(verdict_args or {})))
-    if not wait:  # no one-box-at-a-time guard: head and worker are one unit, the head's rollout decides for both
-        yield FunctionCommand(_start, (service, apply_cmd), {})
-        return
-    yield FunctionCommand(_wave_turn, (service,), {})
-    yield FunctionCommand(_follow_in_wave, (service, apply_cmd, rollout_py, interval),
-                          {"wanted": status.get("wanted", ""), "handoff": handoff, "on_awaiting": on_awaiting})
+    apply_cmd = _apply_command(box, target, judging.verdict_args if judging else {})
+    yield FunctionCommand(_wave_turn, (ledger, target.service), {})
+    yield FunctionCommand(_follow_in_wave, (ledger, target.service, apply_cmd, box.command, box.interval),
+                          {"wanted": status.get("wanted", ""), "handoff": handoff,
+                           "on_awaiting": judging.judge if judging else None})
 
 
 @operation()
-def rollout_join(service: str, script: str, interval: float, env_prefix: str = "", follow: bool = True):
-    """Wait for the transaction rollout(wait=False) started on this box (pair it with `_if=<that op>.did_change`);
+def rollout_start(box: BoxScript, target: Target, ledger: RolloutLedger, peer: dict):
+    """A tensor-parallel worker's transaction, only started (peer: rollout.py's --peer-* facts of its head): it
+    changes nothing until the head's candidate is installed and keeps its own only if the head commits. No wave
+    guard: head and worker are one unit, the head's rollout decides for both; rollout_join follows it."""
+    unchanged, _status = _needs_transaction(ledger, box, target.service, check_in_here=False)
+    if unchanged:
+        host.noop(unchanged)
+        return
+    yield FunctionCommand(_start, (ledger, target.service, _apply_command(box, target, peer)), {})
+
+
+@operation()
+def rollout_join(service: str, script: str, interval: float, ledger: RolloutLedger, env_prefix: str = "",
+                 follow: bool = True):
+    """Wait for the transaction rollout_start started on this box (pair it with `_if=<that op>.did_change`);
     follow=False: this box started none (the tensor-parallel head: its own rollout already decided)."""
     if not follow:
         host.noop(f"vllm-{service}: nothing to follow on this box")
         return
-    yield FunctionCommand(_join, (service, partial(box_command, env_prefix, script), interval), {})
+    yield FunctionCommand(_join, (ledger, service, partial(box_command, env_prefix, script), interval), {})

@@ -6,7 +6,8 @@ drains the served model at the proxy, installs them, restarts, gates on a real r
 exactly that snapshot. A flip therefore changes only the coder's staged env file, and only the coder restarts.
 Rollouts go in waves over the fleet (ROLLOUT_WAVES, MAX_UNAVAILABLE, MAX_FAIL_PERCENTAGE; tasks/rollout.py): a canary
 first, then batches, never more of a pool at once than MAX_UNAVAILABLE (a pair: one box at a time), each wave
-judged before the next is touched, and no further box after a wave spends its failure budget.
+judged before the next is touched, and no further box after a wave spends its failure budget; a first install
+(it serves nothing yet) waits for no wave.
 """
 
 from __future__ import annotations
@@ -33,15 +34,18 @@ from sparkctl.errors import Refused
 from sparkctl.fleet.waves import rollout_waves
 from tasks.common import ready_target
 from tasks.facts import VenvsInUse
-from tasks.rollout import LEDGER, RolloutLedger, WavePlan, rollout
+from tasks.rollout import BoxScript, Judging, RolloutLedger, Target, WavePlan, rollout, rollout_start
 
 
-def rollout_call(cfg: GroupData) -> dict:
-    """What every rollout op of this box is given: where the box's script is, and every setting its arguments come
-    from (contract.SETTINGS; the schema validated each value before this)."""
-    return dict(script=box_paths.rollout_script(cfg.SPARKCTL_HOME),
-                setting_values=rollout_values(cfg),
-                interval=cfg.HEALTH_POLL_INTERVAL_S, env_prefix=rollout_env(cfg))
+def box_script(cfg: GroupData, services: tuple[str, ...]) -> BoxScript:
+    """How every rollout op of this box calls its script: where it is, and every setting its arguments come from
+    (contract.SETTINGS; the schema validated each value before this)."""
+    return BoxScript(script=box_paths.rollout_script(cfg.SPARKCTL_HOME), env_prefix=rollout_env(cfg),
+                     setting_values=rollout_values(cfg), interval=cfg.HEALTH_POLL_INTERVAL_S, services=services)
+
+
+def target(svc) -> Target:
+    return Target(service=svc.name, port=svc.port, served=svc.served_name, kind=gate_kind(svc))
 
 
 def tp_coders(settings: Settings) -> list[tuple]:
@@ -62,8 +66,9 @@ def tp_coders(settings: Settings) -> list[tuple]:
 
 @dataclass
 class Rollouts:
-    """What the services step hands on in deploy.py: the ledger its rollouts fill while they execute (for the
-    health step's report), and this box's started worker transactions (for tp_worker_result)."""
+    """What the services step hands on in deploy.py: the run's ledger it was given, which its rollouts fill while
+    they execute (for the health step's report and tp_worker_result), and this box's started worker transactions
+    (for tp_worker_result)."""
 
     ledger: RolloutLedger
     worker_starts: dict[str, object] = field(default_factory=dict)  # service -> the op that started its transaction
@@ -102,53 +107,54 @@ def venv_users(cfg: GroupData) -> list[str]:
 
 
 @deploy("vLLM services")
-def services(settings: Settings, judge, service_list: list | None = None) -> Rollouts:
+def services(settings: Settings, judge, ledger: RolloutLedger, service_list: list | None = None) -> Rollouts:
     """judge(settings, service, handoff): the acceptance step's judge of a coder waiting for its verdict
-    (tasks/acceptance.judge_waiting), run inside that coder's rollout op."""
+    (tasks/acceptance.judge_waiting), run inside that coder's rollout op; ledger: this deploy run's
+    (tasks/rollout.run_ledger), which every rollout op fills while it executes."""
     cfg = settings.cfg
     service_list = join_tp_unit(settings, service_list if service_list is not None else settings.services)
-    call = rollout_call(cfg)
+    box = box_script(cfg, tuple(s.name for s in service_list))
     stage(cfg, service_list)
-    names = tuple(s.name for s in service_list)
-    plan_waves(settings, [s.name for s in service_list if not s.headless])
+    plan_waves(settings, ledger, [s.name for s in service_list if not s.headless])
     worker_rollouts = {}
     for svc in service_list:  # tensor-parallel: the worker's transaction starts first and waits for the head's
         if svc.headless:
-            worker_rollouts[svc.name] = rollout(
+            worker_rollouts[svc.name] = rollout_start(
                 name=f"Start the rollout of {svc.unit} (tensor-parallel worker, {svc.model.key}; follows the head)",
-                service=svc.name, services=names, port=svc.port, served=svc.served_name, kind=gate_kind(svc),
-                peer=peer_facts(cfg, settings.role.head_address, "apply"), wait=False, **call)
+                box=box, target=target(svc), ledger=ledger, peer=peer_facts(cfg, settings.role.head_address, "apply"))
     for svc in service_list:
-        if svc.headless:
-            continue
-        # in waves (tasks/rollout.py): a served model is never down on every box of its pool at once
-        handoff = ready_target(cfg, svc.served_name) if settings.role.serves_api else None
-        verdict_args = apply_verdict_args(cfg, svc)  # the coder waits for its acceptance verdict, judged in this op
-        rollout(name=f"Roll out {svc.unit} ({svc.model.key})", service=svc.name, services=names,
-                port=svc.port, served=svc.served_name, kind=gate_kind(svc), handoff=handoff,
-                verdict_args=verdict_args, on_awaiting=judge(settings, svc, handoff) if verdict_args else None,
-                **call)
+        if not svc.headless:  # in waves (tasks/rollout.py): a served model is never down on its whole pool at once
+            roll_out(settings, judge, ledger, box, svc)
     for svc in service_list:  # after the rollout installed the unit
         systemd.service(name=f"Enable {svc.unit} at boot", service=svc.unit, running=None, enabled=True)
     prune(cfg)
-    return Rollouts(LEDGER, worker_rollouts)
+    return Rollouts(ledger, worker_rollouts)
 
 
-def plan_waves(settings: Settings, services: list[str]) -> None:
+def roll_out(settings: Settings, judge, ledger: RolloutLedger, box: BoxScript, svc) -> None:
+    """One service's rollout op; a coder waits for its acceptance verdict, judged within the op."""
+    handoff = ready_target(settings.cfg, svc.served_name) if settings.role.serves_api else None
+    verdict_args = apply_verdict_args(settings.cfg, svc)
+    judging = Judging(verdict_args, judge(settings, svc, handoff)) if verdict_args else None
+    rollout(name=f"Roll out {svc.unit} ({svc.model.key})", box=box, target=target(svc), ledger=ledger,
+            handoff=handoff, judging=judging)
+
+
+def plan_waves(settings: Settings, ledger: RolloutLedger, services: list[str]) -> None:
     """Prepare time, every box: how this run's rollouts take the fleet (built once, from the first box's settings:
     the wave settings are group data), and that this box's greenlet will check in at each service's gate. Every
     box of a wave waits in its own greenlet, so pyinfra must run them all at once."""
     cfg = settings.cfg
-    if LEDGER.plan is None:
+    if ledger.plan is None:
         hosts = [h.name for h in inventory.get_group("gx10")]
-        LEDGER.plan = WavePlan(rollout_waves(cfg, hosts), cfg.MAX_FAIL_PERCENTAGE, cfg.HEALTH_POLL_INTERVAL_S)
+        ledger.plan = WavePlan(rollout_waves(cfg, hosts), cfg.MAX_FAIL_PERCENTAGE, cfg.HEALTH_POLL_INTERVAL_S)
     boxes = len(list(inventory.get_active_hosts()))
     if host.state.pool.size < boxes:
         raise Refused(f"pyinfra runs {host.state.pool.size} hosts at once (--parallel) but {boxes} are in this "
                       f"deploy: a rollout in waves (ROLLOUT_WAVES) keeps every box's greenlet waiting for its wave; "
                       f"drop --parallel or raise it to at least {boxes}")
     for name in services:
-        LEDGER.expected.setdefault(name, set()).add(settings.host_name)
+        ledger.expected.setdefault(name, set()).add(settings.host_name)
 
 
 @operation()

@@ -10,13 +10,14 @@ from sparkctl.config import box_paths
 from sparkctl.config.settings import Settings
 from sparkctl.render.link import native_pair
 from sparkctl.render.units import rollout_env
-from tasks.rollout import rollout_join
+from tasks.rollout import RolloutLedger, rollout_join
 
 
 @deploy("Tensor-parallel unit")
-def tp_worker_result(settings: Settings, worker_starts: dict[str, object]) -> None:
+def tp_worker_result(settings: Settings, worker_starts: dict[str, object], ledger: RolloutLedger) -> None:
     """One op on both boxes, after the head's rollout and its verdict: the worker's transaction has by then kept
-    or undone its candidate with the head's; the worker waits for that result (the head's op is a no-op)."""
+    or undone its candidate with the head's; the worker waits for that result (the head's op is a no-op). ledger:
+    this deploy run's, where the worker's started transaction is recorded."""
     if not native_pair(settings.cfg, settings.role):
         return
     cfg, name = settings.cfg, settings.coder.name
@@ -24,4 +25,4 @@ def tp_worker_result(settings: Settings, worker_starts: dict[str, object]) -> No
     extra = {"_if": started.did_change} if started is not None else {}
     rollout_join(name=f"Tensor-parallel: the worker's vllm-{name} ends with the head's result", service=name,
                  script=box_paths.rollout_script(cfg.SPARKCTL_HOME), interval=cfg.HEALTH_POLL_INTERVAL_S,
-                 env_prefix=rollout_env(cfg), follow=started is not None, **extra)
+                 ledger=ledger, env_prefix=rollout_env(cfg), follow=started is not None, **extra)

@@ -14,7 +14,7 @@ import pytest
 import tasks.rollout as glue
 from sparkctl.fleet.placement import Fleet, PlacedPool
 from sparkctl.fleet.pools import Pool
-from sparkctl.fleet.waves import plan_waves
+from sparkctl.fleet.waves import FleetWaves
 
 SERVICE = "coder"
 
@@ -51,12 +51,12 @@ def fleet_of(pools: dict[str, list[str]]) -> Fleet:
 
 
 def run(monkeypatch, pools: dict[str, list[str]], outcome: dict[str, bool], work: set[str], waves: list,
-        max_unavailable="25%", max_fail=0.0) -> tuple[dict[str, bool], list[set[str]], dict[str, Box]]:
-    """Every box's greenlet at once; returns each box's op result and which boxes were rolling out together."""
+        max_unavailable="25%", max_fail=0.0, new: frozenset[str] = frozenset()
+        ) -> tuple[dict[str, bool], list[set[str]], dict[str, Box]]:
+    """Every box's greenlet at once (new: first installs); returns each box's op result and which boxes were
+    rolling out together."""
     fleet = fleet_of(pools)
-    ledger = glue.RolloutLedger(plan=glue.WavePlan(lambda w: plan_waves(fleet, waves, max_unavailable, w),
-                                                   max_fail, 0.01))
-    monkeypatch.setattr(glue, "LEDGER", ledger)
+    ledger = glue.RolloutLedger(plan=glue.WavePlan(FleetWaves(fleet, tuple(waves), max_unavailable), max_fail, 0.01))
     rolling: set[str] = set()
     together: list[set[str]] = []
 
@@ -75,10 +75,10 @@ def run(monkeypatch, pools: dict[str, list[str]], outcome: dict[str, bool], work
 
     def one(box: Box) -> bool:
         gevent.sleep(0.001 * len(box.name))  # check-ins arrive at different moments, as status reads do
-        glue.check_in(SERVICE, box.name, box.name in work)
+        glue.check_in(ledger, SERVICE, box.name, box.name in work, box.name in new)
         if box.name not in work:
             return True
-        return glue._wave_turn(state, box, SERVICE) and glue._follow_in_wave(state, box, SERVICE)
+        return glue._wave_turn(state, box, ledger, SERVICE) and glue._follow_in_wave(state, box, ledger, SERVICE)
 
     greenlets = {b: gevent.spawn(one, box) for b, box in boxes.items()}
     gevent.joinall(list(greenlets.values()), timeout=10, raise_error=True)
@@ -120,3 +120,30 @@ def test_boxes_with_nothing_to_roll_out_never_wait_nor_hold_a_wave(monkeypatch, 
     results, together, _ = run(monkeypatch, pools, {}, work, [1, "100%"])
     assert all(results.values())
     assert [t for t in together] == [{b} for b in sorted(work)]  # the one box with work is its own canary
+
+
+def test_new_boxes_start_at_once_beside_the_canary_and_take_none_of_max_unavailable(monkeypatch):
+    pools = {"qwen": ["q1", "q2", "q3", "q4", "q5"]}
+    new = frozenset({"q4", "q5"})
+    results, together, boxes = run(monkeypatch, pools, {}, set(pools["qwen"]), [1, "100%"], max_unavailable=1,
+                                   new=new)
+    assert all(results.values())
+    assert any(new | {"q1"} <= t for t in together)  # the canary and both new boxes at once
+    assert max(len(t - new) for t in together) == 1  # MAX_UNAVAILABLE = 1 of the serving boxes, new ones aside
+    assert "a first install (it serves nothing yet)" in boxes["q4"].lines[0]
+    assert boxes["q2"].lines[0].startswith("vllm-coder: wave 2 of 3")
+
+
+def test_two_joining_boxes_roll_out_together(monkeypatch):
+    pools = {"qwen": ["q1", "q2", "q3"]}
+    _, together, _ = run(monkeypatch, pools, {}, {"q2", "q3"}, [1, "25%", "100%"], new=frozenset({"q2", "q3"}))
+    assert {"q2", "q3"} in together  # today's glue took them one wave each: {q2}, then {q3}
+    _, queued, _ = run(monkeypatch, pools, {}, {"q2", "q3"}, [1, "25%", "100%"])
+    assert queued == [{"q2"}, {"q3"}]  # the same boxes, were they serving
+
+
+def test_the_ledger_is_one_per_deploy_run_whichever_host_asks_first():
+    run, other_run = State(Inventory([])), State(Inventory([]))
+    first = glue.run_ledger(run)
+    assert glue.run_ledger(run) is first  # every host's deploy.py of this run gets the same one
+    assert glue.run_ledger(other_run) is not first  # a second run starts with an empty one

@@ -92,6 +92,11 @@ elif os.environ.get("FAKE_HOSTS") == "3":  # three Sparks, FAKE_POOLS (JSON) the
     _links = {**_pair["CX7_ADDRESSES"], "@fake/spark-3": ["192.168.100.12/24", "192.168.101.12/24"]}
     _fleet = {**_data, **_pair, "CX7_ADDRESSES": _links, "FLEET_POOLS": json.loads(os.environ["FAKE_POOLS"])}
     gx10 = [(f"@fake/spark-{i + 1}", dict(_fleet)) for i in range(3)]
+    for _name, data in gx10:  # FAKE_COMMITTED: the boxes whose coder serves a committed configuration (a flip);
+        if _name.split("/")[1] in os.environ.get("FAKE_COMMITTED", "").split(","):  # the others: first installs
+            data["fake_responses"] = {"rollout.py status": '{"coder": {"active": true, "applied": "0ld", "wanted": '
+                                      '"c0ffee", "running": false, "phase": "", "failed": null, "last": null}}',
+                                      **_responses}
 else:
     gx10 = [("@fake/gx10", _data)]
 if os.environ.get("FAKE_GATEWAY"):  # the front door: "1" a host of its own, "box" the (first) box is the gateway too

@@ -1,20 +1,19 @@
 """WaveGate: the state machine the deploy's rollout step drives while it runs the waves, from every host's greenlet.
 
-    gate = WaveGate(plan_waves(...), cfg.MAX_FAIL_PERCENTAGE)
-    # in each host's rollout, before its coder is touched:
-    if nothing to roll out:  gate.nothing_to_do(box)         # never waits
-    else:
-        d = wait_turn(gate, box, lambda: gevent.sleep(poll_s))  # WAIT until its wave: GO or STOP
-        if d is Decision.STOP: leave the box alone           # the budget was spent
-        else: roll out, then gate.record(box, ok)            # a failed box has rolled itself back
+    gate = rollout_gate(plan_waves(..., with_work=work), work, active, cfg.MAX_FAIL_PERCENTAGE)
+    # in each host's rollout with something to roll out, before its service is touched:
+    d = wait_turn(gate, box, lambda: gevent.sleep(poll_s))  # WAIT until its wave: GO or STOP
+    if d is Decision.STOP: leave the box alone               # the budget was spent
+    else: roll out, then gate.record(box, ok)                # a failed box has rolled itself back
 
 A wave may start when every unit of the waves before it has a result; a unit (a box, or a tensor-parallel pair,
-whose two boxes each report) has a result when each of its boxes has recorded one, or said it has nothing to do. A
-box with nothing to do neither waits nor holds a wave back, so a converge that restarts nothing is not slowed.
-Failure budget: a wave has spent it when its failed units exceed MAX_FAIL_PERCENTAGE of the units it rolls out
-(Ansible's max_fail_percentage: 0 stops at the first failure); that is decided as soon as no later result could
-bring it back under, and then no box not yet started is touched (`may_start` says STOP) and `not_rolled_out` names
-them. A box the gate does not know (not in the waves: --limit left it out) is refused.
+whose two boxes each report) has a result when each of its boxes has recorded one. A box with nothing to roll out
+is not in the gate at all (rollout_gate keeps only the boxes with work that are still active), so it neither waits
+nor holds a wave back, and a converge that restarts nothing is not slowed. Failure budget: a wave has spent it when
+its failed units exceed MAX_FAIL_PERCENTAGE of its units (Ansible's max_fail_percentage: 0 stops at the first
+failure); that is decided as soon as no later result could bring it back under, and then no box not yet started is
+touched (`may_start` says STOP) and `not_rolled_out` names them. A box the gate does not know (not in the waves:
+--limit left it out, or it has nothing to roll out) is refused.
 
 Pure: no clock and no I/O; its methods never yield, so greenlets need no lock.
 """
@@ -27,7 +26,7 @@ from enum import Enum
 from sparkctl.errors import SparkctlError
 
 Unit = tuple[str, ...]
-OK, FAILED, NOTHING = "ok", "failed", "nothing to do"
+OK, FAILED = "ok", "failed"
 
 
 class Decision(Enum):
@@ -42,21 +41,18 @@ class WaveGate:
         self.max_fail_percentage = float(max_fail_percentage)
         self._unit = {b: u for wave in self.waves for u in wave for b in u}
         self._wave = {u: i for i, wave in enumerate(self.waves) for u in wave}
-        self._results: dict[str, str] = {}  # box -> OK | FAILED | NOTHING
+        self._results: dict[str, str] = {}  # box -> OK | FAILED
         self._started: set[Unit] = set()
         self.stopped_at: int | None = None  # the wave whose failures spent the budget
 
-    @classmethod
-    def restricted(cls, waves: list[list[Unit]], boxes: set[str], max_fail_percentage: float) -> WaveGate:
-        """The gate over only these boxes (pyinfra's --limit): a unit is kept when one of its boxes is."""
-        return cls([[u for u in wave if set(u) & boxes] for wave in waves], max_fail_percentage)
-
     # --- what the glue calls ----------------------------------------------------------------------------------------
-    def nothing_to_do(self, box: str) -> None:
-        self._record(box, NOTHING)
-
     def record(self, box: str, ok: bool) -> None:
-        self._record(box, OK if ok else FAILED)
+        unit = self._known(box)
+        self._results[box] = OK if ok else FAILED
+        self._started.add(unit)
+        wave = self._wave[unit]
+        if not self.stopped and self._budget_spent(wave):
+            self.stopped_at = wave
 
     def may_start(self, box: str) -> Decision:
         unit = self._known(box)
@@ -95,9 +91,7 @@ class WaveGate:
         results = [self._results.get(b) for b in unit]
         if None in results:
             return None
-        if FAILED in results:
-            return FAILED
-        return OK if OK in results else NOTHING
+        return FAILED if FAILED in results else OK
 
     def failed(self) -> list[str]:
         return [b for b, r in self._results.items() if r == FAILED]
@@ -106,8 +100,7 @@ class WaveGate:
         """Boxes left untouched because the budget was spent (none while it is not)."""
         if not self.stopped:
             return []
-        return [b for wave in self.waves for u in wave if u not in self._started
-                and self.unit_result(u) != NOTHING for b in u]
+        return [b for wave in self.waves for u in wave if u not in self._started for b in u]
 
     # --- internals --------------------------------------------------------------------------------------------------
     def _known(self, box: str) -> Unit:
@@ -115,22 +108,12 @@ class WaveGate:
             raise SparkctlError(f"the rollout's waves have no box {box!r} (waves: {self.waves})")
         return self._unit[box]
 
-    def _record(self, box: str, result: str) -> None:
-        unit = self._known(box)
-        self._results[box] = result
-        if result != NOTHING:
-            self._started.add(unit)
-        wave = self._wave[unit]
-        if not self.stopped and self._budget_spent(wave):
-            self.stopped_at = wave
-
     def _budget_spent(self, index: int) -> bool:
-        """Failed units over the wave's units that roll out (an upper bound until all have reported) exceed the
-        budget: no later result can bring it back under."""
+        """Failed units over the wave's units (an upper bound until all have reported) exceed the budget: no later
+        result can bring it back under."""
         results = [self.unit_result(u) for u in self.waves[index]]
         failed = results.count(FAILED)
-        rolling = len(results) - results.count(NOTHING)
-        return failed > 0 and failed * 100 > self.max_fail_percentage * rolling
+        return failed > 0 and failed * 100 > self.max_fail_percentage * len(results)
 
 
 def wait_turn(gate: WaveGate, box: str, sleep: Callable[[], None]) -> Decision:

@@ -1,12 +1,16 @@
-"""The wave gate as the deploy's greenlets drive it: waves in order, nothing-to-do boxes never wait, the failure
-budget stops the rollout and names the boxes left untouched."""
+"""The wave gate as the deploy's greenlets drive it: waves in order, boxes with nothing to roll out never in it
+(so never waited for), the failure budget stops the rollout and names the boxes left untouched."""
 
 from __future__ import annotations
 
-from sparkctl.fleet.gate import Decision, WaveGate
+import pytest
+
+from sparkctl.errors import SparkctlError
+from sparkctl.fleet.wave_gate import Decision, WaveGate, rollout_gate
 
 GO, WAIT, STOP = Decision.GO, Decision.WAIT, Decision.STOP
 WAVES = [[("a",)], [("b",), ("c",)], [("d",), ("e",)]]
+EVERY = set("abcde")
 
 
 def test_a_wave_starts_only_once_the_one_before_has_every_result():
@@ -20,18 +24,20 @@ def test_a_wave_starts_only_once_the_one_before_has_every_result():
     assert gate.may_start("d") is GO and gate.current_wave == 2
 
 
-def test_boxes_with_nothing_to_do_never_wait_nor_hold_a_wave_back():
-    gate = WaveGate(WAVES, 0)
-    for box in "edcb":  # the later waves report first: none of them waits
-        gate.nothing_to_do(box)
-    assert gate.may_start("a") is GO
+def test_boxes_with_nothing_to_roll_out_hold_no_wave_back():
+    gate = rollout_gate(WAVES, work={"a", "d"}, active=EVERY, max_fail_percentage=0)
+    assert gate.waves == [[("a",)], [("d",)]]  # b, c and e are not in it: no one waits for them
+    assert [gate.may_start(b) for b in "ad"] == [GO, WAIT]
     gate.record("a", ok=True)
+    assert gate.may_start("d") is GO
+    gate.record("d", ok=True)
     assert gate.done and not gate.stopped and gate.not_rolled_out() == []
+    with pytest.raises(SparkctlError, match="no box 'b'"):
+        gate.may_start("b")
 
 
 def test_a_failed_canary_stops_the_fleet_and_names_the_boxes_not_rolled_out():
-    gate = WaveGate(WAVES, 0)
-    gate.nothing_to_do("e")
+    gate = rollout_gate(WAVES, work=set("abcd"), active=EVERY, max_fail_percentage=0)
     assert gate.may_start("a") is GO
     gate.record("a", ok=False)
     assert gate.stopped and gate.stopped_at == 0
@@ -53,11 +59,9 @@ def test_the_budget_is_a_percentage_of_the_waves_boxes_that_roll_out():
 
 
 def test_a_failure_among_boxes_with_nothing_to_do_counts_against_the_boxes_that_rolled():
-    gate = WaveGate([[("a",)], [("b",), ("c",), ("d",), ("e",)]], 30)
+    gate = rollout_gate([[("a",)], [("b",), ("c",), ("d",), ("e",)]], {"a", "b"}, EVERY, 30)
     gate.may_start("a")
     gate.record("a", ok=True)
-    for b in "cde":
-        gate.nothing_to_do(b)
     gate.may_start("b")
     gate.record("b", ok=False)  # 1 of the 1 that rolled out: 100 %
     assert gate.stopped
@@ -72,16 +76,20 @@ def test_a_pair_has_its_result_when_both_boxes_report_and_fails_if_either_failed
     assert gate.stopped and gate.not_rolled_out() == ["x"]
 
 
-def test_limit_keeps_only_the_limited_boxes_so_no_wave_waits_for_a_box_outside_it():
-    gate = WaveGate.restricted(WAVES, {"b", "d"}, 0)
+def test_limit_keeps_only_the_active_boxes_so_no_wave_waits_for_a_box_outside_it():
+    gate = rollout_gate(WAVES, work=EVERY, active={"b", "d"}, max_fail_percentage=0)  # --limit b,d
     assert gate.waves == [[("b",)], [("d",)]]
     assert gate.may_start("b") is GO
-    try:
+    with pytest.raises(SparkctlError, match="no box 'a'"):
         gate.may_start("a")
-    except Exception as exc:  # noqa: BLE001
-        assert "no box 'a'" in str(exc)
-    else:
-        raise AssertionError("a box outside the waves must be refused")
+
+
+def test_a_pairs_worker_runs_no_rollout_op_so_its_head_alone_reports_for_the_pair():
+    gate = rollout_gate([[("h1", "w1")], [("x",)]], work={"h1", "x"}, active={"h1", "w1", "x"}, max_fail_percentage=0)
+    assert gate.waves == [[("h1",)], [("x",)]]
+    gate.may_start("h1")
+    gate.record("h1", ok=True)
+    assert gate.may_start("x") is GO
 
 
 def test_thirty_two_greenlets_keep_the_waves_and_a_quarter_of_the_pool_at_most(cfg_with):
@@ -93,21 +101,21 @@ def test_thirty_two_greenlets_keep_the_waves_and_a_quarter_of_the_pool_at_most(c
 
     from sparkctl.fleet import placement, pools
     from sparkctl.fleet import waves as waves_mod
-    from sparkctl.fleet.gate import wait_turn
+    from sparkctl.fleet.wave_gate import wait_turn
 
     boxes = [f"spark-{i}" for i in range(1, 33)]
     cfg = cfg_with()
     fleet = placement.place(pools.from_settings(cfg, boxes), boxes)
     waves = waves_mod.plan_waves(fleet, cfg.ROLLOUT_WAVES, cfg.MAX_UNAVAILABLE)
     limit = waves_mod.pool_limit(cfg.MAX_UNAVAILABLE, 32)
-    gate, rng = WaveGate(waves, 0), random.Random(7)
+    rng = random.Random(7)
     idle = set(rng.sample(boxes[1:], 10))
+    gate = rollout_gate(waves, set(boxes) - idle, set(boxes), 0)
     in_flight, most, started, finished = set(), 0, [], []
 
     def rollout(box):
         nonlocal most
-        if box in idle:
-            gate.nothing_to_do(box)
+        if box in idle:  # the glue never takes a box with nothing to roll out to the gate
             return
         assert wait_turn(gate, box, lambda: gevent.sleep(0.001)) is GO
         started.append(box)
@@ -124,13 +132,3 @@ def test_thirty_two_greenlets_keep_the_waves_and_a_quarter_of_the_pool_at_most(c
     assert 1 < most <= limit == 8  # never more than MAX_UNAVAILABLE (25 % of the pool) out at once
     wave_of = {b: i for i, w in enumerate(waves) for u in w for b in u}
     assert [wave_of[b] for b in started] == sorted(wave_of[b] for b in started)  # waves in order
-
-
-def test_idle_boxes_pass_the_gate_at_once_even_when_a_wave_is_slow():
-    import gevent
-
-    gate = WaveGate(WAVES, 0)
-    assert gate.may_start("a") is GO  # the canary is rolling out, for as long as it takes
-    passed = []
-    gevent.joinall([gevent.spawn(lambda b=b: (gate.nothing_to_do(b), passed.append(b))) for b in "bcde"], timeout=1)
-    assert sorted(passed) == list("bcde")
