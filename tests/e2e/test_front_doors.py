@@ -1,5 +1,5 @@
-"""Two front doors, one service, on a simulated fleet: the pair plus a third box and two gateways (`sim up --hosts 5
---gateway spark-4,spark-5`), converged by the README's command with no edit: `sim up` gives both gateways the VIP
+"""Two front doors, one service, on a simulated fleet: the pair and two gateways (`sim up --hosts 4 --gateway
+spark-3,spark-4`), converged by the README's command with no edit: `sim up` gives both gateways the VIP
 (sparkctl/sim/config.py GATEWAY_VIP) and the VRRP password, keepalived holds the VIP on one of them. Measured as an
 operator would, with a request every 0.5 s to the VIP: the master gateway stopped (its host gone) -> how long until
 requests succeed again and how many failed; the stopped gateway booted again and deployed -> it rejoins as backup
@@ -7,7 +7,7 @@ requests succeed again and how many failed; the stopped gateway booted again and
 it; both gateways' routers restarted by a deploy -> none refused; another local user on a gateway refused at the
 bridge while the routers keep routing.
 
-At the end spark-3, spark-4 and spark-5 are stopped and the pair is as the group data says.
+At the end spark-3 and spark-4 are stopped and the pair is as the group data says.
 """
 
 from __future__ import annotations
@@ -29,8 +29,7 @@ from tests.e2e.helpers import wait_for
 # from the fleet's join (508 s for two boxes and a gateway) plus ~150 s per gateway deploy; measure and correct
 pytestmark = [pytest.mark.scenario("front-doors"), pytest.mark.e2e_extended(cost_s=1500)]
 
-BOXES = ("spark-1", "spark-2", "spark-3")
-GATEWAYS = ("spark-4", "spark-5")
+GATEWAYS = ("spark-3", "spark-4")
 VIP = sim_config.GATEWAY_VIP
 
 
@@ -102,16 +101,16 @@ def vrrp_state(gateway: str) -> str:
 
 @pytest.fixture(scope="module")
 def doors(spark_1):
-    """The pair plus spark-3 (a box), spark-4 and spark-5 (the gateways), converged by the README's command."""
+    """The pair plus spark-3 and spark-4 (the gateways), converged by the README's command."""
     from sparkctl.sim import api as sim
 
     PAIR.as_in_the_files()
     t0 = time.monotonic()
-    sim.up(hosts=5, flavors={"spark-1": "dgx", "spark-2": "ubuntu"}, gateways=list(GATEWAYS))
-    record("sim up: spark-3 (a box), spark-4 and spark-5 (two gateways) beside the running pair",
+    sim.up(hosts=4, flavors={"spark-1": "dgx", "spark-2": "ubuntu"}, gateways=list(GATEWAYS))
+    record("sim up: spark-3 and spark-4 (two gateways) beside the running pair",
            time.monotonic() - t0)
     run = pyinfra("-y", "inventory.py", "deploy.py")
-    record("two front doors joined: converge of 3 boxes + 2 gateways (no edit)", run.seconds)
+    record("two front doors joined: converge of 2 boxes + 2 gateways (no edit)", run.seconds)
     assert run.rc == 0, run.failure()
     doc = json.loads((REPO_ROOT / "handoff" / "router.json").read_text())
     assert doc["vip"] == VIP and [d["gateway"] for d in doc["front_doors"]] == list(GATEWAYS), doc
@@ -119,8 +118,8 @@ def doors(spark_1):
     wait_for(holder, 30, f"a gateway holding {VIP}", interval=0.5)
     yield Traffic(spark_1, doc["models"]["coder"]["base_url"])
     t0 = time.monotonic()
-    sim.stop(["spark-3", *GATEWAYS])
-    record("spark-3, spark-4 and spark-5 stopped (sim.stop)", time.monotonic() - t0)
+    sim.stop(list(GATEWAYS))
+    record("spark-3 and spark-4 stopped (sim.stop)", time.monotonic() - t0)
     PAIR.disturbed()
 
 
@@ -221,7 +220,7 @@ def test_the_master_stopped_under_traffic_moves_the_vip_and_it_rejoins_as_backup
     assert vrrp_state(backup) == "MASTER"
 
     t0 = time.monotonic()
-    sim.up(hosts=5, flavors={"spark-1": "dgx", "spark-2": "ubuntu"}, gateways=list(GATEWAYS))
+    sim.up(hosts=4, flavors={"spark-1": "dgx", "spark-2": "ubuntu"}, gateways=list(GATEWAYS))
     with _traffic(doors) as traffic:
         run = pyinfra("-y", "--limit", master, "inventory.py", "deploy.py")
         assert run.rc == 0, run.failure()
