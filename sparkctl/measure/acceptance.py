@@ -30,6 +30,7 @@ but decides "commit".
 
 from __future__ import annotations
 
+import math
 from dataclasses import asdict, dataclass, field, replace
 
 from sparkctl.box import contract
@@ -178,7 +179,9 @@ class Verdict:
 
 
 def _delta_pct(measured: float, expected: float) -> float | None:
-    return 100.0 * (measured - expected) / expected if expected else None
+    """None without an expected figure, or when the ratio overflows (a vanishing reference): never +inf %."""
+    delta = 100.0 * (measured - expected) / expected if expected else None
+    return delta if delta is not None and math.isfinite(delta) else None
 
 
 def _at_least(figure: str, against: str, measured: float | None, expected: float, limit: float,
@@ -466,6 +469,9 @@ def _checks(rec: dict, gate: dict, t: Thresholds, floor: Floor | None, speed: Sp
     for c, n in (_spec(rec, t, floor, speculative), (speed_c, speed_n), (roof_c, roof_n),
                  kv_check(gate, t.kv_max_shortfall) if t.kv else ([], []), (niah_check(gate) if t.niah else [], [])):
         checks, notes = checks + c, notes + n
+    if not rec.get("runs"):  # whatever is switched on: a quick run always measures at least one stream count
+        checks.append(Check("decode tok/s", "itself", False, note="measured nothing: the record has no decode "
+                            "window, so no reference could judge it"))
     if t.fail_on_problems:  # prefill problems are the prefill checks' own
         checks += [Check("record", "itself", False, note=p) for p in rec.get("problems", [])
                    if not p.startswith("prefill ")]

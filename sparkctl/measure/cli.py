@@ -1,7 +1,8 @@
 """`python -m sparkctl bench`, `bench compare A.json B.json`, `bench history`, `bench gate` and `niah`: the probe and
 acceptance checks' CLI.
 
-The box keeps a history of accepted runs (sparkctl/measure/history.py): `bench history` lists it, `bench compare A
+The box keeps a history of accepted runs (sparkctl/measure/history.py): `bench history` lists it (`--repair` moves
+lines an older version wrote that no longer read into a file next to it), `bench compare A
 --baseline` lines A up with the box's baseline for A's configuration and workload (refused when there is none: runs
 of other workloads are never lined up), `@ID` names a history line wherever a record file is expected, and
 `bench --record-baseline` makes a full bench the baseline, and `bench confirm @ID` makes a provisional run (judged on
@@ -167,6 +168,9 @@ def _add_bench_modes(modes) -> None:
     h.add_argument("--box", default=None, help="inventory host whose history to read (default: the first configured)")
     h.add_argument("--model", default=None, help="only this coding model (catalog key)")
     h.add_argument("--json", action="store_true", help="print the lines as JSON")
+    h.add_argument("--repair", action="store_true",
+                   help="move every unreadable line (e.g. a NaN an older version wrote) into a file next to the "
+                        "history, keep the rest; the original is kept beside it")
     h.set_defaults(func=run_history)
     f = modes.add_parser("confirm", help="confirm a provisional run: it becomes a yardstick",
                          description="An operator's confirmation of a provisional history line (a run judged on the "
@@ -308,10 +312,10 @@ def probe_settings(args, cfg) -> probe.ProbeSettings:
 
     return probe.ProbeSettings(
         workload=workloads.load(args.workload or workloads.DEFAULT_WORKLOAD),
-        streams=args.streams or list(cfg.BENCH_STREAMS),
+        streams=probe.distinct("--streams" if args.streams else "BENCH_STREAMS", args.streams or cfg.BENCH_STREAMS),
         window_s=args.window if args.window is not None else float(cfg.BENCH_WINDOW_S),
         max_tokens=args.max_tokens or cfg.BENCH_MAX_TOKENS,
-        prefill_tokens=[] if args.no_prefill else (args.prefill or [cfg.BENCH_PREFILL_TOKENS]),
+        prefill_tokens=[] if args.no_prefill else probe.distinct("--prefill", args.prefill or [cfg.BENCH_PREFILL_TOKENS]),
         ignore_eos=args.ignore_eos if args.ignore_eos is not None else cfg.BENCH_IGNORE_EOS,
         timeout_s=float(cfg.BENCH_CLIENT_TIMEOUT_S),
         settle_s=float(cfg.BENCH_SETTLE_S),
@@ -422,11 +426,28 @@ def _column_names(given: str | None, a: dict, b: dict) -> list[str]:
 
 def run_history(args) -> int:
     host, config = _box(args)
+    if args.repair:
+        return _repair(host, config)
     lines = history.select(history.read(host, config.cfg), model=args.model)
     if args.json:
         print(json.dumps(lines, indent=2))
         return 0
     _console().print(history.history_table(lines, f"{host.name}: {history.history_path(config.cfg)}"))
+    return 0
+
+
+def _repair(host, config: HostConfig) -> int:
+    """`bench history --repair`: what was moved aside, where, and where the original is."""
+    done = history.repair(host, config.cfg)
+    if not done.moved:
+        print(f"{host.name}: {done.path}: every line reads ({done.kept} lines); nothing to repair")
+        return 0
+    print(f"{host.name}: {done.path}: moved {len(done.moved)} unreadable line(s) into {done.aside}, kept "
+          f"{done.kept}; the original is kept as {done.backup}")
+    for m in done.moved:
+        print(f"  {m.describe()}")
+    if any(m.tag().get("baseline") is True for m in done.moved):
+        print("a baseline was moved aside: the next accepted run of its configuration becomes its baseline again")
     return 0
 
 

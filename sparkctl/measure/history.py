@@ -23,9 +23,16 @@ confirms it (`bench confirm @ID`), which appends a confirmation line: the same r
 its key has none. The operator, not later runs that agree: runs of a slow configuration agree with each other just
 as well, and only someone who knows what the box should do can say a figure no reference judged is right.
 
-Reading. Every line is parsed once into HistoryLine (record.BenchRecord's types: NaN, infinities, negative figures
-and malformed cells refused); a line that is not UTF-8, not JSON or not a history line is an error naming the file,
-the line and the field (HistoryError), never skipped: a baseline silently lost would make the next regression pass.
+Reading. Every line is parsed once into HistoryLine (record.BenchRecord's types: NaN, infinities, figures beyond
+record.MAX_FIGURE, negative figures and malformed cells refused); a line that is not UTF-8, not JSON or not a history
+line is an error naming the file, the line, the field and how to repair it (HistoryError), never skipped: a baseline
+silently lost would make the next regression pass. The same types are checked before a line is appended, so a line
+that could not be read back is never written, and a run already recorded (its id) is not appended again.
+
+Repair (`bench history --repair`): a history an older version wrote (a NaN line, before they were refused) has its
+unreadable lines moved into <file>.unreadable-<time>, the rest kept in order, the original kept as
+<file>.before-repair-<time>; the new file replaces the old one atomically, under the appenders' lock, and only when
+nothing was appended since it was read.
 """
 
 from __future__ import annotations
@@ -35,13 +42,17 @@ import json
 import shlex
 import subprocess
 from collections.abc import Iterable
+from dataclasses import dataclass
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from sparkctl.measure.record import BenchError, BenchRecord, utc_timestamp
+from sparkctl.measure.record import BenchError, BenchRecord, unrepresentable, utc_timestamp
 
 SSH_TIMEOUT_S = 60  # one history read or append over ssh; the file is small, s
+REPAIR_HINT = ("To repair it: `python -m sparkctl bench history --repair [--box NAME]` moves every unreadable line "
+               "into a file next to the history (the original kept beside it) and keeps the rest "
+               "(docs/acceptance.md#repairing-a-history)")
 
 
 class HistoryError(BenchError):
@@ -129,31 +140,46 @@ def decode(data: bytes, where: str = "history") -> str:
                            "the history cannot be read") from None
 
 
-def _parse_line(raw: str, where: str) -> dict:
+def validate_line(obj, where: str) -> dict:
+    """obj as a HistoryLine's plain dict; refused (HistoryError naming where and the field) when it is not one or
+    holds a number that is not finite or beyond a float's range."""
     try:
-        obj = json.loads(raw)
-    except ValueError as exc:
-        raise HistoryError(f"{where}: not a sparkctl history line (not JSON: {exc})") from None
-    try:
-        return HistoryLine.model_validate(obj).model_dump(by_alias=True, exclude_unset=True)
+        line = HistoryLine.model_validate(obj).model_dump(by_alias=True, exclude_unset=True)
     except ValidationError as exc:
         first = exc.errors()[0]
         at = ".".join(str(p) for p in first["loc"]) or "line"
         raise HistoryError(f"{where}: not a sparkctl history line: {at}: {first['msg']} "
                            f"({exc.error_count()} problem(s))") from None
+    bad = unrepresentable(obj)
+    if bad:
+        raise HistoryError(f"{where}: not a sparkctl history line: {bad}")
+    return line
+
+
+def _parse_line(raw: str, where: str) -> dict:
+    try:
+        obj = json.loads(raw)
+    except ValueError as exc:
+        raise HistoryError(f"{where}: not a sparkctl history line (not JSON: {exc})") from None
+    return validate_line(obj, where)
 
 
 def parse(text: str | bytes, where: str = "history") -> list[dict]:
     """Every line of a history file, parsed once into HistoryLine's types; a malformed line is a HistoryError
-    naming its number and field (never skipped)."""
-    if isinstance(text, bytes):
-        text = decode(text, where)
-    return [_parse_line(raw, f"{where} line {n}") for n, raw in enumerate(text.splitlines(), 1) if raw.strip()]
+    naming its number and field and how to repair the file (never skipped)."""
+    try:
+        if isinstance(text, bytes):
+            text = decode(text, where)
+        return [_parse_line(raw, f"{where} line {n}") for n, raw in enumerate(text.splitlines(), 1) if raw.strip()]
+    except HistoryError as exc:
+        raise HistoryError(f"{exc}. {REPAIR_HINT}") from None
 
 
 def serialize(line: dict) -> str:
-    HistoryLine.model_validate(line)
-    text = json.dumps(line, sort_keys=True, separators=(",", ":"))
+    """line as one strict JSON line; refused when it is no valid history line (a figure that is not finite or not
+    within MAX_FIGURE never reaches the box's history, so it never becomes a baseline)."""
+    validate_line(line, f"history line {line.get('history', {}).get('id', '')}".strip())
+    text = json.dumps(line, sort_keys=True, separators=(",", ":"), allow_nan=False)
     if "\n" in text:
         raise BenchError("a history line must be one line")
     return text + "\n"
@@ -202,11 +228,11 @@ def append_command(path: str) -> str:
             f"flock {folder}/.lock sh -c 'cat >> {q}' && chmod 0600 {q}")
 
 
-def _ssh(host, command: str, stdin: str | None = None) -> bytes:
+def _ssh(host, command: str, stdin: str | bytes | None = None) -> bytes:
     """The command's stdout as bytes (a history is decoded by `decode`, which names a bad byte's line)."""
     argv = host.ssh_argv(command)
     try:
-        r = subprocess.run(argv, input=None if stdin is None else stdin.encode(), capture_output=True,
+        r = subprocess.run(argv, input=stdin.encode() if isinstance(stdin, str) else stdin, capture_output=True,
                            timeout=SSH_TIMEOUT_S)
     except (OSError, subprocess.TimeoutExpired) as exc:
         raise HistoryError(f"{host.name}: the acceptance history is unreachable over ssh ({exc})") from None
@@ -225,18 +251,37 @@ def read(host, cfg) -> list[dict]:
 def append(host, cfg, rec: dict, *, source: str, baseline: bool | None = None,
            reference: dict | None = None, provisional: bool = False, confirms: str | None = None) -> dict:
     """Append rec to the box's history; baseline None: a baseline exactly when its key has none yet (a
-    provisional line never is one)."""
+    provisional line never is one). Refused when its run is already recorded: one id, one run."""
+    lines = read(host, cfg)
     if baseline is None:
-        baseline = not provisional and baseline_for(read(host, cfg), rec) is None
+        baseline = not provisional and baseline_for(lines, rec) is None
     line = make_line(rec, baseline=baseline, source=source, reference=reference, provisional=provisional,
                      confirms=confirms)
-    _ssh(host, append_command(history_path(cfg)), stdin=serialize(line))
+    text = serialize(line)  # a line that is no valid history line is refused before the box is touched
+    _refuse_repeated_id(lines, line["history"]["id"], f"{host.name}:{history_path(cfg)}")
+    _ssh(host, append_command(history_path(cfg)), stdin=text)
     return line
 
 
+def _refuse_repeated_id(lines: list[dict], line_id: str, where: str) -> None:
+    """Ids are how lines are named (@ID, a confirmation's `confirms`, a verdict's reference): two lines under one
+    id would let one stand for the other."""
+    n = next((n for n, x in enumerate(lines, 1) if x["history"]["id"] == line_id), None)
+    if n is not None:
+        raise BenchError(f"{where}: run {line_id} is already recorded (line {n}); a run is recorded once")
+
+
+def measured(line: dict) -> set[tuple[str, int]]:
+    """What a record measured: ("decode", stream count) and ("prefill", prompt tokens) of every figure it has."""
+    return ({("decode", int(r["streams"])) for r in line.get("runs", [])}
+            | {("prefill", int(p["target_tokens"])) for p in line.get("prefill", []) if p.get("tokens_per_s")})
+
+
 def confirm(host, cfg, line_id: str) -> dict:
-    """An operator's confirmation of a provisional line (`bench confirm @ID`): appended as its own line, the
-    baseline of its configuration and workload when that has none, so it becomes a yardstick from now on."""
+    """An operator's confirmation of a provisional line (`bench confirm @ID`): appended as its own line, so it
+    becomes a yardstick from now on; the baseline of its configuration and workload when that has none, or when
+    that baseline lacks a figure the run measured (the stream set or prefill length changed since: its new figures
+    were what no reference judged, and later runs must be judged against them)."""
     lines = read(host, cfg)
     target = find(lines, line_id)
     tid = target["history"]["id"]
@@ -245,8 +290,97 @@ def confirm(host, cfg, line_id: str) -> dict:
     if any(x["history"].get("confirms") == tid for x in lines):
         raise BenchError(f"history line {tid} is already confirmed")
     body = {k: v for k, v in target.items() if k != "history"}
-    return append(host, cfg, body, source="confirm", baseline=baseline_for(lines, target) is None,
+    base = baseline_for(lines, target)
+    return append(host, cfg, body, source="confirm", baseline=base is None or not measured(target) <= measured(base),
                   reference=target["history"].get("reference"), confirms=tid)
+
+
+# ---------------------------------------------------------------------------------------------------- repair
+
+@dataclass(frozen=True)
+class Moved:
+    """A line `bench history --repair` moved aside: its number in the original file, its text, why."""
+
+    number: int
+    raw: bytes
+    why: str
+
+    def tag(self) -> dict:
+        """Its history part, as far as its JSON still says ({}: none)."""
+        try:
+            tag = json.loads(self.raw).get("history")
+        except (ValueError, AttributeError):
+            return {}
+        return tag if isinstance(tag, dict) else {}
+
+    def describe(self) -> str:
+        """"line 2 (id 1a2b3c4d5e6f, a baseline): <why>"."""
+        tag = self.tag()
+        what = ", ".join(([f"id {tag['id']}"] if isinstance(tag.get("id"), str) else [])
+                         + (["a baseline"] if tag.get("baseline") is True else []))
+        return f"line {self.number}{f' ({what})' if what else ''}: {self.why}"
+
+
+def split_readable(data: bytes, where: str) -> tuple[bytes, list[Moved]]:
+    """(the readable lines of a history file, in order, each ending in a newline; the lines that are not: not
+    UTF-8, not JSON, not a history line). Blank lines are neither."""
+    kept, moved = [], []
+    for n, raw in enumerate(data.split(b"\n"), 1):
+        if not raw.strip():
+            continue
+        at = f"{where} line {n}"
+        try:
+            _parse_line(raw.decode("utf-8"), at)
+        except UnicodeDecodeError as exc:
+            moved.append(Moved(n, raw, f"not UTF-8 (byte {raw[exc.start]:#04x} at column {exc.start + 1})"))
+            continue
+        except HistoryError as exc:
+            moved.append(Moved(n, raw, str(exc).removeprefix(f"{at}: ")))
+            continue
+        kept.append(raw + b"\n")
+    return b"".join(kept), moved
+
+
+def aside_command(aside: str) -> str:
+    """Shell command writing stdin (the moved lines) to a new root-only file next to the history."""
+    return f"umask 077 && cat > {shlex.quote(aside)}"
+
+
+def replace_command(path: str, backup: str, aside: str, digest: str) -> str:
+    """Shell command, under the appenders' lock: when the history is still the file that was read (its sha256),
+    copy it to `backup`, then write stdin (the kept lines) to a temporary file moved over it (atomic); otherwise
+    change nothing and drop `aside`."""
+    folder = path.rsplit("/", 1)[0]
+    q, b, a, t = (shlex.quote(x) for x in (path, backup, aside, f"{path}.repairing"))
+    script = (f'if [ "$(sha256sum < {q} | cut -d " " -f 1)" != {digest} ]; then rm -f {a}; '
+              'echo "the history changed while it was repaired (a run was appended): nothing was replaced, '
+              f'repair again" >&2; exit 3; fi; cp -p {q} {b} && cat > {t} && chmod 0600 {t} && mv -f {t} {q}')
+    return f"umask 077 && flock {shlex.quote(folder + '/.lock')} sh -c {shlex.quote(script)}"
+
+
+@dataclass(frozen=True)
+class Repair:
+    path: str
+    kept: int  # lines kept in the history
+    moved: list[Moved]
+    aside: str | None = None  # where the moved lines are (None: nothing moved)
+    backup: str | None = None  # the original file, as it was
+
+
+def repair(host, cfg) -> Repair:
+    """`bench history --repair`: move every line of the box's history that cannot be read (a NaN an older version
+    wrote, a cut line, a byte that is not UTF-8) into <history>.unreadable-<time>, keep the rest in order, the
+    original kept as <history>.before-repair-<time>; nothing changes when every line reads."""
+    path = history_path(cfg)
+    data = _ssh(host, read_command(path))
+    kept, moved = split_readable(data, f"{host.name}:{path}")
+    if not moved:
+        return Repair(path, kept.count(b"\n"), [])
+    stamp = utc_timestamp().replace("-", "").replace(":", "")
+    aside, backup = f"{path}.unreadable-{stamp}", f"{path}.before-repair-{stamp}"
+    _ssh(host, aside_command(aside), stdin=b"".join(m.raw + b"\n" for m in moved))
+    _ssh(host, replace_command(path, backup, aside, hashlib.sha256(data).hexdigest()), stdin=kept)
+    return Repair(path, kept.count(b"\n"), moved, aside, backup)
 
 
 # ---------------------------------------------------------------------------------------------------- for people

@@ -46,14 +46,21 @@ def read_record(path: str) -> dict:
         raw = raw["record"]
     if not isinstance(raw, dict):
         raise record.BenchError(f"{path}: not a sparkctl bench record (a JSON {type(raw).__name__}, not an object)")
-    body = record.validate_record({k: v for k, v in raw.items() if k != "history"}, path)
-    return body | ({"history": raw["history"]} if "history" in raw else {})
+    if "history" in raw:  # a history line: read as the history reads its lines
+        return history.validate_line(raw, path)
+    return record.validate_record(raw, path)
 
 
 def lines_before(lines: list[dict], rec: dict) -> list[dict]:
-    """The history as it was when rec was judged: the lines before rec's own, or all when rec is not in it."""
-    rid = history.record_id(rec)
-    mine = [i for i, x in enumerate(lines) if x["history"]["id"] == rid]
+    """The history as it was when rec was judged: the lines before rec's own, or all when rec is not in it. A
+    history line is found as itself (its id and when it was appended: ids may repeat in a history an older version
+    or a hand wrote), a record by its id."""
+    tag = rec.get("history") or {}
+    if tag:
+        mine = [i for i, x in enumerate(lines) if (x["history"]["id"], x["history"]["appended"]) ==
+                (tag.get("id"), tag.get("appended"))]
+    else:
+        mine = [i for i, x in enumerate(lines) if x["history"]["id"] == history.record_id(rec)]
     return lines[:mine[0]] if mine else lines
 
 

@@ -30,6 +30,7 @@ from pathlib import Path
 
 import httpx
 
+from sparkctl.errors import SettingError
 from sparkctl.measure import prometheus
 from sparkctl.measure.client import (
     Endpoint,
@@ -138,6 +139,16 @@ class ProbeSettings:
     temperature: float = 0.0  # greedy: the same prompts give the same work run after run
     seed: int = 0  # haystack text of the prefill prompts
     prefill_repeats: int = 1  # fresh prompts per prefill length, the median reported (ACCEPTANCE_PREFILL_REPEATS)
+
+
+def distinct(setting: str, values: Sequence[int]) -> list[int]:
+    """values, refused before anything is measured when one repeats: a record holds one figure per stream count and
+    prompt length (record.BenchRecord refuses two), so a second window at the same count would only be thrown away."""
+    repeated = sorted({v for i, v in enumerate(values) if v in values[:i]})
+    if repeated:
+        raise SettingError(setting, list(values), "distinct values (each measured once)",
+                           f"{', '.join(map(str, repeated))} appear(s) more than once")
+    return list(values)
 
 
 class Reporter:

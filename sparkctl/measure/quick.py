@@ -52,7 +52,8 @@ class QuickSettings:
         """The gate's probe from the typed settings (every ACCEPTANCE_* value already checked by the schema)."""
         t = acceptance.Thresholds.from_settings(cfg)
         ps = probe.ProbeSettings(
-            workload=workloads.load(workloads.DEFAULT_WORKLOAD), streams=list(cfg.ACCEPTANCE_STREAMS),
+            workload=workloads.load(workloads.DEFAULT_WORKLOAD),
+            streams=probe.distinct("ACCEPTANCE_STREAMS", cfg.ACCEPTANCE_STREAMS),
             window_s=float(cfg.ACCEPTANCE_WINDOW_S), max_tokens=cfg.BENCH_MAX_TOKENS,
             prefill_tokens=[cfg.ACCEPTANCE_PREFILL_TOKENS] if t.prefill else [],
             prefill_repeats=cfg.ACCEPTANCE_PREFILL_REPEATS, ignore_eos=cfg.BENCH_IGNORE_EOS,

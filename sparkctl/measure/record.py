@@ -15,17 +15,29 @@ import re
 from pathlib import Path
 from typing import Annotated, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from sparkctl.config.lock import cache_dirname
 from sparkctl.errors import SparkctlError
 
 SCHEMA = "sparkctl.bench/1"
+# the largest magnitude a measured figure (tok/s, tokens, requests, seconds, a fraction) may have: none a box measures
+# comes near it (a GB10 decodes hundreds to a few thousand tok/s, the sim's tiny models ~1e5 at their roofline;
+# a KV cache holds ~1e6 tokens; a window lasts minutes). Beyond it a figure is a corrupt record, and kept as a
+# baseline it would fail every later run (1e308 prints as "+inf %"); unitless
+MAX_FIGURE = 1e9
 
 
 def _finite(x: int | float) -> int | float:
-    if not math.isfinite(x):
-        raise ValueError(f"{x} is not a finite number")
+    try:
+        finite = math.isfinite(x)
+    except OverflowError:  # an integer beyond a float's range
+        finite = False
+    if not finite:
+        raise ValueError(f"{x:.6g} is not a finite number" if isinstance(x, float) else
+                         f"{str(x)[:12]}... ({len(str(x))} digits) is beyond a float's range")
+    if abs(x) > MAX_FIGURE:
+        raise ValueError(f"{x:.6g} is beyond the sane range of a measured figure (at most {MAX_FIGURE:g})")
     return x
 
 
@@ -39,7 +51,8 @@ def _measured(x: int | float) -> int | float:
 # (one NaN baseline would fail every later run "vs nan"); a measured figure is also never negative
 Signed = Annotated[int | float, AfterValidator(_finite)]
 Number = Annotated[int | float, AfterValidator(_measured)]
-Count = Annotated[int, Field(ge=0)]
+Count = Annotated[int, Field(ge=0, le=MAX_FIGURE)]
+Positive = Annotated[int, Field(gt=0, le=MAX_FIGURE)]  # a stream count, a prompt or context length
 
 
 class BenchError(SparkctlError):
@@ -58,8 +71,8 @@ class _Part(BaseModel):
 
 class Workload(_Part):
     name: str
-    version: int
-    prompts: int | None = None
+    version: Count
+    prompts: Count | None = None
     sha256: str | None = None
 
 
@@ -76,7 +89,7 @@ class Model(Checkpoint):
     draft: Checkpoint | None = None
     speculative: dict | None = None
     kv_cache_dtype: str | None = None
-    max_model_len: int | None = None
+    max_model_len: Count | None = None
 
 
 class Box(_Part):
@@ -85,7 +98,7 @@ class Box(_Part):
     simulated: bool | None = None
     usable_memory_gib: Number | None = None
     memory_bandwidth_gbps: Number | None = None
-    tensor_parallel_size: int | None = None  # 2: this box is the head of a two-box tensor-parallel pair
+    tensor_parallel_size: Count | None = None  # 2: this box is the head of a two-box tensor-parallel pair
 
 
 class SpecDecode(_Part):
@@ -101,7 +114,7 @@ class SpecDecode(_Part):
 class Run(_Part):
     """One decode window (maths.window_result)."""
 
-    streams: int = Field(gt=0)
+    streams: Positive
     counter_tokens_per_s: Number
     window_s: Number | None = None
     counter_tokens: Number | None = None
@@ -126,7 +139,7 @@ class Run(_Part):
 class Prefill(_Part):
     """One fresh prefill (maths.prefill_result, or maths.prefill_failure with its error)."""
 
-    target_tokens: int = Field(gt=0)
+    target_tokens: Positive
     error: str | None = None
     prompt_tokens: Count | None = None
     ttft_s: Number | None = None
@@ -152,13 +165,13 @@ class KvCell(_Part):
 class NiahCell(_Part):
     """The gate's one NIAH cell (niah.run_cell's dict): what the verdict reads of it."""
 
-    length: int = Field(gt=0)
+    length: Positive
     depth: float = Field(ge=0, le=100)
     passed: bool
     skipped: bool = False
     error: str | None = None
     answer: str | None = None
-    needle_value: str | None = None
+    needle_value: str = Field(min_length=1)  # what the answer is scored against: a cell without it is no cell
 
 
 class Gate(_Part):
@@ -167,9 +180,9 @@ class Gate(_Part):
 
     kind: Literal["acceptance"]
     window_s: Number
-    streams: list[Annotated[int, Field(gt=0)]]
-    prefill_tokens: list[Annotated[int, Field(gt=0)]] = []
-    prefill_repeats: int | None = None  # fresh prompts per length, the median sample reported
+    streams: list[Positive]
+    prefill_tokens: list[Positive] = []
+    prefill_repeats: Count | None = None  # fresh prompts per length, the median sample reported
     kv: KvCell | None = None  # vLLM's reported KV capacity against the plan
     niah: NiahCell | None = None  # the one NIAH cell
 
@@ -182,8 +195,8 @@ class BenchRecord(_Part):
     model: Model
     runs: list[Run]
     prefill: list[Prefill] = []
-    streams: list[int] | None = None
-    max_tokens: int | None = None
+    streams: list[Positive] | None = None
+    max_tokens: Count | None = None
     temperature: Number | None = None
     ignore_eos: bool | None = None
     revision: str | None = None
@@ -191,12 +204,50 @@ class BenchRecord(_Part):
     vllm_build: str | None = None  # the venv it ran from, <version>-<hash> (labels.build_labels); absent on old records
     box: Box | None = None
     endpoint: str | None = None
-    max_model_len: int | None = None
+    max_model_len: Count | None = None
     served_model_root: str | None = None
     served_sha: str | None = None
     roofline_single_stream_tokens_per_s: Number | None = None
     problems: list[str] = []
     gate: Gate | None = None  # a rollout's acceptance run; absent on a full bench
+
+    @field_validator("runs")
+    @classmethod
+    def _one_window_per_stream_count(cls, runs: list[Run]) -> list[Run]:
+        _refuse_repeats([r.streams for r in runs], "decode windows at {} streams", "stream count")
+        return runs
+
+    @field_validator("prefill")
+    @classmethod
+    def _one_prefill_per_length(cls, prefill: list[Prefill]) -> list[Prefill]:
+        _refuse_repeats([p.target_tokens for p in prefill], "prefills of {} tokens", "prompt length")
+        return prefill
+
+
+def _refuse_repeats(keys: list[int], what: str, one: str) -> None:
+    """Two figures under one key: judging one would silently drop the other, so neither is read."""
+    for i, k in enumerate(keys):
+        if k in keys[:i]:
+            raise ValueError(f"two {what.format(k)} (items {keys.index(k)} and {i}): a record holds one per {one}, "
+                             "and judging one would silently drop the other")
+
+
+def unrepresentable(obj, path: str = "") -> str | None:
+    """Where a record (any part of it, fields the model does not name included) holds a number that is no finite
+    JSON double: NaN, an infinity, an integer beyond a float's range ("runs.0.x: ..."), else None. `--json` and
+    every reader that converts it would fail on it."""
+    if isinstance(obj, dict):
+        found = (unrepresentable(v, f"{path}.{k}" if path else str(k)) for k, v in obj.items())
+    elif isinstance(obj, list):
+        found = (unrepresentable(v, f"{path}.{i}" if path else str(i)) for i, v in enumerate(obj))
+    elif isinstance(obj, (int, float)) and not isinstance(obj, bool):
+        try:
+            return None if math.isfinite(float(obj)) else f"{path or 'record'}: {obj} is not a finite number"
+        except OverflowError:
+            return f"{path or 'record'}: an integer of {len(str(obj))} digits is beyond a float's range"
+    else:
+        return None
+    return next((x for x in found if x), None)
 
 
 def validate_record(record: dict, where: str = "bench record") -> dict:
@@ -208,6 +259,9 @@ def validate_record(record: dict, where: str = "bench record") -> dict:
         at = ".".join(str(p) for p in first["loc"]) or "record"
         raise BenchError(f"{where}: not a sparkctl bench record of schema {SCHEMA!r}: {at}: {first['msg']} "
                          f"({exc.error_count()} problem(s))") from None
+    bad = unrepresentable(record)
+    if bad:
+        raise BenchError(f"{where}: not a sparkctl bench record of schema {SCHEMA!r}: {bad}")
     return model.model_dump(by_alias=True, exclude_unset=True)
 
 

@@ -242,6 +242,13 @@ def anchor_for(lines: list[dict], rec: dict) -> dict | None:
                  and changed(x, rec) is not None), None)
 
 
+def _is_line_of(ref: Reference, line: dict) -> bool:
+    """Whether ref's figures are line's own: the same history id and the same figures. Ids alone can repeat in a
+    history (hand-edited, or written before ids were checked): an anchor that only shares the moving reference's id
+    is another run, and is judged."""
+    return ref.id == line["history"]["id"] and (ref.decode, ref.prefill) == figures(line)
+
+
 def _anchor_name(line: dict) -> str:
     key = history.config_key(line)
     return (f"this box's anchor {line['history']['id']} (vLLM {key['vllm_version']}, revision "
@@ -255,7 +262,7 @@ def anchors(rec: dict, lines: list[dict], published: Published | None, moving: R
     line = anchor_for(lines, rec)
     if line is None:
         notes.append("anchor: this box has no confirmed baseline of this model, topology and workload yet")
-    elif line["history"]["id"] == moving.id:
+    elif _is_line_of(moving, line):
         notes.append(f"anchor: {_anchor_name(line)} is the reference itself, with its tighter limits")
     else:
         out.append(_from_line(line, "anchor", _anchor_name(line), t.anchor_decode_max_regression,
