@@ -220,7 +220,7 @@ class GroupData(BaseModel):
     GATEWAY_NAMESPACE: t.K8sName
     GATEWAY_K8S_VERSION: t.Version
     # bench
-    BENCH_STREAMS: t.list_of(t.Streams, "a non-empty list of stream counts from 1 to 1024", 1)
+    BENCH_STREAMS: t.distinct_list_of(t.Streams, "a non-empty list of distinct stream counts from 1 to 1024", 1)
     BENCH_WINDOW_S: t.Seconds
     BENCH_MAX_TOKENS: t.Tokens
     BENCH_PREFILL_TOKENS: t.Tokens
@@ -306,7 +306,7 @@ class GroupData(BaseModel):
     ACCEPTANCE_VERDICT_TIMEOUT_S: t.WholeSeconds
     ACCEPTANCE_HISTORY_FILE: t.StateFile
     ACCEPTANCE_WINDOW_S: t.Seconds
-    ACCEPTANCE_STREAMS: t.list_of(t.Streams, "a non-empty list of stream counts from 1 to 1024", 1)
+    ACCEPTANCE_STREAMS: t.distinct_list_of(t.Streams, "a non-empty list of distinct stream counts from 1 to 1024", 1)
     ACCEPTANCE_SPEC_ENABLED: bool
     ACCEPTANCE_SPEC_FLOOR_FRACTION: t.Fraction
     ACCEPTANCE_DECODE_ENABLED: bool

@@ -245,6 +245,18 @@ def list_of(item, description: str, min_length: int = 0):
 DebPackages = list_of(DebPackage, "a list of Debian package names")
 
 
+def _distinct(values: list) -> list:
+    """Each value once: a stream count measured twice is one window kept and one dropped (the judge refuses it)."""
+    repeated = sorted({v for i, v in enumerate(values) if v in values[:i]})
+    if repeated:
+        raise ValueError(f"each value once ({', '.join(map(str, repeated))} listed more than once)")
+    return values
+
+
+def distinct_list_of(item, description: str, min_length: int = 0):
+    return Annotated[list[item], Field(description=description, min_length=min_length), AfterValidator(_distinct)]
+
+
 # --- the fleet: pools of boxes and rollouts in waves (group_data/gx10.py FLEET_POOLS, all.py ROLLOUT_WAVES) ----------
 
 _WAVE_SIZE = 'a whole number of boxes from 1 to 10000, or a percentage from 1% to 100% such as "25%"'

@@ -229,6 +229,11 @@ EMBED_FACTS = {"bge-m3": {"memory": {"full_attention_layers": 24, "kv_heads": 16
 
 CASES = [
     # --- setting names -----------------------------------------------------------------------------------------
+    Case("a stream count the acceptance run would measure twice", ["ACCEPTANCE_STREAMS", "[1, 2, 2]",
+                                                                     "each value once", "2 listed more than once"],
+         data={"ACCEPTANCE_STREAMS": [1, 2, 2]}),
+    Case("a stream count the bench would measure twice", ["BENCH_STREAMS", "each value once"],
+         data={"BENCH_STREAMS": [4, 4]}),
     Case("unknown setting via --data", ["CODING_MODLE", "laguna-s-2.1", "known setting", "CODING_MODEL"],
          data={"CODING_MODLE": "laguna-s-2.1"}, fake=True),
     Case("unknown setting in gx10.py", ["CODING_MODLE", "qwen3.8-27b", "known setting", "CODING_MODEL"],
