@@ -150,10 +150,11 @@ def bridge_firewall(cfg) -> None:
     unit = files.put(name=f"Unit {front_doors.FIREWALL_UNIT}", src=StringIO(front_doors.bridge_firewall_unit(
         cfg, users)), dest=f"{UNIT_DIR}/{front_doors.FIREWALL_UNIT}", user="root", group="root", mode="0644")
     systemd.daemon_reload(name="systemd daemon-reload (bridge firewall unit)", _if=unit.did_change)
-    systemd.service(name=f"{front_doors.FIREWALL_UNIT} enabled", service=front_doors.FIREWALL_UNIT, enabled=True)
     _staged("Bridge firewall (nftables)", front_doors.bridge_firewall(cfg, users), cfg.BRIDGE_FIREWALL_FILE,
             "nft -c -f", "0644", [f"systemctl restart {front_doors.FIREWALL_UNIT}"])
-    systemd.service(name=f"{front_doors.FIREWALL_UNIT} applied", service=front_doors.FIREWALL_UNIT, running=True)
+    # enabled (and so started) only once its file is in place: pyinfra's systemd.service starts what it enables
+    systemd.service(name=f"{front_doors.FIREWALL_UNIT} enabled and applied", service=front_doors.FIREWALL_UNIT,
+                    running=True, enabled=True)
     bridge_firewall_present(name=f"The bridge refuses every user but {', '.join(users)} (nft list table)", cfg=cfg)
 
 
@@ -194,10 +195,10 @@ def keepalived(config: HostConfig, pools: list[router.Pool]) -> None:
     names = [h.name for h in _gateway_hosts()]
     conf = front_doors.keepalived_conf(cfg, host.name, front_doors.priority(cfg, names, host.name),
                                        secrets.read_vrrp_password(cfg))
-    systemd.service(name="keepalived enabled", service="keepalived.service", enabled=True)
     _staged("keepalived.conf (root-only: VRRP's password)", conf, cfg.KEEPALIVED_CONF, "keepalived -t -f", "0600",
             ["systemctl reload-or-restart keepalived.service"])
-    systemd.service(name="keepalived running", service="keepalived.service", running=True)
+    # enabled (and so started) only once its checked configuration is in place
+    systemd.service(name="keepalived enabled and running", service="keepalived.service", running=True, enabled=True)
 
 
 def _routers(config: HostConfig, pools: list[router.Pool], venv_changed) -> None:
