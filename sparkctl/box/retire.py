@@ -55,7 +55,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import contract as c  # noqa: E402
 import rollout_drain as drain  # noqa: E402
-import rollout_gate as gate  # noqa: E402
+import readiness_gate as gate  # noqa: E402
 from boxio import read, read_json, write_atomic, write_json  # noqa: E402
 
 STATE_DIR = os.environ.get("SPARKCTL_STATE_DIR", "/var/lib/sparkctl")
