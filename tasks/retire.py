@@ -33,7 +33,7 @@ from sparkctl.render.units import rollout_env
 from tasks.common import box_command, connector_args, fail, handoff_dir, mark_ready, ready_target
 
 # the box module and what it imports (uploaded beside the deploy's own copies: the same files of this checkout)
-RETIRE_SCRIPTS = ("retire.py", "rollout_drain.py", "readiness_gate.py", "contract.py", "boxio.py", "textfile.py")
+RETIRE_SCRIPTS = ("retire.py", "drain.py", "readiness_gate.py", "contract.py", "boxio.py", "textfile.py")
 LOST_AFTER = 5  # follow calls in a row without an answer before the control side gives up (the box goes on)
 _SERVED: dict[str, tuple[str, ...]] = {}  # box -> what it serves, derived once per run from its own host data
 

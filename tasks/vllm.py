@@ -25,7 +25,7 @@ from sparkctl.render.units import DEVICES_UNIT, pip_args, render_devices_unit, v
 
 __all__ = ["REMOTE_SCRIPTS", "SHARED_SCRIPTS", "venv_build", "vllm"]
 
-REMOTE_SCRIPTS = ("rollout.py", "rollout_txn.py", "readiness_gate.py", "rollout_drain.py", "rollout_peer.py",
+REMOTE_SCRIPTS = ("rollout.py", "rollout_txn.py", "readiness_gate.py", "drain.py", "rollout_peer.py",
                   "rollout_restart.py", "rollout_verdict.py", "fetch_checkpoint.py", "check_vllm_args.py",
                   "device_check.py",  # a new venv's, before it is marked built (venv_build)
                   "link_probe.py",  # a tensor-parallel pair's all-reduce, run by `python -m sparkctl rehearse`

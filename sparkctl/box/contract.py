@@ -289,7 +289,7 @@ def vllm_args_of(env: bytes) -> list[str]:
 
 
 # the header whose value lets the acceptance probe through while its box keeps everyone else drained: the box's
-# drain file (rollout_drain.py) exempts it, the control side's quick acceptance run sends it
+# drain file (drain.py) exempts it, the control side's quick acceptance run sends it
 PROBE_HEADER = "X-Sparkctl-Acceptance"
 
 

@@ -19,7 +19,7 @@ watchdog); or --stale with --keep NAME per service the box is configured to run 
 (HEALTH_POLL_INTERVAL_S), --textfile-dir (TEXTFILE_DIR).
 
 The run, in order: the --quiet units stop and are disabled (nothing restarts or judges the services meanwhile);
-every served model fails its router health path (rollout_drain.unready_on) and, when one of them served, the run
+every served model fails its router health path (drain.unready_on) and, when one of them served, the run
 waits --unready-wait s so the gateway's routers take the box out while its API still serves; every served model
 drains (503 + Retry-After) and the run waits for vLLM's running + waiting requests to reach 0, up to
 --drain-timeout s; the services' units, then the --unit ones, stop and are disabled; the marker
@@ -54,7 +54,7 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import contract as c  # noqa: E402
-import rollout_drain as drain  # noqa: E402
+import drain  # noqa: E402
 import readiness_gate as gate  # noqa: E402
 from boxio import read, read_json, write_atomic, write_json  # noqa: E402
 

@@ -24,7 +24,7 @@ import os
 import time
 
 import contract as c
-import rollout_drain as drain
+import drain
 import readiness_gate
 import rollout_peer as peer
 import rollout_txn as tx

@@ -7,7 +7,7 @@ recorded in STATE_DIR/rollout/vllm-S.txn/state.json, each by one step below, whi
 
   prepared          snapshot of exactly what the candidate replaces (live env file and unit file, or their
                     absence); recorded once the snapshot is whole: a snapshot without state.json is no snapshot.
-                    Then the served model's router health path fails (rollout_drain.unready_on) and, when it
+                    Then the served model's router health path fails (drain.unready_on) and, when it
                     served, the run waits --unready-wait s for the gateway's routers to take the box out
   draining          the proxy answers 503 for this served model; in-flight requests finish
   awaiting-head     tensor-parallel worker only: nothing changes until the head's candidate is in place
@@ -36,7 +36,7 @@ import shutil
 import time
 
 import contract as c
-import rollout_drain as drain
+import drain
 import readiness_gate
 import rollout_peer as peer
 import rollout_verdict as verdict

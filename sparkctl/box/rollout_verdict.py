@@ -25,7 +25,7 @@ import secrets
 import time
 
 import contract as c
-import rollout_drain as drain
+import drain
 import readiness_gate
 from boxio import read_json, write_atomic
 
