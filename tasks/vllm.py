@@ -29,7 +29,7 @@ REMOTE_SCRIPTS = ("rollout.py", "rollout_txn.py", "readiness_gate.py", "drain.py
                   "rollout_restart.py", "rollout_verdict.py", "fetch_checkpoint.py", "check_vllm_args.py",
                   "device_check.py",  # a new venv's, before it is marked built (venv_build)
                   "link_probe.py",  # a tensor-parallel pair's all-reduce, run by `python -m sparkctl rehearse`
-                  "contract.py", "boxio.py", "retire.py")  # retire.py: the stale step's --stale run, before the proxy
+                  "contract.py", "boxio.py", "retire_services.py")  # the stale step's --stale run, before the proxy
 # uploaded here, before any rollout, and imported by the monitoring step's scripts too (the box boundary's contract,
 # the one atomic write): vllm() returns their uploads, and the monitoring step restarts its watchdog when they change
 SHARED_SCRIPTS = ("contract.py", "boxio.py")

@@ -522,8 +522,8 @@ def test_every_box_module_is_uploaded():
     from tasks.vllm import REMOTE_SCRIPTS, SHARED_SCRIPTS
 
     on_disk = {p.name for p in ROLLOUT.parent.glob("*.py")} - {"__init__.py"}
-    assert on_disk == set(REMOTE_SCRIPTS) | set(BOX_SCRIPTS) | {"status_probe.py", "retire.py"}
-    assert set(RETIRE_SCRIPTS) - {"retire.py"} <= set(REMOTE_SCRIPTS) | set(BOX_SCRIPTS)
+    assert on_disk == set(REMOTE_SCRIPTS) | set(BOX_SCRIPTS) | {"status_probe.py", "retire_services.py"}
+    assert set(RETIRE_SCRIPTS) - {"retire_services.py"} <= set(REMOTE_SCRIPTS) | set(BOX_SCRIPTS)
     assert not set(REMOTE_SCRIPTS) & set(BOX_SCRIPTS)  # one step uploads each (its change restarts what it runs)
     assert set(SHARED_SCRIPTS) <= set(REMOTE_SCRIPTS)  # the modules both steps' scripts import: the vLLM step's
 

@@ -3,14 +3,15 @@
 in one run that systemd owns (the transient unit contract.RETIRE_UNIT), so the control machine's connection can drop
 at any instant without changing the outcome.
 
-    retire.py status <what>            -> ONE JSON object: the marker of a retired box (or null), each unit's
+    retire_services.py status <what>   -> ONE JSON object: the marker of a retired box (or null), each unit's
                                           state, the services a rollout owns now, whether a retire runs (--stale:
                                           also "stale", each stale service's files)
-    retire.py apply <what> <limits>    -> starts `retire.py run` as the transient unit, or attaches to the one
+    retire_services.py apply <what> <limits>
+                                       -> starts `retire_services.py run` as the transient unit, or attaches to the one
                                           running; prints {"txn": ID, "attached": bool} and returns at once
-    retire.py follow [--stale] --txn ID [--offset N]
+    retire_services.py follow [--stale] --txn ID [--offset N]
                                        -> the log from byte N, then a line "@@ {offset, running, done, result}"
-    retire.py run --txn ID <what> <limits>
+    retire_services.py run --txn ID <what> <limits>
                                        -> the retire itself, as apply starts it
 <what>: --serve SERVED=PORT per served model, --service NAME per vLLM service (a tensor-parallel worker's too),
 --unit UNIT for other units that stop with them (Ray), --quiet UNIT for what would restart or judge them (the
@@ -81,7 +82,7 @@ def served_port(text: str) -> tuple[str, int]:
 
 
 def parser() -> argparse.ArgumentParser:
-    top = argparse.ArgumentParser(prog="retire.py", description=__doc__.splitlines()[0])
+    top = argparse.ArgumentParser(prog="retire_services.py", description=__doc__.splitlines()[0])
     sub = top.add_subparsers(dest="cmd", required=True)
     for name in ("status", "apply", "run"):
         p = sub.add_parser(name)
