@@ -1,5 +1,5 @@
 """The retire deploy's glue (`pyinfra inventory.py retire.py --limit <box>`; not a step of deploy.py): refuse what
-would leave a served model on no box (sparkctl/fleet/retire.py) while pyinfra prepares, then upload the box's
+would leave a served model on no box (sparkctl/fleet/retirable.py) while pyinfra prepares, then upload the box's
 retire script and run it as the box's own transient unit (sparkctl/box/retire_services.py: out of the routers, drained,
 stopped and disabled), following its log here until it records its result. Losing this connection changes nothing
 on the box: a rerun attaches to the same run or reads its result; a retired box is left as it is."""
@@ -26,7 +26,7 @@ from sparkctl.config.settings import Settings
 from sparkctl.errors import Refused, SparkctlError
 from sparkctl.fleet.placement import Fleet, place
 from sparkctl.fleet.pools import from_settings
-from sparkctl.fleet.retire import check_retire
+from sparkctl.fleet.retirable import check_retire
 from sparkctl.render import monitoring as mon
 from sparkctl.render import ray
 from sparkctl.render.units import rollout_env
