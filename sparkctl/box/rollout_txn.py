@@ -387,7 +387,7 @@ def install(run: Run) -> str:
     return c.STARTED
 
 
-def head_gate(run: Run) -> tuple[bool, str, float]:
+def wait_head_committed(run: Run) -> tuple[bool, str, float]:
     """A worker's gate is its head's: (the head committed the same unit, why, seconds waited)."""
     t0 = time.monotonic()
     head, why = peer.wait_for(run.a, run.tp_unit, (peer.COMMITTED,), run.a.peer_timeout, run.say,
@@ -402,7 +402,7 @@ def start_and_gate(run: Run) -> str:
     ok, why, took, run.restart_s = readiness_gate.restart_and_gate(p.unit_name, f"{p.unit_name} ({run.model})", run.a,
                                                                  run.say)
     if ok and run.tp_unit:
-        ok, why, waited = head_gate(run)
+        ok, why, waited = wait_head_committed(run)
         took += waited
     run.took = took
     if not ok:
