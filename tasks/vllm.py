@@ -30,6 +30,9 @@ REMOTE_SCRIPTS = ("rollout.py", "rollout_txn.py", "readiness_gate.py", "drain.py
                   "device_check.py",  # a new venv's, before it is marked built (venv_build)
                   "link_probe.py",  # a tensor-parallel pair's all-reduce, run by `python -m sparkctl rehearse`
                   "contract.py", "boxio.py", "retire_services.py")  # the stale step's --stale run, before the proxy
+# what earlier versions uploaded under names since changed: removed, so the box's bin holds today's scripts only
+# (nothing runs or imports them: a rerun works with or without them, and an older box loses them on its next deploy)
+RENAMED_SCRIPTS = ("rollout_gate.py", "rollout_drain.py", "retire.py")
 # uploaded here, before any rollout, and imported by the monitoring step's scripts too (the box boundary's contract,
 # the one atomic write): vllm() returns their uploads, and the monitoring step restarts its watchdog when they change
 SHARED_SCRIPTS = ("contract.py", "boxio.py")
@@ -58,6 +61,8 @@ def vllm(settings: Settings) -> list:
     uploads = {script: files.put(name=f"Upload {script}", src=str(REPO_ROOT / "sparkctl" / "box" / script),
                                  dest=f"{box_paths.bin_dir(home)}/{script}", user="root", group="root", mode="0755")
                for script in REMOTE_SCRIPTS}
+    for script in RENAMED_SCRIPTS:
+        files.file(name=f"Remove {script} (renamed)", path=f"{box_paths.bin_dir(home)}/{script}", present=False)
     files.put(name="Write pip constraints", src=StringIO("".join(f"{c}\n" for c in cfg.VLLM_PIP_CONSTRAINTS)),
               dest=f"{home}/constraints.txt", user="root", group="root", mode="0644")
     _devices(cfg)

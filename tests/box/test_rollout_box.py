@@ -6,6 +6,7 @@ from __future__ import annotations
 import http.server
 import json
 import os
+import re
 import shutil
 import socket
 import ssl
@@ -526,6 +527,19 @@ def test_every_box_module_is_uploaded():
     assert set(RETIRE_SCRIPTS) - {"retire_services.py"} <= set(REMOTE_SCRIPTS) | set(BOX_SCRIPTS)
     assert not set(REMOTE_SCRIPTS) & set(BOX_SCRIPTS)  # one step uploads each (its change restarts what it runs)
     assert set(SHARED_SCRIPTS) <= set(REMOTE_SCRIPTS)  # the modules both steps' scripts import: the vLLM step's
+
+
+def test_a_renamed_box_script_is_removed_and_no_current_script_reuses_its_name():
+    """The vLLM step removes what an earlier version uploaded under a name since changed; a script that took such a
+    name back would be uploaded and then removed by the same step, and every box import of it would fail."""
+    from tasks.vllm import RENAMED_SCRIPTS
+
+    on_disk = {p.name for p in ROLLOUT.parent.glob("*.py")}
+    assert {"rollout_gate.py", "rollout_drain.py", "retire.py"} <= set(RENAMED_SCRIPTS)
+    assert not set(RENAMED_SCRIPTS) & on_disk
+    imported = {m for p in ROLLOUT.parent.glob("*.py")
+                for m in re.findall(r"^(?:import|from) (\w+)", p.read_text(), re.M)}
+    assert not {s.removesuffix(".py") for s in RENAMED_SCRIPTS} & imported  # nothing on the box imports an old name
 
 
 def test_a_candidate_that_disappears_mid_transaction_is_rolled_back_and_that_rollback_resumed(box):
