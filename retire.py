@@ -1,6 +1,6 @@
 """CARouter Cloud GX10: retire a box.   pyinfra inventory.py retire.py --limit <box>
 
-The out-of-service part of retiring a box (docs/fleet.md "Adding and retiring a box"), in one command the box itself
+The out-of-service part of retiring a box (docs/retire.md), in one command the box itself
 carries out (tasks/retire.py, sparkctl/box/retire_services.py): its served models leave the gateway's routers while its API
 still serves, drain, and its vLLM units and watchdog stop and are disabled; checkpoints, venvs and nginx stay, so
 `pyinfra inventory.py deploy.py` brings it back while it is still in the inventory. Refused before anything is

@@ -189,7 +189,7 @@ def retire_box(script: str, env_prefix: str, what: list[str], limits: list[str],
 
 @deploy("Retire")
 def retire(settings: Settings) -> None:
-    """Out of the routers, drained, stopped and disabled: the box's part of retiring it (docs/fleet.md)."""
+    """Out of the routers, drained, stopped and disabled: the box's part of retiring it (docs/retire.md)."""
     refuse_unsafe(settings)
     cfg = settings.cfg
     bin_dir = box_paths.bin_dir(cfg.SPARKCTL_HOME)

@@ -88,7 +88,7 @@ def remove_stale(globs: list[str], keep: list[str], script: str, env_prefix: str
 
 @deploy("Stale services")
 def stale(settings: Settings) -> None:
-    """Services this box no longer runs: out of the routers, drained, stopped, disabled, removed (docs/fleet.md)."""
+    """Services this box no longer runs: out of the routers, drained, stopped, disabled, removed (docs/retire.md)."""
     cfg = settings.cfg
     remove_stale(name="Services no longer configured here: out of the routers, drained, stopped, removed",
                  globs=service_globs(settings), keep=[s.name for s in settings.services],
