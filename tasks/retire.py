@@ -12,8 +12,7 @@ from pathlib import Path
 
 import gevent
 from pyinfra import host, inventory, logger
-from pyinfra.api import FactBase, FunctionCommand, StringCommand, deploy, operation
-from pyinfra.api.command import QuoteString
+from pyinfra.api import FunctionCommand, deploy, operation
 from pyinfra.operations import files
 
 from sparkctl import REPO_ROOT
@@ -31,29 +30,12 @@ from sparkctl.render import monitoring as mon
 from sparkctl.render import ray
 from sparkctl.render.units import rollout_env
 from tasks.common import box_command, connector_args, fail, handoff_dir, mark_ready, ready_target
+from tasks.facts import BoxScriptStatus
 
 # the box module and what it imports (uploaded beside the deploy's own copies: the same files of this checkout)
 RETIRE_SCRIPTS = ("retire_services.py", "drain.py", "readiness_gate.py", "contract.py", "boxio.py", "textfile.py")
 LOST_AFTER = 5  # follow calls in a row without an answer before the control side gives up (the box goes on)
 _SERVED: dict[str, tuple[str, ...]] = {}  # box -> what it serves, derived once per run from its own host data
-
-
-class RetireStatus(FactBase):
-    """`retire_services.py status`: the marker of a retired box, each unit's state, the services a rollout owns ({} before
-    the script exists)."""
-
-    def command(self, script, what, env_prefix=""):
-        return StringCommand("[ -f", QuoteString(script), "] &&", env_prefix, "python3", QuoteString(script), "status",
-                             *[QuoteString(a) for a in what], "2>/dev/null || true")
-
-    def default(self):
-        return {}
-
-    def process(self, output):
-        try:
-            return json.loads(output[-1])
-        except (ValueError, IndexError):
-            return {}
 
 
 def served_by(name: str, names: list[str]) -> tuple[str, ...]:
@@ -169,7 +151,7 @@ def retire_box(script: str, env_prefix: str, what: list[str], limits: list[str],
                handoffs: list[dict]):
     """Run the box's retire, unless it is retired already (then nothing changes, and the op says so), or a
     rollout owns one of its services (refused: nothing touched)."""
-    st = host.get_fact(RetireStatus, script=script, what=what, env_prefix=env_prefix)
+    st = host.get_fact(BoxScriptStatus, script=script, args=what, env_prefix=env_prefix)
     units = st.get("units") or {}
     if st.get("retired") and not st.get("running") and not any(u["active"] or u["enabled"] for u in units.values()):
         rec = st["retired"]

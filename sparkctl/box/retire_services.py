@@ -57,7 +57,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import contract as c  # noqa: E402
 import drain  # noqa: E402
 import readiness_gate as gate  # noqa: E402
-from boxio import read, read_json, write_atomic, write_json  # noqa: E402
+from boxio import Say, read, read_json, write_atomic, write_json  # noqa: E402
 
 STATE_DIR = os.environ.get("SPARKCTL_STATE_DIR", "/var/lib/sparkctl")
 DRAIN_DIR = os.environ.get("SPARKCTL_DRAIN_DIR", "/etc/nginx/sparkctl-drain")
@@ -235,26 +235,6 @@ def follow(a) -> int:
     print("@@ " + json.dumps({"offset": len(data), "running": retire_running(a.stale), "done": done,
                               "result": result if done else None}))
     return 0
-
-
-class Say:
-    """Log lines to the retire's log and to stdout (the journal); a closed stdout never stops the run."""
-
-    def __init__(self, path: str):
-        self.path = path
-
-    def __call__(self, message: str) -> None:
-        line = f"{time.strftime('%H:%M:%S')} {message}\n"
-        try:
-            with open(self.path, "a") as fh:
-                fh.write(line)
-        except OSError:
-            pass
-        try:
-            sys.stdout.write(line)
-            sys.stdout.flush()
-        except (OSError, ValueError):
-            pass
 
 
 def stop_units(units: list[str], say) -> list[str]:

@@ -53,7 +53,7 @@ import rollout_peer as peer  # noqa: E402
 import rollout_restart as rr  # noqa: E402
 import rollout_txn as tx  # noqa: E402
 import rollout_verdict as verdict  # noqa: E402
-from boxio import read, read_json, write_atomic  # noqa: E402
+from boxio import Say, read, read_json, write_atomic  # noqa: E402
 
 RUNNING = c.UNIT_RUNNING  # the transient unit's states while a transaction runs
 NO_RESULT_GRACE_S = 10  # follow --wait: once the unit is gone, how long the result file may take to appear, s
@@ -64,26 +64,6 @@ rollout_unit = c.rollout_unit
 
 def running(service: str) -> bool:
     return readiness_gate.unit_state(rollout_unit(service)).get("ActiveState") in RUNNING
-
-
-class Say:
-    """Log lines to the transaction log and to stdout; a closed or broken stdout never stops a rollback."""
-
-    def __init__(self, path: str):
-        self.path = path
-
-    def __call__(self, message: str) -> None:
-        line = f"{time.strftime('%H:%M:%S')} {message}\n"
-        try:
-            with open(self.path, "a") as f:
-                f.write(line)
-        except OSError:
-            pass
-        try:
-            sys.stdout.write(line)
-            sys.stdout.flush()
-        except (OSError, ValueError, AttributeError):
-            pass
 
 
 def service_status(p: tx.Paths, states: dict) -> dict:

@@ -43,6 +43,18 @@ def scrape_targets(cfg: GroupData, services) -> list[dict]:
     return targets + [{"path": cfg.SCRAPE_NODE_PATH, "port": cfg.NODE_EXPORTER_PORT, "service": "node"}]
 
 
+def prometheus_job(name: str, groups: list[dict], cfg: GroupData, ca_bundle: bool) -> dict:
+    """A scrape job of the hand-off (the boxes', the routers'): HTTPS with the scrape token, and the generated CA
+    when there is one (an operator's certificate uses the system's trust)."""
+    job = {"job_name": name, "scheme": "https", "scrape_interval": f"{cfg.PROMETHEUS_SCRAPE_INTERVAL_S}s",
+           "scrape_timeout": f"{cfg.PROMETHEUS_SCRAPE_TIMEOUT_S}s",
+           "authorization": {"type": "Bearer", "credentials_file": cfg.PROMETHEUS_TOKEN_FILE},
+           "static_configs": groups}
+    if ca_bundle:
+        job["tls_config"] = {"ca_file": cfg.PROMETHEUS_CA_FILE}
+    return job
+
+
 def node_exporter_defaults(cfg: GroupData) -> str:
     return render_template("node-exporter.default.j2", d=cfg)
 
