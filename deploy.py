@@ -1,14 +1,9 @@
 """CARouter Cloud GX10: from stock OS to serving.   pyinfra inventory.py deploy.py
 
-The steps, in order (each one module in tasks/): preflight -> nvidia -> vllm -> (CX7 link and Ray, tensor-parallel
-only) -> checkpoints -> OOM guard -> stale services (those the box no longer runs: drained, stopped, removed) ->
-proxy -> services (each changed coder judged by the acceptance probe through the proxy inside its rollout, its box
-drained for clients meanwhile) -> monitoring -> health -> acceptance (of a
-coder still found waiting) -> (tensor-parallel: the worker's result, which follows the head's) -> (Ray units no
-longer configured: retired) -> gateway hand-off; then, on a `gateway` host, the front door (after every box's
-steps). What a step needs from an earlier one is returned by it and handed on here. Bad settings are refused before
-any command reaches the host; see README.md for the flip and the two-Spark topologies, docs/ for secrets, settings
-and the rest.
+The steps are the calls below, in their order (each one module in tasks/; what each does: docs/layout.md,
+"The steps"). What a step needs from an earlier one is returned by it and handed on here. Bad settings are refused
+before any command reaches the host; see README.md for the flip and the two-Spark topologies, docs/ for secrets,
+settings and the rest.
 """
 
 from pyinfra import host

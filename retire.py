@@ -1,7 +1,7 @@
 """CARouter Cloud GX10: retire a box.   pyinfra inventory.py retire.py --limit <box>
 
-The out-of-service part of retiring a box (docs/fleet.md "Adding and retiring a box"), in one command the box itself
-carries out (tasks/retire.py, sparkctl/box/retire.py): its served models leave the gateway's routers while its API
+The out-of-service part of retiring a box (docs/retire.md), in one command the box itself
+carries out (tasks/retire.py, sparkctl/box/retire_services.py): its served models leave the gateway's routers while its API
 still serves, drain, and its vLLM units and watchdog stop and are disabled; checkpoints, venvs and nginx stay, so
 `pyinfra inventory.py deploy.py` brings it back while it is still in the inventory. Refused before anything is
 touched: no --limit, half of a tensor-parallel pair, the last box serving a served model (RETIRE_LAST_OF_POOL).

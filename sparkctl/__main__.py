@@ -15,8 +15,8 @@ from sparkctl.errors import SparkctlError
 # module -> what it adds; imported lazily so one broken command never takes the others down
 COMMAND_MODULES = [
     "sparkctl.sim.cli",  # sim up|down|status|ssh|exec|reboot
-    "sparkctl.config.cli",  # lock refresh|show
-    "sparkctl.fleet.cli",  # plan: the capacity planner's table, then the fleet (sparkctl.capacity.cli underneath)
+    "sparkctl.lock.cli",  # lock refresh|show
+    "sparkctl.plan.cli",  # plan: the capacity planner's table, then the fleet (sparkctl.plan.capacity underneath)
     "sparkctl.measure.cli",  # bench, bench compare, niah, evals compare
     "sparkctl.check.cli",  # check: the deploy's whole validation, offline
     "sparkctl.status.cli",  # status: every box and service at a glance

@@ -1,13 +1,9 @@
 """pyinfra glue: one importable @deploy function per step, called in order by deploy.py.
 
-The steps, in the order deploy.py runs them (module.function where the two differ): preflight, nvidia, vllm, link
-(the CX7 link and Ray: tensor-parallel only), checkpoints, oom_guard, stale (the vLLM services the box no longer
-runs: drained, stopped, removed), proxy, services, monitoring, health, acceptance.acceptance_step,
-tp_worker.tp_worker_result, link.ray_retire, handoff (on gx10 hosts),
-gateway.after_the_boxes (every host: the one no-op they share, so the gateway's operations follow the boxes'), gateway
-(on the `gateway` group's hosts: vLLM's router as the front door). Each takes the host's Settings, built once by the check
-layer (preflight.settings_for_host: check/validate.py's validate_host) and read as `settings.cfg.SETTING`; what one step
-needs from another is returned by it and handed on in deploy.py. The logic they apply lives in the sparkctl
+The steps run in the order of deploy.py's calls; docs/layout.md ("The steps") lists them with what each does.
+Each takes the host's Settings, built once by the check layer (preflight.settings_for_host: check/validate.py's
+validate_host) and read as `settings.cfg.SETTING`; what one step needs from another is returned by it and handed on
+in deploy.py. The logic they apply lives in the sparkctl
 package; these modules only turn it into operations.
 
 Not steps: facts.py (the facts the steps read), common.py (pyinfra helpers several steps share: failing a host,

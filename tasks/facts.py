@@ -87,14 +87,15 @@ class DistVersion(FactBase):
         return output[-1].strip() if output else None
 
 
-class RolloutStatus(FactBase):
-    """What rollout.py says about every service of the box in ONE call: {service: {active, applied, wanted,
-    running, phase, failed, last}} ({} before the script exists). No venv python is spawned."""
+class BoxScriptStatus(FactBase):
+    """The one JSON object a box script's `status` prints, in ONE call ({} before the script exists): rollout.py's
+    (RolloutStatus), retire_services.py's (the marker of a retired box, each unit's state, the services a rollout
+    owns). No venv python is spawned."""
 
-    def command(self, script, services, env_prefix=""):
+    def command(self, script, args, env_prefix=""):
         # the variables must prefix python3 itself, not the `[` test before it
         return StringCommand("[ -f", QuoteString(script), "] &&", env_prefix, "python3", QuoteString(script), "status",
-                             *[QuoteString(s) for s in services], "2>/dev/null || true")
+                             *[QuoteString(a) for a in args], "2>/dev/null || true")
 
     def default(self):
         return {}
@@ -104,6 +105,14 @@ class RolloutStatus(FactBase):
             return json.loads(output[-1])
         except (ValueError, IndexError):
             return {}
+
+
+class RolloutStatus(BoxScriptStatus):
+    """What rollout.py says about every service of the box: {service: {active, applied, wanted, running, phase,
+    failed, last}}."""
+
+    def command(self, script, services, env_prefix=""):
+        return super().command(script, services, env_prefix)
 
 
 class VenvsInUse(FactBase):

@@ -1,6 +1,6 @@
 """The retire deploy's glue (`pyinfra inventory.py retire.py --limit <box>`; not a step of deploy.py): refuse what
-would leave a served model on no box (sparkctl/fleet/retire.py) while pyinfra prepares, then upload the box's
-retire script and run it as the box's own transient unit (sparkctl/box/retire.py: out of the routers, drained,
+would leave a served model on no box (sparkctl/fleet/retirable.py) while pyinfra prepares, then upload the box's
+retire script and run it as the box's own transient unit (sparkctl/box/retire_services.py: out of the routers, drained,
 stopped and disabled), following its log here until it records its result. Losing this connection changes nothing
 on the box: a rerun attaches to the same run or reads its result; a retired box is left as it is."""
 
@@ -12,8 +12,7 @@ from pathlib import Path
 
 import gevent
 from pyinfra import host, inventory, logger
-from pyinfra.api import FactBase, FunctionCommand, StringCommand, deploy, operation
-from pyinfra.api.command import QuoteString
+from pyinfra.api import FunctionCommand, deploy, operation
 from pyinfra.operations import files
 
 from sparkctl import REPO_ROOT
@@ -26,34 +25,17 @@ from sparkctl.config.settings import Settings
 from sparkctl.errors import Refused, SparkctlError
 from sparkctl.fleet.placement import Fleet, place
 from sparkctl.fleet.pools import from_settings
-from sparkctl.fleet.retire import check_retire
+from sparkctl.fleet.retirable import check_retire
 from sparkctl.render import monitoring as mon
 from sparkctl.render import ray
 from sparkctl.render.units import rollout_env
 from tasks.common import box_command, connector_args, fail, handoff_dir, mark_ready, ready_target
+from tasks.facts import BoxScriptStatus
 
 # the box module and what it imports (uploaded beside the deploy's own copies: the same files of this checkout)
-RETIRE_SCRIPTS = ("retire.py", "rollout_drain.py", "rollout_gate.py", "contract.py", "boxio.py", "textfile.py")
+RETIRE_SCRIPTS = ("retire_services.py", "drain.py", "readiness_gate.py", "contract.py", "boxio.py", "textfile.py")
 LOST_AFTER = 5  # follow calls in a row without an answer before the control side gives up (the box goes on)
 _SERVED: dict[str, tuple[str, ...]] = {}  # box -> what it serves, derived once per run from its own host data
-
-
-class RetireStatus(FactBase):
-    """`retire.py status`: the marker of a retired box, each unit's state, the services a rollout owns ({} before
-    the script exists)."""
-
-    def command(self, script, what, env_prefix=""):
-        return StringCommand("[ -f", QuoteString(script), "] &&", env_prefix, "python3", QuoteString(script), "status",
-                             *[QuoteString(a) for a in what], "2>/dev/null || true")
-
-    def default(self):
-        return {}
-
-    def process(self, output):
-        try:
-            return json.loads(output[-1])
-        except (ValueError, IndexError):
-            return {}
 
 
 def served_by(name: str, names: list[str]) -> tuple[str, ...]:
@@ -98,7 +80,7 @@ def refuse_unsafe(settings: Settings) -> None:
 
 
 def box_args(settings: Settings) -> tuple[list[str], list[str]]:
-    """(what the box retires, the limits it is given), as retire.py takes them."""
+    """(what the box retires, the limits it is given), as retire_services.py takes them."""
     cfg, role = settings.cfg, settings.role
     what = [x for s in settings.services if not s.headless for x in ("--serve", f"{s.served_name}={s.port}")]
     what += [x for s in settings.services for x in ("--service", s.name)]
@@ -132,13 +114,13 @@ def _follow(host, kw: dict, retire_py, txn: str, interval: float, mode: list[str
 
 
 def box_run(host, retire_py, apply_args: list[str], interval: float, succeeded: tuple[str, ...]) -> dict | None:
-    """Start (or attach to) the box's run (retire.py apply; a --stale run when apply_args say so), follow it to its
+    """Start (or attach to) the box's run (retire_services.py apply; a --stale run when apply_args say so), follow it to its
     result and report it: the result when its outcome is one of `succeeded`, else None (said in red)."""
     kw = connector_args(host)
     ok, out = host.run_shell_command(retire_py(["apply", *apply_args]), **kw)
     started = next((json.loads(x) for x in reversed(out.stdout_lines) if x.startswith("{")), None) if ok else None
     if not started:
-        host.log_styled(f"retire.py apply failed: {' '.join(out.stderr_lines)[-2000:]}", fg="red",
+        host.log_styled(f"retire_services.py apply failed: {' '.join(out.stderr_lines)[-2000:]}", fg="red",
                         log_func=logger.error)
         return None
     if started.get("attached"):
@@ -169,7 +151,7 @@ def retire_box(script: str, env_prefix: str, what: list[str], limits: list[str],
                handoffs: list[dict]):
     """Run the box's retire, unless it is retired already (then nothing changes, and the op says so), or a
     rollout owns one of its services (refused: nothing touched)."""
-    st = host.get_fact(RetireStatus, script=script, what=what, env_prefix=env_prefix)
+    st = host.get_fact(BoxScriptStatus, script=script, args=what, env_prefix=env_prefix)
     units = st.get("units") or {}
     if st.get("retired") and not st.get("running") and not any(u["active"] or u["enabled"] for u in units.values()):
         rec = st["retired"]
@@ -189,7 +171,7 @@ def retire_box(script: str, env_prefix: str, what: list[str], limits: list[str],
 
 @deploy("Retire")
 def retire(settings: Settings) -> None:
-    """Out of the routers, drained, stopped and disabled: the box's part of retiring it (docs/fleet.md)."""
+    """Out of the routers, drained, stopped and disabled: the box's part of retiring it (docs/retire.md)."""
     refuse_unsafe(settings)
     cfg = settings.cfg
     bin_dir = box_paths.bin_dir(cfg.SPARKCTL_HOME)
@@ -197,7 +179,7 @@ def retire(settings: Settings) -> None:
         files.put(name=f"Upload {script}", src=str(REPO_ROOT / "sparkctl" / "box" / script),
                   dest=f"{bin_dir}/{script}", user="root", group="root", mode="0755")
     what, limits = box_args(settings)
-    call = dict(script=f"{bin_dir}/retire.py", env_prefix=rollout_env(cfg), what=what, limits=limits,
+    call = dict(script=f"{bin_dir}/retire_services.py", env_prefix=rollout_env(cfg), what=what, limits=limits,
                 interval=cfg.HEALTH_POLL_INTERVAL_S)
     if settings.role.serves_api:
         retire_box(name="Retire: out of the routers, drained, stopped and disabled", **call,

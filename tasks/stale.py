@@ -1,6 +1,6 @@
 """Stale services: the vLLM services installed on the box (their unit or env file, live or staged: contract.Paths)
 that this host's configuration (settings.services) no longer runs are taken out of service the way retire.py takes
-a whole box out, by the box's own retire script in its --stale mode (sparkctl/box/retire.py, the transient unit
+a whole box out, by the box's own retire script in its --stale mode (sparkctl/box/retire_services.py, the transient unit
 contract.STALE_UNIT): out of the routers, drained, stopped, disabled, then their files removed. The box keeps
 serving everything else; the watchdog is only paused meanwhile. Before the proxy step (which drops their nginx
 locations) and the services step (whose rollouts need the memory they hold). Nothing stale: the fact only."""
@@ -53,7 +53,7 @@ def stale_services(paths: list[str], globs: list[str], keep: set[str]) -> list[s
 
 
 def box_args(settings: Settings) -> list[str]:
-    """`retire.py apply --stale`'s arguments: the services to keep, the watchdog to pause, the limits."""
+    """`retire_services.py apply --stale`'s arguments: the services to keep, the watchdog to pause, the limits."""
     cfg = settings.cfg
     return ["--stale", *(x for s in settings.services for x in ("--keep", s.name)), "--quiet", mon.WATCHDOG_UNIT,
             "--unready-wait", str(cfg.ROUTER_OUT_WAIT_S), "--drain-timeout", str(cfg.DRAIN_TIMEOUT_S),
@@ -88,10 +88,10 @@ def remove_stale(globs: list[str], keep: list[str], script: str, env_prefix: str
 
 @deploy("Stale services")
 def stale(settings: Settings) -> None:
-    """Services this box no longer runs: out of the routers, drained, stopped, disabled, removed (docs/fleet.md)."""
+    """Services this box no longer runs: out of the routers, drained, stopped, disabled, removed (docs/retire.md)."""
     cfg = settings.cfg
     remove_stale(name="Services no longer configured here: out of the routers, drained, stopped, removed",
                  globs=service_globs(settings), keep=[s.name for s in settings.services],
-                 script=f"{box_paths.bin_dir(cfg.SPARKCTL_HOME)}/retire.py", env_prefix=rollout_env(cfg),
+                 script=f"{box_paths.bin_dir(cfg.SPARKCTL_HOME)}/retire_services.py", env_prefix=rollout_env(cfg),
                  apply_args=box_args(settings), interval=cfg.HEALTH_POLL_INTERVAL_S,
                  handoff=ready_target(cfg, ""))

@@ -25,11 +25,14 @@ from sparkctl.render.units import DEVICES_UNIT, pip_args, render_devices_unit, v
 
 __all__ = ["REMOTE_SCRIPTS", "SHARED_SCRIPTS", "venv_build", "vllm"]
 
-REMOTE_SCRIPTS = ("rollout.py", "rollout_txn.py", "rollout_gate.py", "rollout_drain.py", "rollout_peer.py",
+REMOTE_SCRIPTS = ("rollout.py", "rollout_txn.py", "readiness_gate.py", "drain.py", "rollout_peer.py",
                   "rollout_restart.py", "rollout_verdict.py", "fetch_checkpoint.py", "check_vllm_args.py",
                   "device_check.py",  # a new venv's, before it is marked built (venv_build)
                   "link_probe.py",  # a tensor-parallel pair's all-reduce, run by `python -m sparkctl rehearse`
-                  "contract.py", "boxio.py", "retire.py")  # retire.py: the stale step's --stale run, before the proxy
+                  "contract.py", "boxio.py", "retire_services.py")  # the stale step's --stale run, before the proxy
+# what earlier versions uploaded under names since changed: removed, so the box's bin holds today's scripts only
+# (nothing runs or imports them: a rerun works with or without them, and an older box loses them on its next deploy)
+RENAMED_SCRIPTS = ("rollout_gate.py", "rollout_drain.py", "retire.py")
 # uploaded here, before any rollout, and imported by the monitoring step's scripts too (the box boundary's contract,
 # the one atomic write): vllm() returns their uploads, and the monitoring step restarts its watchdog when they change
 SHARED_SCRIPTS = ("contract.py", "boxio.py")
@@ -58,6 +61,8 @@ def vllm(settings: Settings) -> list:
     uploads = {script: files.put(name=f"Upload {script}", src=str(REPO_ROOT / "sparkctl" / "box" / script),
                                  dest=f"{box_paths.bin_dir(home)}/{script}", user="root", group="root", mode="0755")
                for script in REMOTE_SCRIPTS}
+    for script in RENAMED_SCRIPTS:
+        files.file(name=f"Remove {script} (renamed)", path=f"{box_paths.bin_dir(home)}/{script}", present=False)
     files.put(name="Write pip constraints", src=StringIO("".join(f"{c}\n" for c in cfg.VLLM_PIP_CONSTRAINTS)),
               dest=f"{home}/constraints.txt", user="root", group="root", mode="0644")
     _devices(cfg)

@@ -154,3 +154,24 @@ def test_the_first_hours_figures_are_the_plans_and_the_write_ups():
     flat = " ".join(text.split())
     missing = [w for w in want if " ".join(w.split()) not in flat]
     assert missing == []
+
+
+README_MAX_CELL = 300  # characters: a table cell holds a short paragraph at most; more is prose below the table
+
+
+def table_cells(text: str) -> list[tuple[int, str]]:
+    """(line number, cell) of every cell of every Markdown table row in text (a `|` inside backticks included as
+    text: cells split on ` | `)."""
+    return [(n, cell.strip()) for n, line in enumerate(text.splitlines(), 1) if line.startswith("|")
+            for cell in line.strip().strip("|").split(" | ")]
+
+
+def test_no_readme_table_cell_is_longer_than_a_short_paragraph():
+    long = [f"README.md:{n}: {len(cell)} characters: {cell[:60]}..." for n, cell in table_cells(README.read_text())
+            if len(cell) > README_MAX_CELL]
+    assert long == []
+
+
+def test_a_long_cell_is_found():
+    row = "| a | " + "x" * (README_MAX_CELL + 1) + " |\n|---|---|\n"
+    assert [len(c) for _, c in table_cells(row)] == [1, README_MAX_CELL + 1, 7]  # `---|---` splits on no " | "

@@ -1,4 +1,4 @@
-"""scripts/fleet_control_cost.py (the control side's cost of a fleet's deploy, cited in docs/fleet.md) still runs
+"""scripts/fleet_control_cost.py (the control side's cost of a fleet's deploy, cited in docs/measured.md and docs/waves.md) still runs
 the real deploy.py through the @fake stand-ins: every operation of a box is prepared, and the run stops where the
 script says it does, at the health step no fake box can pass."""
 

@@ -7,6 +7,10 @@ The "May import:" line lists the allowed modules in dotted form (sparkctl.config
 module in it; sparkctl.box.boxio allows that one module); prose in the same paragraph names modules by path, so it
 allows nothing. A folder always imports its own modules, the standard library, third-party libraries and the
 package root (sparkctl.REPO_ROOT).
+
+The "May import:" lines also stack the folders into floors: a folder that names no other folder is on floor 0, any
+other one floor above the highest it names. No module imports from a folder on its own floor or higher but its
+own, and the lines themselves stack (no folder names one that names it back, at any distance).
 """
 
 from __future__ import annotations
@@ -14,6 +18,8 @@ from __future__ import annotations
 import ast
 import re
 from pathlib import Path
+
+import pytest
 
 from sparkctl import REPO_ROOT
 
@@ -176,3 +182,46 @@ def test_may_import_reads_dotted_names_only():
     assert allowed("sparkctl.config.schema", "sparkctl.capacity", ("sparkctl.config",))
     assert not allowed("sparkctl.configx", "sparkctl.capacity", ("sparkctl.config",))
     assert not allowed("sparkctl.render.units", "sparkctl.measure", ("sparkctl.config", "sparkctl.box.boxio"))
+
+
+def folder_floors(allows: dict[str, set[str]]) -> dict[str, int]:
+    """Each folder's floor: 0 when it names no other folder, else one above the highest it names. A folder that
+    reaches itself back through the names raises, naming the loop."""
+    floors: dict[str, int] = {}
+
+    def floor(folder: str, path: tuple[str, ...]) -> int:
+        if folder in path:
+            raise AssertionError("the 'May import:' lines loop: " + " -> ".join((*path[path.index(folder):], folder)))
+        if folder not in floors:
+            floors[folder] = 1 + max((floor(f, (*path, folder)) for f in allows.get(folder, ())), default=-1)
+        return floors[folder]
+
+    for folder in sorted(allows):
+        floor(folder, ())
+    return floors
+
+
+def allowed_folders() -> dict[str, set[str]]:
+    """Folder -> the other folders its "May import:" line names (a module of one, like sparkctl.check.load, names
+    its folder)."""
+    folders = {folder_of(m) for m in all_modules()} - {None}
+    return {f: {folder_of(n) for n in may_import(f)} - {None, f} for f in folders}
+
+
+def test_no_module_imports_from_its_own_floor_or_higher():
+    floors = folder_floors(allowed_folders())
+    upward = sorted((a, b) for a, targets in import_graph().items() for b in targets
+                    if folder_of(a) and folder_of(b) and folder_of(a) != folder_of(b)
+                    and floors[folder_of(b)] >= floors[folder_of(a)])
+    assert not upward, "imports from a floor not below the importer's:\n" + "\n".join(
+        f"{a} (floor {floors[folder_of(a)]}) imports {b} (floor {floors[folder_of(b)]})" for a, b in upward)
+    assert floors["sparkctl.box"] == 0 and floors["sparkctl.config"] == 1  # the ground: the box, then the settings
+    assert floors["sparkctl.check"] > max(floors["sparkctl.config"], floors["sparkctl.capacity"],
+                                          floors["sparkctl.fleet"])
+
+
+def test_floors_stack_and_a_loop_is_named():
+    """The yardstick: a chain stacks; a loop at any distance is refused, naming it."""
+    assert folder_floors({"a": set(), "b": {"a"}, "c": {"a", "b"}}) == {"a": 0, "b": 1, "c": 2}
+    with pytest.raises(AssertionError, match="a -> b -> c -> a"):
+        folder_floors({"a": {"b"}, "b": {"c"}, "c": {"a"}})

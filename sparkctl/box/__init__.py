@@ -1,6 +1,6 @@
 """Scripts the deploy uploads to the box and runs there: the rollout transaction (with its acceptance verdict
 wait, a tensor-parallel worker's following of its head, and the watchdog's restart), the checkpoint download and
-verification, vLLM's own argument check, the watchdog and the metrics textfiles; the box's retire (retire.py,
+verification, vLLM's own argument check, the watchdog and the metrics textfiles; the box's retire (retire_services.py,
 which `pyinfra inventory.py retire.py` uploads and runs); and the pair's link probe (link_probe.py: an all-reduce
 across a tensor-parallel pair, run by a rehearsal with torch from the box's vLLM venv).
 

@@ -5,12 +5,16 @@ the drain file, the watchdog's state, the textfiles, the verified checkpoint mar
 directory, CREATED with its final mode (os.open: a file that holds the acceptance probe key or an env file is never
 readable by others, not even for an instant), fsynced, then renamed over the old one. A reader sees the old file or
 the new one, never half of one; a crash leaves at most a hidden temporary file, which nothing reads.
+
+And the one log writer of a box run (Say: the rollout's transaction log, the retire's log).
 """
 
 from __future__ import annotations
 
 import json
 import os
+import sys
+import time
 
 
 def read(path: str) -> bytes:
@@ -52,3 +56,24 @@ def write_atomic(path: str, data: bytes | str, mode: int = 0o600) -> None:
 
 def write_json(path: str, obj: dict, mode: int = 0o600) -> None:
     write_atomic(path, json.dumps(obj, indent=1, sort_keys=True) + "\n", mode)
+
+
+class Say:
+    """Log lines to a run's log file and to stdout (the journal of its transient unit); neither a failed write nor a
+    closed or broken stdout ever stops the run (a rollback must finish whatever the log does)."""
+
+    def __init__(self, path: str):
+        self.path = path
+
+    def __call__(self, message: str) -> None:
+        line = f"{time.strftime('%H:%M:%S')} {message}\n"
+        try:
+            with open(self.path, "a") as f:
+                f.write(line)
+        except OSError:
+            pass
+        try:
+            sys.stdout.write(line)
+            sys.stdout.flush()
+        except (OSError, ValueError, AttributeError):
+            pass

@@ -13,7 +13,7 @@ it with the other rollout scripts), the control side as `sparkctl.box.contract`.
 - TP_UNIT: the env-file line that makes the two boxes of a tensor-parallel pair one unit (tp_unit_of() reads it).
 - Paths: where the box keeps each service's files (live, staged, the transaction's state and snapshot, stamp,
   result, log, failure records), and PROBE_HEADER, the acceptance probe's pass through a drained proxy.
-- Retiring: the transient units of retire.py (a whole box: RETIRE_UNIT; the services it no longer runs, the
+- Retiring: the transient units of retire_services.py (a whole box: RETIRE_UNIT; the services it no longer runs, the
   deploy's --stale run: STALE_UNIT), their outcomes and codes (RETIRE_CODES), and vllm_args_of(), the `vllm serve`
   words of an env file (what a stale service served, and on which port).
 - decision(): the acceptance verdict's commit or rollback under ACCEPTANCE_MODE (warn keeps, fail undoes).
@@ -247,7 +247,7 @@ def service_of(path: str, pattern: str) -> str:
     return path[len(head):len(path) - len(tail)]
 
 
-# --- retiring the box (retire.py, run as the transient unit RETIRE_UNIT) -------------------------------------------
+# --- retiring the box (retire_services.py, run as the transient unit RETIRE_UNIT) ----------------------------------
 RETIRE_UNIT = "sparkctl-retire.service"
 RETIRED_TEXTFILE = "sparkctl_retired.prom"  # in TEXTFILE_DIR: sparkctl_box_retired 1 (the alerts hold back for it)
 RETIRED, ALREADY_RETIRED, RETIRE_REFUSED, RETIRE_FAILED = "retired", "already-retired", "retire-refused", \
@@ -265,7 +265,7 @@ def retired_marker(state_dir: str) -> str:
     return f"{retire_dir(state_dir)}/retired.json"
 
 
-# --- services the box no longer runs (retire.py --stale, run by the deploy as the transient unit STALE_UNIT) -------
+# --- services the box no longer runs (retire_services.py --stale, run by the deploy as the transient unit STALE_UNIT)
 STALE_UNIT = "sparkctl-retire-stale.service"
 REMOVED, NOTHING_STALE = "removed", "nothing-stale"
 RETIRE_CODES.update({REMOVED: 0, NOTHING_STALE: 0})
@@ -289,7 +289,7 @@ def vllm_args_of(env: bytes) -> list[str]:
 
 
 # the header whose value lets the acceptance probe through while its box keeps everyone else drained: the box's
-# drain file (rollout_drain.py) exempts it, the control side's quick acceptance run sends it
+# drain file (drain.py) exempts it, the control side's quick acceptance run sends it
 PROBE_HEADER = "X-Sparkctl-Acceptance"
 
 

@@ -48,12 +48,12 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import contract as c  # noqa: E402
-import rollout_gate  # noqa: E402
+import readiness_gate  # noqa: E402
 import rollout_peer as peer  # noqa: E402
 import rollout_restart as rr  # noqa: E402
 import rollout_txn as tx  # noqa: E402
 import rollout_verdict as verdict  # noqa: E402
-from boxio import read, read_json, write_atomic  # noqa: E402
+from boxio import Say, read, read_json, write_atomic  # noqa: E402
 
 RUNNING = c.UNIT_RUNNING  # the transient unit's states while a transaction runs
 NO_RESULT_GRACE_S = 10  # follow --wait: once the unit is gone, how long the result file may take to appear, s
@@ -63,27 +63,7 @@ rollout_unit = c.rollout_unit
 
 
 def running(service: str) -> bool:
-    return rollout_gate.unit_state(rollout_unit(service)).get("ActiveState") in RUNNING
-
-
-class Say:
-    """Log lines to the transaction log and to stdout; a closed or broken stdout never stops a rollback."""
-
-    def __init__(self, path: str):
-        self.path = path
-
-    def __call__(self, message: str) -> None:
-        line = f"{time.strftime('%H:%M:%S')} {message}\n"
-        try:
-            with open(self.path, "a") as f:
-                f.write(line)
-        except OSError:
-            pass
-        try:
-            sys.stdout.write(line)
-            sys.stdout.flush()
-        except (OSError, ValueError, AttributeError):
-            pass
+    return readiness_gate.unit_state(rollout_unit(service)).get("ActiveState") in RUNNING
 
 
 def service_status(p: tx.Paths, states: dict) -> dict:
@@ -107,7 +87,7 @@ def service_status(p: tx.Paths, states: dict) -> dict:
 
 
 def status(a) -> int:
-    states = rollout_gate.show(*[u for s in a.services for u in (tx.Paths(s).unit_name, rollout_unit(s))])
+    states = readiness_gate.show(*[u for s in a.services for u in (tx.Paths(s).unit_name, rollout_unit(s))])
     print(json.dumps({s: service_status(tx.Paths(s), states) for s in a.services}))
     return 0
 
@@ -124,7 +104,7 @@ def start_unit(service: str, txn_id: str, header: str, description: str, run_arg
     write_atomic(p.current, f"{txn_id}\n", 0o644)
     write_atomic(p.log, f"{header}\n", 0o640)
     setenv = [f"--setenv={k}={v}" for k, v in sorted(os.environ.items()) if k.startswith("SPARKCTL_")]
-    r = rollout_gate.run("systemd-run", f"--unit={rollout_unit(service)}", "--collect", "--quiet",
+    r = readiness_gate.run("systemd-run", f"--unit={rollout_unit(service)}", "--collect", "--quiet",
                          "--service-type=exec", f"--description={description}", *setenv, sys.executable,
                          os.path.abspath(__file__), *run_argv)
     return r.returncode == 0, r.stderr.strip()

@@ -35,7 +35,7 @@ import shlex
 import time
 
 import contract as c
-import rollout_gate
+import readiness_gate
 from boxio import read_json, write_json
 
 TP_UNIT = c.TP_UNIT
@@ -46,7 +46,7 @@ WAITING, GO, COMMITTED, FAILED = "waiting", "go", "committed", "failed"
 
 def peer_status(command: str, service: str, call_timeout: float) -> tuple[dict | None, str]:
     """The other box's status of `service` (contract.STATUS_FIELDS), or None and why it could not be read."""
-    r = rollout_gate.run(*shlex.split(command), timeout=call_timeout)
+    r = readiness_gate.run(*shlex.split(command), timeout=call_timeout)
     status = c.read_status(r.stdout, service) if r.returncode == 0 else None
     if status is None:
         return None, f"the other box's status could not be read (rc {r.returncode}: {(r.stderr or '').strip()[-300:]})"
@@ -176,10 +176,10 @@ def wait_for(a, unit: str, wanted: tuple[str, ...], timeout: float, say, alive=N
 
 def worker_alive(unit_name: str):
     """A check for poll(): the worker's unit must stay active without systemd restarting it."""
-    first = rollout_gate.unit_state(unit_name)
+    first = readiness_gate.unit_state(unit_name)
 
     def check() -> str:
-        st = rollout_gate.unit_state(unit_name)
+        st = readiness_gate.unit_state(unit_name)
         if st.get("ActiveState") != "active" or st.get("NRestarts") != first.get("NRestarts"):
             return f"{unit_name} is {st.get('ActiveState')}/{st.get('SubState')} (NRestarts={st.get('NRestarts')})"
         return ""

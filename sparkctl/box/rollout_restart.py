@@ -24,8 +24,8 @@ import os
 import time
 
 import contract as c
-import rollout_drain as drain
-import rollout_gate
+import drain
+import readiness_gate
 import rollout_peer as peer
 import rollout_txn as tx
 from boxio import read, write_json
@@ -112,7 +112,7 @@ def lead_pair_restart(r: Restart) -> int | None:
 
 def restart_and_record(r: Restart) -> int:
     a, p, say = r.a, r.p, r.say
-    active = rollout_gate.unit_state(p.unit_name).get("ActiveState") == "active"
+    active = readiness_gate.unit_state(p.unit_name).get("ActiveState") == "active"
     say(f"restart of {p.unit_name} ({r.model}) on its committed configuration, asked by {r.by}")
     ok, why, took, restart_s = False, "", 0.0, 0.0
     try:
@@ -122,7 +122,7 @@ def restart_and_record(r: Restart) -> int:
             reloaded, err = drain.drain_on(tx.DRAIN_DIR, a.served, a.retry_after, "a restart")
             say(f"draining {a.served!r}: new requests get 503 + Retry-After {a.retry_after} s (running requests "
                 f"are not waited for)" if reloaded else f"draining {a.served!r}: nginx did not reload ({err})")
-        ok, why, took, restart_s = rollout_gate.restart_and_gate(p.unit_name, p.unit_name, a, say)
+        ok, why, took, restart_s = readiness_gate.restart_and_gate(p.unit_name, p.unit_name, a, say)
     except Exception as exc:  # noqa: BLE001 - recorded as a failed restart; the drain is lifted below regardless
         ok, why = False, f"{type(exc).__name__}: {exc}"
     finally:
@@ -133,7 +133,7 @@ def restart_and_record(r: Restart) -> int:
                         load_s=round(took, 1))
     return r.finish(c.RESTART_FAILED, f"rollout: {p.unit_name} does not come up again on its committed configuration "
                     f"({r.model}, restart asked by {r.by}): {why}; nothing else was changed.\n"
-                    f"{rollout_gate.journal(p.unit_name, a.journal)}", why=why)
+                    f"{readiness_gate.journal(p.unit_name, a.journal)}", why=why)
 
 
 def follow_pair_restart(r: Restart) -> int:
@@ -146,7 +146,7 @@ def follow_pair_restart(r: Restart) -> int:
         return r.not_restarting(c.HEAD_ABSENT, f"a tensor-parallel worker restarts only with its head, and {why}")
     peer.mark(p, a.txn, pair)
     say(f"tensor-parallel: {why}; restarting the worker")
-    ok, why, took, restart_s = rollout_gate.restart_and_gate(p.unit_name, f"{p.unit_name} (worker)", a, say)
+    ok, why, took, restart_s = readiness_gate.restart_and_gate(p.unit_name, f"{p.unit_name} (worker)", a, say)
     if ok:
         verdict, why = peer.poll(a, lambda h: peer.restart_result(h, pair), (peer.COMMITTED,), a.peer_timeout, say,
                                  alive=peer.worker_alive(p.unit_name))

@@ -7,7 +7,7 @@ recorded in STATE_DIR/rollout/vllm-S.txn/state.json, each by one step below, whi
 
   prepared          snapshot of exactly what the candidate replaces (live env file and unit file, or their
                     absence); recorded once the snapshot is whole: a snapshot without state.json is no snapshot.
-                    Then the served model's router health path fails (rollout_drain.unready_on) and, when it
+                    Then the served model's router health path fails (drain.unready_on) and, when it
                     served, the run waits --unready-wait s for the gateway's routers to take the box out
   draining          the proxy answers 503 for this served model; in-flight requests finish
   awaiting-head     tensor-parallel worker only: nothing changes until the head's candidate is in place
@@ -36,8 +36,8 @@ import shutil
 import time
 
 import contract as c
-import rollout_drain as drain
-import rollout_gate
+import drain
+import readiness_gate
 import rollout_peer as peer
 import rollout_verdict as verdict
 from boxio import read, read_json, write_atomic, write_json
@@ -162,7 +162,7 @@ class Txn:
         p = self.p
         write_atomic(p.unit, read(p.unit_next), 0o644)
         write_atomic(p.env, read(p.env_next), 0o600)
-        rollout_gate.systemctl("daemon-reload")
+        readiness_gate.systemctl("daemon-reload")
 
     def restore_snapshot(self) -> None:
         p = self.p
@@ -171,7 +171,7 @@ class Txn:
                 write_atomic(path, read(p.snapshot[name]), mode)
             elif os.path.exists(path):
                 os.unlink(path)
-        rollout_gate.systemctl("daemon-reload")
+        readiness_gate.systemctl("daemon-reload")
 
     def close(self) -> None:
         """The transaction is over: its record goes (what it decided stays in memory for the result)."""
@@ -201,7 +201,7 @@ class Run:
         p = self.p
         self.cand, self.model = candidate(p), model_of(read(p.env_next))
         self.result.update(candidate=self.cand, model=self.model)
-        self.active = rollout_gate.unit_state(p.unit_name).get("ActiveState") == "active"
+        self.active = readiness_gate.unit_state(p.unit_name).get("ActiveState") == "active"
 
     def finish(self, outcome: str, message: str, **extra) -> int:
         """Record the result (its outcome's exit code from the contract), say it, return the exit code."""
@@ -257,12 +257,12 @@ def committed_but_stopped(run: Run) -> int | None:
     p = run.p
     if run.txn.open or stamp_of(p) != run.cand:
         return None
-    ok, why, took, _ = rollout_gate.restart_and_gate(p.unit_name, p.unit_name, run.a, run.say)
+    ok, why, took, _ = readiness_gate.restart_and_gate(p.unit_name, p.unit_name, run.a, run.say)
     if ok:
         return run.finish(c.RESTARTED, f"rollout: {p.unit_name} was not running its committed configuration; "
                           f"restarted, ready in {took:.0f} s", load_s=round(took, 1))
     return run.finish(c.RESTART_FAILED, f"rollout: {p.unit_name} does not come up with its committed configuration "
-                      f"({why}); nothing was changed.\n{rollout_gate.journal(p.unit_name, run.a.journal)}", why=why)
+                      f"({why}); nothing was changed.\n{readiness_gate.journal(p.unit_name, run.a.journal)}", why=why)
 
 
 def staged_problem(p: Paths, kind: str) -> str:
@@ -275,7 +275,7 @@ def staged_problem(p: Paths, kind: str) -> str:
     python = os.path.join(os.path.dirname(binary), "python") if binary else ""
     if kind == "none" or not python or not os.path.exists(checker) or not os.path.exists(python):
         return ""
-    r = rollout_gate.run(python, checker, p.env_next)
+    r = readiness_gate.run(python, checker, p.env_next)
     return f"vLLM rejects the staged arguments:\n{r.stderr.strip()}" if r.returncode != 0 else ""
 
 
@@ -387,7 +387,7 @@ def install(run: Run) -> str:
     return c.STARTED
 
 
-def head_gate(run: Run) -> tuple[bool, str, float]:
+def wait_head_committed(run: Run) -> tuple[bool, str, float]:
     """A worker's gate is its head's: (the head committed the same unit, why, seconds waited)."""
     t0 = time.monotonic()
     head, why = peer.wait_for(run.a, run.tp_unit, (peer.COMMITTED,), run.a.peer_timeout, run.say,
@@ -399,10 +399,10 @@ def head_gate(run: Run) -> tuple[bool, str, float]:
 def start_and_gate(run: Run) -> str:
     p = run.p
     run.txn.set_phase(c.STARTED)
-    ok, why, took, run.restart_s = rollout_gate.restart_and_gate(p.unit_name, f"{p.unit_name} ({run.model})", run.a,
+    ok, why, took, run.restart_s = readiness_gate.restart_and_gate(p.unit_name, f"{p.unit_name} ({run.model})", run.a,
                                                                  run.say)
     if ok and run.tp_unit:
-        ok, why, waited = head_gate(run)
+        ok, why, waited = wait_head_committed(run)
         took += waited
     run.took = took
     if not ok:
@@ -435,7 +435,7 @@ def roll_back(run: Run) -> int:
     p, a, txn = run.p, run.a, run.txn
     txn.set_phase(c.ROLLING_BACK, why=run.why)
     if run.gated:  # recorded first: a run killed from here on finishes this rollback
-        journal_text = rollout_gate.journal(p.unit_name, a.journal)
+        journal_text = readiness_gate.journal(p.unit_name, a.journal)
         remember_failure(p, run.cand, run.model, run.why, journal_text, a.keep_failed)
         run.say(f"rollout: {p.unit_name} serving {run.model} is not healthy: {run.why}")
         run.say(f"--- last {a.journal} journal lines of {p.unit_name} ---\n{journal_text}")
@@ -449,9 +449,9 @@ def remove_first_install(run: Run) -> int:
     """Back to "not installed", exactly what was there before."""
     p, txn = run.p, run.txn
     failed_model = model_of(read(p.env))
-    rollout_gate.systemctl("stop", p.unit_name)
+    readiness_gate.systemctl("stop", p.unit_name)
     txn.restore_snapshot()
-    rollout_gate.systemctl("reset-failed", p.unit_name)
+    readiness_gate.systemctl("reset-failed", p.unit_name)
     drain.reopen(DRAIN_DIR, run.a.served, reload=run.resumed)
     txn.close()
     return run.finish(c.NO_PREVIOUS, f"rollout: {p.unit_name} ({failed_model}) failed ({run.why}) and there is no "
@@ -465,7 +465,7 @@ def restore_previous(run: Run) -> int:
     run.say(f"rollout: rolling {p.unit_name} back to the snapshot of transaction {txn.state.get('id')} "
             f"({txn.state.get('model_before')})")
     txn.restore_snapshot()
-    ok, why, took, _ = rollout_gate.restart_and_gate(p.unit_name, f"{p.unit_name} (snapshot)", a, run.say)
+    ok, why, took, _ = readiness_gate.restart_and_gate(p.unit_name, f"{p.unit_name} (snapshot)", a, run.say)
     back = model_of(read(p.env))
     drain.reopen(DRAIN_DIR, a.served, reload=run.resumed)
     if ok and txn.state.get("stamp_before"):
@@ -476,7 +476,7 @@ def restore_previous(run: Run) -> int:
                           f"box serves {back} as {a.served!r}. The failed candidate ({failed_model}) is remembered and "
                           f"not retried unless asked (ROLLOUT_RETRY_FAILED=True)", why=run.why, load_s=round(took, 1))
     return run.finish(c.ROLLBACK_FAILED, f"rollout: rollback of {p.unit_name} to {back} ALSO FAILED: {why}; the box "
-                      f"has no healthy {a.served!r}.\n{rollout_gate.journal(p.unit_name, a.journal)}", why=run.why)
+                      f"has no healthy {a.served!r}.\n{readiness_gate.journal(p.unit_name, a.journal)}", why=run.why)
 
 
 STEPS = {c.PREPARED: prepare, c.DRAINING: drain_requests, c.AWAITING_HEAD: await_head, c.INSTALLED: install,

@@ -25,8 +25,8 @@ import secrets
 import time
 
 import contract as c
-import rollout_drain as drain
-import rollout_gate
+import drain
+import readiness_gate
 from boxio import read_json, write_atomic
 
 VERDICT_FILE = "verdict.json"  # in the txn dir (root 0700), written atomically by `rollout.py verdict`
@@ -121,7 +121,7 @@ def _resume(txn, a, say) -> tuple[bool, str]:
     txn.set_phase(c.AWAITING_VERDICT, id=a.txn, resumed_wait=old)
     say(f"rollout: resuming transaction {old}, which waited for its acceptance verdict (until "
         f"{_clock(float(txn.state['verdict_deadline']))}); gating {txn.p.unit_name} again")
-    ok, why, _ = rollout_gate.gate(txn.p.unit_name, a)
+    ok, why, _ = readiness_gate.gate(txn.p.unit_name, a)
     return ok, why
 
 

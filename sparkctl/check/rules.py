@@ -1,4 +1,4 @@
-"""Every cross-field rule, in one place: what no single setting's type can say (the schema, config/schema.py, holds
+"""The cross-field rules of the settings: what no single setting's type can say (the schema, config/schema.py, holds
 the types). A rule that needs only the typed settings runs for every entry point (`SETTINGS_RULES`, through
 sparkctl/check/load.py); one that needs the resolved catalog, the derived services or what a real box needs runs
 in the deploy's whole validation (sparkctl/check/validate.py). Adding a rule: a function here, named in the tuple
@@ -563,6 +563,15 @@ def served_names(config: HostConfig, shipped: Shipped) -> None:
                            f"Both would be the proxy's path prefix /{served}/")
 
 
+def scrape_node_path(settings: Settings) -> None:
+    """The node exporter's scrape path is no served model's on this box: both are a path segment of the proxy's
+    scrape location (sparkctl/render/monitoring.py scrape_targets)."""
+    node, served = settings.cfg.SCRAPE_NODE_PATH, [s.served_name for s in settings.services if not s.headless]
+    if node in served:
+        raise SettingError("SCRAPE_NODE_PATH", node, "a path segment no served model uses",
+                           f"served names: {', '.join(served)}")
+
+
 def extra_env(settings: Settings) -> None:
     """GPU_ARCH_ENV and VLLM_EXTRA_ENV add to the environment the deploy gives vLLM; neither replaces what the deploy
     sets (nor a name a setting of its own renders: SETTING_ENV), and VLLM_EXTRA_ENV does not repeat GPU_ARCH_ENV."""
@@ -649,5 +658,6 @@ def check_host(config: HostConfig, shipped: Shipped) -> None:
 
 def check_services(settings: Settings) -> None:
     """The rules the deploy's whole validation runs on the services it derived (sparkctl/check/validate.py)."""
+    scrape_node_path(settings)
     extra_env(settings)
     request_lengths(settings)

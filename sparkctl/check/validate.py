@@ -20,7 +20,6 @@ from sparkctl.check.render import check_box_files
 from sparkctl.config import secrets
 from sparkctl.config.settings import Settings, derive
 from sparkctl.fleet.validate import validate_fleet
-from sparkctl.render.monitoring import scrape_targets
 
 
 def validate_host(data: dict, host_name: str = "", read_secrets: bool = True, hosts: list[str] | None = None,
@@ -37,7 +36,6 @@ def validate_host(data: dict, host_name: str = "", read_secrets: bool = True, ho
     settings = replace(settings, warnings=settings.warnings + rules.box_waits(settings.cfg))
     if read_secrets:
         settings = with_secrets(settings)
-    scrape_targets(settings.cfg, settings.services)  # the node's scrape path must not be a served model's
     planner.check_fits(settings.cfg, settings.catalog, settings.cfg.CODING_MODEL)
     admission.refuse(settings.cfg, admission.walk_settings(settings))  # every start vLLM's admission would refuse
     rules.embedders_hold_one_request(settings)

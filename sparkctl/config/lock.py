@@ -1,6 +1,6 @@
 """The checkpoint lock: every catalog revision resolved once to a commit sha and the file listing at that commit.
 
-A branch name is not a pin. `python -m sparkctl lock refresh` (config/lock_refresh.py) asks the Hub (or HF_ENDPOINT)
+A branch name is not a pin. `python -m sparkctl lock refresh` (sparkctl/lock/refresh.py) asks the Hub (or HF_ENDPOINT)
 what each checkpoint's revision points at now and records the commit and the files the box will download (names,
 sizes, LFS sha256, git blob ids). Deploys read only the lock; refreshing it is an explicit, reviewable act (a diff
 in git). Every file is verified by content on the box, so every entry must carry a digest the box can check: an LFS

@@ -2,10 +2,9 @@
 pairs), read from group data or from today's SPARK_TOPOLOGY (pools.py); their placement over the inventory, each
 box's memory and each pool's capacity (placement.py); the waves a coder rollout takes and the gate the deploy drives
 while it runs them (waves.py, wave_gate.py); the refusals (validate.py: `validate_fleet`); a rollout's wall-time estimate
-(estimate.py); whether boxes may be retired (retire.py: no served model left on no box, no pair split); the fleet
-section of `python -m sparkctl plan` and its JSON, schema sparkctl.fleet/1 (report.py, cli.py).
+(estimate.py); whether boxes may be retired (retirable.py: no served model left on no box, no pair split); the fleet
+section of `python -m sparkctl plan` and its JSON, schema sparkctl.fleet/1 (report.py; the command is sparkctl/plan/).
 
-Pure logic: no pyinfra, no network, no printing outside report.py and cli.py.
-May import: sparkctl.config, sparkctl.capacity, sparkctl.errors, sparkctl.check.load (how every command reads the
-settings: the command line's what-ifs only).
+Pure logic: no pyinfra, no network, no printing outside report.py.
+May import: sparkctl.config, sparkctl.capacity, sparkctl.errors.
 """

@@ -15,7 +15,6 @@ from sparkctl.box import contract
 from sparkctl.config import box_paths
 from sparkctl.config.catalog import CODER
 from sparkctl.config.schema import GroupData
-from sparkctl.errors import SettingError
 from sparkctl.render.link import native_pair, peer_facts
 from sparkctl.render.units import gate_kind, render_template, rollout_env, rollout_values
 
@@ -39,13 +38,21 @@ def api_services(services) -> list:
 
 
 def scrape_targets(cfg: GroupData, services) -> list[dict]:
-    """One scrape path per vLLM service (its served name) plus the node's; refused when they collide."""
-    node = cfg.SCRAPE_NODE_PATH
+    """One scrape path per vLLM service (its served name) plus the node's (apart: check/rules.py scrape_node_path)."""
     targets = [{"path": s.served_name, "port": s.port, "service": s.name} for s in api_services(services)]
-    if any(t["path"] == node for t in targets):
-        raise SettingError("SCRAPE_NODE_PATH", node, "a path segment no served model uses",
-                           f"served names: {', '.join(t['path'] for t in targets)}")
-    return targets + [{"path": node, "port": cfg.NODE_EXPORTER_PORT, "service": "node"}]
+    return targets + [{"path": cfg.SCRAPE_NODE_PATH, "port": cfg.NODE_EXPORTER_PORT, "service": "node"}]
+
+
+def prometheus_job(name: str, groups: list[dict], cfg: GroupData, ca_bundle: bool) -> dict:
+    """A scrape job of the hand-off (the boxes', the routers'): HTTPS with the scrape token, and the generated CA
+    when there is one (an operator's certificate uses the system's trust)."""
+    job = {"job_name": name, "scheme": "https", "scrape_interval": f"{cfg.PROMETHEUS_SCRAPE_INTERVAL_S}s",
+           "scrape_timeout": f"{cfg.PROMETHEUS_SCRAPE_TIMEOUT_S}s",
+           "authorization": {"type": "Bearer", "credentials_file": cfg.PROMETHEUS_TOKEN_FILE},
+           "static_configs": groups}
+    if ca_bundle:
+        job["tls_config"] = {"ca_file": cfg.PROMETHEUS_CA_FILE}
+    return job
 
 
 def node_exporter_defaults(cfg: GroupData) -> str:

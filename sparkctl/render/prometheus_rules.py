@@ -19,6 +19,7 @@ from sparkctl.config.quantities import DAY_S, GIB
 from sparkctl.config.schema import GroupData
 from sparkctl.config.settings import HostConfig
 from sparkctl.render import dashboard, router
+from sparkctl.render.monitoring import prometheus_job
 from sparkctl.render.gateway import HANDOFF_MODE, write_atomic
 
 
@@ -39,14 +40,7 @@ def scrape_job(endpoints: dict, cfg: GroupData) -> dict:
         for path in [*sorted(info["served"]), cfg.SCRAPE_NODE_PATH]:
             groups.append({"targets": [target], "labels": {"__metrics_path__": f"/{path}/metrics", "box": box,
                                                            "service": path}})
-    job = {"job_name": cfg.PROMETHEUS_JOB_NAME, "scheme": "https",
-           "scrape_interval": f"{cfg.PROMETHEUS_SCRAPE_INTERVAL_S}s",
-           "scrape_timeout": f"{cfg.PROMETHEUS_SCRAPE_TIMEOUT_S}s",
-           "authorization": {"type": "Bearer", "credentials_file": cfg.PROMETHEUS_TOKEN_FILE},
-           "static_configs": groups}
-    if endpoints.get("ca_bundle"):  # a generated local CA; an operator's certificate uses the system's trust
-        job["tls_config"] = {"ca_file": cfg.PROMETHEUS_CA_FILE}
-    return job
+    return prometheus_job(cfg.PROMETHEUS_JOB_NAME, groups, cfg, bool(endpoints.get("ca_bundle")))
 
 
 def _alert(name: str, expr: str, for_s: int, severity: str, summary: str, action: str) -> dict:

@@ -22,9 +22,11 @@ import shlex
 from dataclasses import dataclass
 
 from sparkctl.capacity.venv import index_args
+from sparkctl.config.quantities import MIB
 from sparkctl.config.schema import GroupData
 from sparkctl.errors import SettingError
 from sparkctl.render.box_files import NGINX_DIR
+from sparkctl.render.monitoring import prometheus_job
 from sparkctl.render.units import render_template
 
 GATEWAY_SITE = f"{NGINX_DIR}/sites-available/sparkctl-gateway.conf"
@@ -33,7 +35,6 @@ GATEWAY_TOKEN_FILE = f"{NGINX_DIR}/sparkctl-gateway-token.conf"  # the front's t
 BRIDGE_AUTH_FILE = f"{NGINX_DIR}/sparkctl-bridge-auth.conf"  # the bridge's Authorization header (root-only 0600)
 BOX_CA_FILE = f"{GATEWAY_TLS_DIR}/boxes-ca.pem"  # the CA the bridge verifies the boxes with
 GATEWAY_CERT, GATEWAY_KEY = f"{GATEWAY_TLS_DIR}/server.pem", f"{GATEWAY_TLS_DIR}/server.key"
-MIB = 1024 * 1024
 
 
 @dataclass(frozen=True)
@@ -218,11 +219,4 @@ def scrape_job(doc: dict, cfg: GroupData) -> dict:
                "labels": {"__metrics_path__": path, "gateway": g["gateway"], "service": served, "router": role}}
               for g in doors for served, m in sorted(doc["models"].items())
               for role, path in sorted(m["metrics_paths"].items())]
-    job = {"job_name": scrape_job_name(cfg), "scheme": "https",
-           "scrape_interval": f"{cfg.PROMETHEUS_SCRAPE_INTERVAL_S}s",
-           "scrape_timeout": f"{cfg.PROMETHEUS_SCRAPE_TIMEOUT_S}s",
-           "authorization": {"type": "Bearer", "credentials_file": cfg.PROMETHEUS_TOKEN_FILE},
-           "static_configs": groups}
-    if doc.get("ca_bundle"):
-        job["tls_config"] = {"ca_file": cfg.PROMETHEUS_CA_FILE}
-    return job
+    return prometheus_job(scrape_job_name(cfg), groups, cfg, bool(doc.get("ca_bundle")))

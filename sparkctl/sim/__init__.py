@@ -5,5 +5,5 @@ overlay of one cached rootfs, in its own network namespace bridged to the host (
 the host: an allow-listed apt proxy, a stand-in Hugging Face endpoint serving tiny git-backed models, and a
 stand-in NVIDIA apt repository. Entry points: `python -m sparkctl sim ...` (cli.py) and the Python API (api.py).
 
-May import: sparkctl.config, sparkctl.check.load (how every command reads the settings), sparkctl.errors.
+May import: sparkctl.config, sparkctl.check.load (how every command reads the settings), sparkctl.lock.refresh (the stand-in hub's lock), sparkctl.errors.
 """

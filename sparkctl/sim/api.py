@@ -71,7 +71,7 @@ def sim_settings():
 
 def refresh_lock() -> str:
     """Write the simulated lock file from the stand-in hub."""
-    from sparkctl.config.lock_refresh import refresh_lock as _refresh
+    from sparkctl.lock.refresh import refresh_lock as _refresh
 
     endpoint = sim_settings().cfg.HF_ENDPOINT
     saved = {k: os.environ.get(k) for k in ("NO_PROXY", "no_proxy")}

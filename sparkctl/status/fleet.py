@@ -4,7 +4,7 @@ Row fields (the --json output, schema "sparkctl.status/2"): box, service, served
 active, up_since, healthy, running, waiting, kv_usage_pct, mem_available_gib, watchdog_restarts,
 watchdog_gave_up, cert_expires_in_days, rollout_running; per box also "last_rollouts" (per service its result file
 STATE_DIR/rollout/vllm-<service>.result.json: "file", "mtime", and "data", its JSON as the box wrote it), "probe_s"
-(wall time of the round trip), "error", and "retired" (null, or the marker `retire.py` wrote: its transaction, when,
+(wall time of the round trip), "error", and "retired" (null, or the marker `retire_services.py` wrote: its transaction, when,
 what it stopped; its services are down on purpose).
 """
 

@@ -139,7 +139,7 @@ def test_node_exporter_binds_loopback_with_the_memory_collectors(gx10_data, gx10
     assert f"--collector.textfile.directory={gx10_data['TEXTFILE_DIR']}" in args
 
 
-def test_watchdog_config_and_scrape_targets_refuse_bad_settings(gx10_data):
+def test_watchdog_config_refuses_bad_settings(gx10_data):
     s = settings_for(gx10_data)
     cfg = json.loads(mon.watchdog_config(typed(gx10_data), s.services))
     assert [x["unit"] for x in cfg["services"]] == [svc.unit for svc in s.services]
@@ -147,8 +147,6 @@ def test_watchdog_config_and_scrape_targets_refuse_bad_settings(gx10_data):
         mon.watchdog_config(typed({**gx10_data, "WATCHDOG_STALL_S": 0}), s.services)
     with pytest.raises(SettingError, match="WATCHDOG_RESTART_COMMAND"):
         mon.watchdog_config(typed({**gx10_data, "WATCHDOG_RESTART_COMMAND": "systemctl restart"}), s.services)
-    with pytest.raises(SettingError, match="SCRAPE_NODE_PATH"):
-        mon.scrape_targets(typed({**gx10_data, "SCRAPE_NODE_PATH": "coder"}), s.services)
 
 
 def test_deploy_installs_node_exporter_after_its_loopback_arguments(tmp_path):

@@ -1,4 +1,4 @@
-"""The box-side retire (sparkctl/box/retire.py) against the stand-in systemd tools on PATH and the stand-in vLLM
+"""The box-side retire (sparkctl/box/retire_services.py) against the stand-in systemd tools on PATH and the stand-in vLLM
 endpoint of the rollout tests: out of the routers, drained, stopped and disabled, recorded; refused while a rollout
 owns a service; idempotent; and undone by the deploy's own rollout."""
 
@@ -15,13 +15,13 @@ from sparkctl import REPO_ROOT
 from sparkctl.box import contract
 from tests.box.test_rollout_box import Box, box  # noqa: F401 - the fixture
 
-RETIRE = REPO_ROOT / "sparkctl" / "box" / "retire.py"
+RETIRE = REPO_ROOT / "sparkctl" / "box" / "retire_services.py"
 WATCHDOG = "sparkctl-watchdog.service"
 
 
 def retire(b: Box, *cmd: str, wait: float = 0, drain: float = 5, serve: bool = True,
            **kw) -> subprocess.CompletedProcess:
-    """`retire.py run` (or `cmd`) with the coder's options as tasks/retire.py renders them, limits shortened."""
+    """`retire_services.py run` (or `cmd`) with the coder's options as tasks/retire.py renders them, limits shortened."""
     what = [*(["--serve", f"coder={b.port}"] if serve else []), "--service", "coder", "--quiet", WATCHDOG]
     limits = ["--unready-wait", str(wait), "--drain-timeout", str(drain), "--retry-after", "7", "--interval", "0.1",
               "--textfile-dir", str(b.root / "textfile")]

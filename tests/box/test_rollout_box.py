@@ -6,6 +6,7 @@ from __future__ import annotations
 import http.server
 import json
 import os
+import re
 import shutil
 import socket
 import ssl
@@ -399,7 +400,7 @@ def test_real_nginx_answers_503_with_retry_after_while_drained_and_reopens(box, 
     from tests.render.test_render import TOKEN, render_proxy_site, standin_settings
 
     sys.path.insert(0, str(ROLLOUT.parent))
-    import rollout_drain
+    import drain
 
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -430,15 +431,15 @@ def test_real_nginx_answers_503_with_retry_after_while_drained_and_reopens(box, 
     try:
         (box.sd / "serving.json").write_text('{"up": true, "model": "qwen"}')
         assert get()[0] == 200
-        rollout_drain._reload_nginx = lambda: (reload(), (True, ""))[1]
-        assert rollout_drain.drain_on(str(box.drain), "coder", 30) == (True, "")
+        drain._reload_nginx = lambda: (reload(), (True, ""))[1]
+        assert drain.drain_on(str(box.drain), "coder", 30) == (True, "")
         code, headers = get()
         assert code == 503 and headers["Retry-After"] == "30"
         assert get("wrong")[0] == 401  # draining never opens the door
         # a candidate waiting for its acceptance verdict: drained for everyone but the probe with its key
         key = "0123456789abcdef0123456789abcdef"
-        probe = rollout_drain.PROBE_HEADER
-        assert rollout_drain.drain_on(str(box.drain), "coder", 30, "its acceptance check", except_key=key) == \
+        probe = drain.PROBE_HEADER
+        assert drain.drain_on(str(box.drain), "coder", 30, "its acceptance check", except_key=key) == \
             (True, "")
         assert stat.S_IMODE(os.stat(box.drain / "coder.conf").st_mode) == 0o600  # the key is root's
         assert get(**{probe: key})[0] == 200
@@ -447,8 +448,8 @@ def test_real_nginx_answers_503_with_retry_after_while_drained_and_reopens(box, 
             assert code == 503 and headers["Retry-After"] == "30", other
         assert get("wrong", **{probe: key})[0] == 401  # the key never stands in for the token
         with pytest.raises(ValueError):
-            rollout_drain.drain_on(str(box.drain), "coder", 30, except_key='x"; return 200; #')
-        assert rollout_drain.drain_off(str(box.drain), "coder") == (True, "")
+            drain.drain_on(str(box.drain), "coder", 30, except_key='x"; return 200; #')
+        assert drain.drain_off(str(box.drain), "coder") == (True, "")
         assert get()[0] == 200
     finally:
         subprocess.run([*nginx, "-s", "quit"], capture_output=True)
@@ -522,10 +523,23 @@ def test_every_box_module_is_uploaded():
     from tasks.vllm import REMOTE_SCRIPTS, SHARED_SCRIPTS
 
     on_disk = {p.name for p in ROLLOUT.parent.glob("*.py")} - {"__init__.py"}
-    assert on_disk == set(REMOTE_SCRIPTS) | set(BOX_SCRIPTS) | {"status_probe.py", "retire.py"}
-    assert set(RETIRE_SCRIPTS) - {"retire.py"} <= set(REMOTE_SCRIPTS) | set(BOX_SCRIPTS)
+    assert on_disk == set(REMOTE_SCRIPTS) | set(BOX_SCRIPTS) | {"status_probe.py", "retire_services.py"}
+    assert set(RETIRE_SCRIPTS) - {"retire_services.py"} <= set(REMOTE_SCRIPTS) | set(BOX_SCRIPTS)
     assert not set(REMOTE_SCRIPTS) & set(BOX_SCRIPTS)  # one step uploads each (its change restarts what it runs)
     assert set(SHARED_SCRIPTS) <= set(REMOTE_SCRIPTS)  # the modules both steps' scripts import: the vLLM step's
+
+
+def test_a_renamed_box_script_is_removed_and_no_current_script_reuses_its_name():
+    """The vLLM step removes what an earlier version uploaded under a name since changed; a script that took such a
+    name back would be uploaded and then removed by the same step, and every box import of it would fail."""
+    from tasks.vllm import RENAMED_SCRIPTS
+
+    on_disk = {p.name for p in ROLLOUT.parent.glob("*.py")}
+    assert {"rollout_gate.py", "rollout_drain.py", "retire.py"} <= set(RENAMED_SCRIPTS)
+    assert not set(RENAMED_SCRIPTS) & on_disk
+    imported = {m for p in ROLLOUT.parent.glob("*.py")
+                for m in re.findall(r"^(?:import|from) (\w+)", p.read_text(), re.M)}
+    assert not {s.removesuffix(".py") for s in RENAMED_SCRIPTS} & imported  # nothing on the box imports an old name
 
 
 def test_a_candidate_that_disappears_mid_transaction_is_rolled_back_and_that_rollback_resumed(box):
@@ -581,19 +595,19 @@ def test_a_served_model_leaves_the_routers_and_waits_their_window_before_its_dra
 
 def test_the_unready_file_fails_the_health_path_alone(box):
     sys.path.insert(0, str(ROLLOUT.parent))
-    import rollout_drain
+    import drain
 
     reloads = []
-    rollout_drain._reload_nginx, before = (lambda: (reloads.append(1), (True, ""))[1]), rollout_drain._reload_nginx
+    drain._reload_nginx, before = (lambda: (reloads.append(1), (True, ""))[1]), drain._reload_nginx
     try:
-        assert rollout_drain.unready_on(str(box.drain), "coder") == (True, "") and len(reloads) == 1
+        assert drain.unready_on(str(box.drain), "coder") == (True, "") and len(reloads) == 1
         assert "return 503" in (box.drain / "coder.unready.conf").read_text()
         assert not (box.drain / "coder.conf").exists()  # the API is not drained
-        assert rollout_drain.reopen(str(box.drain), "coder") == (True, "") and len(reloads) == 2
-        assert rollout_drain.reopen(str(box.drain), "coder") == (True, "") and len(reloads) == 2  # nothing to do
-        assert rollout_drain.reopen(str(box.drain), "coder", reload=True) == (True, "") and len(reloads) == 3
+        assert drain.reopen(str(box.drain), "coder") == (True, "") and len(reloads) == 2
+        assert drain.reopen(str(box.drain), "coder") == (True, "") and len(reloads) == 2  # nothing to do
+        assert drain.reopen(str(box.drain), "coder", reload=True) == (True, "") and len(reloads) == 3
     finally:
-        rollout_drain._reload_nginx = before
+        drain._reload_nginx = before
 
 
 def test_a_rollback_keeps_the_box_out_of_the_routers_until_the_snapshot_serves_again(box):

@@ -1,4 +1,4 @@
-"""`retire.py --stale` (sparkctl/box/retire.py, the deploy's step tasks/stale.py) against the stand-in systemd tools
+"""`retire_services.py --stale` (sparkctl/box/retire_services.py, the deploy's step tasks/stale.py) against the stand-in systemd tools
 and vLLM endpoint of the rollout tests: a service installed on the box but no longer configured there leaves the
 routers, drains, stops, is disabled and removed; the box is not retired and keeps serving what it is configured to
 run; a second run changes nothing; refused while a rollout owns the service; and a deploy that configures the
@@ -39,7 +39,7 @@ def box(tmp_path):
 
 
 def stale(b: Box, *cmd: str, txn: str = "s1", keep: tuple[str, ...] = ("coder",)) -> subprocess.CompletedProcess:
-    """`retire.py run --stale` (or `cmd`) as tasks/stale.py renders it: keep the configured services, pause the
+    """`retire_services.py run --stale` (or `cmd`) as tasks/stale.py renders it: keep the configured services, pause the
     watchdog; limits shortened."""
     what = ["--stale", *(x for k in keep for x in ("--keep", k)), "--quiet", WATCHDOG]
     limits = ["--unready-wait", "0", "--drain-timeout", "5", "--retry-after", "7", "--interval", "0.1",

@@ -16,7 +16,7 @@ import pytest
 
 from sparkctl import REPO_ROOT
 from sparkctl.config import catalog, lock
-from sparkctl.config.lock_refresh import refresh_lock
+from sparkctl.lock.refresh import refresh_lock
 from sparkctl.errors import SettingError, SparkctlError
 from sparkctl.sim import models
 from tests.check.test_bad_input import Case, _fake_run, _lock
@@ -84,7 +84,7 @@ RESOLVE = """
 import json, sys
 from huggingface_hub import HfApi
 from sparkctl.config import catalog, lock
-from sparkctl.config.lock_refresh import refresh_lock
+from sparkctl.lock.refresh import refresh_lock
 cp = catalog.Checkpoint(repo="acme/tiny", revision="main")
 print(json.dumps(lock.resolve(HfApi(endpoint=sys.argv[1]), cp, sys.argv[1])))
 """

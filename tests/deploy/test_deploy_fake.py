@@ -160,3 +160,8 @@ def test_a_box_whose_driver_lacks_a_device_group_is_refused_before_any_change(tm
     assert "NVIDIA_DEVICES: char-nvidia-uvm not in this box's /proc/devices" in out["log"]
     # nothing changed but what every vLLM start runs first (the fact's device preparation, as nvidia-smi loads the driver)
     assert [c for c in changes(out) if not c.startswith("if [ -x /usr/bin/nvidia-modprobe ]")] == []
+
+
+def test_box_scripts_an_earlier_version_uploaded_under_another_name_are_removed(dgx):
+    removals = [o for o in dgx["ops"] if o.startswith("vLLM | Remove ") and o.endswith("(renamed)")]
+    assert removals == [f"vLLM | Remove {s} (renamed)" for s in ("rollout_gate.py", "rollout_drain.py", "retire.py")]

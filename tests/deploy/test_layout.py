@@ -35,28 +35,44 @@ def test_no_private_name_crosses_a_module():
         assert private == [], f"{path.name} imports private names: {private}"
 
 
-def test_deploy_py_calls_every_step_and_the_package_docstring_lists_them_in_its_order():
+def deploy_calls() -> list[tuple[str, str]]:
+    """(function, tasks module) of every step deploy.py calls, in its order (a group's steps: one `if`)."""
     tree = ast.parse((REPO_ROOT / "deploy.py").read_text())
-    body = [x for n in tree.body for x in (n.body if isinstance(n, ast.If) else [n])]  # a group's steps: one `if`
-    calls = [n.value.func.id if isinstance(n.value, ast.Call) else n.value.value.func.id for n in body
-             if isinstance(n, (ast.Expr, ast.Assign)) and isinstance(getattr(n, "value", None), ast.Call)
-             and isinstance(n.value.func, ast.Name)]
+    body = [x for n in tree.body for x in (n.body if isinstance(n, ast.If) else [n])]
+    calls = [n.value.func.id for n in body if isinstance(n, (ast.Expr, ast.Assign))
+             and isinstance(getattr(n, "value", None), ast.Call) and isinstance(n.value.func, ast.Name)]
     imported = {a.name: n.module.split(".", 1)[1] for n in tree.body if isinstance(n, ast.ImportFrom)
                 and n.module.startswith("tasks.") for a in n.names}
-    assert {imported[c] for c in calls if c in imported} == STEPS  # every step module runs, nothing else does
-    doc = ast.get_docstring(ast.parse((TASKS / "__init__.py").read_text()))
-    listed = re.search(r"in the order deploy\.py runs them \(.*?\): (.*?)\. Each", doc, re.S).group(1)
-    flat = re.sub(r"\(.*?\)", "", listed.replace("\n", " "))
-    names = [x.strip().split(".")[-1] for x in flat.split(",")]
-    steps_run = [c for c in calls if c in imported and c != "settings_for_host"]
-    assert names == steps_run
+    return [(c, imported[c]) for c in calls if c in imported]
+
+
+def documented_steps(text: str) -> list[tuple[str, str]]:
+    """(function, tasks module) of each numbered item of docs/layout.md's "The steps", in its order."""
+    section = text.split("\n### The steps\n", 1)[1].split("\n#", 1)[0]
+    return re.findall(r"^\d+\. `(\w+)` \(`tasks/(\w+)\.py`\)", section, re.M)
+
+
+def test_deploy_py_calls_every_step_and_docs_layout_lists_them_in_its_order():
+    """The step order is written once, in docs/layout.md; README.md, deploy.py and tasks/__init__.py link to it."""
+    calls = deploy_calls()
+    assert {module for _, module in calls} == STEPS  # every step module runs, nothing else does
+    listed = documented_steps((REPO_ROOT / "docs" / "layout.md").read_text())
+    assert listed == [c for c in calls if c[0] != "settings_for_host"]
+    for path in ("README.md", "deploy.py", "tasks/__init__.py"):
+        assert "layout.md" in (REPO_ROOT / path).read_text(), f"{path} does not point to the one list"
+
+
+def test_a_step_out_of_order_in_the_list_is_found():
+    text = "x\n### The steps\n\n1. `proxy` (`tasks/proxy.py`): a\n2. `vllm` (`tasks/vllm.py`): b\n"
+    assert documented_steps(text) == [("proxy", "proxy"), ("vllm", "vllm")]
+    assert documented_steps(text) != [c for c in deploy_calls() if c[0] in ("proxy", "vllm")]
 
 
 def test_the_documented_layout_names_every_tasks_module_and_sparkctl_folder():
     layout = (REPO_ROOT / "docs" / "layout.md").read_text().split("## Layout", 1)[1].split("\n## ", 1)[0]
     for path in TASKS.glob("*.py"):
         if path.stem != "__init__":
-            assert f"`{path.name}`" in layout, path.name
+            assert f"`{path.name}`" in layout or f"`tasks/{path.name}`" in layout, path.name
     for folder in (REPO_ROOT / "sparkctl").iterdir():
         if folder.is_dir() and (folder / "__init__.py").exists():
             assert f"`sparkctl/{folder.name}/`" in layout, folder.name

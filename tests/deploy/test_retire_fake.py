@@ -1,5 +1,5 @@
 """`pyinfra inventory.py retire.py --limit <box>` against pyinfra's @fake connector (tests/standins/gx10_inventory.py
-scripts the box's retire.py): what it runs on the box, what it reports, and every refusal before anything is touched."""
+scripts the box's retire_services.py): what it runs on the box, what it reports, and every refusal before anything is touched."""
 
 from __future__ import annotations
 
@@ -37,13 +37,13 @@ def endpoints(**ready: bool) -> dict:
 
 
 def box_calls(out: dict, host: str) -> list[str]:
-    return [c for c in out["by_host"].get(host, []) if "retire.py" in c]
+    return [c for c in out["by_host"].get(host, []) if "retire_services.py" in c]
 
 
 def test_it_runs_the_boxs_retire_and_reports_what_the_box_did(tmp_path):
     out = retire(tmp_path, "--limit", S1)
     assert out["error"] in (None, "exit 0") and out["failed_hosts"] == [], out["log"][-3000:]
-    apply = next(c for c in box_calls(out, S1) if "retire.py apply" in c)
+    apply = next(c for c in box_calls(out, S1) if "retire_services.py apply" in c)
     # every served model (coder and embedders) with its port, every vLLM unit, the watchdog, the existing settings
     for part in ("--serve coder=8000", "--service coder", "--quiet sparkctl-watchdog.service", "--unready-wait 20",
                  "--drain-timeout 1800", "--retry-after 30", "--textfile-dir /var/lib/prometheus/node-exporter"):
@@ -53,7 +53,7 @@ def test_it_runs_the_boxs_retire_and_reports_what_the_box_did(tmp_path):
     assert "@fake/spark-1: out of the routers, drained (0 in flight after 3.2 s), coder stopped and disabled" \
         in out["log"]
     assert out["by_host"][S2] == []  # the other box is not touched
-    assert any("Upload retire.py" in o for o in out["ops"]), out["ops"]
+    assert any("Upload retire_services.py" in o for o in out["ops"]), out["ops"]
     # nothing of a deploy: no rollout, no package, no unit written
     cmds = "\n".join(changes(out))
     for other in ("rollout.py", "apt-get", "nginx -t", "vllm serve"):
@@ -63,7 +63,7 @@ def test_it_runs_the_boxs_retire_and_reports_what_the_box_did(tmp_path):
 def test_a_retired_box_is_left_as_it_is_and_the_run_says_so(tmp_path):
     out = retire(tmp_path, "--limit", S1, state="retired")
     assert out["error"] in (None, "exit 0") and out["failed_hosts"] == [], out["log"][-3000:]
-    assert not any("retire.py apply" in c for c in box_calls(out, S1))
+    assert not any("retire_services.py apply" in c for c in box_calls(out, S1))
     assert "already retired (2026-12-03T02:00:00Z: vllm-coder.service stopped and disabled); nothing changed" \
         in out["log"]
 
@@ -71,7 +71,7 @@ def test_a_retired_box_is_left_as_it_is_and_the_run_says_so(tmp_path):
 def test_refused_while_a_rollout_owns_a_service(tmp_path):
     out = retire(tmp_path, "--limit", S1, state="owned")
     assert out["failed_hosts"] == [S1]
-    assert not any("retire.py apply" in c for c in box_calls(out, S1))
+    assert not any("retire_services.py apply" in c for c in box_calls(out, S1))
     assert "a rollout or restart owns coder now" in out["log"]
 
 
@@ -119,7 +119,7 @@ def test_a_tensor_parallel_pair_retires_whole_the_head_drained_before_the_worker
     head = ops.index("Retire | Retire: out of the routers, drained, stopped and disabled")
     worker = ops.index("Retire | Retire: a tensor-parallel worker's units stopped and disabled (after its head)")
     assert head < worker
-    apply = [c for c in box_calls(out, S2) if "retire.py apply" in c][0]
+    apply = [c for c in box_calls(out, S2) if "retire_services.py apply" in c][0]
     assert "--serve" not in apply and "--service coder" in apply  # the worker serves nothing, stops its engine
     half = retire(tmp_path, "--limit", S2, "--data", "SPARK_TOPOLOGY=tensor-parallel")
     assert "@fake/spark-1 and @fake/spark-2 are one tensor-parallel engine" in (half["error"] or "")

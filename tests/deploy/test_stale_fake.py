@@ -1,5 +1,5 @@
 """deploy.py's stale step (tasks/stale.py) against pyinfra's @fake connector (tests/standins/gx10_inventory.py
-scripts what the box has installed and its retire.py --stale run): a service installed but no longer configured is
+scripts what the box has installed and its retire_services.py --stale run): a service installed but no longer configured is
 handed to the box's run before the proxy and the services step; nothing stale, nothing but the fact runs."""
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ def deploy(tmp, state: str) -> dict:
 
 def stale_calls(out: dict) -> list[str]:
     """The box's retire script run (its upload's own stat calls aside)."""
-    return [c for c in out["commands"] if "retire.py apply" in c or "retire.py follow" in c]
+    return [c for c in out["commands"] if "retire_services.py apply" in c or "retire_services.py follow" in c]
 
 
 @pytest.fixture(scope="module")
@@ -31,13 +31,13 @@ def spare(tmp_path_factory):
 
 
 def test_a_service_no_longer_configured_goes_to_the_boxs_stale_run(spare):
-    apply = next(c for c in stale_calls(spare) if "retire.py apply" in c)
+    apply = next(c for c in stale_calls(spare) if "retire_services.py apply" in c)
     # the box keeps every configured service, pauses the watchdog, gets the existing settings' limits
     for part in ("apply --stale --keep coder --keep embed-qwen3 --keep embed-bge-m3",
                  "--quiet sparkctl-watchdog.service", "--unready-wait 20", "--drain-timeout 1800", "--retry-after 30", "SPARKCTL_ENV_DIR=/etc/sparkctl"):
         assert part in apply, (part, apply)
     assert "--serve" not in apply and "--service" not in apply  # the box's own files name what goes
-    assert any("retire.py follow --stale --txn fake-stale" in c for c in stale_calls(spare))
+    assert any("retire_services.py follow --stale --txn fake-stale" in c for c in stale_calls(spare))
     assert "embed-old stopped, disabled and removed (no longer configured here)" in spare["log"]
     assert "no longer configured here, to be removed: embed-old" in spare["log"]
 
@@ -47,11 +47,11 @@ def test_it_runs_before_the_proxy_and_the_services(spare):
     first = {step: next(i for i, o in enumerate(ops) if o.startswith(step)) for step in ("TLS proxy", "vLLM services")}
     assert ops.index(STEP) < min(first.values())
     commands = spare["commands"]
-    apply = next(i for i, c in enumerate(commands) if "retire.py apply --stale" in c)
+    apply = next(i for i, c in enumerate(commands) if "retire_services.py apply --stale" in c)
     assert apply < next(i for i, c in enumerate(commands) if "nginx -t" in c)
     assert apply < next(i for i, c in enumerate(commands) if "rollout.py apply" in c)
     # the box script it runs is uploaded by the vLLM step, before it
-    assert next(i for i, o in enumerate(ops) if o == "vLLM | Upload retire.py") < ops.index(STEP)
+    assert next(i for i, o in enumerate(ops) if o == "vLLM | Upload retire_services.py") < ops.index(STEP)
 
 
 def test_nothing_stale_runs_nothing_but_the_fact(dgx):
@@ -78,6 +78,6 @@ def test_a_box_that_becomes_a_tensor_parallel_worker_has_its_embedders_removed(t
         out = run_fake("dgx", tmp_path, "--data", "SPARK_TOPOLOGY=tensor-parallel")
     finally:
         mp.undo()
-    worker = [c for c in out["by_host"]["@fake/spark-2"] if "retire.py apply --stale" in c]
+    worker = [c for c in out["by_host"]["@fake/spark-2"] if "retire_services.py apply --stale" in c]
     assert len(worker) == 1 and "--stale --keep coder --quiet" in worker[0], worker  # only the engine is kept
-    assert not any("retire.py apply" in c for c in out["by_host"]["@fake/spark-1"])  # the head keeps them all
+    assert not any("retire_services.py apply" in c for c in out["by_host"]["@fake/spark-1"])  # the head keeps them all

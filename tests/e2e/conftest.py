@@ -29,7 +29,7 @@ import pytest
 
 from sparkctl import REPO_ROOT
 from sparkctl.config import catalog, groupdata, hosts, secrets
-from sparkctl.config.lock_refresh import refresh_lock
+from sparkctl.lock.refresh import refresh_lock
 from tests.conftest import typed
 from tests.e2e import selection
 

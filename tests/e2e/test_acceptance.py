@@ -36,7 +36,7 @@ import pytest
 from sparkctl.check.load import host_config
 from sparkctl.config import catalog, groupdata
 from sparkctl.config.lock import cache_dirname
-from sparkctl.config.lock_refresh import refresh_lock
+from sparkctl.lock.refresh import refresh_lock
 from sparkctl.measure import acceptance, history, labels, quick
 from tests.conftest import typed
 from tests.e2e.conftest import GROUPS, pyinfra, record, sim_exec

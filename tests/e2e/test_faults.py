@@ -16,7 +16,7 @@ import time
 import pytest
 
 from sparkctl import REPO_ROOT
-from sparkctl.config.lock_refresh import refresh_lock
+from sparkctl.lock.refresh import refresh_lock
 from sparkctl.measure import prometheus
 from tests.e2e.conftest import GROUPS, PAIR, broken_candidate_overrides, pyinfra, pyinfra_popen, record, sim_exec
 from tests.e2e.helpers import chat_ok, wait_for

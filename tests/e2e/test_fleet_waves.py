@@ -10,7 +10,7 @@ import resource
 
 import pytest
 
-from sparkctl.config.lock_refresh import refresh_lock
+from sparkctl.lock.refresh import refresh_lock
 from tests.e2e.conftest import GROUPS, broken_candidate_overrides, pyinfra, record, sim_exec
 from tests.e2e.fleet import (BOXES, GATEWAY, LAGUNA, UNIT, WAVES, Traffic, assert_served_throughout, fleet, flip,
                              serves)

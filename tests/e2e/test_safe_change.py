@@ -13,7 +13,7 @@ import time
 
 import pytest
 
-from sparkctl.config.lock_refresh import refresh_lock
+from sparkctl.lock.refresh import refresh_lock
 from sparkctl.render.units import vllm_venv
 from tests.conftest import typed
 from tests.e2e.conftest import GROUPS, PAIR, broken_candidate_overrides, pyinfra, pyinfra_popen, record, sim_exec

@@ -108,13 +108,13 @@ class Box:
         time.sleep(0.5)  # nginx starts new workers; the old ones finish what they hold
 
     def drain(self, on: bool) -> None:
-        """What the box's rollout does (sparkctl/box/rollout_drain.py): the drain file, then a graceful reload."""
+        """What the box's rollout does (sparkctl/box/drain.py): the drain file, then a graceful reload."""
         sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "sparkctl" / "box"))
         try:
-            import rollout_drain
+            import drain
         finally:
             sys.path.pop(0)
-        f = Path(rollout_drain.drain_file(str(self.drain_dir), SERVED))
+        f = Path(drain.drain_file(str(self.drain_dir), SERVED))
         if on:
             f.write_text(f"add_header Retry-After 30 always;\nreturn 503 \"{SERVED} is restarting\\n\";\n")
         else:

@@ -168,7 +168,7 @@ def real_scrapes(tmp_path, box, gx10_data) -> set[str]:  # noqa: F811  (box: the
                              "state_file": str(tmp_path / "wd.json"), "textfile": str(tmp_path / "wd.prom")})
     dog.write_metrics({}, 0.0)
     names |= scrape_names((tmp_path / "wd.prom").read_text())
-    retire = [sys.executable, str(REPO_ROOT / "sparkctl/box/retire.py"), "run", "--txn", "t", "--unready-wait", "0",
+    retire = [sys.executable, str(REPO_ROOT / "sparkctl/box/retire_services.py"), "run", "--txn", "t", "--unready-wait", "0",
               "--drain-timeout", "0", "--retry-after", "1", "--interval", "1", "--textfile-dir", str(tmp_path / "r")]
     subprocess.run(retire, env=box.environ, check=True, capture_output=True)  # a box with nothing left to stop
     names |= scrape_names((tmp_path / "r" / "sparkctl_retired.prom").read_text())

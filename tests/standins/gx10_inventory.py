@@ -23,13 +23,13 @@ _responses = {
     "nft list table inet": ["table inet sparkctl_bridge {", "\tchain output {",
                             '\t\toifname "lo" tcp dport 30999 meta skuid != 999 reject with tcp reset', "\t}", "}"],
 }
-# the box-side retire (sparkctl/box/retire.py, retire.py's deploy): FAKE_RETIRE="" not retired yet, "retired" already
+# the box-side retire (sparkctl/box/retire_services.py, retire.py's deploy): FAKE_RETIRE="" not retired yet, "retired" already
 # retired, "owned" a rollout owns the coder now
-_responses["retire.py apply"] = '{"txn": "fake-retire", "attached": false}'
-_responses["retire.py follow"] = ('@@ {"offset": 0, "running": false, "done": true, "result": {"outcome": "retired", '
+_responses["retire_services.py apply"] = '{"txn": "fake-retire", "attached": false}'
+_responses["retire_services.py follow"] = ('@@ {"offset": 0, "running": false, "done": true, "result": {"outcome": "retired", '
                                   '"rc": 0, "message": "out of the routers, drained (0 in flight after 3.2 s), '
                                   'coder stopped and disabled"}}')
-_responses["retire.py status"] = {
+_responses["retire_services.py status"] = {
     "retired": '{"retired": {"at": "2026-12-03T02:00:00Z", "units": ["vllm-coder.service"]}, "units": {'
                '"vllm-coder.service": {"active": false, "enabled": false}}, "owned": [], "running": false}',
     "owned": '{"retired": null, "units": {}, "owned": ["coder"], "running": false}',
@@ -50,8 +50,8 @@ if os.environ.get("FAKE_STALE"):
                               'configured here): a rollout or restart owns embed-old now"'}[os.environ["FAKE_STALE"]]
     _responses = {"vllm-*.env.next; do": _installed or ["/etc/systemd/system/vllm-embed-old.service",
                                                         "/etc/sparkctl/vllm-coder.env", "/etc/sparkctl/vllm-embed-old.env"],
-                  "retire.py apply --stale": '{"txn": "fake-stale", "attached": false}',
-                  "retire.py follow --stale": '@@ {"offset": 0, "running": false, "done": true, "result": {'
+                  "retire_services.py apply --stale": '{"txn": "fake-stale", "attached": false}',
+                  "retire_services.py follow --stale": '@@ {"offset": 0, "running": false, "done": true, "result": {'
                                               + _stale_result + '}}', **_responses}
 if _kind == "dgx":
     _responses["nvidia-smi --query-gpu"] = "NVIDIA GB10, 12.1, 580.95.05"

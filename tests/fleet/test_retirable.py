@@ -1,11 +1,11 @@
-"""Whether boxes may be retired (sparkctl/fleet/retire.py): a pair is never split, no served model is left on no box
+"""Whether boxes may be retired (sparkctl/fleet/retirable.py): a pair is never split, no served model is left on no box
 (the hand-off's not-ready boxes count as gone) unless RETIRE_LAST_OF_POOL says so."""
 
 from __future__ import annotations
 
 from sparkctl.fleet.placement import place
 from sparkctl.fleet.pools import Pool, Pools
-from sparkctl.fleet.retire import check_retire
+from sparkctl.fleet.retirable import check_retire
 
 HOSTS = ["s1", "s2", "s3", "s4", "s5"]
 # qwen on s1+s2 (with the embedder), laguna on s3 alone (no embedders), a tensor-parallel pair s4+s5

@@ -1,4 +1,4 @@
-"""`python -m sparkctl plan`, with the fleet: the capacity planner's table for one box (sparkctl/capacity/cli.py),
+"""`python -m sparkctl plan`, with the fleet: the capacity planner's table for one box (sparkctl/plan/capacity.py),
 then the fleet's placement, each box's memory, each pool's capacity, the waves a rollout takes and its wall-time
 estimate. --json adds the fleet under the plan's "fleet" key (schema in sparkctl/fleet/report.py).
 
@@ -15,13 +15,13 @@ from __future__ import annotations
 import argparse
 import json
 
-from sparkctl.capacity import cli as capacity_cli
 from sparkctl.capacity import report as capacity_report
-from sparkctl.config import hosts as hosts_mod
 from sparkctl.check.load import typed
+from sparkctl.config import hosts as hosts_mod
 from sparkctl.config.schema import GroupData
 from sparkctl.errors import SettingError
 from sparkctl.fleet import overview, report
+from sparkctl.plan import capacity as capacity_cli
 
 NOMINAL_HOST = "gx10"  # the one box planned when no inventory is configured (as `check` names it)
 

@@ -6,8 +6,8 @@ import argparse
 
 from sparkctl.check.load import load as load_settings
 from sparkctl.config.lock import load, lock_path
-from sparkctl.config.lock_refresh import refresh_lock
 from sparkctl.config.quantities import GIB
+from sparkctl.lock.refresh import refresh_lock
 
 
 def _cmd_refresh(args) -> int:

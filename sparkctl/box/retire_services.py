@@ -3,14 +3,15 @@
 in one run that systemd owns (the transient unit contract.RETIRE_UNIT), so the control machine's connection can drop
 at any instant without changing the outcome.
 
-    retire.py status <what>            -> ONE JSON object: the marker of a retired box (or null), each unit's
+    retire_services.py status <what>   -> ONE JSON object: the marker of a retired box (or null), each unit's
                                           state, the services a rollout owns now, whether a retire runs (--stale:
                                           also "stale", each stale service's files)
-    retire.py apply <what> <limits>    -> starts `retire.py run` as the transient unit, or attaches to the one
+    retire_services.py apply <what> <limits>
+                                       -> starts `retire_services.py run` as the transient unit, or attaches to the one
                                           running; prints {"txn": ID, "attached": bool} and returns at once
-    retire.py follow [--stale] --txn ID [--offset N]
+    retire_services.py follow [--stale] --txn ID [--offset N]
                                        -> the log from byte N, then a line "@@ {offset, running, done, result}"
-    retire.py run --txn ID <what> <limits>
+    retire_services.py run --txn ID <what> <limits>
                                        -> the retire itself, as apply starts it
 <what>: --serve SERVED=PORT per served model, --service NAME per vLLM service (a tensor-parallel worker's too),
 --unit UNIT for other units that stop with them (Ray), --quiet UNIT for what would restart or judge them (the
@@ -19,7 +20,7 @@ watchdog); or --stale with --keep NAME per service the box is configured to run 
 (HEALTH_POLL_INTERVAL_S), --textfile-dir (TEXTFILE_DIR).
 
 The run, in order: the --quiet units stop and are disabled (nothing restarts or judges the services meanwhile);
-every served model fails its router health path (rollout_drain.unready_on) and, when one of them served, the run
+every served model fails its router health path (drain.unready_on) and, when one of them served, the run
 waits --unready-wait s so the gateway's routers take the box out while its API still serves; every served model
 drains (503 + Retry-After) and the run waits for vLLM's running + waiting requests to reach 0, up to
 --drain-timeout s; the services' units, then the --unit ones, stop and are disabled; the marker
@@ -54,9 +55,9 @@ import time
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import contract as c  # noqa: E402
-import rollout_drain as drain  # noqa: E402
-import rollout_gate as gate  # noqa: E402
-from boxio import read, read_json, write_atomic, write_json  # noqa: E402
+import drain  # noqa: E402
+import readiness_gate as gate  # noqa: E402
+from boxio import Say, read, read_json, write_atomic, write_json  # noqa: E402
 
 STATE_DIR = os.environ.get("SPARKCTL_STATE_DIR", "/var/lib/sparkctl")
 DRAIN_DIR = os.environ.get("SPARKCTL_DRAIN_DIR", "/etc/nginx/sparkctl-drain")
@@ -81,7 +82,7 @@ def served_port(text: str) -> tuple[str, int]:
 
 
 def parser() -> argparse.ArgumentParser:
-    top = argparse.ArgumentParser(prog="retire.py", description=__doc__.splitlines()[0])
+    top = argparse.ArgumentParser(prog="retire_services.py", description=__doc__.splitlines()[0])
     sub = top.add_subparsers(dest="cmd", required=True)
     for name in ("status", "apply", "run"):
         p = sub.add_parser(name)
@@ -234,26 +235,6 @@ def follow(a) -> int:
     print("@@ " + json.dumps({"offset": len(data), "running": retire_running(a.stale), "done": done,
                               "result": result if done else None}))
     return 0
-
-
-class Say:
-    """Log lines to the retire's log and to stdout (the journal); a closed stdout never stops the run."""
-
-    def __init__(self, path: str):
-        self.path = path
-
-    def __call__(self, message: str) -> None:
-        line = f"{time.strftime('%H:%M:%S')} {message}\n"
-        try:
-            with open(self.path, "a") as fh:
-                fh.write(line)
-        except OSError:
-            pass
-        try:
-            sys.stdout.write(line)
-            sys.stdout.flush()
-        except (OSError, ValueError):
-            pass
 
 
 def stop_units(units: list[str], say) -> list[str]:

@@ -18,7 +18,7 @@ import time
 
 from boxio import write_atomic
 from contract import PROBE_HEADER
-from rollout_gate import metric_sum, systemctl
+from readiness_gate import metric_sum, systemctl
 
 BUSY = ("vllm:num_requests_running", "vllm:num_requests_waiting")
 
