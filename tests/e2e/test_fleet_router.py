@@ -5,7 +5,6 @@ deploy; a tensor-parallel pool beside a box behind one router, and back."""
 from __future__ import annotations
 
 import json
-import random
 import re
 import statistics
 import time
@@ -15,6 +14,7 @@ import pytest
 from sparkctl import REPO_ROOT
 from tests.e2e.conftest import pyinfra, record, sim_exec
 from tests.e2e.fleet import BOXES, GATEWAY, Front, Traffic, fleet, serves
+from tests.e2e import sessions
 from tests.e2e.helpers import wait_for
 
 # the join of spark-3 and the gateway (~360 s), two gateway deploys, a retire and back, a tensor-parallel pool and back
@@ -22,50 +22,8 @@ pytestmark = [pytest.mark.scenario("fleet"), pytest.mark.e2e_extended(cost_s=100
 __all__ = ["fleet"]  # the module's own fleet (a module-scoped fixture)
 
 
-WORDS = ("the of and to in is that for it as with was on be by at this from or an are not have but which one all "
-         "their were can there been if more when will would who so no out up into do than time about them some could "
-         "other then its two these may like first any new our over such after most also made many before must "
-         "through back years where much your way well down should because each just those people how too little "
-         "state good very make world still own see men work long get here between both life being under never day "
-         "same another know while last might us great old year off come since against go came right used take three"
-         ).split()  # common English words: about one token each, so a session's length in tokens is known
-
-
-def _agent_sessions(seed: int, sessions: int = 4, turns: int = 4, first: int = 600, step: int = 150) -> list:
-    """Sessions re-sending a growing shared prefix (an agent's conversation): `first` words of context, `step` more
-    a turn (600 to 1,050 words: about 1,800 to 3,200 tokens of the stand-in coder's 4,096, measured with its
-    /tokenize), each session its own words (the seed makes two runs the same shape with different text)."""
-    rng = random.Random(seed)
-    out = []
-    for _ in range(sessions):
-        mine = [rng.choice(WORDS) for _ in range(first + (turns - 1) * step)]
-        out.append([" ".join(mine[:first + t * step]) for t in range(turns)])
-    return out
-
-
-def _prefix_hits(fleet: Front) -> tuple[float, float]:
-    """vLLM's prefix-cache hits and queries (tokens), summed over the coders of the three boxes (loopback)."""
-    hits = queries = 0.0
-    for box in BOXES:
-        text = sim_exec(box, f"curl -s http://127.0.0.1:{fleet.spark.data['CODER_PORT']}/metrics")
-        for line in text.splitlines():
-            if line.startswith("vllm:prefix_cache_hits_total"):
-                hits += float(line.split()[-1])
-            elif line.startswith("vllm:prefix_cache_queries_total"):
-                queries += float(line.split()[-1])
-    return hits, queries
-
-
 def _run_sessions(fleet: Front, seed: int) -> float:
-    h0, q0 = _prefix_hits(fleet)
-    with fleet.spark.client() as c:
-        for turn in range(4):
-            for session in _agent_sessions(seed):
-                r = fleet.post(c, fleet.base_url, {"model": "coder", "max_tokens": 2,
-                                                   "messages": [{"role": "user", "content": session[turn]}]})
-                assert r.status_code == 200, r.text
-    h1, q1 = _prefix_hits(fleet)
-    return (h1 - h0) / max(1.0, q1 - q0)
+    return sessions.hit_rate(fleet.spark, BOXES, lambda turn, session: fleet.base_url, seed)
 
 
 def test_cache_aware_keeps_sessions_on_their_cache_and_the_router_costs_little(fleet):

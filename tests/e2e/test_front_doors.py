@@ -22,12 +22,12 @@ import pytest
 
 from sparkctl import REPO_ROOT
 from sparkctl.sim import config as sim_config
-from tests.e2e.conftest import PAIR, pyinfra, record, sim_exec
+from tests.e2e import sessions
+from tests.e2e.conftest import PAIR, PAIR_HOSTS, pyinfra, record, sim_exec
 from tests.e2e.helpers import wait_for
 
-# its own three hosts, a converge of five, a gateway booted and deployed again, three gateway deploys: estimated
-# from the fleet's join (508 s for two boxes and a gateway) plus ~150 s per gateway deploy; measure and correct
-pytestmark = [pytest.mark.scenario("front-doors"), pytest.mark.e2e_extended(cost_s=1500)]
+# two gateways of its own joined fresh, a gateway rebooted, one stopped and booted and deployed again (measured below)
+pytestmark = [pytest.mark.scenario("front-doors"), pytest.mark.e2e_extended(cost_s=600)]
 
 GATEWAYS = ("spark-3", "spark-4")
 VIP = sim_config.GATEWAY_VIP
@@ -141,6 +141,21 @@ def test_the_vip_is_held_once_and_both_front_doors_are_in_the_hand_off(doors):
     with _traffic(doors) as traffic:
         time.sleep(5)
     assert traffic.results and not traffic.errors(), traffic.errors()[:5]
+
+
+def test_one_active_router_keeps_prefix_cache_hits_that_two_would_split(doors):
+    """The agent-like workload (4 sessions x 4 turns of a growing shared prefix) through the VIP, where one
+    gateway's cache_aware router sees every turn, against the same shape of workload spread over both gateways' own
+    addresses turn by turn (what an outer balancer without affinity would do: two routers, two prefix trees): vLLM's
+    prefix-cache hit rate over the pair, side by side. Why the VIP keeps one router active, and the cluster's Service
+    pins a client to one front door (sessionAffinity: ClientIP)."""
+    doc = json.loads((REPO_ROOT / "handoff" / "router.json").read_text())
+    own = [door["base_urls"]["coder"] for door in doc["front_doors"]]
+    one = sessions.hit_rate(doors.spark, PAIR_HOSTS, lambda turn, i: doors.base_url, seed=3)
+    two = sessions.hit_rate(doors.spark, PAIR_HOSTS, lambda turn, i: own[(turn + i) % len(own)], seed=4)
+    record("front doors: prefix-cache hit rate, 4 agent sessions x 4 turns, through the VIP (one router)", one, "ratio")
+    record("front doors: the same workload alternating the two gateways turn by turn (two routers)", two, "ratio")
+    assert one > two, (one, two)
 
 
 def test_another_local_user_is_refused_at_the_bridge_while_the_routers_route(doors):
