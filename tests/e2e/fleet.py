@@ -106,6 +106,7 @@ def fleet(spark_1):
     record("a third box and a gateway joined: converge of 3 boxes + 1 gateway (no edit)", run.seconds)
     assert run.rc == 0, run.failure()
     assert {h: main_pids(h) for h in BOXES[:2]} == before  # the pair restarted nothing
+    assert "vllm-coder: a first install (it serves nothing yet): no wait for a wave" in run.output, run.output[-3000:]
     doc = json.loads((REPO_ROOT / "handoff" / "router.json").read_text())
     front = Front(spark_1, doc["models"]["coder"]["base_url"])
     yield front
