@@ -71,6 +71,14 @@ BOX_PIP_PLATFORMS = ["manylinux_2_39_aarch64"]  # pip platform tags: Ubuntu 24.0
 # manylinux_2_x tags down to 2_17 are accepted too, as the box's pip does); empty: this machine's own platform
 BOX_PYTHON_VERSION = "3.12"  # major.minor of the python3 the venv is made with (Ubuntu 24.04's)
 PIP_FIND_LINKS_HERE = {}  # PIP_FIND_LINKS directory on the box -> its copy on this machine (repo-relative path)
+# --- where the venv's wheels come from: downloaded once per requirement set by the control machine, copied to each
+# box that builds the venv, installed there with pip --no-index --require-hashes (sparkctl/check/wheelhouse.py) ---
+# the control machine's wheelhouse cache (repo-relative or absolute; created when missing): one directory per set
+WHEELHOUSE_CACHE = ".cache/wheelhouse"  # a directory on the control machine
+# a directory of wheels on the control machine the cache is built from instead of the index (a mirror, a copy
+# carried to a site without Internet; repo-relative or absolute)
+WHEELHOUSE_FROM = ""  # a directory on the control machine; "": the package index
+AIRGAPPED = False  # True: this box has no route to the Hugging Face hub or the package index; it gets checkpoints and wheels from the fleet (or the control machine) only
 # --- versioned vLLM venvs: a new vLLM is built beside the running one ---
 VLLM_VENVS_KEEP = 2  # venvs kept under SPARKCTL_HOME/venvs (newest first) besides any a unit still names
 # --- the device check: a new venv runs once in the vLLM unit's own sandbox before any service uses it ---

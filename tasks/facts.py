@@ -72,6 +72,26 @@ class DiskAvailable(FactBase):
         return int(output[-1].strip())
 
 
+class Sha256Sums(FactBase):
+    """The sha256 of every wheel in `path` ({file name: hex}; {} when the directory is absent): what a partial copy
+    of the wheelhouse already holds (tasks/vllm.py resumes with the rest)."""
+
+    def command(self, path):
+        return StringCommand("[ -d", QuoteString(path), "] && cd", QuoteString(path),
+                             "&& find . -maxdepth 1 -name '*.whl' -type f -exec sha256sum {} + || true")
+
+    def default(self):
+        return {}
+
+    def process(self, output):
+        sums = {}
+        for line in output:
+            digest, _, name = line.strip().partition("  ")
+            if name:
+                sums[posixpath.basename(name)] = digest
+        return sums
+
+
 class DistVersion(FactBase):
     """Installed version of a Python distribution in a venv (None when the venv or the distribution is absent)."""
 

@@ -4,26 +4,37 @@ The venv is <SPARKCTL_HOME>/venvs/<version>-<hash of what is installed> (sparkct
 beside the running one and device-checked in the vLLM unit's own sandbox (sparkctl.render.device_check) before it is
 marked built; the units switch to it through the rollout transaction, which can roll back to the previous venv.
 Venvs no unit references are pruned after the rollouts (tasks/services.py).
+
+Where the venv's wheels come from (sparkctl/check/wheelhouse.py): the control machine downloads the requirement set
+once per set into its wheelhouse cache, this step copies it to each box that builds the venv (a partial copy resumes
+with the wheels it lacks; the box checks the copy with sha256sum), and the box's pip installs with --no-index
+--require-hashes from that copy alone. Only when nothing on the control machine can provide the set (offline, no
+cache) does a box that is not AIRGAPPED install from the index itself, as the deploy says; an AIRGAPPED box is
+refused.
 """
 
 from __future__ import annotations
 
 from io import StringIO
 
-from pyinfra import host
-from pyinfra.api import StringCommand, deploy, operation
+from pyinfra import host, logger
+from pyinfra.api import FileUploadCommand, StringCommand, deploy, operation
 from pyinfra.api.command import QuoteString
 from pyinfra.facts.files import File
 from pyinfra.operations import apt, files, server, systemd
 
 from sparkctl import REPO_ROOT
 from sparkctl.box import contract
+from sparkctl.check import wheelhouse
+from sparkctl.check.resolve import Skipped
 from sparkctl.config import box_paths
 from sparkctl.config.settings import Settings
+from sparkctl.errors import Refused, SparkctlError
 from sparkctl.render import device_check
 from sparkctl.render.units import DEVICES_UNIT, pip_args, render_devices_unit, vllm_venv
+from tasks.facts import DiskAvailable, Sha256Sums
 
-__all__ = ["REMOTE_SCRIPTS", "SHARED_SCRIPTS", "venv_build", "vllm"]
+__all__ = ["REMOTE_SCRIPTS", "SHARED_SCRIPTS", "VENV_BUILT", "venv_build", "vllm", "wheelhouse_copy"]
 
 REMOTE_SCRIPTS = ("rollout.py", "rollout_txn.py", "readiness_gate.py", "drain.py", "rollout_peer.py",
                   "rollout_restart.py", "rollout_verdict.py", "fetch_checkpoint.py", "check_vllm_args.py",
@@ -36,6 +47,7 @@ RENAMED_SCRIPTS = ("rollout_gate.py", "rollout_drain.py", "retire.py")
 # uploaded here, before any rollout, and imported by the monitoring step's scripts too (the box boundary's contract,
 # the one atomic write): vllm() returns their uploads, and the monitoring step restarts its watchdog when they change
 SHARED_SCRIPTS = ("contract.py", "boxio.py")
+VENV_BUILT = ".sparkctl-built"  # the marker a venv gets once installed and device-checked
 
 
 @deploy("vLLM")
@@ -69,13 +81,69 @@ def vllm(settings: Settings) -> list:
     files.put(name="Write the device check's environment (root-only)",
               src=StringIO(device_check.render_env(settings.coder, cfg, venv)), dest=device_check.env_path(cfg),
               user="root", group="root", mode="0600")
+    # the venv's wheels: the control machine's wheelhouse copied to the box, only when the venv is still to build
+    try:
+        wheelhouse.check_paths(cfg)  # refused on every run, whether or not a venv is built
+    except SparkctlError as exc:
+        raise Refused(f"{host.name}: {exc}") from None
+    wheels = None if host.get_fact(File, path=f"{venv}/{VENV_BUILT}") else _wheelhouse(cfg)
     # a new venv beside the running one: a failed install or device check touches no running service
     venv_build(name=f"Build and device-check vLLM {cfg.VLLM_VERSION} ({cfg.VLLM_DIST}) in {venv}", venv=venv,
                pip_version=cfg.PIP_VERSION, dist=cfg.VLLM_DIST, version=cfg.VLLM_VERSION,
                requirement=cfg.VLLM_PIP_REQUIREMENT, pip_args=pip_args(cfg), remove=cfg.VLLM_PIP_REMOVE,
-               alias=cfg.VLLM_METADATA_ALIAS,
+               alias=cfg.VLLM_METADATA_ALIAS, wheels_dir=wheels,
                check=device_check.argv(settings.coder, cfg, venv, box_paths.bin_dir(home)))
     return [uploads[script] for script in SHARED_SCRIPTS]
+
+
+def _wheelhouse(cfg) -> str | None:
+    """The box's copy of the control machine's wheelhouse for this venv (downloaded here once per set, copied to the
+    box unless it holds it already), or None: nothing here can provide it, and the box, not AIRGAPPED, installs from
+    the index itself (said). Refused, before the box is touched: an AIRGAPPED box nothing here can serve, a
+    WHEELHOUSE_FROM that does not exist, a cache whose wheels fail their hash, too little disk for the copy."""
+    try:
+        why = wheelhouse.unavailable(cfg)  # WHEELHOUSE_FROM, WHEELHOUSE_CACHE checked first
+        wh = None if why else wheelhouse.verified(wheelhouse.ensure(cfg)[0])
+    except SparkctlError as exc:
+        raise Refused(f"{host.name}: {exc}") from None
+    except Skipped as exc:
+        why, wh = str(exc), None
+    if wh is None:
+        if cfg.AIRGAPPED:
+            raise Refused(f"{host.name}: {wheelhouse.airgap_error(cfg, host.name, why)}")
+        logger.warning(f"{host.name}: no wheelhouse for {cfg.VLLM_PIP_REQUIREMENT} on this machine ({why}): the box's "
+                       f"own pip installs it from the index")
+        return None
+    box = wheelhouse.box_dir(cfg)
+    if host.get_fact(File, path=f"{box}/{wheelhouse.STAMP}"):
+        host.noop(f"the wheelhouse {wh.key} is on the box")
+        return box
+    todo = wheelhouse.missing_on_box(wh.pins, host.get_fact(Sha256Sums, path=box + wheelhouse.PARTIAL))
+    need = sum(p.size for p in todo)
+    problem = wheelhouse.disk_refusal(cfg, host.name, host.get_fact(DiskAvailable, path=wheelhouse.box_root(cfg)),
+                                      need)
+    if problem:
+        raise Refused(problem)
+    wheelhouse_copy(name=f"Copy the wheelhouse {wh.key} to {box} ({len(todo)} of {len(wh.pins)} wheels, "
+                         f"{need / 1e9:.2f} GB)", local=str(wh.path), box=box, wheels=[p.wheel for p in todo])
+    return box
+
+
+@operation()
+def wheelhouse_copy(local: str, box: str, wheels: list[str]):
+    """The control machine's wheelhouse directory `local` to `box` on the box, through <box>.partial: the wheels
+    it lacks there, the pinned files, then every wheel checked with sha256sum (a wheel that fails is named, and the
+    copy stays partial: the next run sends it again), and only then renamed into place. Copies of other
+    requirement sets are removed first: a built venv never reads its wheelhouse again."""
+    partial = box + wheelhouse.PARTIAL
+    root, name = box.rsplit("/", 1)
+    yield StringCommand("mkdir -p", QuoteString(partial), "&& find", QuoteString(root), "-mindepth 1 -maxdepth 1 ! -name",
+                        QuoteString(name), "! -name", QuoteString(name + wheelhouse.PARTIAL), "-exec rm -rf {} +")
+    for f in (*wheels, wheelhouse.PINS, wheelhouse.WHEELS, wheelhouse.PIP, wheelhouse.SUMS):
+        yield FileUploadCommand(f"{local}/{f}", f"{partial}/{f}")
+    yield wheelhouse.box_check_command(partial)
+    yield StringCommand("touch", QuoteString(f"{partial}/{wheelhouse.STAMP}"), "&& rm -rf", QuoteString(box),
+                        "&& mv", QuoteString(partial), QuoteString(box))
 
 
 def _devices(cfg) -> None:
@@ -93,21 +161,28 @@ def _devices(cfg) -> None:
 
 @operation()
 def venv_build(venv: str, pip_version: str, dist: str, version: str, requirement: str, pip_args: list[str],
-               remove: list[str], alias: str, check: list[str]):
+               remove: list[str], alias: str, check: list[str], wheels_dir: str | None = None):
     """Build a vLLM venv unless its built marker exists: venv, pip, vLLM, removals, the metadata alias (for
     builds published under another name), then the device check (`check`: sparkctl.render.device_check.argv, in
     the vLLM unit's sandbox: vLLM imports at its version, and the GPU, compilers and kernels it needs work there);
     only then write the marker. A failed step leaves no marker, and the host stops here, before any service is
-    touched (the check prints what is missing): the next run starts that venv again from scratch."""
-    marker = f"{venv}/.sparkctl-built"
+    touched (the check prints what is missing): the next run starts that venv again from scratch. `wheels_dir`: the
+    box's copy of the control machine's wheelhouse, installed from alone with every hash checked (pip names a wheel
+    that fails); None: pip and `requirement` from the index with `pip_args`."""
+    marker = f"{venv}/{VENV_BUILT}"
     if host.get_fact(File, path=marker):
         host.noop(f"{dist} {version} is built and device-checked in {venv}")
         return
     python, pip = QuoteString(f"{venv}/bin/python"), [QuoteString(a) for a in pip_args]
     yield StringCommand("rm -rf", QuoteString(venv), "&& python3 -m venv", QuoteString(venv))
-    install = [python, "-m pip install --no-input --progress-bar off", *pip]
-    yield StringCommand(*install, QuoteString(f"pip=={pip_version}"))
-    yield StringCommand(*install, QuoteString(requirement))
+    install = [python, "-m pip install --no-input --progress-bar off"]
+    if wheels_dir:
+        install += [QuoteString(a) for a in wheelhouse.install_args(wheels_dir)]
+        yield StringCommand(*install, "-r", QuoteString(f"{wheels_dir}/{wheelhouse.PIP}"))
+        yield StringCommand(*install, "-r", QuoteString(f"{wheels_dir}/{wheelhouse.WHEELS}"))
+    else:
+        yield StringCommand(*install, *pip, QuoteString(f"pip=={pip_version}"))
+        yield StringCommand(*install, *pip, QuoteString(requirement))
     if remove:
         yield StringCommand(python, "-m pip uninstall -y", *[QuoteString(r) for r in remove])
     if alias:  # the `vllm` CLI reads importlib.metadata.version("vllm")

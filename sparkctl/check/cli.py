@@ -5,9 +5,11 @@
     python -m sparkctl check --data CODING_MODEL=laguna-s-2.1     # parsed as pyinfra parses --data
     python -m sparkctl check --resolve            # also: what pip would install into the box's vLLM venv
 
---resolve runs this machine's pip (a dry run, nothing installed) for the box's platform and Python (check/resolve.py):
-from the index, which must answer (else it is skipped, saying why), or from the simulated Spark's wheelhouse; it
-refuses a requirement pip cannot resolve for the box. Without it the check stays offline and says so.
+--resolve reads the resolution for the box's platform and Python from the control machine's wheelhouse cache
+(check/wheelhouse.py), downloading the set into it once when it is not there yet: from the index, which must answer
+(else it is skipped, saying why), WHEELHOUSE_FROM, or the simulated Spark's wheelhouse; it refuses a requirement pip
+cannot resolve for the box. Without it the check stays offline and says so, but for an AIRGAPPED box: refused when
+nothing on this machine can provide its vLLM (no cache, no WHEELHOUSE_FROM, an index that does not answer).
 
 Every GATEWAY_HOSTS host (the `gateway` group) is checked as the deploy's gateway step checks it (check/gateway.py),
 over the boxes above; with --sim, the simulated Spark's gateway where one is configured.
@@ -22,7 +24,7 @@ import sys
 
 from sparkctl.capacity.venv import vllm_venv
 from sparkctl.check.gateway import unique_gateways, validate_gateway
-from sparkctl.check.resolve import resolve_note
+from sparkctl.check import wheelhouse
 from sparkctl.check.validate import validate_host
 from sparkctl.config import groupdata, hosts
 from sparkctl.config.groupdata import parse_data
@@ -98,6 +100,9 @@ def check_one(h: hosts.HostConn, data: dict, names: list[str], models: dict[str,
     pip run per distinct venv, whatever the number of boxes)."""
     try:
         s = validate_host(data, h.name, hosts=names, host_models=models)
+        wheelhouse.check_paths(s.cfg)
+        if airgapped := wheelhouse.airgap_refusal(s.cfg, h.name):  # nothing here provides its wheels
+            raise airgapped
         note = resolution(s.cfg, resolved)
     except SparkctlError as exc:
         print(f"sparkctl check: {h.name}: {exc}", file=sys.stderr)
@@ -122,7 +127,7 @@ def resolution(cfg: GroupData, resolved: dict[str, str] | None) -> str:
         return "pip resolution for the box: skipped (the check is offline; --resolve runs it)"
     key = f"{vllm_venv(cfg)} {cfg.BOX_PIP_PLATFORMS} {cfg.BOX_PYTHON_VERSION} {sorted(cfg.PIP_FIND_LINKS_HERE.items())}"
     if key not in resolved:
-        resolved[key] = resolve_note(cfg)
+        resolved[key] = wheelhouse.resolve_note(cfg)
     return resolved[key]
 
 

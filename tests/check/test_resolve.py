@@ -173,16 +173,19 @@ def _check(*args: str, env: dict | None = None, tmp_path: Path) -> subprocess.Co
 
 
 def test_the_check_says_why_the_resolution_did_not_run(tmp_path):
-    """Offline by default; --resolve with an index that does not answer, or without the wheelhouse: skipped, saying
-    why, and the check still passes."""
+    """Offline by default; --resolve with no wheelhouse cache yet and an index that does not answer, or without the
+    simulated Spark's wheelhouse: skipped, saying why, and the check still passes."""
     r = _check(tmp_path=tmp_path)
     assert r.returncode == 0 and "pip resolution for the box: skipped (the check is offline; --resolve runs it)" \
         in r.stdout, r.stderr
-    r = _check("--resolve", env={"PIP_INDEX_URL": UNREACHABLE_INDEX}, tmp_path=tmp_path)
+    cache = f"WHEELHOUSE_CACHE={tmp_path / 'cache'}"  # an empty cache: nothing resolved before
+    r = _check("--resolve", "--data", cache, env={"PIP_INDEX_URL": UNREACHABLE_INDEX}, tmp_path=tmp_path)
     assert r.returncode == 0, r.stderr
-    assert f"pip resolution for the box: skipped (cannot reach the index {UNREACHABLE_INDEX} within 5 s" in r.stdout
+    assert f"pip resolution for the box: skipped (no wheelhouse cache under {cache} and cannot reach the index " \
+           f"{UNREACHABLE_INDEX} within 5 s" in r.stdout.replace("WHEELHOUSE_CACHE='", "WHEELHOUSE_CACHE=").replace(
+               "' and", " and")
     here = json.dumps({"/opt/wheelhouse": str(tmp_path / "no-wheelhouse")})
-    r = _check("--sim", "--resolve", "--data", f"PIP_FIND_LINKS_HERE={here}", tmp_path=tmp_path)
+    r = _check("--sim", "--resolve", "--data", f"PIP_FIND_LINKS_HERE={here}", "--data", cache, tmp_path=tmp_path)
     assert r.returncode == 0, r.stderr
     assert "skipped (PIP_FIND_LINKS '/opt/wheelhouse': its copy" in r.stdout and "does not exist" in r.stdout
 

@@ -16,8 +16,14 @@ import pyinfra
 from pyinfra_cli.main import cli
 
 
+# the vLLM step builds the control machine's wheelhouse from the index when it has none (sparkctl/check/wheelhouse.py):
+# a fake deploy never downloads it. An index that does not answer (the discard port), unless the test names one.
+NO_INDEX = "http://127.0.0.1:9/simple/"
+
+
 def main(argv):
     pyinfra.is_cli = True
+    os.environ.setdefault("PIP_INDEX_URL", NO_INDEX)
     args = ["-y", *argv[1:], argv[0], os.environ.get("FAKE_DEPLOY_FILE", "deploy.py")]
     result = {"error": None, "commands": [], "ops": [], "by_host": {}, "ops_by_host": {}}
     try:
