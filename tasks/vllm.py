@@ -137,8 +137,9 @@ def wheelhouse_copy(local: str, box: str, wheels: list[str]):
     requirement sets are removed first: a built venv never reads its wheelhouse again."""
     partial = box + wheelhouse.PARTIAL
     root, name = box.rsplit("/", 1)
-    yield StringCommand("mkdir -p", QuoteString(partial), "&& find", QuoteString(root), "-mindepth 1 -maxdepth 1 ! -name",
-                        QuoteString(name), "! -name", QuoteString(name + wheelhouse.PARTIAL), "-exec rm -rf {} +")
+    yield StringCommand("mkdir -p", QuoteString(partial), "&& find", QuoteString(root),
+                        "-mindepth 1 -maxdepth 1 ! -name", QuoteString(name), "! -name",
+                        QuoteString(name + wheelhouse.PARTIAL), "-exec rm -rf {} +")
     for f in (*wheels, wheelhouse.PINS, wheelhouse.WHEELS, wheelhouse.PIP, wheelhouse.SUMS):
         yield FileUploadCommand(f"{local}/{f}", f"{partial}/{f}")
     yield wheelhouse.box_check_command(partial)

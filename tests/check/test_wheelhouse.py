@@ -113,7 +113,8 @@ def test_a_wheel_that_differs_from_its_pin_is_named(tmp_path):
     assert wheelhouse.verify(tmp_path, [pin]) == []
     good.write_bytes(good.read_bytes() + b"x")
     assert wheelhouse.verify(tmp_path, [pin, gone]) == [
-        f"{good.name}: sha256 {wheelhouse.sha256_of(good)}, pinned {pin.sha256}", "numpy-2.2.0-py3-none-any.whl: missing"]
+        f"{good.name}: sha256 {wheelhouse.sha256_of(good)}, pinned {pin.sha256}",
+        "numpy-2.2.0-py3-none-any.whl: missing"]
 
 
 def test_not_enough_disk_on_the_box_is_refused_before_the_copy(gx10):

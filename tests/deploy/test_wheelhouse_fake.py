@@ -19,7 +19,7 @@ GX10 = ["all", "gx10"]
 def _changes(out: dict) -> list[str]:
     """changes(), without two reads it does not know: the preflight's DeviceGroups fact (/proc/devices after loading
     the modules) and the Sha256Sums fact of a partial copy."""
-    return [c for c in changes(out) if not c.endswith("/proc/devices") and not c.endswith("-exec sha256sum {} + || true")]
+    return [c for c in changes(out) if not c.endswith(("/proc/devices", "-exec sha256sum {} + || true"))]
 
 
 def _cache(root, size: int | None = None) -> wheelhouse.Wheelhouse:

