@@ -212,10 +212,11 @@ def _box_pip(cfg: GroupData, command: str) -> list[str]:
 
 
 def download_command(cfg: GroupData, dest: Path, work: Path) -> list[str]:
-    """`pip download` of the whole set (pip included) for the box into `dest`."""
+    """`pip download` of the whole set (pip included) for the box into `dest`; not into pip's own cache as well (the
+    cache directory is the copy this machine keeps)."""
     wanted = requirement_set(cfg)
-    return [*_box_pip(cfg, "download"), "--dest", str(dest), *source_args(cfg, work), *wanted["requirements"],
-            wanted["pip"]]
+    return [*_box_pip(cfg, "download"), "--no-cache-dir", "--dest", str(dest), *source_args(cfg, work),
+            *wanted["requirements"], wanted["pip"]]
 
 
 def report_command(cfg: GroupData, dest: Path, work: Path) -> list[str]:
