@@ -28,9 +28,9 @@ from tests.e2e.conftest import GROUPS, PAIR, pyinfra, record, sim_exec
 from tests.e2e.helpers import wait_for
 from tests.e2e.test_front_doors import GATEWAYS, holder, vrrp_state
 
-# the two gateways joined fresh, two deploys of the fleet (the window, its end) and the checks: cost measured on a
-# kept pair (the figure below), 2026-12-06
-pytestmark = [pytest.mark.scenario("rotation"), pytest.mark.e2e_extended(cost_s=420)]
+# the two gateways joined fresh (176 s), the window deployed (57 s) and closed (47 s), the checks, the gateways
+# stopped (44 s): 393 s in all on a converged pair, beside other work on the machine, 2026-12-06
+pytestmark = [pytest.mark.scenario("rotation"), pytest.mark.e2e_extended(cost_s=400)]
 
 SECRETS = ("api_token", "scrape_token", "vrrp_password")
 VIP = sim_config.GATEWAY_VIP
