@@ -21,6 +21,7 @@ COMMAND_MODULES = [
     "sparkctl.check.cli",  # check: the deploy's whole validation, offline
     "sparkctl.status.cli",  # status: every box and service at a glance
     "sparkctl.rehearse.cli",  # rehearse: the first hour on a box, one report (docs/first-gx10.md)
+    "sparkctl.rotation.cli",  # secrets rotate|finish|status: a secret's rotation window (docs/operating.md)
 ]
 
 

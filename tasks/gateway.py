@@ -28,7 +28,7 @@ from pyinfra.operations.util import any_changed
 
 from sparkctl.box.contract import UNIT_DIR
 from sparkctl.check.gateway import validate_gateway
-from sparkctl.config import pki, secrets
+from sparkctl.config import pki, rotation, secrets
 from sparkctl.config.secrets import secrets_dir
 from sparkctl.config.hosts import per_host_models
 from sparkctl.config.settings import HostConfig
@@ -94,8 +94,11 @@ def router_venv(venv: str, version: str, pip_args: list[str]):
 def _nginx(config: HostConfig, pools: list[router.Pool], beside_box: bool) -> bool:
     """The front's TLS pair, the boxes' CA, both token files (root-only) and the site; True when one changed."""
     cfg = config.cfg
-    api = secrets.read_api_token(cfg)
-    tokens = router.tokens(cfg, api, secrets.read_scrape_token(cfg, api_token=api), beside_box_site=beside_box)
+    # during a rotation window the front accepts both tokens and the bridge sends the new one: every box accepts it
+    # by now, as the boxes' steps (their proxies' token maps) ran before this one (after_the_boxes)
+    api = secrets.read_api_tokens(cfg)
+    tokens = router.tokens(cfg, api.accepted, secrets.read_scrape_tokens(cfg, api).accepted,
+                           beside_box_site=beside_box)
     cert, key, ca = front_tls(config)
     ca_src = str(ca) if ca is not None else "/etc/ssl/certs/ca-certificates.crt"  # an operator's CA: the system's
     files.directory(name=f"Create {router.GATEWAY_TLS_DIR}", path=router.GATEWAY_TLS_DIR, user="root",
@@ -108,7 +111,7 @@ def _nginx(config: HostConfig, pools: list[router.Pool], beside_box: bool) -> bo
                   dest=router.BOX_CA_FILE, **private),
         files.put(name="Front's bearer tokens (root-only)", src=StringIO(tokens), dest=router.GATEWAY_TOKEN_FILE,
                   **private),
-        files.put(name="Bridge's bearer for the boxes (root-only)", src=StringIO(router.bridge_auth(api)),
+        files.put(name="Bridge's bearer for the boxes (root-only)", src=StringIO(router.bridge_auth(api.sent)),
                   dest=router.BRIDGE_AUTH_FILE, **private),
         files.put(name="nginx site sparkctl-gateway", src=StringIO(router.site(cfg, pools)),
                   dest=router.GATEWAY_SITE, user="root", group="root", mode="0644"),
@@ -118,6 +121,33 @@ def _nginx(config: HostConfig, pools: list[router.Pool], beside_box: bool) -> bo
         changes.append(files.link(name="Disable the distribution's default site",
                                   path=f"{NGINX_DIR}/sites-enabled/default", present=False))
     return any_changed(*changes)
+
+
+@operation()
+def boxes_accept_new_token(config: HostConfig, pools: list[router.Pool]):
+    """In an API token rotation window, once the boxes' steps ran and before this gateway's bridge sends the new
+    token: every box's proxy is asked with it from the control machine (as the health gate asks them); one that
+    answers 401 fails this gateway's step, which then changes nothing (its front and bridge keep the current token,
+    which every box still accepts). A box that does not answer is named and left to its router's health check: it
+    answers the bridge 401 until its own deploy gives it the window's tokens, so no router sends it a request."""
+    if not host.state.is_executing:
+        host.noop("asked when the deploy runs, after the boxes' steps")
+        return
+    cfg = config.cfg
+    token = secrets.read_api_tokens(cfg).next  # read here, never an operation argument pyinfra would log
+    _cert, _key, ca = front_tls(config)
+    targets = {w.box: f"https://{w.address}:{w.port}/{p.served}/v1/models" for p in pools for w in p.workers}
+    answers = rotation.ask_boxes(sorted(targets.items()), token, str(ca) if ca else True, cfg.ROUTER_HEALTH_TIMEOUT_S)
+    for a in answers:
+        if a.status is None:
+            logger.warning(f"{host.name}: {a.box} did not answer ({a.error}); deploy it before `secrets finish`")
+    refused = rotation.refusing(answers)
+    if refused:
+        yield fail(f"{host.name}: {', '.join(a.box for a in refused)} refuse the new API token (401 from "
+                   f"{refused[0].url}): their proxies do not have the rotation window yet, so this gateway's bridge "
+                   f"keeps sending the current token. Deploy those boxes, then rerun.")
+        return
+    host.noop(f"every box that answered accepts the new API token ({len(answers)} asked)")
 
 
 def front_tls(config: HostConfig) -> tuple[Path, Path, Path | None]:
@@ -282,6 +312,9 @@ def gateway() -> None:
         files.directory(name=f"Create {path}", path=path, user="root", group="root", mode="0755")
     venv = router_venv(name=f"Install vllm-router {cfg.ROUTER_VERSION} in {router.venv(cfg)}",
                        venv=router.venv(cfg), version=cfg.ROUTER_VERSION, pip_args=router.pip_args(cfg))
+    if secrets.read_api_tokens(cfg).next:  # a rotation window: the bridge sends the new token only if boxes take it
+        boxes_accept_new_token(name="Every box accepts the new API token (rotation window)", config=config,
+                               pools=pools)
     changed = _nginx(config, pools, beside_box)
     systemd.service(name="nginx enabled and running", service="nginx.service", running=True, enabled=True)
     # the front and bridge first: a router (re)started below finds its boxes through them

@@ -10,7 +10,7 @@ from pyinfra.api import deploy
 from pyinfra.operations import files, server, systemd
 from pyinfra.operations.util import any_changed
 
-from sparkctl.config.secrets import read_scrape_token
+from sparkctl.config.secrets import read_api_tokens, read_scrape_tokens
 from sparkctl.config.settings import Settings
 from sparkctl.errors import Refused, SparkctlError
 from sparkctl.render import box_files
@@ -25,9 +25,10 @@ def render_site(settings: Settings, service_list) -> str:
 
 
 def render_tokens(settings: Settings) -> str:
-    """The root-only file of both token maps: the API token, and the scrape token (never the API token)."""
-    return box_files.tokens(settings.cfg, settings.api_token,
-                            read_scrape_token(settings.cfg, api_token=settings.api_token))
+    """The root-only file of both token maps: the API token, and the scrape token (never the API token); during a
+    rotation window each map accepts the current token and the new one (docs/operating.md "Rotating a secret")."""
+    api = read_api_tokens(settings.cfg)
+    return box_files.tokens(settings.cfg, api.accepted, read_scrape_tokens(settings.cfg, api).accepted)
 
 
 @deploy("TLS proxy")

@@ -3,6 +3,8 @@
 SPARK_API_TOKEN_FILE     bearer token every client sends to the proxy (required, at least 128 random bits)
 SPARK_SCRAPE_TOKEN_FILE  the token the cluster's Prometheus sends to the scrape paths (the same, not the API token)
 SPARK_HF_TOKEN_FILE      Hugging Face token for gated/private repos (optional)
+During a rotation window (sparkctl/config/rotation.py) a token file has its successor beside it, <file>.next, read
+by the same rules: the proxies accept both (`read_api_tokens`, `read_scrape_tokens`), the bridge sends the new one.
 TLS certificate/key come from the TLS_CERT_FILE / TLS_KEY_FILE settings (at least RSA-2048 or P-256, a leaf usable
 for serverAuth), or a local CA generated in secrets/pki.
 Every file is read defensively (sparkctl/config/files.py): a regular, private, UTF-8 file, inside the secrets
@@ -18,6 +20,7 @@ import re
 import secrets as _stdlib_secrets
 import stat
 import string
+from dataclasses import dataclass
 from pathlib import Path
 
 from cryptography.exceptions import UnsupportedAlgorithm
@@ -124,10 +127,53 @@ def check_token(setting: str, path: Path, token: str, what: str) -> None:
 
 
 def read_api_token(cfg: schema.GroupData) -> str:
+    """The current API token (what clients send today); during a rotation window its successor is checked too, so
+    that everything validating the secrets (`check`, the preflight) refuses a bad .next before a proxy reads it."""
+    return read_api_tokens(cfg).current
+
+
+def next_path(path: Path) -> Path:
+    """Where a secret's successor waits during a rotation window: <file>.next beside it."""
+    return path.with_name(path.name + ".next")
+
+
+@dataclass(frozen=True)
+class Tokens:
+    """A bearer token and, during a rotation window, its successor: a proxy accepts both, a sender (the gateway's
+    bridge towards the boxes) sends the successor (docs/operating.md "Rotating a secret")."""
+
+    current: str
+    next: str = ""
+
+    @property
+    def accepted(self) -> tuple[str, ...]:
+        return (self.current, self.next) if self.next else (self.current,)
+
+    @property
+    def sent(self) -> str:
+        return self.next or self.current
+
+
+def _read_next(path: Path, setting: str, root: Path, current: str, what: str) -> str:
+    """The successor of the token at `path` ("" outside a rotation window), checked as the token itself is."""
+    nxt = next_path(path)
+    if not os.path.lexists(nxt):
+        return ""
+    token = _read(nxt, setting, root=root, how=TOKEN_HOW)
+    check_token(setting, nxt, token, what)
+    if token == current:
+        raise SettingError(setting, str(nxt), f"a new {what}, different from the current one in {path.name}",
+                           "A rotation to the same token rotates nothing: python -m sparkctl secrets rotate "
+                           "writes a fresh one")
+    return token
+
+
+def read_api_tokens(cfg: schema.GroupData) -> Tokens:
+    """The API token and, during a rotation window, its successor (api_token.next)."""
     path = api_token_path(cfg)
     token = _read(path, API_TOKEN_ENV, root=secrets_dir(cfg), how=TOKEN_HOW)
     check_token(API_TOKEN_ENV, path, token, "bearer token")
-    return token
+    return Tokens(token, _read_next(path, API_TOKEN_ENV, secrets_dir(cfg), token, "bearer token"))
 
 
 def read_hf_token(cfg: schema.GroupData) -> str:
@@ -322,14 +368,22 @@ def scrape_token_path(cfg: schema.GroupData) -> Path:
 
 def read_scrape_token(cfg: schema.GroupData, api_token: str = "") -> str:
     """The scrape token: required, safe inside an nginx map string, random enough, and never the API token (each
-    opens only its own paths)."""
+    opens only its own paths). During a rotation window its successor is checked too."""
+    return read_scrape_tokens(cfg, Tokens(api_token) if api_token else None).current
+
+
+def read_scrape_tokens(cfg: schema.GroupData, api: Tokens | None = None) -> Tokens:
+    """The scrape token and, during a rotation window, its successor (scrape_token.next); none of them is one of
+    the API tokens `api` accepts (in or out of either window)."""
     path = scrape_token_path(cfg)
     token = _read(path, SCRAPE_TOKEN_ENV, root=secrets_dir(cfg), how=TOKEN_HOW)
     check_token(SCRAPE_TOKEN_ENV, path, token, "scrape token")
-    if api_token and token == api_token:
-        raise SettingError(SCRAPE_TOKEN_ENV, str(path), "a token different from the API token",
-                           "The scrape token must not open the API, nor the API token the metrics")
-    return token
+    tokens = Tokens(token, _read_next(path, SCRAPE_TOKEN_ENV, secrets_dir(cfg), token, "scrape token"))
+    for name, value in zip((path, next_path(path)), tokens.accepted):
+        if api is not None and value in api.accepted:
+            raise SettingError(SCRAPE_TOKEN_ENV, str(name), "a token different from the API token (current and "
+                               "next)", "The scrape token must not open the API, nor the API token the metrics")
+    return tokens
 
 
 def ensure_scrape_token(cfg: schema.GroupData) -> Path:
@@ -351,6 +405,13 @@ def read_vrrp_password(cfg: schema.GroupData) -> str:
     """The front doors' VRRP password (secrets/<VRRP_PASSWORD_FILE>): 1-8 characters keepalived.conf reads as one
     word; missing, empty, longer or readable by others is refused naming the file to create."""
     path = vrrp_password_path(cfg)
+    password = _read_vrrp(cfg, path)
+    if os.path.lexists(next_path(path)):  # a rotation waiting to finish: its password is checked now, used then
+        _read_vrrp(cfg, next_path(path))
+    return password
+
+
+def _read_vrrp(cfg: schema.GroupData, path: Path) -> str:
     how = f"{VRRP_PASSWORD_HOW.replace('FILE', str(path))} (the same file for every gateway)"
     password = _read(path, "VRRP_PASSWORD_FILE", root=secrets_dir(cfg), how=how)
     if not VRRP_PASSWORD_CHARS.fullmatch(password) or len(password) > VRRP_PASSWORD_MAX:

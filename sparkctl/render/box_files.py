@@ -6,6 +6,8 @@ the same and runs the real validators on it (sparkctl/check/render.py). Pure fun
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from sparkctl.config.schema import GroupData
 from sparkctl.render.monitoring import scrape_targets
 from sparkctl.render.units import render_template
@@ -27,9 +29,16 @@ def site(cfg: GroupData, services, token_file: str = TOKEN_FILE, cert_path: str 
                            key_path=key_path)
 
 
-def tokens(cfg: GroupData, api_token: str, scrape_token: str) -> str:
-    """The root-only file of both token maps: the API token, and the scrape token (never the API token)."""
-    return render_template("nginx-token.conf.j2", d=cfg, token=api_token, scrape_token=scrape_token)
+def each_token(tokens: str | Sequence[str]) -> tuple[str, ...]:
+    """One token, or the tokens a proxy accepts during a rotation window (secrets.Tokens.accepted)."""
+    return (tokens,) if isinstance(tokens, str) else tuple(tokens)
+
+
+def tokens(cfg: GroupData, api_token: str | Sequence[str], scrape_token: str | Sequence[str]) -> str:
+    """The root-only file of both token maps: the API token(s), and the scrape token(s) (never an API token); two of
+    each during a rotation window (docs/operating.md "Rotating a secret")."""
+    return render_template("nginx-token.conf.j2", d=cfg, tokens=each_token(api_token),
+                           scrape_tokens=each_token(scrape_token))
 
 
 # /proc/<pid>/comm names (the kernel keeps 15 characters) earlyoom's regexes are held to (sparkctl/check/render.py):

@@ -19,13 +19,14 @@ from __future__ import annotations
 
 import re
 import shlex
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from sparkctl.capacity.venv import index_args
 from sparkctl.config.quantities import MIB
 from sparkctl.config.schema import GroupData
 from sparkctl.errors import SettingError
-from sparkctl.render.box_files import NGINX_DIR
+from sparkctl.render.box_files import NGINX_DIR, each_token
 from sparkctl.render.monitoring import prometheus_job
 from sparkctl.render.units import render_template
 
@@ -167,16 +168,18 @@ def site(cfg: GroupData, pool_list: list[Pool], token_file: str = GATEWAY_TOKEN_
                            key_path=key_path)
 
 
-def tokens(cfg: GroupData, api_token: str, scrape_token: str, beside_box_site: bool = False) -> str:
-    """The front's token maps (root-only): the API token opens the routes, the scrape token the routers' metrics.
-    beside_box_site: this host is also a box, whose token file already sets the map hash bucket size (nginx
-    refuses it twice)."""
-    return render_template("nginx-gateway-token.conf.j2", d=cfg, token=api_token, scrape_token=scrape_token,
-                           bucket=not beside_box_site)
+def tokens(cfg: GroupData, api_token: str | Sequence[str], scrape_token: str | Sequence[str],
+           beside_box_site: bool = False) -> str:
+    """The front's token maps (root-only): the API token opens the routes, the scrape token the routers' metrics
+    (two of each during a rotation window). beside_box_site: this host is also a box, whose token file already sets
+    the map hash bucket size (nginx refuses it twice)."""
+    return render_template("nginx-gateway-token.conf.j2", d=cfg, tokens=each_token(api_token),
+                           scrape_tokens=each_token(scrape_token), bucket=not beside_box_site)
 
 
 def bridge_auth(api_token: str) -> str:
-    """The bridge's header (root-only): the boxes' API token, added to every request the routers send."""
+    """The bridge's header (root-only): the boxes' API token, added to every request the routers send (during a
+    rotation window the new one: secrets.Tokens.sent)."""
     return render_template("nginx-bridge-auth.conf.j2", token=api_token)
 
 

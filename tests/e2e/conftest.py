@@ -45,7 +45,7 @@ REUSE = os.environ.get("SPARKCTL_E2E_REUSE") == "1"
 # ones have to put it back. Tensor-parallel runs last: its pair is put back to replicas only if a later scenario needs
 # it (one not listed) or a kept pair (SPARKCTL_E2E_REUSE) is left as the group data says.
 SCENARIO_ORDER = ("sim-lifecycle", "rollout", "bench", "faults", "split", "hardening", "safe-change", "monitoring",
-                  "models", "ray-backend", "acceptance", "tensor-parallel", "fleet", "front-doors")
+                  "models", "ray-backend", "acceptance", "tensor-parallel", "fleet", "front-doors", "rotation")
 # Scenarios marked e2e_extended(cost_s=...) need coder rollouts or a converge of their own whose logic a fast test
 # drives through the real box code, or that the core set covers in kind (each says which beside its marker); cost_s
 # is what the scenario measured here, in seconds. SPARKCTL_E2E_EXTENDED=1 (`make test-extended`) runs them all. Any
