@@ -87,6 +87,8 @@ def check_gateways(gateways: list[hosts.HostConn], groups: list[str], boxes: dic
             print(f"sparkctl check: {gw.name}: {exc}", file=sys.stderr)
             ok = False
             continue
+        for w in checked.warnings:
+            print(f"{gw.name}: WARNING: {w}")
         print(f"{gw.name}: ok: gateway, routers for {', '.join(p.served for p in checked.pools)}")
     return ok
 

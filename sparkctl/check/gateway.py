@@ -61,6 +61,7 @@ class Gateway:
     config: HostConfig  # the gateway's settings: the first box's group data under the gateway host's own
     pools: list[router.Pool]  # one per served model, in name order
     beside_box: bool  # the gateway host is a gx10 box too (one nginx for the box's proxy and the front)
+    warnings: tuple[str, ...] = ()  # what `check` prints and the deploy logs, without refusing
 
 
 def validate_gateway(name: str, own: Mapping, boxes: Mapping[str, Mapping],
@@ -83,20 +84,47 @@ def validate_gateway(name: str, own: Mapping, boxes: Mapping[str, Mapping],
     pool_list = router.pools(config.cfg, [_members(box, s) for box, s in checked.items()])
     box_cfg = checked[name].cfg if name in checked else None
     ports_apart(config.cfg, len(pool_list), schema.ssh_port(merged), box_cfg)
+    if box_cfg is not None:
+        accounts_apart(config.cfg, box_cfg, name)
     retry_backoff(config.cfg)
     for box, settings in checked.items():
         rules.router_out_wait_behind(box, settings.cfg, name, config.cfg)
     doors = {g: host_config({**boxes[names[0]], **data}, g) for g, data in (gateways or {name: own}).items()}
     doors[name] = config
     front_doors(config.cfg, doors, {box: s.address for box, s in checked.items()}, read_secrets)
-    return Gateway(config, pool_list, name in checked)
+    return Gateway(config, pool_list, name in checked, lone_vip(config.cfg, list(doors)))
 
 
 def unique_gateways(names: list[str]) -> None:
-    """GATEWAY_HOSTS names each host once (the inventory's `gateway` group is a list of hosts)."""
+    """GATEWAY_HOSTS names each host once (the inventory's `gateway` group is a list of hosts); a host name is a DNS
+    name, whose case does not matter: GW-1 and gw-1 are one host, two deploys of one front door racing each other."""
     for i, name in enumerate(names):
-        if name in names[:i]:
-            raise SettingError("GATEWAY_HOSTS", ",".join(names), "each host once", f"{name} is listed twice")
+        same = next((n for n in names[:i] if n.lower() == name.lower()), None)
+        if same is not None:
+            twice = f"{name} is listed twice" if same == name else f"{same} and {name} are one host (a host name's " \
+                                                                     "case does not matter)"
+            raise SettingError("GATEWAY_HOSTS", ",".join(names), "each host once", twice)
+
+
+def accounts_apart(cfg: GroupData, box: GroupData, name: str) -> None:
+    """On a host that is a box and a gateway, the routers' account is not vLLM's: the bridge's firewall lets
+    ROUTER_USER alone open the bridge, which adds the boxes' bearer token; vLLM running as that account could
+    reach every box with the token (docs/two-front-doors.md)."""
+    if cfg.ROUTER_USER == box.SERVICE_USER:
+        (setting, value), (other, _) = shipped().blame(("ROUTER_USER", cfg.ROUTER_USER),
+                                                       ("SERVICE_USER", box.SERVICE_USER))
+        raise SettingError(setting, value, f"an account other than {other}'s ({name} is a box and the gateway: the "
+                           "routers' account and vLLM's each their own)",
+                           "The bridge's firewall lets ROUTER_USER alone open the bridge, which adds the boxes' bearer "
+                           "token: vLLM's services would reach every box with it")
+
+
+def lone_vip(cfg: GroupData, gateways: list[str]) -> tuple[str, ...]:
+    """A VIP with one gateway moves nowhere: keepalived runs, clients use the VIP, and nothing takes it over."""
+    if cfg.GATEWAY_VIP and len(gateways) == 1:
+        return (f"GATEWAY_VIP = {cfg.GATEWAY_VIP} with one gateway ({gateways[0]}): no other front door takes the VIP "
+                "over when this one fails; add a second host to GATEWAY_HOSTS, or leave GATEWAY_VIP empty",)
+    return ()
 
 
 def _members(box: str, s: Settings) -> tuple[str, str, int, list]:

