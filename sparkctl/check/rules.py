@@ -31,6 +31,7 @@ from sparkctl.config.box_paths import is_below, nested
 from sparkctl.config.owned_flags import check_counted_flags, check_owned_flags, switch_of
 from sparkctl.config.quantities import GIB, KIB, MIB, TIB
 from sparkctl.config.schema import GroupData
+from sparkctl.config.schema_types import MAX_FRONT_HEALTH_WINDOW_S, MAX_ROUTER_HEALTH_WINDOW_S
 from sparkctl.config.settings import HostConfig, Settings
 from sparkctl.errors import SettingError
 from sparkctl.render.units import ENV_FILE_KEYS, SETTING_ENV, TP_UNIT_ENV, service_environment
@@ -468,6 +469,34 @@ def health_window(s: GroupData) -> int:
     return s.ROUTER_HEALTH_FAILURE_THRESHOLD * (s.ROUTER_HEALTH_INTERVAL_S + s.ROUTER_HEALTH_TIMEOUT_S)
 
 
+def _window(s: GroupData, shipped: Shipped, count: str, waits: tuple[str, str], limit: int, why: str) -> None:
+    """count x (waits[0] + waits[1]) at most `limit` seconds; refused naming the setting the operator changed (the
+    first of them whose bound leaves it a valid value), with a bound that makes the window fit."""
+    n, a, b = (getattr(s, x) for x in (count, *waits))
+    if n * (a + b) <= limit:
+        return
+    bounds = {count: limit // (a + b), waits[0]: limit // n - b, waits[1]: limit // n - a}
+    order = sorted(bounds, key=lambda k: not shipped.changed(k, getattr(s, k)))  # the changed ones first
+    name = next(k for k in order if bounds[k] >= 1)
+    unit = " s" if name in waits else ""
+    raise SettingError(name, getattr(s, name), f"at most {bounds[name]}{unit}, so that {count} x ({waits[0]} + "
+                       f"{waits[1]}) stays within {limit} s (now {n} x ({a} + {b}) = {n * (a + b)} s)", why)
+
+
+def router_health_window(s: GroupData, shipped: Shipped) -> None:
+    """A dead or hung box leaves every router's rotation within MAX_ROUTER_HEALTH_WINDOW_S (schema_types.py)."""
+    _window(s, shipped, "ROUTER_HEALTH_FAILURE_THRESHOLD", ("ROUTER_HEALTH_INTERVAL_S", "ROUTER_HEALTH_TIMEOUT_S"),
+            MAX_ROUTER_HEALTH_WINDOW_S, "A dead or hung box stays in the routers' rotation for the whole window: the "
+                                        "requests sent to it meanwhile fail or wait")
+
+
+def front_health_window(s: GroupData, shipped: Shipped) -> None:
+    """A failed front door gives up the VIP within MAX_FRONT_HEALTH_WINDOW_S (schema_types.py)."""
+    _window(s, shipped, "FRONT_HEALTH_FALL", ("FRONT_HEALTH_INTERVAL_S", "FRONT_HEALTH_TIMEOUT_S"),
+            MAX_FRONT_HEALTH_WINDOW_S, "A failed front door keeps the VIP for the whole window: every request "
+                                       "through the VIP fails meanwhile")
+
+
 def router_out_wait(s: GroupData, shipped: Shipped) -> None:
     """A rollout waits for every router to take the box out before it drains: at least the routers' health window
     (0: no router in front of the boxes, which the gateway's check holds to: router_out_wait_behind)."""
@@ -518,14 +547,16 @@ def cx7_subnets(s: GroupData, shipped: Shipped) -> None:
 
 def batched_tokens(s: GroupData, shipped: Shipped) -> None:
     """vLLM's scheduler refuses a batched-token budget below max_num_seqs (vllm/config/scheduler.py: each step
-    gives every running sequence at least one token)."""
+    gives every running sequence at least one token). A lowered CODER_MAX_NUM_SEQS is named here; a lowered budget
+    by coder_batch_floor, which knows every floor of the coder (its suggestion is then one vLLM accepts)."""
     if s.CODER_MAX_NUM_BATCHED_TOKENS < s.CODER_MAX_NUM_SEQS:
-        (name, value), (other, other_value) = shipped.blame(
+        (name, _value), (_other, other_value) = shipped.blame(
             ("CODER_MAX_NUM_BATCHED_TOKENS", s.CODER_MAX_NUM_BATCHED_TOKENS),
             ("CODER_MAX_NUM_SEQS", s.CODER_MAX_NUM_SEQS))
-        bound = "at least" if name == "CODER_MAX_NUM_BATCHED_TOKENS" else "at most"
-        raise SettingError(name, value, f"{bound} {other} = {other_value}",
-                           "vLLM refuses a batched-token budget below max_num_seqs when the coder starts, on the box")
+        if name == "CODER_MAX_NUM_SEQS":
+            raise SettingError(name, s.CODER_MAX_NUM_SEQS, f"at most CODER_MAX_NUM_BATCHED_TOKENS = {other_value}",
+                               "vLLM refuses a batched-token budget below max_num_seqs when the coder starts, on the "
+                               "box")
 
 
 def coder_batch_floor(config: HostConfig) -> None:
@@ -535,7 +566,9 @@ def coder_batch_floor(config: HostConfig) -> None:
     align mode, block_size must be <= max_num_batched_tokens"; the block grows to hold one GDN state: kv.py)."""
     cfg, model = config.cfg, config.coding_model
     floors = [(_align_block(config), f"{model.key}'s attention block in vLLM's Mamba align cache mode (prefix "
-                                     "caching on: vLLM refuses a budget below one block)")]
+                                     "caching on: vLLM refuses a budget below one block)"),
+              (cfg.CODER_MAX_NUM_SEQS, f"CODER_MAX_NUM_SEQS = {cfg.CODER_MAX_NUM_SEQS} (vLLM's scheduler gives each "
+                                       "running sequence a token per step)")]
     if switch_of([*model.extra_args, *cfg.VLLM_COMMON_ARGS], "--enable-chunked-prefill") is False:
         floors.append((model.max_model_len, f"{model.key}'s context, as chunked prefill is off "
                                             "(--no-enable-chunked-prefill: a step holds a whole prompt)"))
@@ -671,8 +704,9 @@ def _embedder_floor(settings: Settings, i: int, gib: float) -> None:
 
 SETTINGS_RULES = (model_keys, embedder_ports, ports, scrape_timeout, link_keys, exposure, oom_order, memory,
                   owned_flags, pair_restart, deploy_packages, gpu_devices, vllm_pip_url, rdma_devices,
-                  device_checks, vllm_requirement_name, vllm_version, cuda_version, handoff_dir, router_out_wait,
-                  embedders_present, pip_offline, cx7_subnets, batched_tokens)  # the typed settings alone
+                  device_checks, vllm_requirement_name, vllm_version, cuda_version, handoff_dir, router_health_window,
+                  front_health_window, router_out_wait, embedders_present, pip_offline, cx7_subnets,
+                  batched_tokens)  # the typed settings alone
 
 
 def check_settings(s: GroupData, shipped: Shipped, ssh_port: int) -> None:

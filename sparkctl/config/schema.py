@@ -209,8 +209,8 @@ class GroupData(BaseModel):
     NCCL_SYSTEM_LIBRARY: t.program_or_empty(r"^(/[A-Za-z0-9_+@-][A-Za-z0-9._+@-]*)*$", "an absolute path on the box "
                                             "such as /usr/lib/aarch64-linux-gnu/libnccl.so.2, or empty for torch's "
                                             "bundled NCCL")
-    LINK_PROBE_BYTES: t.typed(int, "a whole number of bytes from 1024 to 17179869184 (16 GiB)", ge=1024,
-                              le=17_179_869_184)
+    LINK_PROBE_BYTES: t.typed(int, "a whole number of bytes from 1024 to 4294967296 (4 GiB: nccl-tests' 16 GB froze a "
+                                   "Spark)", ge=1024, le=4 * 1024 ** 3)
     LINK_PROBE_ITERS: t.typed(int, "a whole number of timed iterations from 1 to 10000", ge=1, le=10_000)
     LINK_PROBE_BACKEND: Annotated[Literal["nccl", "gloo"], Field(description="one of nccl, gloo")]
     LINK_MIN_BUSBW_GBPS: t.typed(float, "a bandwidth in GB/s from 0 (no floor) to 1000", ge=0, le=1000)
@@ -371,26 +371,35 @@ class GroupData(BaseModel):
     ROUTER_BRIDGE_PORT: t.UserPort
     ROUTER_SCRAPE_PATH: t.Name
     ROUTER_HEALTH_PATH: t.pattern(r"^/[A-Za-z0-9._/-]*$", "an absolute URL path such as /health")
-    ROUTER_HEALTH_INTERVAL_S: t.WholeSeconds
-    ROUTER_HEALTH_TIMEOUT_S: t.WholeSeconds
-    ROUTER_HEALTH_FAILURE_THRESHOLD: t.Count
-    ROUTER_HEALTH_SUCCESS_THRESHOLD: t.Count
-    ROUTER_OUT_WAIT_S: t.typed(float, f"a number of seconds from 0 to {t.MAX_SECONDS} (0: no router in front, drain at "
-                               "once)", ge=0, le=t.MAX_SECONDS)
-    ROUTER_WORKER_STARTUP_TIMEOUT_S: t.WholeSeconds
-    ROUTER_STARTUP_CHECK_INTERVAL_S: t.WholeSeconds
-    ROUTER_RETRIES: t.Count
-    ROUTER_RETRY_INITIAL_BACKOFF_MS: t.Count
-    ROUTER_RETRY_MAX_BACKOFF_MS: t.Count
+    ROUTER_HEALTH_INTERVAL_S: t.whole_seconds(1, 60, "the routers' health window is at most "
+                                              f"{t.MAX_ROUTER_HEALTH_WINDOW_S} s")
+    ROUTER_HEALTH_TIMEOUT_S: t.whole_seconds(1, 60, "vLLM's /health reads one flag: its slowest answer measured "
+                                             "under load was 0.956 s")
+    ROUTER_HEALTH_FAILURE_THRESHOLD: t.bounded_count(10, "checks", "the routers' health window is at most "
+                                                     f"{t.MAX_ROUTER_HEALTH_WINDOW_S} s")
+    ROUTER_HEALTH_SUCCESS_THRESHOLD: t.bounded_count(10, "checks", "a recovered box rejoins within 10 checks")
+    ROUTER_OUT_WAIT_S: t.typed(float, f"a number of seconds from 0 to {2 * t.MAX_ROUTER_HEALTH_WINDOW_S} (0: no router "
+                               "in front, drain at once; at most twice the routers' longest health window, "
+                               f"{t.MAX_ROUTER_HEALTH_WINDOW_S} s: every rollout waits it per box)",
+                               ge=0, le=2 * t.MAX_ROUTER_HEALTH_WINDOW_S)
+    ROUTER_WORKER_STARTUP_TIMEOUT_S: t.whole_seconds(1, t.LONGEST_GENERATION_S, "the longest generation: past it no box is coming")
+    ROUTER_STARTUP_CHECK_INTERVAL_S: t.whole_seconds(1, 30, "a restart's clients get 503 until the next check")
+    ROUTER_RETRIES: t.bounded_count(10, "attempts", "each may wait the longest backoff: more hold a failing request "
+                                                  "for minutes")
+    ROUTER_RETRY_INITIAL_BACKOFF_MS: t.typed(int, "a whole number of ms from 1 to 60000 (a retry waiting a minute "
+                                                  "outlasts the routers' health window)", ge=1, le=60_000)
+    ROUTER_RETRY_MAX_BACKOFF_MS: t.typed(int, "a whole number of ms from 1 to 60000 (a retry waiting a minute outlasts "
+                                              "the routers' health window)", ge=1, le=60_000)
     ROUTER_CB_FAILURE_THRESHOLD: t.Count
     ROUTER_CB_SUCCESS_THRESHOLD: t.Count
-    ROUTER_CB_TIMEOUT_S: t.WholeSeconds
-    ROUTER_CB_WINDOW_S: t.WholeSeconds
-    ROUTER_REQUEST_TIMEOUT_S: t.WholeSeconds
-    ROUTER_QUEUE_TIMEOUT_S: t.WholeSeconds
-    ROUTER_RESTART_RETRY_AFTER_S: t.WholeSeconds
-    ROUTER_READY_TIMEOUT_S: t.WholeSeconds
-    ROUTER_STOP_TIMEOUT_S: t.WholeSeconds
+    ROUTER_CB_TIMEOUT_S: t.whole_seconds(1, 600, "an open circuit keeps a recovered box out: at most 10 minutes")
+    ROUTER_CB_WINDOW_S: t.whole_seconds(1, 3600, "failures older than an hour say nothing of a box now")
+    ROUTER_REQUEST_TIMEOUT_S: t.whole_seconds(1, t.LONGEST_GENERATION_S, "the longest generation")
+    ROUTER_QUEUE_TIMEOUT_S: t.whole_seconds(1, t.LONGEST_GENERATION_S, "the longest generation")
+    ROUTER_RESTART_RETRY_AFTER_S: t.whole_seconds(1, 60, "a router restarts in seconds")
+    ROUTER_READY_TIMEOUT_S: t.whole_seconds(1, 1800, "a restarted router listens once a box is healthy; a GX10 loads "
+                                                     "a model within 15 minutes")
+    ROUTER_STOP_TIMEOUT_S: t.whole_seconds(1, t.LONGEST_GENERATION_S, "the longest generation")
     # two front doors, one service: keepalived's VIP and the bridge's firewall (check/gateway.py: cross-field rules)
     GATEWAY_VIP: t.Ipv4OrEmpty
     GATEWAY_VIP_PREFIX_LEN: t.typed(int, "a prefix length from 1 to 32 bits", ge=1, le=32)
@@ -401,14 +410,17 @@ class GroupData(BaseModel):
     VRRP_PASSWORD_FILE: t.FileName
     VRRP_PRIORITY_FIRST: t.typed(int, "a VRRP priority from 2 to 254", ge=2, le=254)
     VRRP_PRIORITY_STEP: t.typed(int, "a priority step from 1 to 253", ge=1, le=253)
-    VRRP_ADVERT_INT_S: t.typed(int, "a whole number of seconds from 1 to 255", ge=1, le=255)
+    VRRP_ADVERT_INT_S: t.whole_seconds(1, 20, "a backup takes the VIP after 3 missed adverts: within a minute")
     VRRP_PREEMPT: bool
     FRONT_HEALTH_PORT: t.UserPort
     FRONT_HEALTH_ROUTER_PATH: t.pattern(r"^/[A-Za-z0-9._/-]*$", "an absolute URL path such as /liveness")
-    FRONT_HEALTH_INTERVAL_S: t.WholeSeconds
-    FRONT_HEALTH_TIMEOUT_S: t.WholeSeconds
-    FRONT_HEALTH_FALL: t.Count
-    FRONT_HEALTH_RISE: t.Count
+    FRONT_HEALTH_INTERVAL_S: t.whole_seconds(1, 30, f"a failed front door gives up the VIP within "
+                                                    f"{t.MAX_FRONT_HEALTH_WINDOW_S} s")
+    FRONT_HEALTH_TIMEOUT_S: t.whole_seconds(1, 30, f"a failed front door gives up the VIP within "
+                                                   f"{t.MAX_FRONT_HEALTH_WINDOW_S} s")
+    FRONT_HEALTH_FALL: t.bounded_count(10, "runs", f"a failed front door gives up the VIP within "
+                                                   f"{t.MAX_FRONT_HEALTH_WINDOW_S} s")
+    FRONT_HEALTH_RISE: t.bounded_count(10, "runs", "a recovered front door may hold the VIP again within 10 runs")
     FRONT_HEALTH_SCRIPT: t.owned_file(program=True)  # keepalived runs it as root
     KEEPALIVED_CONF: t.owned_file({"/etc/keepalived/keepalived.conf": "the one file keepalived.service reads"})
     FRONT_DOOR_AFFINITY_TIMEOUT_S: t.typed(int, "a whole number of seconds from 1 to 86400 (Kubernetes' limit)",

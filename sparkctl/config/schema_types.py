@@ -413,6 +413,28 @@ def distinct_list_of(item, description: str, min_length: int = 0):
     return Annotated[list[item], Field(description=description, min_length=min_length), AfterValidator(_distinct)]
 
 
+# --- the fleet's waits and buffers: each bounded by what it controls (group_data/all.py says why, beside each) -------
+# the longest one generation can take: a 262,144-token answer (the longest context in the catalog) at 10 tokens/s,
+# half the 27B coder's one-stream decode on a GX10, is 26,214 s; a request, a queue wait or a router's stop past this
+# is hung, not generating, s
+LONGEST_GENERATION_S = 28_800
+# a dead or hung box leaves every router's rotation within this, s: ROUTER_HEALTH_FAILURE_THRESHOLD x
+# (ROUTER_HEALTH_INTERVAL_S + ROUTER_HEALTH_TIMEOUT_S); requests the cache-aware policy sends it meanwhile fail
+MAX_ROUTER_HEALTH_WINDOW_S = 120
+# a failed front door gives up the VIP within this, s: FRONT_HEALTH_FALL x (FRONT_HEALTH_INTERVAL_S +
+# FRONT_HEALTH_TIMEOUT_S); every client request through the VIP fails meanwhile
+MAX_FRONT_HEALTH_WINDOW_S = 60
+
+
+def whole_seconds(low: int, high: int, why: str):
+    """Whole seconds from `low` to `high`, the bound's reason in the words an error message gives."""
+    return typed(int, f"a whole number of seconds from {low} to {high} ({why})", ge=low, le=high)
+
+
+def bounded_count(high: int, what: str, why: str):
+    return typed(int, f"a whole number of {what} from 1 to {high} ({why})", ge=1, le=high)
+
+
 # --- the fleet: pools of boxes and rollouts in waves (group_data/gx10.py FLEET_POOLS, all.py ROLLOUT_WAVES) ----------
 
 _WAVE_SIZE = 'a whole number of boxes from 1 to 10000, or a percentage from 1% to 100% such as "25%"'

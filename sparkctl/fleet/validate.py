@@ -15,7 +15,9 @@ not fit a box.
 
 from __future__ import annotations
 
-from sparkctl.capacity import planner
+import math
+
+from sparkctl.capacity import plan, planner
 from sparkctl.config.catalog import CODER, ModelSpec, lookup
 from sparkctl.config.schema import GroupData
 from sparkctl.errors import SettingError
@@ -173,7 +175,10 @@ def memory_fits(cfg: GroupData, catalog: dict[str, ModelSpec], fleet: Fleet) -> 
             continue
         pool = fleet.pool_of(box.box).pool
         where = planner.plan_model(cfg, catalog, pool.model).placement
-        fixes = [f"lower {box.kv_setting} to at most {box.largest_kv_gib:.1f} GiB"] if box.largest_kv_gib > 0 else []
+        # what vLLM's start-up admission leaves (each start needs its plan + VLLM_ADMISSION_MARGIN_GIB free, its
+        # utilization rounded up), rounded down: the advice itself fits and starts
+        largest = math.floor((box.largest_kv_gib - plan.start_slack_gib(cfg)) * 10) / 10
+        fixes = [f"lower {box.kv_setting} to at most {largest:.1f} GiB"] if largest > 0 else []
         if box.embedders_gib:
             fixes.append("take the EMBEDDERS off its boxes (\"embedders\": False)")
         if where is not None and where.verdict.startswith("two boxes") and not pool.tensor_parallel:
