@@ -37,6 +37,8 @@ from sparkctl.render import front_doors, prometheus_rules, router
 from sparkctl.render.gateway import HANDOFF_MODE, write_atomic
 from sparkctl.render.box_files import NGINX_DIR
 from tasks.common import fail, handoff_dir, tls_material
+from tasks.facts import SystemUser
+from tasks.preflight import account_problems
 
 __all__ = ["after_the_boxes", "gateway", "gateway_config"]
 
@@ -273,6 +275,10 @@ def gateway() -> None:
     config, pools = gateway_config()
     cfg = config.cfg
     beside_box = "gx10" in host.groups
+    problems = account_problems("ROUTER_USER", cfg.ROUTER_USER, host.get_fact(SystemUser, user=cfg.ROUTER_USER))
+    if problems:  # the host's own passwd: an operator's login would lose its shell to the routers' nologin user
+        raise Refused(f"{host.name}: the gateway step refused this host (nothing was changed):\n  - "
+                      + "\n  - ".join(problems))
     apt.packages(name=f"Install {', '.join(cfg.GATEWAY_PACKAGES)}", packages=cfg.GATEWAY_PACKAGES, update=True,
                  cache_time=cfg.APT_CACHE_TIME_S)
     server.user(name=f"Create system user {cfg.ROUTER_USER}", user=cfg.ROUTER_USER, system=True,

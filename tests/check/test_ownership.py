@@ -180,3 +180,20 @@ def test_check_refuses_an_unowned_path_through_the_cli(token_file, tmp_path, cap
                  "--data", "BRIDGE_FIREWALL_FILE=/etc/nftables.conf"]) == 2
     err = capsys.readouterr().err
     assert "BRIDGE_FIREWALL_FILE = '/etc/nftables.conf' is not valid" in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize("entry, words", [
+    ({"uid": 1000, "home": "/home/ops", "shell": "/bin/bash"}, ["ROUTER_USER = 'ops'", "login shell /bin/bash"]),
+    ({"uid": 1001, "home": "/nonexistent", "shell": "/usr/sbin/nologin"}, ["uid 1001", "login range 1000-60000"]),
+])
+def test_the_gateway_step_refuses_a_router_account_that_is_a_login_on_the_host(entry, words):
+    """At deploy time the gateway step reads the host's passwd (tasks/facts.py SystemUser) for ROUTER_USER, as the
+    box's preflight does for SERVICE_USER; a system user the deploy made (or none yet) passes."""
+    from tasks.preflight import account_problems
+
+    fact = {"entry": entry, "uid_min": 1000, "uid_max": 60000}
+    problems = account_problems("ROUTER_USER", "ops", fact)
+    assert len(problems) == 1 and all(w in problems[0] for w in words), problems
+    made = {"uid": 997, "home": "/nonexistent", "shell": "/usr/sbin/nologin"}
+    assert account_problems("ROUTER_USER", "ops", {**fact, "entry": made}) == []
+    assert account_problems("ROUTER_USER", "ops", {**fact, "entry": None}) == []
