@@ -147,8 +147,10 @@ def bridge_firewall(cfg) -> None:
     """The bridge's firewall: the routers' user alone may open 127.0.0.1:ROUTER_BRIDGE_PORT (nftables table of the
     deploy's own, loaded by a oneshot unit at boot and whenever it changed), then checked on the box."""
     users = front_doors.bridge_users(cfg)
+    # root-only, as ENV_DIR is (the shipped file is in it): root's nft alone reads it, and on a box that is the gateway
+    # too the two steps agree on the directory's mode instead of flipping it every run
     files.directory(name=f"Create {posixpath.dirname(cfg.BRIDGE_FIREWALL_FILE)}",
-                    path=posixpath.dirname(cfg.BRIDGE_FIREWALL_FILE), user="root", group="root", mode="0755")
+                    path=posixpath.dirname(cfg.BRIDGE_FIREWALL_FILE), user="root", group="root", mode="0700")
     unit = files.put(name=f"Unit {front_doors.FIREWALL_UNIT}", src=StringIO(front_doors.bridge_firewall_unit(
         cfg, users)), dest=f"{UNIT_DIR}/{front_doors.FIREWALL_UNIT}", user="root", group="root", mode="0644")
     systemd.daemon_reload(name="systemd daemon-reload (bridge firewall unit)", _if=unit.did_change)

@@ -16,10 +16,12 @@ SettingError naming the setting, the value and what is valid:
     ROUTER_STANDBY_METRICS_PORT_BASE), ROUTER_BRIDGE_PORT and GATEWAY_FRONT_PORT; a range running past 65535;
   - one of them sshd's (22, and the port the deploy connects to);
   - on a box that is the gateway too: one of them the box's own (check/rules.py `service_ports`: PROXY_PORT,
-    CODER_PORT, EMBEDDER_PORTS, TP_MASTER_PORT, RAY_PORT, NODE_EXPORTER_PORT);
+    CODER_PORT, EMBEDDER_PORTS, TP_MASTER_PORT, RAY_PORT, NODE_EXPORTER_PORT); ROUTER_USER equal to SERVICE_USER
+    (vLLM would open the bridge, which adds the boxes' token); ROUTER_HOME one of the box's deploy directories, or
+    nested with one;
   - ROUTER_RETRY_INITIAL_BACKOFF_MS above ROUTER_RETRY_MAX_BACKOFF_MS;
   - a box's ROUTER_OUT_WAIT_S below the routers' health window, 0 included (check/rules.py router_out_wait_behind);
-  - (`check` only, over the whole group) GATEWAY_HOSTS naming one host twice;
+  - (`check` only, over the whole group) GATEWAY_HOSTS naming one host twice, in any case;
   - two front doors (docs/two-front-doors.md): VRRP_ROUTER_ID outside 1-255; with GATEWAY_VIP set, no
     GATEWAY_VIP_INTERFACE, a VIP outside the subnet (GATEWAY_VIP_PREFIX_LEN) of a gateway's address, a VIP that is
     a host's own address (a box's or a gateway's) or its subnet's network or broadcast address, a last gateway's
@@ -43,7 +45,7 @@ from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 from sparkctl.check import rules
 from sparkctl.check.load import host_config, shipped
 from sparkctl.check.validate import validate_host
-from sparkctl.config import schema, secrets
+from sparkctl.config import box_paths, schema, secrets
 from sparkctl.config.schema import GroupData
 from sparkctl.config.settings import HostConfig, Settings
 from sparkctl.errors import SettingError
@@ -86,6 +88,7 @@ def validate_gateway(name: str, own: Mapping, boxes: Mapping[str, Mapping],
     ports_apart(config.cfg, len(pool_list), schema.ssh_port(merged), box_cfg)
     if box_cfg is not None:
         accounts_apart(config.cfg, box_cfg, name)
+        homes_apart(config.cfg, box_cfg, name)
     retry_backoff(config.cfg)
     for box, settings in checked.items():
         rules.router_out_wait_behind(box, settings.cfg, name, config.cfg)
@@ -117,6 +120,17 @@ def accounts_apart(cfg: GroupData, box: GroupData, name: str) -> None:
                            "routers' account and vLLM's each their own)",
                            "The bridge's firewall lets ROUTER_USER alone open the bridge, which adds the boxes' bearer "
                            "token: vLLM's services would reach every box with it")
+
+
+def homes_apart(cfg: GroupData, box: GroupData, name: str) -> None:
+    """On a host that is a box and a gateway, ROUTER_HOME is none of the box's deploy directories, nor inside or
+    around one: each has its own owner and mode, and the box prunes its venvs (SPARKCTL_HOME/venvs) by its own
+    count, which would take the routers' venvs with them."""
+    for setting, what in rules.DEPLOY_DIRS.items():
+        if box_paths.nested(cfg.ROUTER_HOME, getattr(box, setting)):
+            raise SettingError("ROUTER_HOME", cfg.ROUTER_HOME, f"a directory apart from {setting}'s "
+                               f"({getattr(box, setting)}), neither inside nor around it ({name} is a box and the "
+                               "gateway)", f"{setting} holds {what}")
 
 
 def lone_vip(cfg: GroupData, gateways: list[str]) -> tuple[str, ...]:

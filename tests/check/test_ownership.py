@@ -154,6 +154,15 @@ def test_the_router_account_equal_to_vllms_on_a_box_that_is_the_gateway_is_refus
     assert _gateway(base, "spark-1", GATEWAY_FRONT_PORT=8443).beside_box  # apart, as shipped
 
 
+@pytest.mark.parametrize("home", ["/opt/sparkctl", "/opt/sparkctl/router", "/srv/models/router", "/etc/sparkctl"])
+def test_the_router_home_apart_from_the_boxs_directories_on_a_box_that_is_the_gateway(base, home):
+    with pytest.raises(SettingError) as e:
+        _gateway(base, "spark-1", GATEWAY_FRONT_PORT=8443, ROUTER_HOME=home)
+    assert e.value.setting == "ROUTER_HOME" and "spark-1 is a box and the gateway" in str(e.value)
+    _gateway(base, "gw", ROUTER_HOME=home)  # a gateway of its own has no box's directories
+    _gateway(base, "spark-1", GATEWAY_FRONT_PORT=8443, ROUTER_HOME="/opt/sparkctl-router")
+
+
 @pytest.mark.parametrize("names, words", [
     (["gw-1", "GW-1"], "gw-1 and GW-1 are one host"),
     (["Gateway.lan", "gateway.LAN"], "are one host"),
