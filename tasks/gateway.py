@@ -28,6 +28,7 @@ from pyinfra.operations.util import any_changed
 
 from sparkctl.box.contract import UNIT_DIR
 from sparkctl.check.gateway import validate_gateway
+from sparkctl.check.gateway_files import check_gateway_files
 from sparkctl.config import pki, secrets
 from sparkctl.config.secrets import secrets_dir
 from sparkctl.config.hosts import per_host_models
@@ -47,14 +48,18 @@ GATEWAY_SITE_LINK = f"{NGINX_DIR}/sites-enabled/sparkctl-gateway.conf"
 
 def gateway_config() -> tuple[HostConfig, list[router.Pool]]:
     """This gateway's settings and pools, validated as `python -m sparkctl check` validates them
-    (sparkctl.check.gateway, every gateway's data beside this one's: one front); bad input is refused here, before
-    any command runs."""
+    (sparkctl.check.gateway, every gateway's data beside this one's: one front; every file this step writes through
+    the real validators: sparkctl.check.gateway_files); bad input is refused here, before any command runs."""
     boxes = {h.name: h.data.dict() for h in inventory.get_group("gx10", [])}
     try:
         checked = validate_gateway(host.name, host.data.dict(), boxes, host_models=per_host_models(),
                                    gateways={h.name: h.data.dict() for h in _gateway_hosts()})
+        # every file this step writes, through the real validators on this machine first, as `check` runs them
+        notes = check_gateway_files(checked, host.name, [h.name for h in _gateway_hosts()])
     except SparkctlError as exc:
         raise Refused(f"{host.name}: {exc}") from None
+    for line in (*checked.warnings, *notes):
+        logger.info(f"{host.name}: {line}")
     return checked.config, checked.pools
 
 

@@ -260,9 +260,7 @@ def embedders_present(s: GroupData, shipped: Shipped) -> None:
     """SPARK_TOPOLOGY's pools are planned with the EMBEDDERS on every box (sparkctl/fleet/pools.py): a box without
     them is a FLEET_POOLS pool's, which says so ("embedders": False) and is planned that way (a pool that does not
     say so while EMBEDDERS = [] is refused with the fleet: sparkctl/fleet/validate.py pool_embedders)."""
-    if s.EMBEDDERS:
-        return
-    if s.FLEET_POOLS:
+    if s.EMBEDDERS or s.FLEET_POOLS:
         return
     raise SettingError("EMBEDDERS", [], 'at least one embedder, such as [{"model": "bge-m3", "kv_cache_gib": 2}] '
                        "with its EMBEDDER_PORTS port", 'A box without embedders is a FLEET_POOLS pool with "embedders": '

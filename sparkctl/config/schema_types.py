@@ -194,6 +194,8 @@ AbsPathOrEmpty = typed(str, f"an absolute path other than /, or empty: {_PLAIN}"
                        _box_path(lambda p: "an absolute path other than /" if p == "/" else "", empty_ok=True))
 DeployDir = typed(str, f"a directory of the deploy's own, not / or a system directory: {_PLAIN}",
                   _box_path(box_paths.deploy_dir_problem), Owned("dir"))
+
+
 # --- the ownership rule: what the deploy writes, creates, flushes or runs as root is its own --------------------------
 # Every setting that names a file the deploy writes, a directory it owns, an account it creates, an nftables table or
 # unit it replaces, or a program it runs as root is typed with one of the types below (each carries an `Owned` marker:
@@ -231,7 +233,6 @@ def _program(empty_ok: bool = False, name_ok: bool = False):
     return _refuse(problem)
 
 
-RootProgram = typed(str, _PROGRAM_WHERE, _program(), Owned("program"))
 RootProgramOrEmpty = typed(str, f"{_PROGRAM_WHERE}, or empty", _program(empty_ok=True), Owned("program"))
 # a program found by name on root's PATH (nvidia-smi), or an absolute path as above
 RootProgramOrName = typed(str, f"a program name (found on root's PATH) or {_PROGRAM_WHERE}",
@@ -240,7 +241,7 @@ RootProgramOrName = typed(str, f"a program name (found on root's PATH) or {_PROG
 
 
 def root_command(description: str):
-    """A command run as root: an absolute program (as RootProgram) and plain arguments."""
+    """A command run as root: an absolute program (program_problem) and plain arguments."""
     return typed(str, description, _refuse(lambda v: program_problem(v.split(" ", 1)[0])), Owned("program"),
                  pattern=r"^(/[A-Za-z0-9._+-]+)+( [A-Za-z0-9._=,:/+-]+)*$")
 
@@ -287,7 +288,7 @@ def owned_file(allowed: dict[str, str] | None = None, program: bool = False, pat
 
 
 def program_or_empty(regex: str, description: str):
-    """A program (or library) the deploy's services load, by absolute path (as RootProgram), or empty."""
+    """A program (or library) the deploy's services load, by absolute path (program_problem), or empty."""
     return typed(str, description, _program(empty_ok=True), Owned("program"), pattern=regex)
 
 
