@@ -119,7 +119,7 @@ def test_a_validator_this_machine_lacks_is_said_to_be_skipped(base, monkeypatch)
 def test_the_control_packages_list_every_gateway_validator():
     listed = {line.split()[0] for line in (Path(__file__).parents[2] / "scripts/control-packages.txt").read_text()
               .splitlines() if line.strip() and not line.startswith("#")}
-    assert {"keepalived", "nftables", "nginx-light", "systemd"} <= listed
+    assert {"keepalived", "nftables", "nginx-light", "systemd", "iproute2", "util-linux"} <= listed
 
 
 @need["nft"]
@@ -135,3 +135,18 @@ def test_check_refuses_a_broken_gateway_file_through_the_cli(token_file, monkeyp
     err = capsys.readouterr().err
     assert err.startswith("sparkctl check: gw: ") and "nft -c accepts in /etc/sparkctl/bridge-firewall.nft" in err
     assert "syntax error" in err and "Traceback" not in err
+
+
+def test_a_vip_with_one_gateway_is_warned_about_and_passes(base, monkeypatch, capsys):
+    boxes = {b: {**base, "ssh_hostname": a} for b, a in BOXES.items()}
+    gw = {**base, "ssh_hostname": "10.0.0.21"}
+    warned = validate_gateway("gw-1", gw, boxes, gateways={"gw-1": gw}).warnings
+    assert len(warned) == 1 and "GATEWAY_VIP = 10.0.0.100 with one gateway (gw-1)" in warned[0]
+    two = {g: {**base, "ssh_hostname": a} for g, a in GATEWAYS.items()}
+    assert validate_gateway("gw-1", two["gw-1"], boxes, gateways=two).warnings == ()
+    monkeypatch.setenv("GX10_HOSTS", "spark-1,spark-2")
+    monkeypatch.setenv("GATEWAY_HOSTS", "gw")
+    monkeypatch.setattr(check_tools, "available", lambda tool: False)  # the warning, not the validators
+    assert main(["check", "--data", f"MODEL_LOCK_FILE={FAKE_LOCK}", "--data", f"SECRETS_DIR={base['SECRETS_DIR']}",
+                 "--data", "GATEWAY_VIP=10.0.0.100", "--data", "GATEWAY_VIP_INTERFACE=eth0"]) == 0
+    assert "gw: WARNING: GATEWAY_VIP = 10.0.0.100 with one gateway (gw)" in capsys.readouterr().out
