@@ -255,6 +255,7 @@ NCCL_IB_GID_INDEX = -1
 NCCL_SYSTEM_LIBRARY = ""
 # --- the link probe (sparkctl/box/link_probe.py: one all-reduce across the pair, what a rehearsal runs) ---
 LINK_PROBE_BYTES = 1073741824  # the all-reduce's buffer, bytes (1 GiB; nccl-tests' 16 GB froze a Spark: PR #103)
+# (at most 4 GiB, a quarter of what froze a Spark: the buffer and NCCL's own copies sit beside what vLLM holds)
 LINK_PROBE_ITERS = 20  # timed all-reduces, after 5 warm-up ones (nccl-tests' defaults: -n 20, -w 5)
 LINK_PROBE_BACKEND = "nccl"  # torch.distributed backend of the probe: nccl (CUDA, the link's RDMA) | gloo (CPU, TCP)
 # Bus bandwidth the probe must reach, GB/s (1e9 B/s; nccl-tests' busbw); 0: no floor. Above one twin's line rate
@@ -453,12 +454,16 @@ ROUTER_BRIDGE_PORT = 30999  # the loopback bridge the routers reach the boxes th
 ROUTER_SCRAPE_PATH = "router"  # the routers' scrape paths on the front: /<this>/<served>/metrics (scrape token)
 ROUTER_HEALTH_PATH = "/health"  # the health path the router asks each box for, below /<served> (vLLM's /health)
 ROUTER_HEALTH_INTERVAL_S = 5  # --health-check-interval-secs: seconds between two health checks of one box, s
+# Bounds of the routers' health settings: each wait at most 60 s, each threshold at most 10, and the health window,
+# ROUTER_HEALTH_FAILURE_THRESHOLD x (ROUTER_HEALTH_INTERVAL_S + ROUTER_HEALTH_TIMEOUT_S), at most 120 s: a dead or hung
+# box stays in every router's rotation that long, and the requests sent to it meanwhile fail or wait.
 # vLLM's /health reads one flag (AsyncLLM.check_health: is the engine dead?); under load its answer waits only for the
 # API server's event loop. On the simulated Spark, where the engines' work shares 2 cores with that loop, the slowest
 # of 1,692 answers under 6 streams of 3,500 tokens was 0.956 s (group_data/sim.py). A GX10 runs the engine on the
 # GPU and the API server on its own of 20 cores: 5 s is 5x the sim's slowest, and two in a row must fail (unmeasured
 # on a GX10 under load: `rehearse` and the bench probe's streams are where to read it).
 ROUTER_HEALTH_TIMEOUT_S = 5  # --health-check-timeout-secs: one health check's timeout (the box's nginx: the same), s
+# (at most 60 s: 60x the slowest /health measured under load)
 ROUTER_HEALTH_FAILURE_THRESHOLD = 2  # consecutive failed checks before a box is out of rotation (here: 10-15 s)
 ROUTER_HEALTH_SUCCESS_THRESHOLD = 2  # consecutive passed checks before a box is back in rotation
 # A rollout (and the watchdog's restart) first fails the box's router health path alone
@@ -469,23 +474,31 @@ ROUTER_HEALTH_SUCCESS_THRESHOLD = 2  # consecutive passed checks before a box is
 # below that window.
 # 0: no router in front of these boxes (no gateway): drain at once; `check` refuses 0 whenever GATEWAY_HOSTS names
 # a gateway. Sent to every box whether or not a gateway is in the inventory (a box deploys the same with or without
-# one), s
+# one). At most 240 s, twice the longest health window: every rollout waits it per box, and past the window it only
+# slows the rollout, s
 ROUTER_OUT_WAIT_S = 20
 ROUTER_WORKER_STARTUP_TIMEOUT_S = 7200  # --worker-startup-timeout-secs: a starting router's wait for its boxes, s
+# (at most 28,800 s, the longest generation, schema_types.py LONGEST_GENERATION_S: a 262,144-token answer at 10
+# tokens/s; this one and the request, queue and stop timeouts below are bounded by it: past it a request is hung)
 ROUTER_STARTUP_CHECK_INTERVAL_S = 1  # --worker-startup-check-interval: a (re)starting router's checks, s (its
-# start-up waits for a healthy box: this bounds what a restart costs clients, who get the front's 503 meanwhile)
+# start-up waits for a healthy box: this bounds what a restart costs clients, who get the front's 503 meanwhile;
+# at most 30 s)
 ROUTER_RETRIES = 3  # --retry-max-retries: attempts of one request (the first included) on another box after an error
+# (at most 10: each may wait the longest backoff below, at most 60,000 ms, longer than the health window)
 ROUTER_RETRY_INITIAL_BACKOFF_MS = 100  # first wait before a retry, ms
 ROUTER_RETRY_MAX_BACKOFF_MS = 2000  # longest wait between retries, ms
 ROUTER_CB_FAILURE_THRESHOLD = 5  # circuit breaker: consecutive failures of one box that open its circuit
 ROUTER_CB_SUCCESS_THRESHOLD = 2  # successes in half-open state that close it again
-ROUTER_CB_TIMEOUT_S = 30  # how long an open circuit stays open before a half-open try, s
-ROUTER_CB_WINDOW_S = 60  # the window failures are counted in, s
+ROUTER_CB_TIMEOUT_S = 30  # how long an open circuit stays open before a half-open try, s (at most 600: it keeps a
+# recovered box out of rotation that long)
+ROUTER_CB_WINDOW_S = 60  # the window failures are counted in, s (at most 3600: older failures say nothing of now)
 ROUTER_REQUEST_TIMEOUT_S = 7200  # --request-timeout-secs: longest request through the router (a long reasoning
 # generation; a 10-minute timeout once cut them silently), s
 ROUTER_QUEUE_TIMEOUT_S = 7200  # --queue-timeout-secs: longest wait in the router's queue when it is full, s
 ROUTER_RESTART_RETRY_AFTER_S = 1  # Retry-After of the front's 503 while a router is not listening (restart), s
+# (at most 60: a router restarts in seconds, 7-8 s measured for both of a served model's)
 ROUTER_READY_TIMEOUT_S = 300  # the deploy's wait for a restarted router to listen (it does once a box is healthy), s
+# (at most 1800: a GX10 loads a model within 15 minutes; HEALTH_READY_TIMEOUT_S's shipped 1800 s)
 ROUTER_STOP_TIMEOUT_S = 7200  # TimeoutStopSec= of a router unit: on SIGTERM vllm-router stops listening and finishes
 # the requests it holds (its twin takes new ones meanwhile); a long generation may take this long, s
 
@@ -503,7 +516,8 @@ VRRP_PASSWORD_FILE = "vrrp_password"  # the file in SECRETS_DIR holding VRRP's P
 # (it guards against a misconfigured neighbour's adverts, not an attacker: PASS travels in clear on the segment)
 VRRP_PRIORITY_FIRST = 150  # VRRP priority of the first gateway in GATEWAY_HOSTS, 2-254: it holds the VIP first
 VRRP_PRIORITY_STEP = 10  # each next gateway's priority is this much lower (the last must stay at 1 or more)
-VRRP_ADVERT_INT_S = 1  # seconds between the master's adverts; a backup takes over after ~3 missed ones, s
+VRRP_ADVERT_INT_S = 1  # seconds between the master's adverts; a backup takes over after ~3 missed ones, s (at
+# most 20: the VIP is then nowhere for a minute)
 # No preemption: a gateway that comes back (rebooted, its front healthy again) stays backup, so the VIP moves once
 # per failure and not back again: clients meet one move, and one router's cache_aware tree keeps the traffic.
 VRRP_PREEMPT = False
@@ -516,6 +530,8 @@ FRONT_HEALTH_ROUTER_PATH = "/liveness"  # the router's own health path (vllm-rou
 FRONT_HEALTH_INTERVAL_S = 2  # seconds between two runs of the check, s
 FRONT_HEALTH_TIMEOUT_S = 2  # one run's timeout (each served model's request shares it), s
 FRONT_HEALTH_FALL = 2  # failed runs in a row before the gateway gives up the VIP
+# (each of the two waits above at most 30 s, FALL and RISE at most 10, and FRONT_HEALTH_FALL x (FRONT_HEALTH_INTERVAL_S
+# + FRONT_HEALTH_TIMEOUT_S) at most 60 s: a failed front door keeps the VIP that long, every request through it fails)
 FRONT_HEALTH_RISE = 2  # passed runs in a row before it may hold the VIP again
 FRONT_HEALTH_SCRIPT = "/usr/local/lib/sparkctl/front-door-health"  # the check's script on the gateway
 KEEPALIVED_CONF = "/etc/keepalived/keepalived.conf"  # keepalived's configuration (root-only 0600: it holds the password)

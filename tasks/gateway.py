@@ -28,6 +28,7 @@ from pyinfra.operations.util import any_changed
 
 from sparkctl.box.contract import UNIT_DIR
 from sparkctl.check.gateway import validate_gateway
+from sparkctl.check.gateway_files import check_gateway_files
 from sparkctl.config import pki, rotation, secrets
 from sparkctl.config.secrets import secrets_dir
 from sparkctl.config.hosts import per_host_models
@@ -37,6 +38,8 @@ from sparkctl.render import front_doors, prometheus_rules, router
 from sparkctl.render.gateway import HANDOFF_MODE, write_atomic
 from sparkctl.render.box_files import NGINX_DIR
 from tasks.common import fail, handoff_dir, tls_material
+from tasks.facts import SystemUser
+from tasks.preflight import account_problems
 
 __all__ = ["after_the_boxes", "gateway", "gateway_config"]
 
@@ -45,14 +48,18 @@ GATEWAY_SITE_LINK = f"{NGINX_DIR}/sites-enabled/sparkctl-gateway.conf"
 
 def gateway_config() -> tuple[HostConfig, list[router.Pool]]:
     """This gateway's settings and pools, validated as `python -m sparkctl check` validates them
-    (sparkctl.check.gateway, every gateway's data beside this one's: one front); bad input is refused here, before
-    any command runs."""
+    (sparkctl.check.gateway, every gateway's data beside this one's: one front; every file this step writes through
+    the real validators: sparkctl.check.gateway_files); bad input is refused here, before any command runs."""
     boxes = {h.name: h.data.dict() for h in inventory.get_group("gx10", [])}
     try:
         checked = validate_gateway(host.name, host.data.dict(), boxes, host_models=per_host_models(),
                                    gateways={h.name: h.data.dict() for h in _gateway_hosts()})
+        # every file this step writes, through the real validators on this machine first, as `check` runs them
+        notes = check_gateway_files(checked, host.name, [h.name for h in _gateway_hosts()])
     except SparkctlError as exc:
         raise Refused(f"{host.name}: {exc}") from None
+    for line in (*checked.warnings, *notes):
+        logger.info(f"{host.name}: {line}")
     return checked.config, checked.pools
 
 
@@ -175,8 +182,10 @@ def bridge_firewall(cfg) -> None:
     """The bridge's firewall: the routers' user alone may open 127.0.0.1:ROUTER_BRIDGE_PORT (nftables table of the
     deploy's own, loaded by a oneshot unit at boot and whenever it changed), then checked on the box."""
     users = front_doors.bridge_users(cfg)
+    # root-only, as ENV_DIR is (the shipped file is in it): root's nft alone reads it, and on a box that is the gateway
+    # too the two steps agree on the directory's mode instead of flipping it every run
     files.directory(name=f"Create {posixpath.dirname(cfg.BRIDGE_FIREWALL_FILE)}",
-                    path=posixpath.dirname(cfg.BRIDGE_FIREWALL_FILE), user="root", group="root", mode="0755")
+                    path=posixpath.dirname(cfg.BRIDGE_FIREWALL_FILE), user="root", group="root", mode="0700")
     unit = files.put(name=f"Unit {front_doors.FIREWALL_UNIT}", src=StringIO(front_doors.bridge_firewall_unit(
         cfg, users)), dest=f"{UNIT_DIR}/{front_doors.FIREWALL_UNIT}", user="root", group="root", mode="0644")
     systemd.daemon_reload(name="systemd daemon-reload (bridge firewall unit)", _if=unit.did_change)
@@ -303,6 +312,10 @@ def gateway() -> None:
     config, pools = gateway_config()
     cfg = config.cfg
     beside_box = "gx10" in host.groups
+    problems = account_problems("ROUTER_USER", cfg.ROUTER_USER, host.get_fact(SystemUser, user=cfg.ROUTER_USER))
+    if problems:  # the host's own passwd: an operator's login would lose its shell to the routers' nologin user
+        raise Refused(f"{host.name}: the gateway step refused this host (nothing was changed):\n  - "
+                      + "\n  - ".join(problems))
     apt.packages(name=f"Install {', '.join(cfg.GATEWAY_PACKAGES)}", packages=cfg.GATEWAY_PACKAGES, update=True,
                  cache_time=cfg.APT_CACHE_TIME_S)
     server.user(name=f"Create system user {cfg.ROUTER_USER}", user=cfg.ROUTER_USER, system=True,

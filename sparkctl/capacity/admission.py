@@ -34,7 +34,7 @@ from sparkctl.config.schema import GroupData
 from sparkctl.errors import SettingError, SparkctlError
 
 VLLM_DEFAULT_UTILIZATION = 0.92  # vllm/config/cache.py CacheConfig.gpu_memory_utilization's default (0.32.0)
-UTILIZATION_DECIMALS = 4  # --gpu-memory-utilization is rendered rounded up to this many decimals
+UTILIZATION_DECIMALS = plan.UTILIZATION_DECIMALS  # --gpu-memory-utilization is rendered rounded up to this many decimals
 DEVICE = "cuda:0"  # what vLLM's message names on a GX10 (one GPU per box)
 HOLDING = ("active", "activating", "deactivating", "reloading")  # a unit in these states holds its engine's memory
 

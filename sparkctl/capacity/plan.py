@@ -79,13 +79,23 @@ UNKNOWN = "unknown: its memory facts are missing"
 NO_BUDGET = "no CODER_KV_CACHE_GIB entry: all the box has left"
 
 
+UTILIZATION_DECIMALS = 4  # --gpu-memory-utilization is rendered rounded up to this many decimals (admission.py)
+
+
+def start_slack_gib(cfg: GroupData) -> float:
+    """What vLLM's start-up admission needs free beyond a service's plan: VLLM_ADMISSION_MARGIN_GIB, and its
+    utilization's rounding up (capacity/admission.py). A KV budget advised by a refusal leaves it, so the advice
+    starts too."""
+    return cfg.VLLM_ADMISSION_MARGIN_GIB + cfg.BOX_USABLE_MEMORY_GIB / 10 ** UTILIZATION_DECIMALS
+
+
 class PlanError(SparkctlError):
     """A configuration whose memory does not add up: it carries the refused plan, and its message lists the numbers
-    and the settings to change."""
+    and the settings to change (slack_gib: what the advised KV budget leaves for vLLM's start-up admission)."""
 
-    def __init__(self, plan: ModelPlan):
+    def __init__(self, plan: ModelPlan, slack_gib: float = 0.0):
         self.plan = plan
-        super().__init__(_refusal_message(plan))
+        super().__init__(_refusal_message(plan, slack_gib))
 
 
 # --- one model on the box ---------------------------------------------------------------------------------------------
@@ -481,14 +491,14 @@ def check_fits(cfg: GroupData, catalog: dict[str, ModelSpec], coding_model: str,
                       topology="tensor-parallel" if tp_sparks > 1 else "replicas", config=config)
     plan = replace(plan, kv_setting=f"CODER_KV_CACHE_GIB[{coding_model!r}]" if kv_gib is None else "kv_gib")
     if not plan.fits:
-        raise PlanError(plan)
+        raise PlanError(plan, start_slack_gib(cfg))
     return plan
 
 
 # --- why a plan is refused (PlanError's message) -----------------------------------------------------------------
 
 
-def _refusal_message(plan: ModelPlan) -> str:
+def _refusal_message(plan: ModelPlan, slack_gib: float = 0.0) -> str:
     """Why a plan is refused: every number of the sum, the largest KV budget that fits, the settings to change."""
     box = plan.box
     key = plan.name
@@ -507,7 +517,7 @@ def _refusal_message(plan: ModelPlan) -> str:
     needed = box.os_reserve_gib + box.embedders_gib + plan.footprint_gib
     lines.append(f"  total {needed:.1f} GiB needed vs {box.usable_gib:.1f} GiB usable")
     lines += [f"  - {p}" for p in plan.problems]
-    fit = floor_to(plan.max_kv_gib)
+    fit = max(0.0, floor_to(plan.max_kv_gib - slack_gib))
     lines.append(f"Largest KV budget that fits: {fit:.1f} GiB" + (
         f" (smallest that holds one {plan.max_context:,}-token request: {ceil_to(plan.min_kv_gib):.1f} GiB)"
         if plan.min_kv_gib is not None else "") + ".")

@@ -3,8 +3,10 @@ cross-field rules, the catalog), the cross-field rules of the settings (rules.py
 validation of a host (validate.py: what tasks/preflight.py runs before the first operation), every file the deploy
 writes rendered and run through the real validators (render.py, tools.py), a refused line blamed on its setting
 (blame.py), the gateway's whole validation (gateway.py: its boxes, a tensor-parallel worker refused, its ports
-apart), what pip installs into the box's vLLM venv resolved here (resolve.py) and the control machine's wheelhouse
-of it, downloaded once and pinned with its hashes (wheelhouse.py), and `python -m sparkctl check` (cli.py).
+apart, its accounts apart from a box's), every file the gateway writes through the real validators (gateway_files.py:
+nginx -t, systemd-analyze verify, nft -c, keepalived -t), what pip installs into the box's vLLM venv resolved here
+(resolve.py) and the control machine's wheelhouse of it, downloaded once and pinned with its hashes (wheelhouse.py),
+and `python -m sparkctl check` (cli.py).
 
 Where a refusal lives (each a SettingError naming the setting, the value and what is valid, raised before the first
 operation changes a box): one setting's type, unit and range in config/schema.py and schema_types.py, a catalog

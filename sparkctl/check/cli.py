@@ -12,7 +12,9 @@ cannot resolve for the box. Without it the check stays offline and says so, but 
 nothing on this machine can provide its vLLM (no cache, no WHEELHOUSE_FROM, an index that does not answer).
 
 Every GATEWAY_HOSTS host (the `gateway` group) is checked as the deploy's gateway step checks it (check/gateway.py),
-over the boxes above; with --sim, the simulated Spark's gateway where one is configured.
+over the boxes above, and every file the gateway step writes is rendered and validated (check/gateway_files.py:
+nginx -t, systemd-analyze verify, nft -c, keepalived -t); with --sim, the simulated Spark's gateway where one is
+configured.
 
 Exit status 0 when every host passes, 2 otherwise.
 """
@@ -25,6 +27,7 @@ import sys
 from sparkctl.capacity.venv import vllm_venv
 from sparkctl.check.gateway import unique_gateways, validate_gateway
 from sparkctl.check import wheelhouse
+from sparkctl.check.gateway_files import check_gateway_files
 from sparkctl.check.validate import validate_host
 from sparkctl.config import groupdata, hosts
 from sparkctl.config.groupdata import parse_data
@@ -85,11 +88,16 @@ def check_gateways(gateways: list[hosts.HostConn], groups: list[str], boxes: dic
     for gw in gateways:
         try:
             checked = validate_gateway(gw.name, owns[gw.name], boxes, host_models=models, gateways=owns)
+            notes = check_gateway_files(checked, gw.name, [g.name for g in gateways])
         except SparkctlError as exc:
             print(f"sparkctl check: {gw.name}: {exc}", file=sys.stderr)
             ok = False
             continue
+        for w in checked.warnings:
+            print(f"{gw.name}: WARNING: {w}")
         print(f"{gw.name}: ok: gateway, routers for {', '.join(p.served for p in checked.pools)}")
+        for line in notes:
+            print(f"{gw.name}:   {line}")
     return ok
 
 

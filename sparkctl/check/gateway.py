@@ -16,10 +16,12 @@ SettingError naming the setting, the value and what is valid:
     ROUTER_STANDBY_METRICS_PORT_BASE), ROUTER_BRIDGE_PORT and GATEWAY_FRONT_PORT; a range running past 65535;
   - one of them sshd's (22, and the port the deploy connects to);
   - on a box that is the gateway too: one of them the box's own (check/rules.py `service_ports`: PROXY_PORT,
-    CODER_PORT, EMBEDDER_PORTS, TP_MASTER_PORT, RAY_PORT, NODE_EXPORTER_PORT);
+    CODER_PORT, EMBEDDER_PORTS, TP_MASTER_PORT, RAY_PORT, NODE_EXPORTER_PORT); ROUTER_USER equal to SERVICE_USER
+    (vLLM would open the bridge, which adds the boxes' token); ROUTER_HOME one of the box's deploy directories, or
+    nested with one;
   - ROUTER_RETRY_INITIAL_BACKOFF_MS above ROUTER_RETRY_MAX_BACKOFF_MS;
   - a box's ROUTER_OUT_WAIT_S below the routers' health window, 0 included (check/rules.py router_out_wait_behind);
-  - (`check` only, over the whole group) GATEWAY_HOSTS naming one host twice;
+  - (`check` only, over the whole group) GATEWAY_HOSTS naming one host twice, in any case;
   - two front doors (docs/two-front-doors.md): VRRP_ROUTER_ID outside 1-255; with GATEWAY_VIP set, no
     GATEWAY_VIP_INTERFACE, a VIP outside the subnet (GATEWAY_VIP_PREFIX_LEN) of a gateway's address, a VIP that is
     a host's own address (a box's or a gateway's) or its subnet's network or broadcast address, a last gateway's
@@ -43,7 +45,7 @@ from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 from sparkctl.check import rules
 from sparkctl.check.load import host_config, shipped
 from sparkctl.check.validate import validate_host
-from sparkctl.config import schema, secrets
+from sparkctl.config import box_paths, schema, secrets
 from sparkctl.config.schema import GroupData
 from sparkctl.config.settings import HostConfig, Settings
 from sparkctl.errors import SettingError
@@ -61,6 +63,7 @@ class Gateway:
     config: HostConfig  # the gateway's settings: the first box's group data under the gateway host's own
     pools: list[router.Pool]  # one per served model, in name order
     beside_box: bool  # the gateway host is a gx10 box too (one nginx for the box's proxy and the front)
+    warnings: tuple[str, ...] = ()  # what `check` prints and the deploy logs, without refusing
 
 
 def validate_gateway(name: str, own: Mapping, boxes: Mapping[str, Mapping],
@@ -83,20 +86,59 @@ def validate_gateway(name: str, own: Mapping, boxes: Mapping[str, Mapping],
     pool_list = router.pools(config.cfg, [_members(box, s) for box, s in checked.items()])
     box_cfg = checked[name].cfg if name in checked else None
     ports_apart(config.cfg, len(pool_list), schema.ssh_port(merged), box_cfg)
+    if box_cfg is not None:
+        accounts_apart(config.cfg, box_cfg, name)
+        homes_apart(config.cfg, box_cfg, name)
     retry_backoff(config.cfg)
     for box, settings in checked.items():
         rules.router_out_wait_behind(box, settings.cfg, name, config.cfg)
     doors = {g: host_config({**boxes[names[0]], **data}, g) for g, data in (gateways or {name: own}).items()}
     doors[name] = config
     front_doors(config.cfg, doors, {box: s.address for box, s in checked.items()}, read_secrets)
-    return Gateway(config, pool_list, name in checked)
+    return Gateway(config, pool_list, name in checked, lone_vip(config.cfg, list(doors)))
 
 
 def unique_gateways(names: list[str]) -> None:
-    """GATEWAY_HOSTS names each host once (the inventory's `gateway` group is a list of hosts)."""
+    """GATEWAY_HOSTS names each host once (the inventory's `gateway` group is a list of hosts); a host name is a DNS
+    name, whose case does not matter: GW-1 and gw-1 are one host, two deploys of one front door racing each other."""
     for i, name in enumerate(names):
-        if name in names[:i]:
-            raise SettingError("GATEWAY_HOSTS", ",".join(names), "each host once", f"{name} is listed twice")
+        same = next((n for n in names[:i] if n.lower() == name.lower()), None)
+        if same is not None:
+            twice = f"{name} is listed twice" if same == name else f"{same} and {name} are one host (a host name's " \
+                                                                     "case does not matter)"
+            raise SettingError("GATEWAY_HOSTS", ",".join(names), "each host once", twice)
+
+
+def accounts_apart(cfg: GroupData, box: GroupData, name: str) -> None:
+    """On a host that is a box and a gateway, the routers' account is not vLLM's: the bridge's firewall lets
+    ROUTER_USER alone open the bridge, which adds the boxes' bearer token; vLLM running as that account could
+    reach every box with the token (docs/two-front-doors.md)."""
+    if cfg.ROUTER_USER == box.SERVICE_USER:
+        (setting, value), (other, _) = shipped().blame(("ROUTER_USER", cfg.ROUTER_USER),
+                                                       ("SERVICE_USER", box.SERVICE_USER))
+        raise SettingError(setting, value, f"an account other than {other}'s ({name} is a box and the gateway: the "
+                           "routers' account and vLLM's each their own)",
+                           "The bridge's firewall lets ROUTER_USER alone open the bridge, which adds the boxes' bearer "
+                           "token: vLLM's services would reach every box with it")
+
+
+def homes_apart(cfg: GroupData, box: GroupData, name: str) -> None:
+    """On a host that is a box and a gateway, ROUTER_HOME is none of the box's deploy directories, nor inside or
+    around one: each has its own owner and mode, and the box prunes its venvs (SPARKCTL_HOME/venvs) by its own
+    count, which would take the routers' venvs with them."""
+    for setting, what in rules.DEPLOY_DIRS.items():
+        if box_paths.nested(cfg.ROUTER_HOME, getattr(box, setting)):
+            raise SettingError("ROUTER_HOME", cfg.ROUTER_HOME, f"a directory apart from {setting}'s "
+                               f"({getattr(box, setting)}), neither inside nor around it ({name} is a box and the "
+                               "gateway)", f"{setting} holds {what}")
+
+
+def lone_vip(cfg: GroupData, gateways: list[str]) -> tuple[str, ...]:
+    """A VIP with one gateway moves nowhere: keepalived runs, clients use the VIP, and nothing takes it over."""
+    if cfg.GATEWAY_VIP and len(gateways) == 1:
+        return (f"GATEWAY_VIP = {cfg.GATEWAY_VIP} with one gateway ({gateways[0]}): no other front door takes the VIP "
+                "over when this one fails; add a second host to GATEWAY_HOSTS, or leave GATEWAY_VIP empty",)
+    return ()
 
 
 def _members(box: str, s: Settings) -> tuple[str, str, int, list]:

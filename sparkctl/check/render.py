@@ -51,6 +51,8 @@ Render = Callable[[GroupData], str]
 class BoxFile:
     path: str  # where the deploy writes it on the box
     render: Render  # the task's own render function, for this host's services: re-run with other settings to blame
+    secret: bool = False  # it holds a token or a password: neither its lines nor a validator's words are shown
+    hidden: tuple[str, ...] = ()  # secrets on some of its lines, never shown (the rest of the file is)
 
 
 def _units(s: Settings) -> dict[str, BoxFile]:
@@ -76,7 +78,7 @@ def _units(s: Settings) -> dict[str, BoxFile]:
 
 
 @lru_cache(maxsize=1)
-def _throwaway_pair() -> tuple[str, str]:
+def throwaway_pair() -> tuple[str, str]:
     """A certificate and key for nginx -t to load (secrets.check_tls_pair checks the operator's own pair)."""
     with tempfile.TemporaryDirectory(prefix="sparkctl-check-pki-") as tmp:
         cert, key, _ca = pki.ensure_server_cert(Path(tmp), "sparkctl-check", ["sparkctl-check"])
@@ -87,11 +89,12 @@ def _proxy(s: Settings, root: Path, scrape_token: str) -> dict[str, BoxFile]:
     """The site (its include and TLS paths pointing into nginx's private prefix) and the token file, as
     tasks/proxy.py renders them."""
     api = [svc for svc in s.services if not svc.headless]
-    cert, key = _throwaway_pair()
+    cert, key = throwaway_pair()
     local = {"token_file": str(root / "token.conf"), "cert_path": str(root / "server.pem"),
              "key_path": str(root / "server.key")}
     return {"site.conf": BoxFile(box_files.SITE, lambda c: box_files.site(c, api, **local)),
-            "token.conf": BoxFile(box_files.TOKEN_FILE, lambda c: box_files.tokens(c, s.api_token, scrape_token)),
+            "token.conf": BoxFile(box_files.TOKEN_FILE, lambda c: box_files.tokens(c, s.api_token, scrape_token),
+                                  secret=True),
             "server.pem": BoxFile(box_files.CERT_PATH, lambda c: cert),
             "server.key": BoxFile(box_files.KEY_PATH, lambda c: key)}
 
@@ -104,7 +107,7 @@ _CACHE: dict[str, list] = {}  # sha256 of (validator, rendered texts) -> its pro
 _RUNNING: dict[str, threading.Lock] = {}
 
 
-def _validated(tool: str, root: Path, files: dict[str, BoxFile], cfg: GroupData, run) -> None:
+def validated(tool: str, root: Path, files: dict[str, BoxFile], cfg: GroupData, run) -> None:
     """Run `run(root, {name: text})` once per distinct content; refuse on its first problem, blaming a setting."""
     texts = {name: f.render(cfg) for name, f in files.items()}
     stable = sorted((name, text.replace(str(root), "<root>")) for name, text in texts.items())
@@ -121,10 +124,12 @@ def _validated(tool: str, root: Path, files: dict[str, BoxFile], cfg: GroupData,
 def _refusal(tool: str, f: BoxFile, cfg: GroupData, problem: tools.Problem) -> SettingError:
     text = f.render(cfg).splitlines()
     line = text[problem.line - 1].strip() if problem.line and problem.line <= len(text) else ""
-    secret = f.path == box_files.TOKEN_FILE  # the token file's lines and nginx's words about them hold a token
+    secret = f.secret  # the token file's lines and the validator's words about them hold a token
     where = f"{f.path} line {problem.line}" if problem.line else f.path
-    said = f"{where} (not shown: it holds the tokens)" if secret else \
+    said = f"{where} (not shown: it holds a secret)" if secret else \
         f"{where}{f' `{line}`' if line else ''}: {problem.message}"
+    for hidden in f.hidden:  # a password on one of its lines: the rest of the file is shown
+        said, line = said.replace(hidden, "<secret>"), line.replace(hidden, "<secret>")
     names = culprits(f.render, cfg, problem.line, shipped())
     if not names:
         return SettingError(f"the rendered {f.path}", line if not secret else "<secret>", f"a file {tool} accepts",
@@ -194,7 +199,7 @@ def _netplan(s: Settings, root: Path) -> str:
     name = Path(s.cfg.CX7_NETPLAN_FILE).name
     f = BoxFile(s.cfg.CX7_NETPLAN_FILE, lambda c: box_files.netplan(c, s.host_name))
     if tools.available("netplan"):
-        _validated("netplan generate", root / "netplan", {name: f}, s.cfg, tools.netplan)
+        validated("netplan generate", root / "netplan", {name: f}, s.cfg, tools.netplan)
         return "netplan generate: the CX7 link's file"
     import yaml
 
@@ -208,12 +213,18 @@ def _netplan(s: Settings, root: Path) -> str:
     return "netplan generate: skipped (netplan is not installed on this control machine); the YAML parsed"
 
 
-def _with_tool(root: Path, exe: str, tool: str, files: dict[str, BoxFile], cfg: GroupData, run) -> str:
+def with_tool(root: Path, exe: str, tool: str, files: dict[str, BoxFile], cfg: GroupData, run) -> str:
     if not tools.available(exe):
-        return f"{tool}: skipped ({exe} is not installed on this control machine)"
-    _validated(tool, root / exe, files, cfg, run)
+        return skipped(tool, exe)
+    validated(tool, root / exe, files, cfg, run)
     shown = [Path(f.path).name for f in files.values() if not f.path.startswith(box_files.TLS_DIR)]
     return f"{tool}: {', '.join(shown)}"
+
+
+def skipped(tool: str, exe: str) -> str:
+    """What `check` says of a validator this control machine lacks (scripts/control-packages.txt lists them all)."""
+    return (f"{tool}: skipped ({exe} is not installed on this control machine: apt-get install the packages of "
+            "scripts/control-packages.txt)")
 
 
 def check_box_files(s: Settings, scrape_token: str) -> tuple[str, ...]:
@@ -223,10 +234,10 @@ def check_box_files(s: Settings, scrape_token: str) -> tuple[str, ...]:
     mon.node_exporter_defaults(s.cfg)
     with tempfile.TemporaryDirectory(prefix="sparkctl-check-") as tmp:  # 0700: the token file is written here
         root = Path(tmp)
-        notes = [_with_tool(root, "systemd-analyze", "systemd-analyze verify", _units(s), s.cfg,
+        notes = [with_tool(root, "systemd-analyze", "systemd-analyze verify", _units(s), s.cfg,
                             tools.systemd)]
         if s.role.serves_api:
-            notes.append(_with_tool(root, "nginx", "nginx -t", _proxy(s, root / "nginx", scrape_token), s.cfg,
+            notes.append(with_tool(root, "nginx", "nginx -t", _proxy(s, root / "nginx", scrape_token), s.cfg,
                                     tools.nginx))
         notes.append(_earlyoom(s) if tools.glibc_regex_available() else
                      "earlyoom: skipped (no glibc regex on this control machine)")

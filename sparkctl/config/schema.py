@@ -77,11 +77,11 @@ class GroupData(BaseModel):
     EMBEDDER_KV_FLOOR_GIB: t.GiB
     PLAN_MEASURED_TOLERANCE: t.Fraction
     VLLM_ADMISSION_MARGIN_GIB: t.GiBOrZero
-    UNIFIED_MEMORY_STANDIN: t.AbsPathOrEmpty
+    UNIFIED_MEMORY_STANDIN: t.RootProgramOrEmpty  # ExecStartPre=+: run as root before every vLLM start
     # NVIDIA driver and CUDA
     NVIDIA_DRIVER_BRANCH: t.Count
     CUDA_VERSION: t.Version
-    CUDA_HOME: t.AbsPath
+    CUDA_HOME: t.RootProgramDir  # the deploy runs its bin/nvcc as root (tasks/nvidia.py)
     NVIDIA_KEYRING_DEB_URL: t.Url
     NVIDIA_PREREQ_PACKAGES: t.DebPackages
     NVIDIA_DRIVER_PACKAGES: t.DebPackages
@@ -119,7 +119,7 @@ class GroupData(BaseModel):
     MODEL_STORE: t.DeployDir
     ENV_DIR: t.DeployDir
     STATE_DIR: t.DeployDir
-    SERVICE_USER: t.UnixUser
+    SERVICE_USER: t.DedicatedUser
     # services
     LISTEN_ADDRESS: t.Ipv4Address
     LISTEN_ADDRESS_NOT_LOOPBACK_OK: bool
@@ -131,8 +131,8 @@ class GroupData(BaseModel):
     VLLM_COMMON_ARGS: t.list_of(t.Text, "a list of `vllm serve` arguments")
     VLLM_EXTRA_ENV: t.env_mapping("a mapping of environment variable names to string values")
     GPU_ARCH_ENV: t.env_mapping("a mapping of environment variable names to string values")
-    TRITON_PTXAS_PATH: t.pattern(r"^(/[A-Za-z0-9_+@-][A-Za-z0-9._+@-]*)*$", "an absolute path on the box such as "
-                                 "/usr/local/cuda-13.0/bin/ptxas, or empty for Triton's bundled ptxas")
+    TRITON_PTXAS_PATH: t.program_or_empty(r"^(/[A-Za-z0-9_+@-][A-Za-z0-9._+@-]*)*$", "an absolute path on the box "
+                                          "such as /usr/local/cuda-13.0/bin/ptxas, or empty for Triton's bundled ptxas")
     VLLM_ENGINE_READY_TIMEOUT_S: t.WholeSeconds
     SERVICE_RESTART_SEC: t.Seconds
     SERVICE_START_LIMIT_INTERVAL_S: t.WholeSeconds
@@ -196,8 +196,12 @@ class GroupData(BaseModel):
     CX7_HCAS: t.list_of(t.IfName, "a list of RDMA device names")
     CX7_ADDRESSES: Annotated[dict[str, list[t.Cidr]], Field(
         description="a mapping of inventory host names to lists of address/prefix")]
-    CX7_NETPLAN_FILE: t.pattern(r"^/etc/netplan/[A-Za-z0-9][A-Za-z0-9._-]*\.yaml$",
-                                "a file /etc/netplan/<name>.yaml (the only place netplan reads the operator's files)")
+    CX7_NETPLAN_FILE: t.owned_file({"/etc/netplan/": "the only place netplan reads the operator's files; not one the "
+                                                     "installer or cloud-init writes"},
+                                   pattern=r"^/etc/netplan/[A-Za-z0-9][A-Za-z0-9._-]*\.yaml$",
+                                   description="a file /etc/netplan/<name>.yaml (the only place netplan reads the "
+                                               "operator's files) that the installer or cloud-init does not write",
+                                   refused=t.NETPLAN_SYSTEM_FILES)
     CX7_MANAGE_NETPLAN: bool
     CX7_MTU: t.typed(int, "0 (leave the interfaces' MTU) or an MTU in bytes from 1280 to 9216",
                      t._check(lambda v: v == 0 or 1280 <= v <= 9216, "0, or an MTU from 1280 to 9216"))
@@ -206,10 +210,11 @@ class GroupData(BaseModel):
     TP_MEMLOCK: t.pattern(r"^(infinity|[1-9][0-9]{0,15}[KMGT]?)?$", "infinity, a size in bytes with an optional "
                           "K, M, G or T suffix (base 1024) as systemd parses it, or empty for systemd's default")
     NCCL_IB_GID_INDEX: t.typed(int, "a GID index from 0 to 255, or -1 to let NCCL choose", ge=-1, le=255)
-    NCCL_SYSTEM_LIBRARY: t.pattern(r"^(/[A-Za-z0-9_+@-][A-Za-z0-9._+@-]*)*$", "an absolute path on the box such as "
-                                   "/usr/lib/aarch64-linux-gnu/libnccl.so.2, or empty for torch's bundled NCCL")
-    LINK_PROBE_BYTES: t.typed(int, "a whole number of bytes from 1024 to 17179869184 (16 GiB)", ge=1024,
-                              le=17_179_869_184)
+    NCCL_SYSTEM_LIBRARY: t.program_or_empty(r"^(/[A-Za-z0-9_+@-][A-Za-z0-9._+@-]*)*$", "an absolute path on the box "
+                                            "such as /usr/lib/aarch64-linux-gnu/libnccl.so.2, or empty for torch's "
+                                            "bundled NCCL")
+    LINK_PROBE_BYTES: t.typed(int, "a whole number of bytes from 1024 to 4294967296 (4 GiB: nccl-tests' 16 GB froze a "
+                                   "Spark)", ge=1024, le=4 * 1024 ** 3)
     LINK_PROBE_ITERS: t.typed(int, "a whole number of timed iterations from 1 to 10000", ge=1, le=10_000)
     LINK_PROBE_BACKEND: Annotated[Literal["nccl", "gloo"], Field(description="one of nccl, gloo")]
     LINK_MIN_BUSBW_GBPS: t.typed(float, "a bandwidth in GB/s from 0 (no floor) to 1000", ge=0, le=1000)
@@ -243,13 +248,13 @@ class GroupData(BaseModel):
     # monitoring: node exporter, box facts, scrape paths, the hand-off's Prometheus job and alerts
     MONITORING_PACKAGES: t.DebPackages
     NODE_EXPORTER_PORT: t.UserPort
-    NODE_EXPORTER_DEFAULTS_FILE: t.pattern(r"^/etc/default/[A-Za-z0-9][A-Za-z0-9._-]*$",
-                                           "a file /etc/default/<name> (where the package's unit reads its ARGS=)")
+    NODE_EXPORTER_DEFAULTS_FILE: t.owned_file({"/etc/default/prometheus-node-exporter": "where the Debian package's "
+                                                                                        "unit reads its ARGS="})
     NODE_EXPORTER_COLLECTORS: t.list_of(t.pattern(r"^[a-z_]+$", "a node exporter collector name"),
                                         "a non-empty list of node exporter collector names", 1)
     TEXTFILE_DIR: t.DeployDir
     BOX_FACTS_INTERVAL_S: t.WholeSeconds
-    NVIDIA_SMI: t.Program
+    NVIDIA_SMI: t.RootProgramOrName
     SCRAPE_NODE_PATH: t.Name
     PROMETHEUS_JOB_NAME: t.Name
     PROMETHEUS_SCRAPE_INTERVAL_S: t.WholeSeconds
@@ -283,9 +288,8 @@ class GroupData(BaseModel):
     # safe change: drained, gated, reversible rollouts
     VLLM_VENVS_KEEP: t.typed(int, "a whole number of venvs from 1 to 100", ge=1, le=100)
     # the device check of a new venv (sparkctl/box/device_check.py CHECKS: tests/box/test_device_check.py)
-    VLLM_DEVICE_PREPARE: t.list_of(t.pattern(r"^(/[A-Za-z0-9._+-]+)+( [A-Za-z0-9._=,:/+-]+)*$",
-                                             "an absolute program and plain arguments such as "
-                                             "/usr/bin/nvidia-modprobe -u -c=0"),
+    VLLM_DEVICE_PREPARE: t.list_of(t.root_command("an absolute program and plain arguments such as "
+                                                  "/usr/bin/nvidia-modprobe -u -c=0"),
                                    "a list of commands, each an absolute program and plain arguments")
     DEVICE_CHECKS: t.list_of(Annotated[Literal[DEVICE_CHECK_NAMES], Field(
         description=f"one of {', '.join(DEVICE_CHECK_NAMES)}")], f"a non-empty list of checks from "
@@ -361,7 +365,7 @@ class GroupData(BaseModel):
     GATEWAY_PACKAGES: t.DebPackages
     ROUTER_VERSION: t.Release
     ROUTER_HOME: t.DeployDir
-    ROUTER_USER: t.UnixUser
+    ROUTER_USER: t.DedicatedUser
     ROUTER_POLICY: Literal["random", "round_robin", "cache_aware", "kv_aware", "power_of_two", "consistent_hash",
                            "sticky_least_loaded"]
     ROUTER_PORT_BASE: t.UserPort
@@ -371,26 +375,35 @@ class GroupData(BaseModel):
     ROUTER_BRIDGE_PORT: t.UserPort
     ROUTER_SCRAPE_PATH: t.Name
     ROUTER_HEALTH_PATH: t.pattern(r"^/[A-Za-z0-9._/-]*$", "an absolute URL path such as /health")
-    ROUTER_HEALTH_INTERVAL_S: t.WholeSeconds
-    ROUTER_HEALTH_TIMEOUT_S: t.WholeSeconds
-    ROUTER_HEALTH_FAILURE_THRESHOLD: t.Count
-    ROUTER_HEALTH_SUCCESS_THRESHOLD: t.Count
-    ROUTER_OUT_WAIT_S: t.typed(float, f"a number of seconds from 0 to {t.MAX_SECONDS} (0: no router in front, drain at "
-                               "once)", ge=0, le=t.MAX_SECONDS)
-    ROUTER_WORKER_STARTUP_TIMEOUT_S: t.WholeSeconds
-    ROUTER_STARTUP_CHECK_INTERVAL_S: t.WholeSeconds
-    ROUTER_RETRIES: t.Count
-    ROUTER_RETRY_INITIAL_BACKOFF_MS: t.Count
-    ROUTER_RETRY_MAX_BACKOFF_MS: t.Count
+    ROUTER_HEALTH_INTERVAL_S: t.whole_seconds(1, 60, "the routers' health window is at most "
+                                              f"{t.MAX_ROUTER_HEALTH_WINDOW_S} s")
+    ROUTER_HEALTH_TIMEOUT_S: t.whole_seconds(1, 60, "vLLM's /health reads one flag: its slowest answer measured "
+                                             "under load was 0.956 s")
+    ROUTER_HEALTH_FAILURE_THRESHOLD: t.bounded_count(10, "checks", "the routers' health window is at most "
+                                                     f"{t.MAX_ROUTER_HEALTH_WINDOW_S} s")
+    ROUTER_HEALTH_SUCCESS_THRESHOLD: t.bounded_count(10, "checks", "a recovered box rejoins within 10 checks")
+    ROUTER_OUT_WAIT_S: t.typed(float, f"a number of seconds from 0 to {2 * t.MAX_ROUTER_HEALTH_WINDOW_S} (0: no router "
+                               "in front, drain at once; at most twice the routers' longest health window, "
+                               f"{t.MAX_ROUTER_HEALTH_WINDOW_S} s: every rollout waits it per box)",
+                               ge=0, le=2 * t.MAX_ROUTER_HEALTH_WINDOW_S)
+    ROUTER_WORKER_STARTUP_TIMEOUT_S: t.whole_seconds(1, t.LONGEST_GENERATION_S, "the longest generation: past it no box is coming")
+    ROUTER_STARTUP_CHECK_INTERVAL_S: t.whole_seconds(1, 30, "a restart's clients get 503 until the next check")
+    ROUTER_RETRIES: t.bounded_count(10, "attempts", "each may wait the longest backoff: more hold a failing request "
+                                                  "for minutes")
+    ROUTER_RETRY_INITIAL_BACKOFF_MS: t.typed(int, "a whole number of ms from 1 to 60000 (a retry waiting a minute "
+                                                  "outlasts the routers' health window)", ge=1, le=60_000)
+    ROUTER_RETRY_MAX_BACKOFF_MS: t.typed(int, "a whole number of ms from 1 to 60000 (a retry waiting a minute outlasts "
+                                              "the routers' health window)", ge=1, le=60_000)
     ROUTER_CB_FAILURE_THRESHOLD: t.Count
     ROUTER_CB_SUCCESS_THRESHOLD: t.Count
-    ROUTER_CB_TIMEOUT_S: t.WholeSeconds
-    ROUTER_CB_WINDOW_S: t.WholeSeconds
-    ROUTER_REQUEST_TIMEOUT_S: t.WholeSeconds
-    ROUTER_QUEUE_TIMEOUT_S: t.WholeSeconds
-    ROUTER_RESTART_RETRY_AFTER_S: t.WholeSeconds
-    ROUTER_READY_TIMEOUT_S: t.WholeSeconds
-    ROUTER_STOP_TIMEOUT_S: t.WholeSeconds
+    ROUTER_CB_TIMEOUT_S: t.whole_seconds(1, 600, "an open circuit keeps a recovered box out: at most 10 minutes")
+    ROUTER_CB_WINDOW_S: t.whole_seconds(1, 3600, "failures older than an hour say nothing of a box now")
+    ROUTER_REQUEST_TIMEOUT_S: t.whole_seconds(1, t.LONGEST_GENERATION_S, "the longest generation")
+    ROUTER_QUEUE_TIMEOUT_S: t.whole_seconds(1, t.LONGEST_GENERATION_S, "the longest generation")
+    ROUTER_RESTART_RETRY_AFTER_S: t.whole_seconds(1, 60, "a router restarts in seconds")
+    ROUTER_READY_TIMEOUT_S: t.whole_seconds(1, 1800, "a restarted router listens once a box is healthy; a GX10 loads "
+                                                     "a model within 15 minutes")
+    ROUTER_STOP_TIMEOUT_S: t.whole_seconds(1, t.LONGEST_GENERATION_S, "the longest generation")
     # two front doors, one service: keepalived's VIP and the bridge's firewall (check/gateway.py: cross-field rules)
     GATEWAY_VIP: t.Ipv4OrEmpty
     GATEWAY_VIP_PREFIX_LEN: t.typed(int, "a prefix length from 1 to 32 bits", ge=1, le=32)
@@ -401,20 +414,23 @@ class GroupData(BaseModel):
     VRRP_PASSWORD_FILE: t.FileName
     VRRP_PRIORITY_FIRST: t.typed(int, "a VRRP priority from 2 to 254", ge=2, le=254)
     VRRP_PRIORITY_STEP: t.typed(int, "a priority step from 1 to 253", ge=1, le=253)
-    VRRP_ADVERT_INT_S: t.typed(int, "a whole number of seconds from 1 to 255", ge=1, le=255)
+    VRRP_ADVERT_INT_S: t.whole_seconds(1, 20, "a backup takes the VIP after 3 missed adverts: within a minute")
     VRRP_PREEMPT: bool
     FRONT_HEALTH_PORT: t.UserPort
     FRONT_HEALTH_ROUTER_PATH: t.pattern(r"^/[A-Za-z0-9._/-]*$", "an absolute URL path such as /liveness")
-    FRONT_HEALTH_INTERVAL_S: t.WholeSeconds
-    FRONT_HEALTH_TIMEOUT_S: t.WholeSeconds
-    FRONT_HEALTH_FALL: t.Count
-    FRONT_HEALTH_RISE: t.Count
-    FRONT_HEALTH_SCRIPT: t.AbsPath
-    KEEPALIVED_CONF: t.AbsPath
+    FRONT_HEALTH_INTERVAL_S: t.whole_seconds(1, 30, f"a failed front door gives up the VIP within "
+                                                    f"{t.MAX_FRONT_HEALTH_WINDOW_S} s")
+    FRONT_HEALTH_TIMEOUT_S: t.whole_seconds(1, 30, f"a failed front door gives up the VIP within "
+                                                   f"{t.MAX_FRONT_HEALTH_WINDOW_S} s")
+    FRONT_HEALTH_FALL: t.bounded_count(10, "runs", f"a failed front door gives up the VIP within "
+                                                   f"{t.MAX_FRONT_HEALTH_WINDOW_S} s")
+    FRONT_HEALTH_RISE: t.bounded_count(10, "runs", "a recovered front door may hold the VIP again within 10 runs")
+    FRONT_HEALTH_SCRIPT: t.owned_file(program=True)  # keepalived runs it as root
+    KEEPALIVED_CONF: t.owned_file({"/etc/keepalived/keepalived.conf": "the one file keepalived.service reads"})
     FRONT_DOOR_AFFINITY_TIMEOUT_S: t.typed(int, "a whole number of seconds from 1 to 86400 (Kubernetes' limit)",
                                            ge=1, le=86400)
-    BRIDGE_FIREWALL_TABLE: t.pattern(r"^[a-z][a-z0-9_]{0,30}$", "an nftables table name (lower case, up to 31)")
-    BRIDGE_FIREWALL_FILE: t.AbsPath
+    BRIDGE_FIREWALL_TABLE: t.owned_name(31, "an nftables table name")
+    BRIDGE_FIREWALL_FILE: t.owned_file()
 
 
 # --- strings end up in unit, env and nginx files: one line each -----------------------------------------------------

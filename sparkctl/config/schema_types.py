@@ -6,7 +6,8 @@ from __future__ import annotations
 import ipaddress
 import re
 import string
-from typing import Annotated
+from dataclasses import dataclass
+from typing import Annotated, get_args, get_origin
 
 from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, PlainValidator, WrapValidator
 
@@ -37,6 +38,30 @@ def _refuse(problem_of):
             raise ValueError(problem)
         return value
     return AfterValidator(check)
+
+
+PROJECT_PREFIX = "sparkctl"  # the prefix of every unit, table and directory of the deploy's own (sparkctl-router-...)
+
+
+@dataclass(frozen=True)
+class Owned:
+    """The kind of thing a setting names, under the ownership rule: "file" (the deploy writes it), "dir" (the deploy
+    creates it and sets its owner and mode), "account" (the deploy creates it), "name" (an nftables table or unit the
+    deploy replaces), "program" (run as root, or inside vLLM's services)."""
+
+    kind: str
+
+
+def owned_kinds(annotation) -> set[str]:
+    """The Owned kinds anywhere in a type (inside Annotated, a list's item, a mapping's key or value)."""
+    found = set()
+    if get_origin(annotation) is Annotated:
+        args = get_args(annotation)
+        found |= {m.kind for m in args[1:] if isinstance(m, Owned)}
+        return found | owned_kinds(args[0])
+    for arg in get_args(annotation):
+        found |= owned_kinds(arg)
+    return found
 
 
 def _is_ip(text: str) -> bool:
@@ -160,7 +185,7 @@ def _state_file_problem(path: str) -> str:
 
 
 StateFile = typed(str, "a plain file path relative to STATE_DIR, outside its cache, config, hf, rollout and watchdog "
-                       "directories", _refuse(_state_file_problem))
+                       "directories", _refuse(_state_file_problem), Owned("file"))
 
 _PLAIN = f"a plain absolute path ({box_paths.PLAIN_WORDS}; no '..')"
 AbsPath = typed(str, f"an absolute path other than /: {_PLAIN}",
@@ -168,7 +193,108 @@ AbsPath = typed(str, f"an absolute path other than /: {_PLAIN}",
 AbsPathOrEmpty = typed(str, f"an absolute path other than /, or empty: {_PLAIN}",
                        _box_path(lambda p: "an absolute path other than /" if p == "/" else "", empty_ok=True))
 DeployDir = typed(str, f"a directory of the deploy's own, not / or a system directory: {_PLAIN}",
-                  _box_path(box_paths.deploy_dir_problem))
+                  _box_path(box_paths.deploy_dir_problem), Owned("dir"))
+
+
+# --- the ownership rule: what the deploy writes, creates, flushes or runs as root is its own --------------------------
+# Every setting that names a file the deploy writes, a directory it owns, an account it creates, an nftables table or
+# unit it replaces, or a program it runs as root is typed with one of the types below (each carries an `Owned` marker:
+# tests/config/test_ownership.py holds every such setting to it, and a new setting of that kind without it fails).
+
+# where a root-run program may live: root-owned, not world-writable directories of the system's own layout
+ROOT_PROGRAM_DIRS = ("/usr", "/opt", "/bin", "/sbin", "/lib")
+# nothing the deploy writes or runs lives below these: virtual, wiped at boot, writable by every user, or a user's
+OWNED_NEVER_BELOW = (*box_paths.VOLATILE_ROOTS, "/home")
+_PROGRAM_WHERE = (f"an absolute path below {', '.join(ROOT_PROGRAM_DIRS)} (root-owned, not world-writable; never "
+                  f"below /tmp, /var/tmp, /dev/shm or /home), with no '..'")
+
+
+def program_problem(path: str) -> str:
+    """Why `path` cannot be a program the deploy runs as root ("" when it can): a relative path, a '..', or a
+    directory outside the root-owned system ones."""
+    if not isinstance(path, str) or not path.startswith("/"):
+        return _PROGRAM_WHERE
+    if ".." in path.split("/"):
+        return f"{_PROGRAM_WHERE} (it climbs out of its directory with '..')"
+    problem = box_paths.plain_problem(path)
+    if problem:
+        return problem
+    norm = box_paths.normalised(path)
+    if not any(box_paths.is_below(norm, d) and norm != d for d in ROOT_PROGRAM_DIRS):
+        return _PROGRAM_WHERE
+    return ""
+
+
+def _program(empty_ok: bool = False, name_ok: bool = False):
+    def problem(value: str) -> str:
+        if (empty_ok and value == "") or (name_ok and not value.startswith("/")):
+            return ""
+        return program_problem(value)
+    return _refuse(problem)
+
+
+RootProgramOrEmpty = typed(str, f"{_PROGRAM_WHERE}, or empty", _program(empty_ok=True), Owned("program"))
+# a program found by name on root's PATH (nvidia-smi), or an absolute path as above
+RootProgramOrName = typed(str, f"a program name (found on root's PATH) or {_PROGRAM_WHERE}",
+                          _program(name_ok=True), Owned("program"),
+                          pattern=r"^(/[A-Za-z0-9._+@-]+)+$|^[A-Za-z0-9][A-Za-z0-9._+-]*$")
+
+
+def root_command(description: str):
+    """A command run as root: an absolute program (program_problem) and plain arguments."""
+    return typed(str, description, _refuse(lambda v: program_problem(v.split(" ", 1)[0])), Owned("program"),
+                 pattern=r"^(/[A-Za-z0-9._+-]+)+( [A-Za-z0-9._=,:/+-]+)*$")
+
+
+def _owned_file_problem(allowed: dict[str, str]):
+    listed = "; ".join(f"{p} ({why})" for p, why in allowed.items())
+    where = (f"a file below a directory of the deploy's own (a directory named {PROJECT_PREFIX}..., such as "
+             f"/etc/{PROJECT_PREFIX}/<file>)" + (f", or {listed}" if listed else ""))
+
+    def problem(norm: str) -> str:
+        for path in allowed:
+            if norm == path or (path.endswith("/") and norm.startswith(path) and "/" not in norm[len(path):]):
+                return ""
+        parents = norm.split("/")[1:-1]
+        root = next((r for r in OWNED_NEVER_BELOW if box_paths.is_below(norm, r)), None)
+        if root:
+            return f"{where}; not below {root} (virtual, wiped at boot or writable by others)"
+        if not any(p.startswith(PROJECT_PREFIX) for p in parents):
+            return f"{where} (the deploy would overwrite a file it does not own)"
+        return ""
+    return where, problem
+
+
+# netplan files the installer, cloud-init or NetworkManager write: the host's own network, never the link's file
+NETPLAN_SYSTEM_FILES = ("/etc/netplan/00-installer-config.yaml", "/etc/netplan/01-netcfg.yaml",
+                        "/etc/netplan/01-network-manager-all.yaml", "/etc/netplan/50-cloud-init.yaml")
+
+
+def owned_file(allowed: dict[str, str] | None = None, program: bool = False, pattern: str | None = None,
+               description: str | None = None, refused: tuple[str, ...] = ()):
+    """A file the deploy writes (installs over whatever is there): below a directory of the deploy's own (one
+    named with the project's prefix), or on `allowed` (path -> why; a path ending in / allows the files directly in
+    that directory), never one of `refused`. program: it is also run as root (a script), so it must sit where a root
+    program may. pattern/description: a narrower shape and its words."""
+    where, problem = _owned_file_problem(allowed or {})
+
+    def owned(norm: str) -> str:
+        if norm in refused:
+            return f"{description or where}, not {norm}: the host's own file"
+        return problem(norm)
+    extra = (_refuse(program_problem),) if program else ()
+    constraints = {"pattern": pattern} if pattern else {}
+    return typed(str, description or where, _box_path(owned), *extra, Owned("file"), **constraints)
+
+
+def program_or_empty(regex: str, description: str):
+    """A program (or library) the deploy's services load, by absolute path (program_problem), or empty."""
+    return typed(str, description, _program(empty_ok=True), Owned("program"), pattern=regex)
+
+
+RootProgramDir = typed(str, f"a directory whose programs root runs: {_PROGRAM_WHERE}", _program(), Owned("program"))
+
+
 Url = pattern(r"^https?://[^\s/$.?#][^\s]*$", "an http:// or https:// URL")
 Version = pattern(r"^\d+(\.\d+)+$", "a version such as 13.0")
 # a release as pip spells it (PEP 440 public version, optional local tag): it becomes a directory name on the box
@@ -211,10 +337,41 @@ def _ssh_option_problem(option: str) -> str:
 
 
 SshOption = typed(str, _SSH_OPTION, _refuse(_ssh_option_problem), pattern=r"^[A-Za-z0-9]+=[^\s'\"]+$")
-UnixUser = pattern(r"^[a-z_][a-z0-9_-]{0,31}$", "a dedicated system user name (lower case, up to 32 characters)")
-# a program the box runs by name (PATH lookup) or by absolute path: one word in a unit's ExecStart
-Program = pattern(r"^(/[A-Za-z0-9._+@-]+)+$|^[A-Za-z0-9][A-Za-z0-9._+-]*$",
-                  "a program name or an absolute path (letters, digits and . _ - + @)")
+# accounts an Ubuntu/Debian box (and DGX OS) already has, or that cloud images and operators log in as: the deploy
+# makes each account it creates (SERVICE_USER, ROUTER_USER) a nologin system user, which would take a login's shell
+# and home away, lock out the deploy itself (root), or lend a daemon's files and rights to a service (preflight and
+# the gateway step also read the host's own passwd entry: tasks/preflight.py)
+RESERVED_USERS = frozenset({
+    "root", "daemon", "bin", "sys", "sync", "games", "man", "lp", "mail", "news", "uucp", "proxy", "www-data",
+    "backup", "list", "irc", "gnats", "nobody", "nogroup", "_apt", "messagebus", "syslog", "sshd", "polkitd", "tss",
+    "uuidd", "tcpdump", "landscape", "pollinate", "fwupd-refresh", "usbmux", "dnsmasq", "avahi", "rtkit", "colord",
+    "geoclue", "pulse", "gdm", "lightdm", "kernoops", "saned", "whoopsie", "speech-dispatcher", "cups-pk-helper",
+    "nvidia-persistenced", "prometheus", "nginx", "postfix", "ntp", "chrony", "_chrony", "lxd", "dhcpcd",
+    "keepalived_script", "ubuntu", "debian", "admin", "administrator", "pi", "ec2-user", "centos", "fedora",
+    "cloud-user", "user", "nvidia", "dgx", "operator", "ops", "sudo", "wheel", "adm", "staff", "users",
+})
+_DEDICATED = ("a dedicated system user of the deploy's own such as vllm (lower case, up to 32 characters; not root, "
+              "not an account the system or an operator already has, not systemd-* or _*)")
+
+
+def _account_problem(user: str) -> str:
+    if user in RESERVED_USERS or user.startswith(("systemd-", "_")):
+        return (f"{_DEDICATED}: the deploy makes it a nologin system user, which would take {user}'s shell and home, "
+                "or lend its files to the service")
+    return ""
+
+
+DedicatedUser = typed(str, _DEDICATED, _refuse(_account_problem), Owned("account"),
+                      pattern=r"^[a-z_][a-z0-9_-]{0,31}$")
+
+
+def owned_name(max_length: int, what: str):
+    """A name of the deploy's own (an nftables table, a unit): it starts with the project's prefix, so replacing or
+    flushing it never touches the host's own (`filter`, `nat`, the distribution's units)."""
+    rest = max_length - len(PROJECT_PREFIX)
+    return typed(str, f"{what} starting with {PROJECT_PREFIX} (lower case, digits and _, up to {max_length} "
+                      f"characters), such as {PROJECT_PREFIX}_bridge: the deploy replaces it whole",
+                 Owned("name"), pattern=f"^{PROJECT_PREFIX}[a-z0-9_]{{0,{rest}}}$")
 FileName = pattern(r"^[A-Za-z0-9][A-Za-z0-9._-]*$", "a file name without '/'")
 K8sName = pattern(r"^[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?$", "a Kubernetes namespace (a DNS label)")
 ServerNames = pattern(r"^[A-Za-z0-9_.*~:\[\]-]+( [A-Za-z0-9_.*~:\[\]-]+)*$",
@@ -255,6 +412,28 @@ def _distinct(values: list) -> list:
 
 def distinct_list_of(item, description: str, min_length: int = 0):
     return Annotated[list[item], Field(description=description, min_length=min_length), AfterValidator(_distinct)]
+
+
+# --- the fleet's waits and buffers: each bounded by what it controls (group_data/all.py says why, beside each) -------
+# the longest one generation can take: a 262,144-token answer (the longest context in the catalog) at 10 tokens/s,
+# half the 27B coder's one-stream decode on a GX10, is 26,214 s; a request, a queue wait or a router's stop past this
+# is hung, not generating, s
+LONGEST_GENERATION_S = 28_800
+# a dead or hung box leaves every router's rotation within this, s: ROUTER_HEALTH_FAILURE_THRESHOLD x
+# (ROUTER_HEALTH_INTERVAL_S + ROUTER_HEALTH_TIMEOUT_S); requests the cache-aware policy sends it meanwhile fail
+MAX_ROUTER_HEALTH_WINDOW_S = 120
+# a failed front door gives up the VIP within this, s: FRONT_HEALTH_FALL x (FRONT_HEALTH_INTERVAL_S +
+# FRONT_HEALTH_TIMEOUT_S); every client request through the VIP fails meanwhile
+MAX_FRONT_HEALTH_WINDOW_S = 60
+
+
+def whole_seconds(low: int, high: int, why: str):
+    """Whole seconds from `low` to `high`, the bound's reason in the words an error message gives."""
+    return typed(int, f"a whole number of seconds from {low} to {high} ({why})", ge=low, le=high)
+
+
+def bounded_count(high: int, what: str, why: str):
+    return typed(int, f"a whole number of {what} from 1 to {high} ({why})", ge=1, le=high)
 
 
 # --- the fleet: pools of boxes and rollouts in waves (group_data/gx10.py FLEET_POOLS, all.py ROLLOUT_WAVES) ----------

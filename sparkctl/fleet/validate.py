@@ -3,7 +3,8 @@ what is valid. `validate_fleet` runs them all and returns the placed fleet; the 
 with the inventory's gx10 hosts in order.
 
 Refused: GX10_HOSTS naming one box twice; two boxes with one CX7 address; a failure budget outside 0-100;
-SPARK_TOPOLOGY other than replicas beside FLEET_POOLS; an empty pool; a pool naming an unknown model, or one
+SPARK_TOPOLOGY other than replicas beside FLEET_POOLS; a pool with embedders (the default) while EMBEDDERS = [];
+an empty pool; a pool naming an unknown model, or one
 without a KV budget; a tensor-parallel pool of an odd number of boxes; pools serving different models under one
 served name, or under an embedder's; a box in two pools, one not in the inventory, a pool short of boxes, a box in
 no pool (sparkctl.fleet.placement); a replicas pool whose boxes would serve different coding models under one
@@ -14,7 +15,9 @@ not fit a box.
 
 from __future__ import annotations
 
-from sparkctl.capacity import planner
+import math
+
+from sparkctl.capacity import plan, planner
 from sparkctl.config.catalog import CODER, ModelSpec, lookup
 from sparkctl.config.schema import GroupData
 from sparkctl.errors import SettingError
@@ -33,6 +36,7 @@ def validate_fleet(cfg: GroupData, catalog: dict[str, ModelSpec], hosts: list[st
     unique_cx7_addresses(cfg, hosts)
     fail_percentage(cfg.MAX_FAIL_PERCENTAGE)
     one_source_of_pools(cfg)
+    pool_embedders(cfg)
     configured = pools.from_settings(cfg, hosts, host_models)
     for pool in configured.pools:
         pool_shape(cfg, catalog, pool, configured.explicit)
@@ -43,6 +47,20 @@ def validate_fleet(cfg: GroupData, catalog: dict[str, ModelSpec], hosts: list[st
     max_unavailable(cfg.MAX_UNAVAILABLE, fleet)
     memory_fits(cfg, catalog, fleet)
     return fleet
+
+
+def pool_embedders(cfg: GroupData) -> None:
+    """A pool runs the EMBEDDERS on its boxes unless it says "embedders": False (the default is True): with
+    EMBEDDERS = [] such a pool would be planned, and its boxes routed, for embedders that do not exist."""
+    if cfg.EMBEDDERS:
+        return
+    for name, entry in cfg.FLEET_POOLS.items():
+        if entry.embedders:
+            raise SettingError(f"FLEET_POOLS[{name!r}]", entry.model_dump(exclude_defaults=True) or entry.count,
+                               'a pool with "embedders": False while EMBEDDERS = [] (or at least one embedder in '
+                               "EMBEDDERS)", f'A pool runs the EMBEDDERS on its boxes unless it says "embedders": '
+                               f"False; none are listed, so {name}'s boxes would be planned and routed for embedders "
+                               "that do not exist")
 
 
 def unique_hosts(hosts: list[str]) -> None:
@@ -157,7 +175,10 @@ def memory_fits(cfg: GroupData, catalog: dict[str, ModelSpec], fleet: Fleet) -> 
             continue
         pool = fleet.pool_of(box.box).pool
         where = planner.plan_model(cfg, catalog, pool.model).placement
-        fixes = [f"lower {box.kv_setting} to at most {box.largest_kv_gib:.1f} GiB"] if box.largest_kv_gib > 0 else []
+        # what vLLM's start-up admission leaves (each start needs its plan + VLLM_ADMISSION_MARGIN_GIB free, its
+        # utilization rounded up), rounded down: the advice itself fits and starts
+        largest = math.floor((box.largest_kv_gib - plan.start_slack_gib(cfg)) * 10) / 10
+        fixes = [f"lower {box.kv_setting} to at most {largest:.1f} GiB"] if largest > 0 else []
         if box.embedders_gib:
             fixes.append("take the EMBEDDERS off its boxes (\"embedders\": False)")
         if where is not None and where.verdict.startswith("two boxes") and not pool.tensor_parallel:

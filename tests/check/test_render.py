@@ -70,8 +70,9 @@ def test_a_validator_not_installed_is_skipped_and_said_so(gx10_data, monkeypatch
     monkeypatch.setattr(check_tools, "available", lambda tool: False)
     twice = {"coder": ["/v1/models", "/v1/models"], "embedder": ["/v1/models"]}  # what only nginx -t refuses
     notes = validate_host({**gx10_data, "PROXY_ROUTES": twice}, "gx10").notes
-    assert "nginx -t: skipped (nginx is not installed on this control machine)" in notes
-    assert "systemd-analyze verify: skipped (systemd-analyze is not installed on this control machine)" in notes
+    said = " is not installed on this control machine: apt-get install the packages of scripts/control-packages.txt)"
+    assert f"nginx -t: skipped (nginx{said}" in notes
+    assert f"systemd-analyze verify: skipped (systemd-analyze{said}" in notes
 
 
 @needs_tools
@@ -131,7 +132,7 @@ def test_hosts_checked_at_once_run_each_validator_once(monkeypatch, tmp_path):
 
     def host(i: int, text: str) -> threading.Thread:
         files = {"a.conf": check_render.BoxFile("/etc/a.conf", lambda cfg: text)}
-        return threading.Thread(target=check_render._validated, args=("tool", tmp_path / f"host-{i}", files, None,
+        return threading.Thread(target=check_render.validated, args=("tool", tmp_path / f"host-{i}", files, None,
                                                                       slow_validator))
 
     hosts = [host(i, "same\n") for i in range(3)] + [host(3, "other\n")]
