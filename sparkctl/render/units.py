@@ -144,7 +144,8 @@ def admission_standin(svc: Service, cfg: GroupData) -> str:
     return shlex.join([f"{vllm_venv(cfg)}/bin/python", cfg.UNIFIED_MEMORY_STANDIN, "--service", svc.name,
                        "--env-dir", cfg.ENV_DIR, "--total-gib", f"{cfg.BOX_USABLE_MEMORY_GIB:g}",
                        "--os-reserve-gib", f"{cfg.OS_RESERVE_GIB:g}",
-                       "--starting-gib", f"{cfg.VLLM_STARTING_ENGINE_GIB:g}", "--page-cache-dir", f"{cfg.MODEL_STORE}/hub"])
+                       "--starting-gib", f"{cfg.VLLM_STARTING_ENGINE_GIB:g}",
+                       "--page-cache-dir", f"{cfg.MODEL_STORE}/hub"])
 
 
 def page_cache_step(svc: Service, cfg: GroupData) -> str:
