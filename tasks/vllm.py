@@ -40,6 +40,7 @@ REMOTE_SCRIPTS = ("rollout.py", "rollout_txn.py", "readiness_gate.py", "drain.py
                   "rollout_restart.py", "rollout_verdict.py", "fetch_checkpoint.py", "check_vllm_args.py",
                   "device_check.py",  # a new venv's, before it is marked built (venv_build)
                   "link_probe.py",  # a tensor-parallel pair's all-reduce, run by `python -m sparkctl rehearse`
+                  "page_cache.py",  # the vLLM units' ExecStartPre=+ before every start (PAGE_CACHE_EVICTION)
                   "contract.py", "boxio.py", "retire_services.py")  # the stale step's --stale run, before the proxy
 # what earlier versions uploaded under names since changed: removed, so the box's bin holds today's scripts only
 # (nothing runs or imports them: a rerun works with or without them, and an older box loses them on its next deploy)

@@ -15,8 +15,11 @@ walk then replays each start the deploy can make and what is running then:
     restarted alone   one service beside all the others (the watchdog's restart, systemd's, an upgrade's)
     a flip            each other coding model with a KV budget, beside the running embedders (stop, then start)
 
-free then = usable - OS_RESERVE_GIB - the footprints of what runs; required = ceil(total x utilization). A start
-whose free is below required is one vLLM would refuse: `check` and the preflight refuse the configuration first.
+free then = usable - OS_RESERVE_GIB - the footprints of what runs - VLLM_STARTING_ENGINE_GIB (what the starting
+service itself already holds when vLLM takes its snapshot: its API server, engine process and CUDA context); required
+= ceil(total x utilization), the engine's footprint + VLLM_ADMISSION_MARGIN_GIB rounded up. A start whose free is below
+required, its slack (free - its planned footprint) under the margin, is one vLLM would refuse: `check` and the
+preflight refuse the configuration first, naming the start.
 The rule is vLLM's own `request_memory` fed a snapshot where vLLM is importable, else `request_memory_copy`, the same
 arithmetic and words (tests hold the two to each other on the simulated Spark's vLLM). Pure: no pyinfra, no I/O.
 """
@@ -57,21 +60,31 @@ class Start:
     service: str
     start: str  # "first install, 2 of 3", "restarted alone", "flip to laguna-s-2.1"
     running: tuple[str, ...]  # the engines already holding memory then
-    free_gib: float  # what MemAvailable would be then (the plan's)
+    free_gib: float  # what MemAvailable would be at vLLM's snapshot (the plan's; the starting service's own held)
     required_gib: float  # ceil(total x utilization), GiB
     utilization: float  # --gpu-memory-utilization
     refusal: str  # vLLM's message when it would refuse; "" when admitted
     setting: str = ""  # the setting that sizes this engine's KV
+    footprint_gib: float = 0.0  # the starting engine's planned footprint (resident + KV), GiB
+    starting_gib: float = 0.0  # what it held itself at the snapshot (VLLM_STARTING_ENGINE_GIB), GiB
 
     @property
     def admitted(self) -> bool:
         return not self.refusal
 
+    @property
+    def slack_gib(self) -> float:
+        """Free at the snapshot beyond the engine's planned footprint: vLLM admits it only at or above the margin."""
+        return self.free_gib - self.footprint_gib
+
     def arithmetic(self, cfg: GroupData) -> str:
         held = " - ".join(self.running) or "nothing else"
         return (f"free {self.free_gib:.2f} GiB (usable {cfg.BOX_USABLE_MEMORY_GIB:g} - OS reserve "
-                f"{cfg.OS_RESERVE_GIB:g} - {held}) vs required {self.required_gib:.2f} GiB "
-                f"({cfg.BOX_USABLE_MEMORY_GIB:g} x gpu_memory_utilization {self.utilization:g})")
+                f"{cfg.OS_RESERVE_GIB:g} - {held} - its own {self.starting_gib:g} before vLLM's snapshot, "
+                f"VLLM_STARTING_ENGINE_GIB) vs required {self.required_gib:.2f} GiB "
+                f"({cfg.BOX_USABLE_MEMORY_GIB:g} x gpu_memory_utilization {self.utilization:g}); slack "
+                f"{self.slack_gib:.2f} GiB over its planned {self.footprint_gib:.2f} GiB against a margin of "
+                f"{cfg.VLLM_ADMISSION_MARGIN_GIB:g} GiB")
 
 
 class AdmissionError(SparkctlError):
@@ -82,7 +95,9 @@ class AdmissionError(SparkctlError):
         super().__init__(
             f"{start.host or 'the box'}: vLLM would refuse to start {start.service} ({start.start}): "
             f"{start.arithmetic(cfg)}. vLLM: {start.refusal} Free memory for it: a smaller {start.setting or 'KV budget'}"
-            f", fewer EMBEDDERS, or a smaller VLLM_ADMISSION_MARGIN_GIB (now {cfg.VLLM_ADMISSION_MARGIN_GIB:g} GiB)")
+            f", fewer EMBEDDERS, or a smaller VLLM_ADMISSION_MARGIN_GIB (now {cfg.VLLM_ADMISSION_MARGIN_GIB:g} GiB; "
+            f"VLLM_STARTING_ENGINE_GIB {cfg.VLLM_STARTING_ENGINE_GIB:g} GiB is what a starting service was seen to "
+            f"hold)")
 
 
 # --- vLLM's rule ------------------------------------------------------------------------------------------------------
@@ -166,12 +181,14 @@ def judge(cfg: GroupData, host: str, engine: Engine, start: str, running: list[E
           utilization_of: Callable[[Engine], float] | None = None, rule=None) -> Start:
     """vLLM's verdict on one start of `engine` beside `running`."""
     u = utilization_of(engine) if utilization_of else utilization(engine.footprint_gib, cfg, engine.service)
-    free = cfg.BOX_USABLE_MEMORY_GIB - cfg.OS_RESERVE_GIB - sum(e.footprint_gib for e in running)
+    own = cfg.VLLM_STARTING_ENGINE_GIB  # held by the starting service itself when vLLM measures free memory
+    free = cfg.BOX_USABLE_MEMORY_GIB - cfg.OS_RESERVE_GIB - sum(e.footprint_gib for e in running) - own
     total_bytes = int(round(cfg.BOX_USABLE_MEMORY_GIB * GIB))
     requested, refusal = (rule or vllm_rule())(int(free * GIB), total_bytes, u)
     return Start(host=host, service=engine.service, start=start,
                  running=tuple(f"{e.service} {e.footprint_gib:.2f}" for e in running), free_gib=free,
-                 required_gib=requested / GIB, utilization=u, refusal=refusal, setting=engine.setting)
+                 required_gib=requested / GIB, utilization=u, refusal=refusal, setting=engine.setting,
+                 footprint_gib=engine.footprint_gib, starting_gib=own)
 
 
 def walk(cfg: GroupData, engines: list[Engine], flips: list[Engine], host: str = "",

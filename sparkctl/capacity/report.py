@@ -273,10 +273,12 @@ def provenance_lines(m: ModelPlan) -> list[str]:
 
 
 def admission_json(starts: dict) -> dict:
-    """{box: [{service, start, running, free_gib, required_gib, utilization, admitted, refusal}] or the reason}."""
+    """{box: [{service, start, running, free_gib, required_gib, footprint_gib, slack_gib, utilization, admitted,
+    refusal}] or the reason}."""
     return {box: walked if isinstance(walked, str) else
             [{"service": s.service, "start": s.start, "running": list(s.running), "free_gib": round(s.free_gib, 3),
-              "required_gib": round(s.required_gib, 3), "utilization": s.utilization, "admitted": s.admitted,
+              "required_gib": round(s.required_gib, 3), "footprint_gib": round(s.footprint_gib, 3),
+              "slack_gib": round(s.slack_gib, 3), "utilization": s.utilization, "admitted": s.admitted,
               "refusal": s.refusal} for s in walked] for box, walked in starts.items()}
 
 
@@ -290,14 +292,17 @@ def print_admission(starts: dict, cfg) -> None:
         if isinstance(walked, str):
             console.print(f"[red]admission ({box}): cannot be walked: {walked}[/red]", highlight=False)
             continue
-        table = Table(title=f"vLLM's start-up admission on the {box} (free then vs ceil({cfg.BOX_USABLE_MEMORY_GIB:g} "
-                            f"GiB x --gpu-memory-utilization); planned footprint + {cfg.VLLM_ADMISSION_MARGIN_GIB:g} "
-                            f"GiB margin)", title_justify="left")
-        for col in ("service", "start", "running beside it (GiB)", "free GiB", "required GiB", "utilization", ""):
+        table = Table(title=f"vLLM's start-up admission on the {box} (free at vLLM's snapshot, the starting service "
+                            f"holding {cfg.VLLM_STARTING_ENGINE_GIB:g} GiB itself, vs ceil("
+                            f"{cfg.BOX_USABLE_MEMORY_GIB:g} GiB x --gpu-memory-utilization) = planned footprint + "
+                            f"{cfg.VLLM_ADMISSION_MARGIN_GIB:g} GiB margin; slack = free - footprint)",
+                      title_justify="left")
+        for col in ("service", "start", "running beside it (GiB)", "free GiB", "required GiB", "slack GiB",
+                    "utilization", ""):
             table.add_column(col)
         for s in walked:
             table.add_row(s.service, s.start, ", ".join(s.running) or "-", f"{s.free_gib:.2f}",
-                          f"{s.required_gib:.2f}", f"{s.utilization:g}",
+                          f"{s.required_gib:.2f}", f"{s.slack_gib:.2f}", f"{s.utilization:g}",
                           "admitted" if s.admitted else "[red]REFUSED[/red]")
         console.print(table)
         for s in walked:

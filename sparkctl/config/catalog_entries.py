@@ -120,7 +120,12 @@ QWEN_EMBED = {
     "title": "Qwen3-Embedding-0.6B",
     "checkpoint": {"repo": "Qwen/Qwen3-Embedding-0.6B", "revision": "main"},
     "served_name": "embed-qwen3",
-    "max_model_len": 32768,
+    # what one embedding request needs, not the model's 32,768-token limit: an embedding input is one chunk of a
+    # document, and the OpenAI-compatible embeddings API the gateway serves caps an input at 8,191 tokens
+    # (text-embedding-3's limit, which clients chunk to); bge-m3 beside it takes 8,192. The KV of one request
+    # (config.json: 28 layers x 2 x 8 KV heads x 128 x 2 bytes BF16 = 112 KiB a token) is then 8,192 x 112 KiB =
+    # 0.875 GiB, where 32,768 tokens would need 3.5 GiB each, taken from the Laguna flip's slack (docs/capacity.md)
+    "max_model_len": 8192,
     "extra_args": ["--runner", "pooling"],
     # calibrated: set so both embedders (+2 GiB KV each) and OS_RESERVE_GIB add up to the 15.6 GiB the production
     # figures imply (121.6 usable - 44 resident - 62 free)
@@ -132,6 +137,8 @@ BGE_M3 = {
     "title": "BAAI bge-m3",
     "checkpoint": {"repo": "BAAI/bge-m3", "revision": "main"},
     "served_name": "embed-bge-m3",
+    # the model's own limit (config.json: 8,194 positions, 2 of them XLM-R's offset) and the OpenAI-sized input above;
+    # an encoder-only model: vLLM 0.32.0 allocates it no KV cache, so its budget is an upper bound (docs/capacity.md)
     "max_model_len": 8192,
     "extra_args": ["--runner", "pooling"],
     "memory": {"resident_gib": 2.8, "resident_source": "calibrated",  # calibrated like the other embedder's

@@ -77,6 +77,9 @@ class GroupData(BaseModel):
     EMBEDDER_KV_FLOOR_GIB: t.GiB
     PLAN_MEASURED_TOLERANCE: t.Fraction
     VLLM_ADMISSION_MARGIN_GIB: t.GiBOrZero
+    VLLM_STARTING_ENGINE_GIB: t.GiBOrZero
+    PAGE_CACHE_EVICTION: Annotated[Literal["checkpoints", "drop-caches", "off"],
+                                   Field(description="one of checkpoints, drop-caches, off")]
     UNIFIED_MEMORY_STANDIN: t.RootProgramOrEmpty  # ExecStartPre=+: run as root before every vLLM start
     # NVIDIA driver and CUDA
     NVIDIA_DRIVER_BRANCH: t.Count

@@ -19,6 +19,7 @@ from sparkctl import REPO_ROOT
 from sparkctl.box import contract
 from sparkctl.capacity import admission
 from sparkctl.capacity.venv import pip_args, ray_requirement, vllm_venv  # noqa: F401 - the units' names for them
+from sparkctl.config import box_paths
 from sparkctl.config.catalog import CODER
 from sparkctl.config.schema import GroupData
 from sparkctl.config.service import Service, snapshot_path
@@ -127,7 +128,7 @@ def render_unit(svc: Service, cfg: GroupData) -> str:
     return render_template("vllm.service.j2", svc=svc, d=cfg,
                            env_path=f"{cfg.ENV_DIR}/{svc.env_file}",
                            vllm_bin=f"{vllm_venv(cfg)}/bin/vllm", admission_standin=admission_standin(svc, cfg),
-                           devices_unit=DEVICES_UNIT)
+                           page_cache=page_cache_step(svc, cfg), devices_unit=DEVICES_UNIT)
 
 
 def render_devices_unit(cfg: GroupData) -> str:
@@ -142,7 +143,19 @@ def admission_standin(svc: Service, cfg: GroupData) -> str:
         return ""
     return shlex.join([f"{vllm_venv(cfg)}/bin/python", cfg.UNIFIED_MEMORY_STANDIN, "--service", svc.name,
                        "--env-dir", cfg.ENV_DIR, "--total-gib", f"{cfg.BOX_USABLE_MEMORY_GIB:g}",
-                       "--os-reserve-gib", f"{cfg.OS_RESERVE_GIB:g}"])
+                       "--os-reserve-gib", f"{cfg.OS_RESERVE_GIB:g}",
+                       "--starting-gib", f"{cfg.VLLM_STARTING_ENGINE_GIB:g}",
+                       "--page-cache-dir", f"{cfg.MODEL_STORE}/hub"])
+
+
+def page_cache_step(svc: Service, cfg: GroupData) -> str:
+    """The ExecStartPre=+ that evicts the checkpoints' page cache before every start of the service
+    (PAGE_CACHE_EVICTION, sparkctl/box/page_cache.py; as root, outside the sandbox), so vLLM's memory snapshot is
+    taken after it; "" when off."""
+    if cfg.PAGE_CACHE_EVICTION == "off":
+        return ""
+    return shlex.join([f"{vllm_venv(cfg)}/bin/python", f"{box_paths.bin_dir(cfg.SPARKCTL_HOME)}/page_cache.py",
+                       "--mode", cfg.PAGE_CACHE_EVICTION, "--hub", f"{cfg.MODEL_STORE}/hub", "--service", svc.name])
 
 
 def rollout_env(cfg: GroupData) -> str:

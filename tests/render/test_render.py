@@ -191,7 +191,8 @@ def test_a_tensor_parallel_engine_unit_passes_systemd_analyze_verify(gx10_data, 
     s = validate(dict(gx10_data, SPARK_TOPOLOGY="tensor-parallel"), "spark-2", hosts=pair)
     text = units.render_unit(s.coder, s.cfg)
     assert "LimitMEMLOCK=infinity" in text.splitlines()
-    root = systemd_root(tmp_path, {s.coder.unit: text}, [f"{units.vllm_venv(s.cfg)}/bin/vllm"])
+    root = systemd_root(tmp_path, {s.coder.unit: text}, [f"{units.vllm_venv(s.cfg)}/bin/vllm",
+                                                         f"{units.vllm_venv(s.cfg)}/bin/python"])  # page cache step
     assert verify(root, s.coder.unit) == (0, "")
 
 
