@@ -34,17 +34,23 @@ def native_pair(cfg: GroupData, role) -> bool:
     return role.tensor_parallel and cfg.TP_BACKEND == "native"
 
 
+def gate_wait(cfg: GroupData) -> float:
+    """The longest one gate of the box may take, s: a cold start's (its build and model never ready on the box before:
+    HEALTH_COLD_READY_TIMEOUT_S, never shorter than a warm start's HEALTH_READY_TIMEOUT_S; readiness_gate.py)."""
+    return max(cfg.HEALTH_READY_TIMEOUT_S, cfg.HEALTH_COLD_READY_TIMEOUT_S)
+
+
 def worker_wait(cfg: GroupData) -> float:
     """How long a tensor-parallel worker's transaction waits for its head at each step, s (`apply --peer-timeout`):
-    the head's drain and its gate, its rollback's gate, and its acceptance verdict."""
+    the head's drain and its gate, its rollback's gate, and its acceptance verdict (each gate may be a cold start)."""
     verdict = cfg.ACCEPTANCE_VERDICT_TIMEOUT_S if cfg.ACCEPTANCE_ENABLED else 0
-    return cfg.DRAIN_TIMEOUT_S + 2 * cfg.HEALTH_READY_TIMEOUT_S + verdict
+    return cfg.DRAIN_TIMEOUT_S + 2 * gate_wait(cfg) + verdict
 
 
 def pair_restart_wait(cfg: GroupData) -> float:
     """The longest one box of a pair restart waits for the other, s (`restart --peer-timeout`): the other's stop,
-    then its gate."""
-    return cfg.SERVICE_STOP_TIMEOUT_S + cfg.HEALTH_READY_TIMEOUT_S
+    then its gate (which may be a cold start)."""
+    return cfg.SERVICE_STOP_TIMEOUT_S + gate_wait(cfg)
 
 
 def peer_facts(cfg: GroupData, address: str, command: str) -> dict:

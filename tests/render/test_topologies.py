@@ -135,17 +135,22 @@ def test_tensor_parallel_unit_id_is_one_for_both_boxes_and_moves_with_either(gx1
 
 def test_the_pairs_waits_cover_what_the_other_box_may_take(gx10_data):
     """The worker's transaction waits through the head's drain, its gate, a rollback's gate and the acceptance
-    verdict; a pair restart through the other box's stop and gate. Only the native backend runs a pair as one
-    unit (with Ray the worker runs no vLLM service), and only tensor-parallel."""
+    verdict; a pair restart through the other box's stop and gate. Each gate may be a cold start's, the longest
+    (HEALTH_COLD_READY_TIMEOUT_S). Only the native backend runs a pair as one unit (with Ray the worker runs no vLLM
+    service), and only tensor-parallel."""
     s = settings_pair(gx10_data, "tensor-parallel")
     cfg, role = s["spark-2"].cfg, s["spark-2"].role
     follow = link.peer_facts(cfg, role.head_address, "apply")
     assert follow["peer_timeout"] == \
-        cfg.DRAIN_TIMEOUT_S + 2 * cfg.HEALTH_READY_TIMEOUT_S + cfg.ACCEPTANCE_VERDICT_TIMEOUT_S
+        cfg.DRAIN_TIMEOUT_S + 2 * cfg.HEALTH_COLD_READY_TIMEOUT_S + cfg.ACCEPTANCE_VERDICT_TIMEOUT_S
+    assert cfg.HEALTH_COLD_READY_TIMEOUT_S > cfg.HEALTH_READY_TIMEOUT_S
     no_verdict = link.peer_facts(changed(cfg, ACCEPTANCE_ENABLED=False), role.head_address, "apply")
     assert no_verdict["peer_timeout"] == follow["peer_timeout"] - cfg.ACCEPTANCE_VERDICT_TIMEOUT_S
     restart = link.peer_facts(cfg, role.head_address, "restart")
-    assert restart["peer_timeout"] == cfg.SERVICE_STOP_TIMEOUT_S + cfg.HEALTH_READY_TIMEOUT_S
+    assert restart["peer_timeout"] == cfg.SERVICE_STOP_TIMEOUT_S + cfg.HEALTH_COLD_READY_TIMEOUT_S
+    # a cold deadline set below the warm one is read as the warm one (the box does the same)
+    short = link.peer_facts(changed(cfg, HEALTH_COLD_READY_TIMEOUT_S=1), role.head_address, "restart")
+    assert short["peer_timeout"] == cfg.SERVICE_STOP_TIMEOUT_S + cfg.HEALTH_READY_TIMEOUT_S
     assert follow["peer_status_cmd"] == restart["peer_status_cmd"] == link.peer_status_command(cfg, role.head_address)
     assert link.native_pair(cfg, role)
     assert not link.native_pair(settings_pair(gx10_data, "tensor-parallel", backend="ray")["spark-2"].cfg, role)
