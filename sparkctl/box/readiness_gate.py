@@ -85,13 +85,13 @@ def deadline_of(a, cold: bool) -> float:
 def wedged(a, cold: bool, elapsed: float, progress: Progress) -> str:
     """Why a start past the warm deadline is judged wedged ("" while it may go on): a cold start goes on past
     HEALTH_READY_TIMEOUT_S only while its journal advances within HEALTH_STALL_S."""
-    if not cold or elapsed < a.timeout:
+    if not cold:
         return ""
-    silent = progress.silent_for()
-    if silent < a.stall:
+    silent = progress.silent_for()  # read at every poll: the silence is measured from the last new line
+    if elapsed < a.timeout or silent < a.stall:
         return ""
-    return (f"wedged: a cold start past the warm deadline ({a.timeout:.0f} s, HEALTH_READY_TIMEOUT_S) whose journal "
-            f"had no new line for {silent:.0f} s (HEALTH_STALL_S {a.stall:.0f} s)")
+    return (f"wedged after {elapsed:.1f} s: a cold start past the warm deadline ({a.timeout:.0f} s, "
+            f"HEALTH_READY_TIMEOUT_S) whose journal had no new line for {silent:.0f} s (HEALTH_STALL_S {a.stall:.0f} s)")
 
 
 def http_json(url: str, body: dict | None, timeout: float) -> tuple[int, dict]:

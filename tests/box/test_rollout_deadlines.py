@@ -10,6 +10,7 @@ start keeps the warm deadline. Here the warm deadline is 1 s and the cold one 20
 from __future__ import annotations
 
 import json
+import re
 
 from sparkctl.box import contract
 from tests.box.test_rollout_box import box, restarts  # noqa: F401  (the fixture)
@@ -17,10 +18,11 @@ from tests.box.test_rollout_box import box, restarts  # noqa: F401  (the fixture
 WAITS = {"timeout": 1, "cold-timeout": 20, "stall": 1}  # warm 1 s, cold 20 s, stalled after 1 s without a line
 
 
-def slow(b, model: str, seconds: float, logging: bool) -> None:
-    """`model` answers `seconds` after its start; its journal advances meanwhile when `logging`."""
+def slow(b, model: str, seconds: float, logging: bool, logs_for: float | None = None) -> None:
+    """`model` answers `seconds` after its start; its journal advances meanwhile when `logging` (for `logs_for` s
+    after its start when given)."""
     (b.sd / "slow").write_text(f"{model} {seconds}\n")
-    (b.sd / "logging").write_text(f"{model}\n" if logging else "")
+    (b.sd / "logging").write_text(f"{model} {logs_for if logs_for is not None else ''}\n" if logging else "")
 
 
 def warm_records(b) -> list[dict]:
@@ -53,6 +55,20 @@ def test_a_cold_start_whose_journal_stops_for_the_stall_window_is_rolled_back_as
     assert "wedged" in res["why"] and "HEALTH_STALL_S" in res["why"] and "HEALTH_READY_TIMEOUT_S" in res["why"]
     assert res["total_s"] < WAITS["cold-timeout"]  # judged by its silence, not by the cold deadline
     assert [r["model"] for r in warm_records(box)] == ["qwen"]  # a failed start is not warm
+
+
+def test_a_cold_start_silent_since_before_the_warm_deadline_is_wedged_at_the_warm_deadline(box):
+    box.converge("qwen")
+    slow(box, "laguna", 60, logging=True, logs_for=0.2)  # logs for 0.2 s, then nothing: its silence began early
+    box.stage("laguna")
+    r = box.run(**{**WAITS, "timeout": 3, "stall": 3})
+    assert r.returncode == contract.code(contract.ROLLED_BACK), r.stdout + r.stderr
+    res = box.result()
+    assert res["cold_start"] is True
+    # the silence is counted from its last line (0.2 s after the start): wedged soon after the warm deadline (3 s),
+    # not a whole stall window (3 s) after it
+    after = float(re.search(r"wedged after ([0-9.]+) s", res["why"]).group(1))
+    assert 3 <= after < 3 + 2
 
 
 def test_a_warm_start_keeps_the_warm_deadline_even_while_it_logs(box):

@@ -2,7 +2,8 @@
 """Stand-in `systemctl`, `systemd-run` and `journalctl` for the box-side rollout tests (installed on PATH under
 those names; argv[0] picks the tool). State lives in $FAKE_SD: units/<unit>.json, calls.log, broken (models that
 crash at start), unready (models that start but never answer), slow ("model seconds" lines: models that answer only
-that long after their start), logging (models whose journal keeps advancing while they start), kill_on ("verb#n":
+that long after their start), logging (models whose journal keeps advancing while they start: "model [seconds]"
+lines), kill_on ("verb#n":
 SIGKILL the caller on the n-th such call, to interrupt a rollout there).
 
 A vLLM unit "starts" by reading SPARKCTL_MODEL from its env file: a broken model goes to auto-restart, any other
@@ -74,6 +75,7 @@ def start(unit):
     unready = open(f"{SD}/unready").read().split() if os.path.exists(f"{SD}/unready") else []
     st = load(unit)
     st["InvocationID"] = uuid.uuid4().hex  # a new one at every start, as systemd's
+    st["StartedAt"] = time.time()
     slow = dict(line.split() for line in open(f"{SD}/slow").read().splitlines()) if os.path.exists(f"{SD}/slow") \
         else {}
     if model in slow:  # starts and stays active, answers only after that many seconds (a long cold start)
@@ -93,15 +95,19 @@ def start(unit):
 
 
 def journal_cursor():
-    """The journal's newest cursor: a unit whose model is in $FAKE_SD/logging writes a line every tenth of a second
-    while it starts (a cold start compiling), every other one's journal stands still after its start."""
+    """The journal's newest cursor: a unit whose model is in $FAKE_SD/logging ("model [seconds]" lines) writes a line
+    every tenth of a second after its start (a cold start compiling), for that many seconds when given; every other
+    one's journal stands still after its start."""
     try:
         env = open(f"{os.environ['SPARKCTL_ENV_DIR']}/vllm-coder.env").read()
         model = re.search(r"^SPARKCTL_MODEL=(.*)$", env, re.M).group(1)
-        logging = open(f"{SD}/logging").read().split()
+        logging = dict((line.split() + ["inf"])[:2] for line in open(f"{SD}/logging").read().splitlines() if line)
     except (FileNotFoundError, AttributeError, KeyError):
         return "s=still"
-    return f"s={int(time.time() * 10)}" if model in logging else "s=still"
+    if model not in logging:
+        return "s=still"
+    now = min(time.time(), load("vllm-coder.service").get("StartedAt", 0) + float(logging[model]))
+    return f"s={int(now * 10)}"
 
 
 def systemctl(args):
