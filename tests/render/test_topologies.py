@@ -89,6 +89,12 @@ def test_tensor_parallel_native_head_and_headless_worker(tmp_path):
     worker_join = order.index("Tensor-parallel unit | Tensor-parallel: the worker's vllm-coder ends with the head's "
                               "result")
     assert worker_start < head_rollout < worker_join  # one unit: the worker waits for the head's verdict
+    # the pair's link judged first, both boxes at once, one rank each (tasks/rollout.py link_before_swap)
+    link_op = next(i for i, o in enumerate(order) if o.startswith("vLLM services | Judge the pair's link"))
+    assert link_op < worker_start
+    for rank, box in enumerate(PAIR):
+        probe = [c for c in cmds(out, box) if "link_probe.py --rank" in c]
+        assert len(probe) == 1 and f"--rank {rank} --world 2 --master 192.168.100.10" in probe[0], probe
     # the worker reads the head's status over the link with the pair's key; the head forces that read-only command,
     # and the worker the same for the head (its watchdog judges the pair as one unit), each from the other only
     peer = shlex.split(worker[0])
@@ -266,6 +272,21 @@ def test_gateway_handoff_and_kubernetes_manifests(gx10_data, tmp_path):
     assert all(e["box"] != "spark-2" for items in dropped["models"].values() for e in items)
     ep, k8s = gateway.write(tmp_path, merged, docs)
     assert json.loads(ep.read_text())["schema"] == "sparkctl.endpoints/1" and "EndpointSlice" in k8s.read_text()
+
+
+def test_a_pairs_link_below_the_floor_leaves_both_boxes_serving_and_fails_them_naming_the_figure(tmp_path,
+                                                                                                 monkeypatch):
+    """The whole deploy with the link probe answering 5.2 GB/s on both ranks (LINK_MIN_BUSBW_GBPS = 15): neither box's
+    coder transaction starts (no `rollout.py apply coder`: nothing drained, stopped or installed), the head's
+    embedders still roll out, and the health step fails both boxes with the measured figure and the setting."""
+    monkeypatch.setenv("FAKE_LINK_BUSBW", "5.2")
+    out = run_pair(tmp_path, "tensor-parallel")
+    assert [r.split()[0] for r in rollouts(out, "spark-1")] == ["embed-qwen3", "embed-bge-m3"]
+    assert rollouts(out, "spark-2") == []
+    assert all(any("link_probe.py --rank" in c for c in cmds(out, box)) for box in PAIR)
+    assert sorted(out["failed_hosts"]) == [f"@fake/{b}" for b in PAIR]
+    assert "busbw 5.20 GB/s (below the floor)" in out["log"] and "LINK_MIN_BUSBW_GBPS = 15 GB/s" in out["log"]
+    assert "link was judged before its swap and refused" in out["log"]
 
 
 def test_a_tensor_parallel_pool_in_a_fleet_deploys_its_pair_and_leaves_the_other_box_alone(tmp_path, monkeypatch):
