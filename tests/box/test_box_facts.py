@@ -204,7 +204,7 @@ def test_uploaded_scripts_run_alone_with_the_system_python(tmp_path):
 
 # --- issue 20: a rollout in progress, and its deadline ---
 
-READY_S, DRAIN_S = 600.0, 300.0  # the limits the facts unit passes (HEALTH_READY_TIMEOUT_S, DRAIN_TIMEOUT_S)
+READY_S, DRAIN_S = 600.0, 300.0  # the limits the facts unit passes (HEALTH_COLD_READY_TIMEOUT_S, DRAIN_TIMEOUT_S)
 
 
 def stage_rendered(b, data: dict, model: str) -> str:
