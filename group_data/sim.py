@@ -162,9 +162,12 @@ RAY_DASHBOARD = False
 
 # --- measuring on 2 CPU cores ------------------------------------------------------------------------------------
 HEALTH_READY_TIMEOUT_S = 600  # CPU vLLM is ready in ~15-40 s; leave room for three starting at once
+HEALTH_COLD_READY_TIMEOUT_S = 900  # a first start compiles more on CPU too (torch.compile, Triton)
+HEALTH_STALL_S = 120  # CPU vLLM logs every few seconds while it starts, s
 # the least each wait needs here (tiny stand-ins load, answer and finish in seconds), s; a scenario may set a wait
 # shorter still: below its floor it is warned about, not refused
-BOX_TIMEOUT_FLOORS_S = {"HEALTH_READY_TIMEOUT_S": 60, "ACCEPTANCE_VERDICT_TIMEOUT_S": 60, "DRAIN_TIMEOUT_S": 60}
+BOX_TIMEOUT_FLOORS_S = {"HEALTH_READY_TIMEOUT_S": 60, "HEALTH_COLD_READY_TIMEOUT_S": 60,
+                        "ACCEPTANCE_VERDICT_TIMEOUT_S": 60, "DRAIN_TIMEOUT_S": 60}
 BOX_TIMEOUT_FLOOR_MODE = "warn"
 BENCH_WINDOW_S = 10  # decode window, s
 BENCH_MAX_TOKENS = 256  # per probe request

@@ -5,6 +5,8 @@ box boundary's contract (sparkctl/box/contract.py), every outcome read by name."
 from __future__ import annotations
 
 import json
+import shlex
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import partial
@@ -16,8 +18,11 @@ from pyinfra.api import FunctionCommand, StringCommand, operation
 from sparkctl.box import contract
 from sparkctl.fleet.wave_gate import Decision, WaveGate, describe_stop, rollout_gate, wait_turn
 from sparkctl.fleet.waves import FleetWaves
+from sparkctl.render.link import judge_pair, probe_argv, probe_wait
 from tasks.common import box_command, connector_args, follow_transaction, mark_ready
 from tasks.facts import RolloutStatus
+
+LINK_RESULT_GRACE_S = 60  # past the probe's own timeout, how long one box waits for the other's result (its ssh), s
 
 
 @dataclass(frozen=True)
@@ -68,6 +73,19 @@ class Judging:
     judge: Callable
 
 
+@dataclass(frozen=True)
+class LinkCheck:
+    """A tensor-parallel pair's link, judged before its swap: this box's rank of the link probe
+    (sparkctl.render.link.probe_argv), how long the other box's result may take, and the floor it is judged
+    against (LINK_MIN_BUSBW_GBPS)."""
+
+    pair: tuple[str, ...]  # head first
+    service: str  # the pair's coder, the one service the two boxes run as one unit
+    command: StringCommand
+    wait_s: float
+    floor_gbps: float
+
+
 @dataclass
 class RolloutLedger:
     """What the rollout operations learn while pyinfra executes, for the ops after them.
@@ -91,6 +109,8 @@ class RolloutLedger:
     known_failed: dict[str, list[str]] = field(default_factory=dict)  # box -> one line per service left as it was
     status: dict[tuple, dict] = field(default_factory=dict)  # (box, executing, ...) -> rollout.py status: one call
     detached: dict[tuple[str, str], str] = field(default_factory=dict)  # (box, service) -> txn of rollout_start
+    links: dict[tuple[str, ...], dict[str, dict]] = field(default_factory=dict)  # pair -> box -> its probe's result
+    link_refused: dict[tuple, str] = field(default_factory=dict)  # (pair, its coder) -> why its swap was refused
 
 
 LEDGER_ATTRIBUTE = "sparkctl_rollout_ledger"  # where run_ledger keeps this run's ledger on pyinfra's State
@@ -166,6 +186,8 @@ def _follow_in_wave(state, host, ledger: RolloutLedger, service: str, *args, **k
     """_follow, its result recorded in the wave gate whatever happens (a wave waits for every box's result)."""
     ok = False
     try:
+        if _link_refused(host, ledger, service):  # the pair serves on, untouched: a unit that did not roll out
+            return True
         ok = bool(_follow(state, host, service, *args, **kwargs))
     finally:
         _wave_gate_of(state, ledger, service).record(host.name, ok)
@@ -243,6 +265,8 @@ def _awaiting(state, host, service: str, started: dict, result: dict, ours: bool
 
 def _start(state, host, ledger: RolloutLedger, service: str, apply_cmd: StringCommand) -> bool:
     """Start (or attach to) the box's transaction and return: a tensor-parallel worker's waits for its head."""
+    if _link_refused(host, ledger, service):
+        return True
     started = _apply(host, connector_args(host), service, apply_cmd)
     if not started:
         return False
@@ -254,6 +278,9 @@ def _start(state, host, ledger: RolloutLedger, service: str, apply_cmd: StringCo
 
 def _join(state, host, ledger: RolloutLedger, service: str, rollout_py, interval: float) -> bool:
     """Follow a transaction rollout_start started until it records its result."""
+    if (_pair_of(ledger, host.name), service) in ledger.link_refused:
+        host.log(f"vllm-{service}: no transaction to follow: the pair's link was refused before its swap")
+        return True
     txn = ledger.detached.pop((host.name, service), None)
     if txn is None:
         host.log_styled(f"vllm-{service}: no transaction was started here to follow", fg="red", log_func=logger.error)
@@ -349,3 +376,83 @@ def rollout_join(service: str, script: str, interval: float, ledger: RolloutLedg
         host.noop(f"vllm-{service}: nothing to follow on this box")
         return
     yield FunctionCommand(_join, (ledger, service, partial(box_command, env_prefix, script), interval), {})
+
+
+# --- a tensor-parallel pair's link, judged before its swap ---------------------------------------------------------
+def _pair_of(ledger: RolloutLedger, box: str) -> tuple[str, ...] | None:
+    return next((pair for pair in ledger.links if box in pair), None)
+
+
+def _link_refused(host, ledger: RolloutLedger, service: str) -> bool:
+    """Execution time, first thing in a pair's rollout ops: the link probe refused the swap. Nothing is started on
+    this box; the line goes to the health step's report, which fails the box after everything else was applied."""
+    why = ledger.link_refused.get((_pair_of(ledger, host.name), service))  # the pair's coder only
+    if why is None:
+        return False
+    line = (f"vllm-{service}: the tensor-parallel pair's link was judged before its swap and refused: {why}; nothing "
+            f"was stopped")
+    ledger.known_failed.setdefault(host.name, []).append(line)
+    host.log_styled(line, fg="red", log_func=logger.error)
+    return True
+
+
+def _probe_result(ok: bool, out) -> dict:
+    """link_probe.py's JSON line (the last one on stdout), or why there is none."""
+    for line in reversed(list(out.stdout_lines) if out is not None else []):
+        try:
+            doc = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(doc, dict):
+            return doc
+    err = " ".join(out.stderr_lines)[-500:] if out is not None else ""
+    return {"error": f"no result ({'exit 0' if ok else 'failed or timed out'}): {err or 'no output'}"}
+
+
+def _probe_link(state, host, ledger: RolloutLedger, check: LinkCheck) -> bool:
+    """Execution time, on both boxes of the pair at once (one op, every host's greenlet): run this box's rank, record
+    its result, wait for the other's, judge both. A refusal changes nothing on either box: the pair's rollout ops
+    then skip (_link_refused)."""
+    results = ledger.links.setdefault(check.pair, {})
+    ok, out = host.run_shell_command(check.command, **connector_args(host))
+    results[host.name] = _probe_result(ok, out)
+    deadline = time.monotonic() + check.wait_s + LINK_RESULT_GRACE_S
+    while any(box not in results for box in check.pair) and time.monotonic() < deadline:
+        gevent.sleep(1)
+    passed, why = judge_pair(results, check.pair, check.floor_gbps)
+    if passed:
+        host.log(f"the pair's link before its swap: {why}")
+        return True
+    ledger.link_refused.setdefault((check.pair, check.service), why)
+    host.log_styled(f"the pair's link before its swap: REFUSED: {why}; the pair is not swapped and serves on",
+                    fg="red", log_func=logger.error)
+    return True
+
+
+def link_check(cfg, role, box: str, service: str) -> LinkCheck:
+    """This box's part of the link probe of its tensor-parallel pair (role: its topology role; service: the pair's
+    coder)."""
+    return LinkCheck(tuple(role.pair), service, StringCommand(shlex.join(probe_argv(cfg, box, tuple(role.pair)))),
+                     probe_wait(cfg), float(cfg.LINK_MIN_BUSBW_GBPS))
+
+
+@operation()
+def link_before_swap(box: BoxScript, check: LinkCheck, ledger: RolloutLedger):
+    """A tensor-parallel pair's link probe across both boxes, before its rollout stops anything, when the pair has a
+    change to roll out (its coder's staged configuration is not the one it runs, and no transaction runs yet): both
+    boxes run this op at once, one rank each. Below LINK_MIN_BUSBW_GBPS (or a rank that fails) the pair's rollout
+    ops change nothing and the pair serves on; the health step fails the box, naming the figure and the setting."""
+    service = check.service
+    status = rollout_status(ledger, box).get(service, {})
+    ledger.links.setdefault(check.pair, {})  # the pair is known, probed or not (_pair_of)
+    if status.get("running") or status.get("phase"):
+        host.noop(f"vllm-{service}: a transaction already runs; its link was judged when it started")
+        return
+    if status.get("active") and status.get("applied") and status["applied"] == status.get("wanted"):
+        host.noop(f"vllm-{service} already runs its configuration: no swap, no link probe")
+        return
+    failed = status.get("failed")
+    if failed and not box.setting_values["ROLLOUT_RETRY_FAILED"]:
+        host.noop(f"vllm-{service}: its configuration failed before and is not retried: no swap, no link probe")
+        return
+    yield FunctionCommand(_probe_link, (ledger, check), {})

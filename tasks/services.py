@@ -34,7 +34,8 @@ from sparkctl.errors import Refused
 from sparkctl.fleet.waves import rollout_waves
 from tasks.common import ready_target
 from tasks.facts import VenvsInUse
-from tasks.rollout import BoxScript, Judging, RolloutLedger, Target, WavePlan, rollout, rollout_start
+from tasks.rollout import (BoxScript, Judging, RolloutLedger, Target, WavePlan, link_before_swap, link_check, rollout,
+                           rollout_start)
 
 
 def box_script(cfg: GroupData, services: tuple[str, ...]) -> BoxScript:
@@ -116,6 +117,10 @@ def services(settings: Settings, judge, ledger: RolloutLedger, service_list: lis
     box = box_script(cfg, tuple(s.name for s in service_list))
     stage(cfg, service_list)
     plan_waves(settings, ledger, [s.name for s in service_list if not s.headless])
+    if native_pair(cfg, settings.role):  # both boxes at once, before either box's transaction starts
+        link_before_swap(name=f"Judge the pair's link before its swap ({', '.join(settings.role.pair)}, "
+                              f"LINK_MIN_BUSBW_GBPS)", box=box,
+                         check=link_check(cfg, settings.role, settings.host_name, settings.coder.name), ledger=ledger)
     worker_rollouts = {}
     for svc in service_list:  # tensor-parallel: the worker's transaction starts first and waits for the head's
         if svc.headless:

@@ -2,7 +2,7 @@
 wait, a tensor-parallel worker's following of its head, and the watchdog's restart), the checkpoint download and
 verification, vLLM's own argument check, the watchdog and the metrics textfiles; the box's retire (retire_services.py,
 which `pyinfra inventory.py retire.py` uploads and runs); and the pair's link probe (link_probe.py: an all-reduce
-across a tensor-parallel pair, run by a rehearsal with torch from the box's vLLM venv).
+across a tensor-parallel pair, run by a rehearsal and before a pair's swap, with torch from the box's vLLM venv).
 
 Standard library only (plus, where named, the box's vLLM venv): they run with the box's python3, and nothing here
 imports the rest of sparkctl. The control side refers to them by path, except contract.py, the box boundary written

@@ -154,7 +154,7 @@ def running_rollouts(names) -> dict[str, float | None]:
 class Limits(NamedTuple):
     """What a rollout may take on this box: the settings its transactions and restarts are given."""
     env_dir: str  # ENV_DIR: the services' env files (served names)
-    ready_s: float  # HEALTH_READY_TIMEOUT_S: a (re)started service's load and gate
+    ready_s: float  # HEALTH_COLD_READY_TIMEOUT_S: a (re)started service's load and gate (a cold start's, the longest)
     drain_s: float  # DRAIN_TIMEOUT_S: the wait for running requests before a restart
 
 

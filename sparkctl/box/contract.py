@@ -168,7 +168,7 @@ FAILED_FIELDS = ("at", "why", "model")  # status["failed"]: the staged candidate
 LAST_FIELDS = ("txn", "outcome", "finished", "message", "candidate", "by")  # status["last"]: the last result
 RESULT_REQUIRED = ("txn", "service", "unit", "started", "rc", "outcome", "message", "finished", "total_s")
 RESULT_OPTIONAL = ("candidate", "model", "why", "load_s", "drain_s", "restart_s", "verdict", "failed_at", "by",
-                   "restart_only", "stamp")
+                   "restart_only", "stamp", "cold_start")  # cold_start: the gate was a cold start's (rollout_txn.py)
 RESULT_FIELDS = RESULT_REQUIRED + RESULT_OPTIONAL  # vllm-<service>.result.json
 FOLLOW_FIELDS = ("offset", "running", "done", "result", "awaiting")  # the "@@ {...}" line of `follow`
 FOLLOW_AWAITING_FIELDS = ("candidate", "verdict_deadline", "probe_key")  # added while it awaits a verdict
@@ -237,6 +237,8 @@ class Paths:
         self.stamp, self.txn, self.result = f"{base}.stamp", f"{base}.txn", f"{base}.result.json"
         self.log, self.failed, self.current = f"{base}.log", f"{base}.failed", f"{base}.current"
         self.restarting = f"{base}.restarting"  # the pair restart a restart-only transaction takes part in
+        self.warm = f"{self.dir}/warm"  # one record per build and model that started ready on this box (its JIT
+        # caches are filled): a start without one is cold and gets HEALTH_COLD_READY_TIMEOUT_S (rollout_txn.py)
         self.state = f"{self.txn}/state.json"  # the open transaction's phase (root-only: it holds the probe key)
         self.snapshot = {"env": f"{self.txn}/env", "unit": f"{self.txn}/unit"}  # what the candidate replaces
 
@@ -338,6 +340,10 @@ ARGS = (
     Arg("kind", str, GATED, SERVICE, "what the gate sends (none: a headless tensor-parallel worker; its restart "
         "only follows its head's pair restart, with --peer-status-cmd)", choices=KINDS),
     Arg("timeout", float, GATED, "HEALTH_READY_TIMEOUT_S", "how long the gate waits for ready, s"),
+    Arg("cold_timeout", float, GATED, "HEALTH_COLD_READY_TIMEOUT_S", "a cold start's (its build and model never "
+        "ready on this box): how long the gate waits while the engine's journal advances, s"),
+    Arg("stall", float, GATED, "HEALTH_STALL_S", "past --timeout, a cold start whose journal has no new line for "
+        "this long is wedged, s"),
     Arg("interval", float, GATED, "HEALTH_POLL_INTERVAL_S", "between polls, s"),
     Arg("journal", int, GATED, "HEALTH_JOURNAL_LINES", "journal lines shown with a failure"),
     Arg("drain_timeout", float, GATED, "DRAIN_TIMEOUT_S", "longest wait for running requests, s (0: no drain)"),
@@ -375,7 +381,8 @@ SETTINGS = tuple(dict.fromkeys(a.setting for a in ARGS if a.setting))  # every s
 # box_textfile.py's limits (the facts timer's command line): what a rollout may take, for its alerts' deadline
 FACTS = "box_textfile.py"
 FACTS_ARGS = (
-    Arg("ready_timeout", float, (FACTS,), "HEALTH_READY_TIMEOUT_S", "a (re)started service's load and gate, s"),
+    Arg("ready_timeout", float, (FACTS,), "HEALTH_COLD_READY_TIMEOUT_S", "a (re)started service's load and gate, "
+        "s (a cold start's, the longest)"),
     Arg("drain_timeout", float, (FACTS,), "DRAIN_TIMEOUT_S", "the wait for running requests before a restart, s"),
 )
 

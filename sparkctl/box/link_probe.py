@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """On each box of a tensor-parallel pair (the standard library, plus torch from the box's vLLM venv): one all-reduce
-across the pair, timed, its bus bandwidth printed as one JSON object on stdout. Not part of the rollout: a rehearsal
-runs it on both boxes at once, rank 0 on the head.
+across the pair, timed, its bus bandwidth printed as one JSON object on stdout. A rehearsal runs it on both boxes at
+once, rank 0 on the head; so does the deploy before a pair's swap (tasks/rollout.py link_before_swap, its command
+from sparkctl/render/link.py probe_argv), and refuses the swap below LINK_MIN_BUSBW_GBPS.
 
     <venv>/bin/python link_probe.py --rank R --world 2 --master ADDR --port P --bytes N --iters K --backend B
                                     [--warmup W] [--timeout-s T]
@@ -17,14 +18,16 @@ runs it on both boxes at once, rank 0 on the head.
 --timeout-s   how long the rendezvous and each collective may take (default 300), s
 
 Run it with the pair's coder environment (its env file: NCCL_SOCKET_IFNAME, NCCL_IB_HCA, GLOO_SOCKET_IFNAME ...) so
-it measures the path vLLM uses, and never beside a serving engine on unified memory (the buffer is allocated twice
-at most; nccl-tests' 16 GB froze a Spark: dgx-spark-playbooks PR #103).
+it measures the path vLLM uses. Before a swap it runs beside the pair's serving engines on unified memory: it holds a
+CUDA context and the buffer (LINK_PROBE_BYTES, allocated twice at most; nccl-tests' 16 GB froze a Spark:
+dgx-spark-playbooks PR #103), so keep LINK_PROBE_BYTES small against the box's headroom.
 
 stdout, one line: {"rank", "world", "backend", "device", "bytes", "iters", "warmup", "seconds" (mean of one timed
 all-reduce, s), "algbw_gbps", "busbw_gbps"} (GB/s = 1e9 B/s); on failure {"rank", "error"} and exit code 1; a
 usage error exits 2 (argparse). busbw is nccl-tests' (doc/PERFORMANCE.md): algbw = bytes / seconds, busbw = algbw x
 2(n-1)/n for an all-reduce, the figure comparable with the link's line rate whatever the rank count. The control
-side judges it against LINK_MIN_BUSBW_GBPS with judge() below (pure: no torch).
+side judges it against LINK_MIN_BUSBW_GBPS: a rehearsal with judge() below (pure: no torch), the deploy with
+sparkctl/render/link.py judge_pair (both ranks).
 """
 
 from __future__ import annotations

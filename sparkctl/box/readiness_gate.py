@@ -53,6 +53,47 @@ def journal(unit: str, lines: int) -> str:
     return run("journalctl", "-u", unit, "-n", str(lines), "--no-pager", "-o", "short-iso", timeout=60).stdout
 
 
+def journal_cursor(unit: str) -> str:
+    """The cursor of the unit's newest journal entry ("" when it has none): it changes whenever the engine logs a line,
+    the progress a cold start is judged by."""
+    out = run("journalctl", "-u", unit, "-n", "1", "--no-pager", "-o", "json", timeout=60).stdout
+    try:
+        return json.loads(out.strip().splitlines()[-1]).get("__CURSOR", "") if out.strip() else ""
+    except (ValueError, AttributeError):
+        return ""
+
+
+class Progress:
+    """A cold start's progress: when the engine's journal last had a new line (monotonic seconds)."""
+
+    def __init__(self, unit: str):
+        self.unit, self.cursor, self.at = unit, journal_cursor(unit), time.monotonic()
+
+    def silent_for(self) -> float:
+        cursor = journal_cursor(self.unit)
+        if cursor != self.cursor:
+            self.cursor, self.at = cursor, time.monotonic()
+        return time.monotonic() - self.at
+
+
+def deadline_of(a, cold: bool) -> float:
+    """The gate's deadline: a warm start's HEALTH_READY_TIMEOUT_S, a cold one's HEALTH_COLD_READY_TIMEOUT_S (never
+    shorter than the warm one)."""
+    return max(a.timeout, a.cold_timeout) if cold else a.timeout
+
+
+def wedged(a, cold: bool, elapsed: float, progress: Progress) -> str:
+    """Why a start past the warm deadline is judged wedged ("" while it may go on): a cold start goes on past
+    HEALTH_READY_TIMEOUT_S only while its journal advances within HEALTH_STALL_S."""
+    if not cold:
+        return ""
+    silent = progress.silent_for()  # read at every poll: the silence is measured from the last new line
+    if elapsed < a.timeout or silent < a.stall:
+        return ""
+    return (f"wedged after {elapsed:.1f} s: a cold start past the warm deadline ({a.timeout:.0f} s, "
+            f"HEALTH_READY_TIMEOUT_S) whose journal had no new line for {silent:.0f} s (HEALTH_STALL_S {a.stall:.0f} s)")
+
+
 def http_json(url: str, body: dict | None, timeout: float) -> tuple[int, dict]:
     data = json.dumps(body).encode() if body is not None else None
     req = urllib.request.Request(url, data=data, headers={"Content-Type": "application/json"})
@@ -85,10 +126,13 @@ def _restarts(st: dict) -> int:
         return 0
 
 
-def gate(unit: str, a) -> tuple[bool, str, float]:
+def gate(unit: str, a, cold: bool = False) -> tuple[bool, str, float]:
     """Wait until the service answers for real; fail fast when systemd restarts or fails it. a: the run's
-    arguments (port, served, kind, timeout, interval, gate_max_tokens, gate_request_timeout, worker_settle)."""
+    arguments (port, served, kind, timeout, cold_timeout, stall, interval, gate_max_tokens, gate_request_timeout,
+    worker_settle). cold: its build and model never started ready on this box (empty JIT caches): it may take
+    until the cold deadline as long as its journal advances (deadline_of, wedged)."""
     start = time.monotonic()
+    deadline, progress = deadline_of(a, cold), Progress(unit) if cold else None
     restarts0 = _restarts(unit_state(unit))
     if a.kind == "none":  # a headless tensor-parallel worker has no API; it must simply stay up
         time.sleep(a.worker_settle)
@@ -96,7 +140,10 @@ def gate(unit: str, a) -> tuple[bool, str, float]:
         ok = st.get("ActiveState") == "active" and _restarts(st) == restarts0
         return ok, "running" if ok else f"{unit} is {st.get('ActiveState')}", time.monotonic() - start
     last_error = "not answering yet"
-    while time.monotonic() - start < a.timeout:
+    while time.monotonic() - start < deadline:
+        why = wedged(a, cold, time.monotonic() - start, progress)
+        if why:
+            return False, f"{why} ({last_error})", time.monotonic() - start
         st = unit_state(unit)
         if st.get("ActiveState") == "failed":
             return False, f"{unit} failed (Result={st.get('Result')})", time.monotonic() - start
@@ -113,7 +160,8 @@ def gate(unit: str, a) -> tuple[bool, str, float]:
         if ok:
             return True, "ready", time.monotonic() - start
         time.sleep(a.interval)
-    return False, f"not ready after {a.timeout:.0f} s ({last_error})", time.monotonic() - start
+    setting = "HEALTH_COLD_READY_TIMEOUT_S: a cold start" if cold else "HEALTH_READY_TIMEOUT_S"
+    return False, f"not ready after {deadline:.0f} s ({setting}; {last_error})", time.monotonic() - start
 
 
 def served_ids(port: int) -> list:
@@ -136,15 +184,17 @@ def real_request(a) -> tuple[bool, str]:
     return bool(out.get("data") and out["data"][0].get("embedding")), f"empty answer: {str(out)[:200]}"
 
 
-def restart_and_gate(unit: str, label: str, a, say) -> tuple[bool, str, float, float]:
-    """Restart `unit` and gate it (a: the run's arguments, as gate() reads them); say what happened.
-    Returns (ready, why not, seconds to ready after the restart, seconds the restart took)."""
+def restart_and_gate(unit: str, label: str, a, say, cold: bool = False) -> tuple[bool, str, float, float]:
+    """Restart `unit` and gate it (a: the run's arguments, as gate() reads them; cold: as gate() reads it); say what
+    happened. Returns (ready, why not, seconds to ready after the restart, seconds the restart took)."""
     t_restart = time.monotonic()
     restarted, err = restart(unit)
     restart_s = time.monotonic() - t_restart
-    say(f"restarted {label} in {restart_s:.1f} s; gating on a real request" if restarted else
+    cold_note = (f" (a cold start: up to {deadline_of(a, True):.0f} s while its journal advances, HEALTH_COLD_READY_"
+                 f"TIMEOUT_S)" if cold and a.kind != "none" else "")
+    say(f"restarted {label} in {restart_s:.1f} s; gating on a real request{cold_note}" if restarted else
         f"systemctl restart {unit} failed: {err}")
     if not restarted:
         return False, f"systemctl restart failed: {err}", 0.0, restart_s
-    ok, why, took = gate(unit, a)
+    ok, why, took = gate(unit, a, cold)
     return ok, why, took, restart_s

@@ -122,7 +122,7 @@ def restart_and_record(r: Restart) -> int:
             reloaded, err = drain.drain_on(tx.DRAIN_DIR, a.served, a.retry_after, "a restart")
             say(f"draining {a.served!r}: new requests get 503 + Retry-After {a.retry_after} s (running requests "
                 f"are not waited for)" if reloaded else f"draining {a.served!r}: nginx did not reload ({err})")
-        ok, why, took, restart_s = readiness_gate.restart_and_gate(p.unit_name, p.unit_name, a, say)
+        ok, why, took, restart_s, r.result["cold_start"] = tx.gated_restart(p, p.unit_name, a, say)
     except Exception as exc:  # noqa: BLE001 - recorded as a failed restart; the drain is lifted below regardless
         ok, why = False, f"{type(exc).__name__}: {exc}"
     finally:
@@ -146,12 +146,14 @@ def follow_pair_restart(r: Restart) -> int:
         return r.not_restarting(c.HEAD_ABSENT, f"a tensor-parallel worker restarts only with its head, and {why}")
     peer.mark(p, a.txn, pair)
     say(f"tensor-parallel: {why}; restarting the worker")
-    ok, why, took, restart_s = readiness_gate.restart_and_gate(p.unit_name, f"{p.unit_name} (worker)", a, say)
+    ok, why, took, restart_s, _ = tx.gated_restart(p, f"{p.unit_name} (worker)", a, say, record=False)
     if ok:
         verdict, why = peer.poll(a, lambda h: peer.restart_result(h, pair), (peer.COMMITTED,), a.peer_timeout, say,
                                  alive=peer.worker_alive(p.unit_name))
         ok = verdict == peer.COMMITTED
         say(f"tensor-parallel: {why}")
+        if ok:
+            tx.mark_warm(p, time.monotonic() - r.t0)
     if ok:
         return r.finish(c.RESTARTED, f"rollout: {p.unit_name} (worker) restarted with its head's pair restart {pair} "
                         f"({r.model}, asked by {r.by}); the pair serves again", restart_s=round(restart_s, 1))

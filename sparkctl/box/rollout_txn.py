@@ -90,6 +90,41 @@ def exec_binary(unit_text: bytes) -> str:
     return ""
 
 
+def start_key(unit_text: bytes, env_text: bytes) -> str:
+    """What a start's kernel caches are keyed by: its build (the venv its ExecStart runs) and its model (vLLM's
+    compile cache and FlashInfer's JIT modules follow the model's shapes), as one file name."""
+    venv = os.path.dirname(os.path.dirname(exec_binary(unit_text)))
+    return hashlib.sha256(f"{venv}\0{model_of(env_text)}".encode()).hexdigest()[:32]
+
+
+def warm_record(p: Paths) -> str:
+    """The record that the live unit's build and model started ready on this box before (then its start is warm)."""
+    return f"{p.warm}/{start_key(read(p.unit), read(p.env))}.json"
+
+
+def cold_start(p: Paths) -> bool:
+    """The live configuration's build and model never started ready on this box: its JIT caches are empty."""
+    return not os.path.exists(warm_record(p))
+
+
+def mark_warm(p: Paths, took: float) -> None:
+    os.makedirs(p.warm, mode=0o755, exist_ok=True)
+    write_json(warm_record(p), {"venv": os.path.dirname(os.path.dirname(exec_binary(read(p.unit)))),
+                                "model": model_of(read(p.env)), "service": p.service, "at": now(),
+                                "ready_s": round(took, 1)}, 0o644)
+
+
+def gated_restart(p: Paths, label: str, a, say, record: bool = True) -> tuple[bool, str, float, float, bool]:
+    """Restart the live configuration and gate it, a cold start (cold_start) with the cold deadline; a start that
+    passes is recorded warm (unless record is False: a worker's gate is its head's). Returns restart_and_gate's
+    (ready, why not, seconds to ready, seconds the restart took) and whether it was cold."""
+    cold = cold_start(p)
+    ok, why, took, restart_s = readiness_gate.restart_and_gate(p.unit_name, label, a, say, cold)
+    if ok and record:
+        mark_warm(p, took)
+    return ok, why, took, restart_s, cold
+
+
 def now() -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
 
@@ -257,7 +292,8 @@ def committed_but_stopped(run: Run) -> int | None:
     p = run.p
     if run.txn.open or stamp_of(p) != run.cand:
         return None
-    ok, why, took, _ = readiness_gate.restart_and_gate(p.unit_name, p.unit_name, run.a, run.say)
+    ok, why, took, _, cold = gated_restart(p, p.unit_name, run.a, run.say)
+    run.result["cold_start"] = cold
     if ok:
         return run.finish(c.RESTARTED, f"rollout: {p.unit_name} was not running its committed configuration; "
                           f"restarted, ready in {took:.0f} s", load_s=round(took, 1))
@@ -399,11 +435,14 @@ def wait_head_committed(run: Run) -> tuple[bool, str, float]:
 def start_and_gate(run: Run) -> str:
     p = run.p
     run.txn.set_phase(c.STARTED)
-    ok, why, took, run.restart_s = readiness_gate.restart_and_gate(p.unit_name, f"{p.unit_name} ({run.model})", run.a,
-                                                                 run.say)
+    ok, why, took, run.restart_s, cold = gated_restart(p, f"{p.unit_name} ({run.model})", run.a, run.say,
+                                                       record=not run.tp_unit)
+    run.result["cold_start"] = cold
     if ok and run.tp_unit:
         ok, why, waited = wait_head_committed(run)
         took += waited
+        if ok:
+            mark_warm(p, took)
     run.took = took
     if not ok:
         return run.roll_back_because(why, gated=True)
@@ -465,7 +504,7 @@ def restore_previous(run: Run) -> int:
     run.say(f"rollout: rolling {p.unit_name} back to the snapshot of transaction {txn.state.get('id')} "
             f"({txn.state.get('model_before')})")
     txn.restore_snapshot()
-    ok, why, took, _ = readiness_gate.restart_and_gate(p.unit_name, f"{p.unit_name} (snapshot)", a, run.say)
+    ok, why, took, _, _ = gated_restart(p, f"{p.unit_name} (snapshot)", a, run.say)
     back = model_of(read(p.env))
     drain.reopen(DRAIN_DIR, a.served, reload=run.resumed)
     if ok and txn.state.get("stamp_before"):

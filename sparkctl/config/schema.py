@@ -26,7 +26,8 @@ from sparkctl.errors import SettingError
 # keys of the inventory's per-host data that are not settings: sparkctl/config/hosts.py HostConn.data of a
 # simulated Spark (.sim/hosts.json); its ssh_* keys are pyinfra's own connector keys (pyinfra_keys())
 INVENTORY_KEYS = frozenset({"flavor"})
-BOX_WAITS = ("HEALTH_READY_TIMEOUT_S", "ACCEPTANCE_VERDICT_TIMEOUT_S", "DRAIN_TIMEOUT_S")  # BOX_TIMEOUT_FLOORS_S's keys
+BOX_WAITS = ("HEALTH_READY_TIMEOUT_S", "HEALTH_COLD_READY_TIMEOUT_S", "ACCEPTANCE_VERDICT_TIMEOUT_S",
+             "DRAIN_TIMEOUT_S")  # BOX_TIMEOUT_FLOORS_S's keys
 TOPOLOGIES = ("replicas", "split", "tensor-parallel")  # SPARK_TOPOLOGY: how a pair serves (config/topology.py)
 DEVICE_CHECK_NAMES = ("import", "cuda", "triton", "flashinfer", "torch_compile")  # DEVICE_CHECKS: the box's checks
 
@@ -148,6 +149,10 @@ class GroupData(BaseModel):
     # readiness
     HEALTH_READY_TIMEOUT_S: t.typed(float, f"a number of seconds from 0 to {t.MAX_SECONDS} (0: look once, do not wait)",
                                     ge=0, le=t.MAX_SECONDS)
+    HEALTH_COLD_READY_TIMEOUT_S: t.typed(float, f"a number of seconds from 0 to {t.MAX_SECONDS} (at least "
+                                         "HEALTH_READY_TIMEOUT_S: shorter is read as HEALTH_READY_TIMEOUT_S)",
+                                         ge=0, le=t.MAX_SECONDS)
+    HEALTH_STALL_S: t.Seconds
     HEALTH_POLL_INTERVAL_S: t.Seconds
     HEALTH_JOURNAL_LINES: t.Count
     HEALTH_REQUEST_TIMEOUT_S: t.Seconds
@@ -352,6 +357,7 @@ class GroupData(BaseModel):
     MAX_FAIL_PERCENTAGE: t.typed(float, "a percentage from 0 to 100", ge=0, le=100)
     ROLLOUT_ESTIMATE_DRAIN_S: t.EstimateRange
     ROLLOUT_ESTIMATE_LOAD_S: t.EstimateRange
+    ROLLOUT_ESTIMATE_COLD_LOAD_S: t.EstimateRange
     ROLLOUT_ESTIMATE_ACCEPTANCE_S: t.EstimateRange
     # per-box choices (group_data/gx10.py)
     CODING_MODEL: Annotated[str, Field(description="a coding model's catalog key")]

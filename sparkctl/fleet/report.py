@@ -20,7 +20,11 @@ JSON (`fleet_json`; stable, additions only)
               "waves": [[box names]] (a pair's two boxes in the same wave),
               "estimate": {"units", "waves",
                            "phases": [{"name", "setting", "low_s", "high_s"}],
-                           "per_unit_s", "serial_s", "waves_s": [low, high]}},
+                           "per_unit_s", "serial_s", "waves_s": [low, high],
+                           "cold": the first rollout of a new build or model, as "phases" .. "waves_s" (its load
+                                   ROLLOUT_ESTIMATE_COLD_LOAD_S),
+                           "deadlines": [{"load_setting", "setting", "seconds", "load_high_s", "outlasted"}]
+                                        (the gate's deadline each load is judged by)}},
   "notes": [strings]
 }
 """
@@ -53,13 +57,19 @@ def fleet_json(plan: FleetPlan) -> dict:
                    "kv_setting": m.kv_setting, "headroom_gib": _r(m.headroom_gib),
                    "largest_kv_gib": _r(m.largest_kv_gib), "fits": m.fits} for m in plan.memory],
         "rollout": {**plan.settings, "waves": waves_mod.wave_boxes([list(w) for w in plan.waves]),
-                    "estimate": {"units": est.units, "waves": est.waves,
-                                 "phases": [{"name": p.name, "setting": p.setting, "low_s": p.low_s,
-                                             "high_s": p.high_s} for p in est.phases],
-                                 "per_unit_s": list(est.per_unit_s), "serial_s": list(est.serial_s),
-                                 "waves_s": list(est.waves_s)}},
+                    "estimate": {"units": est.units, "waves": est.waves, **_sums_json(est),
+                                 "cold": _sums_json(est.cold),
+                                 "deadlines": [{"load_setting": d.load_setting, "setting": d.setting,
+                                                "seconds": d.seconds, "load_high_s": d.load_high_s,
+                                                "outlasted": d.outlasted} for d in est.deadlines]}},
         "notes": list(plan.notes),
     }
+
+
+def _sums_json(est) -> dict:
+    return {"phases": [{"name": p.name, "setting": p.setting, "low_s": p.low_s, "high_s": p.high_s}
+                       for p in est.phases],
+            "per_unit_s": list(est.per_unit_s), "serial_s": list(est.serial_s), "waves_s": list(est.waves_s)}
 
 
 def _capacity_json(c) -> dict:
@@ -131,6 +141,15 @@ def wave_lines(plan: FleetPlan) -> list[str]:
     out.append(f"Estimate: one unit {hours(low)}-{hours(high)} ({phases})")
     out.append(f"  one at a time: {hours(slow)}-{hours(shigh)}; in waves: {hours(wlow)}-{hours(whigh)} (the control "
                f"side's own time left out)")
+    (low, high), (wlow, whigh) = est.cold.per_unit_s, est.cold.waves_s
+    cold_load = next(p for p in est.cold.phases if p.name == "load")
+    out.append(f"  a new build's or model's first rollout (cold JIT caches): one unit {hours(low)}-{hours(high)} (load "
+               f"{cold_load.low_s:g}-{cold_load.high_s:g} s, {cold_load.setting}); in waves: {hours(wlow)}-"
+               f"{hours(whigh)}")
+    for d in est.deadlines:
+        out.append(f"  gate deadline {d.setting} = {d.seconds:g} s" + (
+            f": [bold red]{d.load_setting} reaches {d.load_high_s:g} s, past it: such a start is rolled back[/bold "
+            f"red]" if d.outlasted else f" (>= {d.load_setting}'s {d.load_high_s:g} s)"))
     return out
 
 

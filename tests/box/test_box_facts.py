@@ -204,7 +204,7 @@ def test_uploaded_scripts_run_alone_with_the_system_python(tmp_path):
 
 # --- issue 20: a rollout in progress, and its deadline ---
 
-READY_S, DRAIN_S = 600.0, 300.0  # the limits the facts unit passes (HEALTH_READY_TIMEOUT_S, DRAIN_TIMEOUT_S)
+READY_S, DRAIN_S = 600.0, 300.0  # the limits the facts unit passes (HEALTH_COLD_READY_TIMEOUT_S, DRAIN_TIMEOUT_S)
 
 
 def stage_rendered(b, data: dict, model: str) -> str:
@@ -331,7 +331,7 @@ def test_the_facts_unit_runs_box_textfile_with_arguments_it_accepts(gx10_data, t
     got = samples((tmp_path / "textfile" / "sparkctl_box.prom").read_text())
     assert [(s.labels, s.value) for s in got["sparkctl_rollout_in_progress"]] == \
         [({"served": coder.served_name, "unit": coder.unit}, 0)]
-    assert f"--ready-timeout {data['HEALTH_READY_TIMEOUT_S']} --drain-timeout {data['DRAIN_TIMEOUT_S']}" in line
+    assert f"--ready-timeout {data['HEALTH_COLD_READY_TIMEOUT_S']} --drain-timeout {data['DRAIN_TIMEOUT_S']}" in line
     args = box_textfile.parser().parse_args(argv[2:])  # the flags rendered from the contract, read by its table
     assert (args.ready_timeout, args.drain_timeout, args.rollout_dir) == \
-        (data["HEALTH_READY_TIMEOUT_S"], data["DRAIN_TIMEOUT_S"], contract.rollout_dir(data["STATE_DIR"]))
+        (data["HEALTH_COLD_READY_TIMEOUT_S"], data["DRAIN_TIMEOUT_S"], contract.rollout_dir(data["STATE_DIR"]))

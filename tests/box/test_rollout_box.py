@@ -29,8 +29,8 @@ ROLLOUT = REPO_ROOT / "sparkctl" / "box" / "rollout.py"
 FAKE = REPO_ROOT / "tests" / "standins" / "systemd.py"
 # the settings the box is told (contract.SETTINGS) from the real group data, with the waits shortened for tests
 FAST = {**{name: groupdata.load(["all"])[name] for name in contract.SETTINGS}, "HEALTH_READY_TIMEOUT_S": 5,
-        "HEALTH_POLL_INTERVAL_S": 0.1, "HEALTH_JOURNAL_LINES": 5, "DRAIN_TIMEOUT_S": 5, "DRAIN_RETRY_AFTER_S": 7,
-        "ROUTER_OUT_WAIT_S": 0}
+        "HEALTH_COLD_READY_TIMEOUT_S": 5, "HEALTH_STALL_S": 1, "HEALTH_POLL_INTERVAL_S": 0.1,
+        "HEALTH_JOURNAL_LINES": 5, "DRAIN_TIMEOUT_S": 5, "DRAIN_RETRY_AFTER_S": 7, "ROUTER_OUT_WAIT_S": 0}
 
 
 class Endpoint(http.server.BaseHTTPRequestHandler):
@@ -43,9 +43,10 @@ class Endpoint(http.server.BaseHTTPRequestHandler):
 
     def _serving(self) -> dict:
         try:
-            return json.loads((self.sd / "serving.json").read_text())
+            st = json.loads((self.sd / "serving.json").read_text())
         except (FileNotFoundError, ValueError):
             return {"up": False}
+        return {**st, "up": True} if st.get("ready_at") and time.time() >= st["ready_at"] else st
 
     def _send(self, code: int, body: bytes, ctype="application/json"):
         self.send_response(code)

@@ -351,6 +351,7 @@ def test_the_default_restart_command_is_one_rollout_py_accepts(token_file, tmp_p
                                             data["HEALTH_JOURNAL_LINES"], data["DRAIN_TIMEOUT_S"],
                                             data["DRAIN_RETRY_AFTER_S"], data["ROLLOUT_GATE_MAX_TOKENS"],
                                             data["ROLLOUT_GATE_REQUEST_TIMEOUT_S"])
+        assert (a.cold_timeout, a.stall) == (data["HEALTH_COLD_READY_TIMEOUT_S"], data["HEALTH_STALL_S"])
         assert svc["url"].endswith(f":{svc['port']}")
 
 
@@ -576,7 +577,7 @@ def test_tp_rendered_configuration_the_head_restarts_the_pair_and_the_worker_fol
     monkeypatch.setattr(rollout, "restart", lambda a: got.append(a) or 0)
     argv = Watchdog(cfgs["spark-1"]).command(cfgs["spark-1"]["restart_command"], head)
     assert rollout.main(argv[argv.index(f"{gx10_data['SPARKCTL_HOME']}/bin/rollout.py") + 1:]) == 0
-    wait = gx10_data["SERVICE_STOP_TIMEOUT_S"] + gx10_data["HEALTH_READY_TIMEOUT_S"]
+    wait = gx10_data["SERVICE_STOP_TIMEOUT_S"] + gx10_data["HEALTH_COLD_READY_TIMEOUT_S"]
     assert (got[0].kind, got[0].peer_status_cmd, got[0].peer_timeout) == ("chat", head["pair"]["peer_status_command"],
                                                                          wait)
     follow = cfgs["spark-2"]["follow"]

@@ -50,6 +50,23 @@ def test_thirty_two_boxes_on_paper(capsys):
     # one box: drain 0-660 + load 120-900 + acceptance 120-240 s; 32 serially against 5 waves
     assert est["per_unit_s"] == [240.0, 1800.0]
     assert est["serial_s"] == [32 * 240.0, 32 * 1800.0] and est["waves_s"] == [5 * 240.0, 5 * 1800.0]
+    # a new build's first rollout: load 1020-1569 s (ROLLOUT_ESTIMATE_COLD_LOAD_S) in place of the warm one
+    cold = est["cold"]
+    assert [p["setting"] for p in cold["phases"]][1] == "ROLLOUT_ESTIMATE_COLD_LOAD_S"
+    assert cold["per_unit_s"] == [1140.0, 2469.0] and cold["waves_s"] == [5 * 1140.0, 5 * 2469.0]
+    # each load beside the deadline the box's gate gives it: neither load outlasts it
+    assert [(d["setting"], d["seconds"], d["load_high_s"], d["outlasted"]) for d in est["deadlines"]] == \
+        [("HEALTH_READY_TIMEOUT_S", 1800, 900, False), ("HEALTH_COLD_READY_TIMEOUT_S", 3600, 1569, False)]
+
+
+def test_a_load_that_outlasts_its_gate_deadline_is_said(capsys, monkeypatch):
+    from sparkctl.config import groupdata
+    real = groupdata.load
+    monkeypatch.setattr(groupdata, "load", lambda *a, **k: {**real(*a, **k), "HEALTH_READY_TIMEOUT_S": 1500,
+                                                           "HEALTH_COLD_READY_TIMEOUT_S": 1500})
+    assert main(["plan", "--no-local-config"]) == 0
+    out = capsys.readouterr().out
+    assert "ROLLOUT_ESTIMATE_COLD_LOAD_S reaches 1569 s, past it: such a start is rolled back" in out
 
 
 def test_the_table_shows_waves_estimate_and_provenance(capsys):
@@ -57,6 +74,8 @@ def test_the_table_shows_waves_estimate_and_provenance(capsys):
     out = capsys.readouterr().out
     assert "canary: 1 box: spark-1" in out and "wave 5: 7 boxes" in out
     assert "one at a time: 2.1 h-16.0 h; in waves: 20 min-2.5 h" in out
+    assert "first rollout (cold JIT caches): one unit 19 min-41 min (load 1020-1569 s, ROLLOUT_ESTIMATE_COLD_LOAD_S)" \
+        in out and "gate deadline HEALTH_COLD_READY_TIMEOUT_S = 3600 s" in out
     assert "published per box x 32" in out
 
 

@@ -89,6 +89,12 @@ def test_tensor_parallel_native_head_and_headless_worker(tmp_path):
     worker_join = order.index("Tensor-parallel unit | Tensor-parallel: the worker's vllm-coder ends with the head's "
                               "result")
     assert worker_start < head_rollout < worker_join  # one unit: the worker waits for the head's verdict
+    # the pair's link judged first, both boxes at once, one rank each (tasks/rollout.py link_before_swap)
+    link_op = next(i for i, o in enumerate(order) if o.startswith("vLLM services | Judge the pair's link"))
+    assert link_op < worker_start
+    for rank, box in enumerate(PAIR):
+        probe = [c for c in cmds(out, box) if "link_probe.py --rank" in c]
+        assert len(probe) == 1 and f"--rank {rank} --world 2 --master 192.168.100.10" in probe[0], probe
     # the worker reads the head's status over the link with the pair's key; the head forces that read-only command,
     # and the worker the same for the head (its watchdog judges the pair as one unit), each from the other only
     peer = shlex.split(worker[0])
@@ -135,17 +141,22 @@ def test_tensor_parallel_unit_id_is_one_for_both_boxes_and_moves_with_either(gx1
 
 def test_the_pairs_waits_cover_what_the_other_box_may_take(gx10_data):
     """The worker's transaction waits through the head's drain, its gate, a rollback's gate and the acceptance
-    verdict; a pair restart through the other box's stop and gate. Only the native backend runs a pair as one
-    unit (with Ray the worker runs no vLLM service), and only tensor-parallel."""
+    verdict; a pair restart through the other box's stop and gate. Each gate may be a cold start's, the longest
+    (HEALTH_COLD_READY_TIMEOUT_S). Only the native backend runs a pair as one unit (with Ray the worker runs no vLLM
+    service), and only tensor-parallel."""
     s = settings_pair(gx10_data, "tensor-parallel")
     cfg, role = s["spark-2"].cfg, s["spark-2"].role
     follow = link.peer_facts(cfg, role.head_address, "apply")
     assert follow["peer_timeout"] == \
-        cfg.DRAIN_TIMEOUT_S + 2 * cfg.HEALTH_READY_TIMEOUT_S + cfg.ACCEPTANCE_VERDICT_TIMEOUT_S
+        cfg.DRAIN_TIMEOUT_S + 2 * cfg.HEALTH_COLD_READY_TIMEOUT_S + cfg.ACCEPTANCE_VERDICT_TIMEOUT_S
+    assert cfg.HEALTH_COLD_READY_TIMEOUT_S > cfg.HEALTH_READY_TIMEOUT_S
     no_verdict = link.peer_facts(changed(cfg, ACCEPTANCE_ENABLED=False), role.head_address, "apply")
     assert no_verdict["peer_timeout"] == follow["peer_timeout"] - cfg.ACCEPTANCE_VERDICT_TIMEOUT_S
     restart = link.peer_facts(cfg, role.head_address, "restart")
-    assert restart["peer_timeout"] == cfg.SERVICE_STOP_TIMEOUT_S + cfg.HEALTH_READY_TIMEOUT_S
+    assert restart["peer_timeout"] == cfg.SERVICE_STOP_TIMEOUT_S + cfg.HEALTH_COLD_READY_TIMEOUT_S
+    # a cold deadline set below the warm one is read as the warm one (the box does the same)
+    short = link.peer_facts(changed(cfg, HEALTH_COLD_READY_TIMEOUT_S=1), role.head_address, "restart")
+    assert short["peer_timeout"] == cfg.SERVICE_STOP_TIMEOUT_S + cfg.HEALTH_READY_TIMEOUT_S
     assert follow["peer_status_cmd"] == restart["peer_status_cmd"] == link.peer_status_command(cfg, role.head_address)
     assert link.native_pair(cfg, role)
     assert not link.native_pair(settings_pair(gx10_data, "tensor-parallel", backend="ray")["spark-2"].cfg, role)
@@ -261,6 +272,21 @@ def test_gateway_handoff_and_kubernetes_manifests(gx10_data, tmp_path):
     assert all(e["box"] != "spark-2" for items in dropped["models"].values() for e in items)
     ep, k8s = gateway.write(tmp_path, merged, docs)
     assert json.loads(ep.read_text())["schema"] == "sparkctl.endpoints/1" and "EndpointSlice" in k8s.read_text()
+
+
+def test_a_pairs_link_below_the_floor_leaves_both_boxes_serving_and_fails_them_naming_the_figure(tmp_path,
+                                                                                                 monkeypatch):
+    """The whole deploy with the link probe answering 5.2 GB/s on both ranks (LINK_MIN_BUSBW_GBPS = 15): neither box's
+    coder transaction starts (no `rollout.py apply coder`: nothing drained, stopped or installed), the head's
+    embedders still roll out, and the health step fails both boxes with the measured figure and the setting."""
+    monkeypatch.setenv("FAKE_LINK_BUSBW", "5.2")
+    out = run_pair(tmp_path, "tensor-parallel")
+    assert [r.split()[0] for r in rollouts(out, "spark-1")] == ["embed-qwen3", "embed-bge-m3"]
+    assert rollouts(out, "spark-2") == []
+    assert all(any("link_probe.py --rank" in c for c in cmds(out, box)) for box in PAIR)
+    assert sorted(out["failed_hosts"]) == [f"@fake/{b}" for b in PAIR]
+    assert "busbw 5.20 GB/s (below the floor)" in out["log"] and "LINK_MIN_BUSBW_GBPS = 15 GB/s" in out["log"]
+    assert "link was judged before its swap and refused" in out["log"]
 
 
 def test_a_tensor_parallel_pool_in_a_fleet_deploys_its_pair_and_leaves_the_other_box_alone(tmp_path, monkeypatch):

@@ -19,6 +19,12 @@ _responses = {
     # the box-side rollout (sparkctl/box/rollout.py): started, then followed until it records its result
     "rollout.py apply": '{"txn": "fake-txn", "attached": false}',
     "rollout.py follow": '@@ {"offset": 0, "running": false, "done": true, "result": {"rc": 0, "outcome": "ready"}}',
+    # the link probe a tensor-parallel pair runs before its swap (sparkctl/box/link_probe.py): each rank's JSON line,
+    # its bus bandwidth FAKE_LINK_BUSBW GB/s (default 23.7: dgx-spark-playbooks PR #103's two-Spark NCCL figure)
+    "link_probe.py": json.dumps({"rank": 0, "world": 2, "backend": "nccl", "device": "cuda:0", "bytes": 1073741824,
+                                 "iters": 20, "warmup": 5, "seconds": 0.09,
+                                 "algbw_gbps": float(os.environ.get("FAKE_LINK_BUSBW", "23.7")) / 2 * 2,
+                                 "busbw_gbps": float(os.environ.get("FAKE_LINK_BUSBW", "23.7"))}),
     # the gateway's bridge firewall once loaded (tasks/gateway.py BridgeTable), as nft lists it
     "nft list table inet": ["table inet sparkctl_bridge {", "\tchain output {",
                             '\t\toifname "lo" tcp dport 30999 meta skuid != 999 reject with tcp reset', "\t}", "}"],

@@ -1,8 +1,10 @@
 #!/usr/bin/env python3
 """Stand-in `systemctl`, `systemd-run` and `journalctl` for the box-side rollout tests (installed on PATH under
 those names; argv[0] picks the tool). State lives in $FAKE_SD: units/<unit>.json, calls.log, broken (models that
-crash at start), unready (models that start but never answer), kill_on ("verb#n": SIGKILL the caller on the n-th
-such call, to interrupt a rollout there).
+crash at start), unready (models that start but never answer), slow ("model seconds" lines: models that answer only
+that long after their start), logging (models whose journal keeps advancing while they start: "model [seconds]"
+lines), kill_on ("verb#n":
+SIGKILL the caller on the n-th such call, to interrupt a rollout there).
 
 A vLLM unit "starts" by reading SPARKCTL_MODEL from its env file: a broken model goes to auto-restart, any other
 becomes active and is published in serving.json for the stand-in HTTP endpoint the test runs.
@@ -14,6 +16,7 @@ import re
 import signal
 import subprocess
 import sys
+import time
 import uuid
 
 SD = os.environ["FAKE_SD"]
@@ -54,9 +57,9 @@ def alive(pid):
         return False
 
 
-def serving(up, model=""):
+def serving(up, model="", ready_at=None):
     with open(f"{SD}/serving.json.tmp", "w") as f:
-        json.dump({"up": up, "model": model}, f)
+        json.dump({"up": up, "model": model, **({"ready_at": ready_at} if ready_at else {})}, f)
     os.rename(f"{SD}/serving.json.tmp", f"{SD}/serving.json")
 
 
@@ -72,7 +75,13 @@ def start(unit):
     unready = open(f"{SD}/unready").read().split() if os.path.exists(f"{SD}/unready") else []
     st = load(unit)
     st["InvocationID"] = uuid.uuid4().hex  # a new one at every start, as systemd's
-    if model in unready:  # starts and stays active, but never answers a request (a gate that times out)
+    st["StartedAt"] = time.time()
+    slow = dict(line.split() for line in open(f"{SD}/slow").read().splitlines()) if os.path.exists(f"{SD}/slow") \
+        else {}
+    if model in slow:  # starts and stays active, answers only after that many seconds (a long cold start)
+        st.update(ActiveState="active", SubState="running", MainPID=os.getpid())
+        serving(False, model, ready_at=time.time() + float(slow[model]))
+    elif model in unready:  # starts and stays active, but never answers a request (a gate that times out)
         st.update(ActiveState="active", SubState="running", MainPID=os.getpid())
         serving(False)
     elif model in broken:
@@ -83,6 +92,22 @@ def start(unit):
         serving(True, model)
     save(unit, st)
     return 0
+
+
+def journal_cursor():
+    """The journal's newest cursor: a unit whose model is in $FAKE_SD/logging ("model [seconds]" lines) writes a line
+    every tenth of a second after its start (a cold start compiling), for that many seconds when given; every other
+    one's journal stands still after its start."""
+    try:
+        env = open(f"{os.environ['SPARKCTL_ENV_DIR']}/vllm-coder.env").read()
+        model = re.search(r"^SPARKCTL_MODEL=(.*)$", env, re.M).group(1)
+        logging = dict((line.split() + ["inf"])[:2] for line in open(f"{SD}/logging").read().splitlines() if line)
+    except (FileNotFoundError, AttributeError, KeyError):
+        return "s=still"
+    if model not in logging:
+        return "s=still"
+    now = min(time.time(), load("vllm-coder.service").get("StartedAt", 0) + float(logging[model]))
+    return f"s={int(now * 10)}"
 
 
 def systemctl(args):
@@ -145,6 +170,9 @@ def systemd_run(args):
 if __name__ == "__main__":
     tool = globals().get("TOOL") or os.path.basename(sys.argv[0])
     if tool == "journalctl":
+        if "json" in sys.argv:  # the newest entry's cursor: it moves while the starting engine logs (see logging())
+            print(json.dumps({"__CURSOR": journal_cursor(), "MESSAGE": "stand-in journal line"}))
+            sys.exit(0)
         print("2026-12-01T09:00:00+0000 box vllm[1]: stand-in journal line")
         sys.exit(0)
     sys.exit({"systemctl": systemctl, "systemd-run": systemd_run}[tool](sys.argv[1:]))
