@@ -47,7 +47,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from sparkctl.measure.record import BenchError, BenchRecord, unrepresentable, utc_timestamp
+from sparkctl.measure.record import BenchError, BenchRecord, Date, first_error, unrepresentable, utc_timestamp
 
 SSH_TIMEOUT_S = 60  # one history read or append over ssh; the file is small, s
 REPAIR_HINT = ("To repair it: `python -m sparkctl bench history --repair [--box NAME]` moves every unreadable line "
@@ -59,15 +59,24 @@ class HistoryError(BenchError):
     """The box's history cannot be read: a verdict that depends on it fails, naming the file, line and field."""
 
 
+class Clocks(BaseModel):
+    """What the deploy read before appending (evidence.clock_skew): both UTC, ISO 8601, to the second."""
+
+    model_config = ConfigDict(strict=True, extra="forbid")
+    box: Date
+    control: Date
+
+
 class HistoryTag(BaseModel):
-    model_config = ConfigDict(extra="allow")
+    model_config = ConfigDict(strict=True, extra="forbid")
     id: str
-    appended: str
+    appended: Date
     baseline: bool
     source: Literal["acceptance", "bench", "confirm"]
     reference: dict | None = None  # {"kind", "name", "id"} of what the gate judged this run against
     provisional: bool = False  # judged on the roofline alone: no yardstick until confirmed
     confirms: str | None = None  # a confirmation line: the id of the provisional line it confirms
+    clocks: Clocks | None = None  # the box's and the control machine's clocks when it was appended (absent: older)
 
 
 class HistoryLine(BenchRecord):
@@ -143,17 +152,13 @@ def decode(data: bytes, where: str = "history") -> str:
 def validate_line(obj, where: str) -> dict:
     """obj as a HistoryLine's plain dict; refused (HistoryError naming where and the field) when it is not one or
     holds a number that is not finite or beyond a float's range."""
-    try:
-        line = HistoryLine.model_validate(obj).model_dump(by_alias=True, exclude_unset=True)
-    except ValidationError as exc:
-        first = exc.errors()[0]
-        at = ".".join(str(p) for p in first["loc"]) or "line"
-        raise HistoryError(f"{where}: not a sparkctl history line: {at}: {first['msg']} "
-                           f"({exc.error_count()} problem(s))") from None
     bad = unrepresentable(obj)
     if bad:
         raise HistoryError(f"{where}: not a sparkctl history line: {bad}")
-    return line
+    try:
+        return HistoryLine.model_validate(obj).model_dump(by_alias=True, exclude_unset=True)
+    except ValidationError as exc:
+        raise HistoryError(f"{where}: not a sparkctl history line: {first_error(exc, 'line')}") from None
 
 
 def _parse_line(raw: str, where: str) -> dict:

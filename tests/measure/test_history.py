@@ -14,6 +14,7 @@ from sparkctl.config.hosts import HostConn
 from sparkctl.errors import SettingError
 from sparkctl.measure import history, record
 from tests.conftest import typed
+from tests.measure.test_acceptance import workload_part
 
 
 class LocalHost(HostConn):
@@ -26,10 +27,10 @@ class LocalHost(HostConn):
 def rec(rate=18.3, *, revision="f" * 40, vllm="0.32.0", workload=("codegen", 1, "abc"), max_tokens=1024,
         box="spark-1", gate=True, tp=None, build=None) -> dict:
     r = {"schema": record.SCHEMA, "date": "2026-11-20T10:00:00Z", "model": {"key": "qwen3.8-27b"},
-         "revision": revision, "vllm_version": vllm, "box": {"name": box, **({"tensor_parallel_size": tp} if tp
-                                                                            else {})}, "window_s": 10,
+         "revision": revision, "vllm_version": vllm,
+         "box": {"name": box, "simulated": False, **({"tensor_parallel_size": tp} if tp else {})}, "window_s": 10,
          "max_tokens": max_tokens, "ignore_eos": False, "temperature": 0.0,
-         "workload": {"name": workload[0], "version": workload[1], "sha256": workload[2]},
+         "workload": workload_part(*workload),
          "runs": [{"streams": 1, "counter_tokens_per_s": rate}], "prefill": []}
     if build:
         r["vllm_build"] = build
