@@ -86,11 +86,11 @@ class HistoryLine(BenchRecord):
 # ---------------------------------------------------------------------------------------------------- keys (pure)
 
 def config_key(rec: dict) -> dict:
-    """What the box ran: box, model key, checkpoint revision, vLLM version and build (its venv: None on records
-    written before it was recorded, which so never pass for a recorded build), tensor-parallel size (records
-    written before it was recorded ran on one box)."""
+    """What the box ran: box and its kind (simulated or real: never one's baseline for the other), model key,
+    checkpoint revision, vLLM version and build (its venv: None on records written before it was recorded, which so
+    never pass for a recorded build), tensor-parallel size (records written before it was recorded ran on one box)."""
     model, box = rec.get("model") or {}, rec.get("box") or {}
-    return {"box": box.get("name"), "model": model.get("key"),
+    return {"box": box.get("name"), "simulated": box.get("simulated"), "model": model.get("key"),
             "revision": rec.get("revision") or model.get("sha"), "vllm_version": rec.get("vllm_version"),
             "vllm_build": rec.get("vllm_build"), "tensor_parallel_size": box.get("tensor_parallel_size") or 1}
 

@@ -57,6 +57,7 @@ class Reference:
     passed_over: tuple[str, ...] = ()  # why each reference before this one in the order did not apply
     fallbacks: tuple["Reference", ...] = ()  # the next references in the order, for a figure this one lacks
     judged: bool = True  # False: its checks are printed beside the others, never failing (a pair accepted as is)
+    windows: tuple[int, ...] = ()  # the stream counts its line's gate measured (a full bench's: none required)
 
     @property
     def against(self) -> str:
@@ -116,7 +117,7 @@ def _from_line(line: dict, kind: str, name: str, decode_limit: float, prefill_li
     h = line["history"]
     return Reference(kind, name, decode, prefill, decode_limit, prefill_limit, h["id"],
                      f"this box's history ({h['source']} run of {line.get('date')}, appended {h['appended']})",
-                     passed_over, judged=judged)
+                     passed_over, judged=judged, windows=tuple((line.get("gate") or {}).get("streams") or ()))
 
 
 def of_baseline(rec: dict, line: dict, t: Thresholds) -> Reference:

@@ -372,6 +372,9 @@ def test_the_deploy_interface_measures_reads_the_baseline_and_judges(fake, tmp_p
     data = {**ALL, "STATE_DIR": str(tmp_path), "ACCEPTANCE_WINDOW_S": 0.4, "ACCEPTANCE_STREAMS": [1],
             "ACCEPTANCE_PREFILL_TOKENS": 2000, "ACCEPTANCE_NIAH_ENABLED": False, "ACCEPTANCE_KV_ENABLED": False,
             "BENCH_MAX_TOKENS": 40, "BENCH_IGNORE_EOS": True, "BENCH_SETTLE_S": 0.05,
+            # the fake decodes ~700 tok/s, beyond a GX10's bandwidth bound for a 27B model (evidence.py refuses
+            # such a record): a box fast enough for it
+            "BOX_MEMORY_BANDWIDTH_GBPS": 8000,
             # the fake drafts 2 tokens per step: a floor for 2 positions (the catalog's Qwen has 3)
             "CATALOG_OVERRIDES": {"qwen3.8-27b": {"memory": {"measured_acceptance_per_position": [0.9, 0.9]}}}}
     config = host_config(data)
