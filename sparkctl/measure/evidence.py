@@ -192,6 +192,22 @@ def _niah(rec: dict, where: str) -> None:
                       f"{answer!r}, which {contains} the needle value {cell['needle_value']} (niah.score_answer)")
 
 
+def clocks(box_s: float, control_s: float, skew_s: float, round_trip_s: float, where: str) -> dict:
+    """{"box", "control"}: both clocks (UTC, ISO 8601, to the second) as a history line records them; Refused,
+    naming the box's clock, when they disagree by more than skew_s (ACCEPTANCE_CLOCK_SKEW_S), plus half the
+    round trip that read the box's clock and its 1 s resolution: a box whose clock is off dates its records
+    wrongly, and the one that runs ahead writes the record that stays "the latest" for ever."""
+    def iso(t: float) -> str:
+        return _dt.datetime.fromtimestamp(int(t), _dt.timezone.utc).isoformat().replace("+00:00", "Z")
+
+    off = box_s - control_s
+    if abs(off) > skew_s + round_trip_s / 2 + 1:
+        raise Refused(where, "the box's clock", iso(box_s), f"within ACCEPTANCE_CLOCK_SKEW_S {skew_s:g} s of the "
+                      f"control machine's {iso(control_s)} (it is {abs(off):.0f} s {'ahead' if off > 0 else 'behind'}"
+                      "): nothing is appended until the clocks agree (NTP: timedatectl status)")
+    return {"box": iso(box_s), "control": iso(control_s)}
+
+
 def same_kind(rec: dict, kinds: dict[bool | None, str], where: str) -> None:
     """kinds: {box.simulated of a history's lines: the first such line, named}. Refused when the history holds a
     line of the other kind: simulated and real boxes never share a baseline."""

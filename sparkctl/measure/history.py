@@ -37,17 +37,21 @@ nothing was appended since it was read.
 
 from __future__ import annotations
 
+import datetime as _dt
 import hashlib
 import json
 import shlex
 import subprocess
+import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from sparkctl.measure.record import BenchError, BenchRecord, Date, first_error, unrepresentable, utc_timestamp
+from sparkctl.measure import evidence
+from sparkctl.measure.record import (BenchError, BenchRecord, Date, first_error, unrepresentable, utc_timestamp,
+                                     validate_record)
 
 SSH_TIMEOUT_S = 60  # one history read or append over ssh; the file is small, s
 REPAIR_HINT = ("To repair it: `python -m sparkctl bench history --repair [--box NAME]` moves every unreadable line "
@@ -128,14 +132,16 @@ def confirmed(line: dict) -> bool:
 # ---------------------------------------------------------------------------------------------------- lines (pure)
 
 def make_line(rec: dict, *, baseline: bool, source: str, reference: dict | None = None, provisional: bool = False,
-              confirms: str | None = None) -> dict:
+              confirms: str | None = None, clocks: dict | None = None) -> dict:
     """rec as a history line; reference: what its verdict judged it against (Reference.tag), when it had one;
-    provisional: judged on the roofline alone (never a baseline); confirms: the provisional line this one confirms."""
+    provisional: judged on the roofline alone (never a baseline); confirms: the provisional line this one confirms;
+    clocks: the box's and the control machine's when it was appended (evidence.clocks)."""
     line = {k: v for k, v in rec.items() if k != "history"}
     line["history"] = {"id": record_id(rec, confirms), "appended": utc_timestamp(),
                        "baseline": bool(baseline) and not provisional, "source": source,
                        **({"reference": reference} if reference else {}),
-                       **({"provisional": True} if provisional else {}), **({"confirms": confirms} if confirms else {})}
+                       **({"provisional": True} if provisional else {}), **({"confirms": confirms} if confirms else {}),
+                       **({"clocks": clocks} if clocks else {})}
     return line
 
 
@@ -253,17 +259,46 @@ def read(host, cfg) -> list[dict]:
     return parse(_ssh(host, read_command(path)), f"{host.name}:{path}")
 
 
+def control_now() -> float:
+    """The control machine's clock, UTC seconds (a function so a test can set it apart from the box's)."""
+    return time.time()
+
+
+def box_clock(host) -> tuple[float, float, float]:
+    """(the box's clock, the control machine's at the middle of the read, the read's round trip), UTC seconds."""
+    t0 = control_now()
+    out = _ssh(host, "date -u +%s").decode("ascii", "replace").strip()
+    t1 = control_now()
+    try:
+        return float(out), (t0 + t1) / 2, t1 - t0
+    except ValueError:
+        raise HistoryError(f"{host.name}: the box's clock cannot be read (`date -u +%s` said {out[:80]!r})") from None
+
+
 def append(host, cfg, rec: dict, *, source: str, baseline: bool | None = None,
            reference: dict | None = None, provisional: bool = False, confirms: str | None = None) -> dict:
     """Append rec to the box's history; baseline None: a baseline exactly when its key has none yet (a
-    provisional line never is one). Refused when its run is already recorded: one id, one run."""
+    provisional line never is one). Refused when its run is already recorded (one id, one run), when rec is not
+    evidence on this box (evidence.check, evidence.same_kind: the judge's own refusals), and when the box's clock
+    and the control machine's disagree by more than ACCEPTANCE_CLOCK_SKEW_S; the line records both clocks."""
+    from sparkctl.config.settings import with_catalog
+
+    where = f"{host.name}:{history_path(cfg)}"
     lines = read(host, cfg)
+    box_s, control_s, round_trip = box_clock(host)
+    tag = evidence.clocks(box_s, control_s, cfg.ACCEPTANCE_CLOCK_SKEW_S, round_trip, where)
+    body = {k: v for k, v in rec.items() if k != "history"}
+    key = config_key(body)
+    evidence.check(validate_record(body, where), evidence.Bounds.of(
+        with_catalog(cfg, host.name, host.address), key["model"], key["tensor_parallel_size"],
+        now=_dt.datetime.fromtimestamp(control_s, _dt.timezone.utc)), where)
+    evidence.same_kind(body, evidence.history_kinds(lines), where)
     if baseline is None:
         baseline = not provisional and baseline_for(lines, rec) is None
     line = make_line(rec, baseline=baseline, source=source, reference=reference, provisional=provisional,
-                     confirms=confirms)
+                     confirms=confirms, clocks=tag)
     text = serialize(line)  # a line that is no valid history line is refused before the box is touched
-    _refuse_repeated_id(lines, line["history"]["id"], f"{host.name}:{history_path(cfg)}")
+    _refuse_repeated_id(lines, line["history"]["id"], where)
     _ssh(host, append_command(history_path(cfg)), stdin=text)
     return line
 

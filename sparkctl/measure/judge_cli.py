@@ -72,7 +72,7 @@ def run_judge(args: argparse.Namespace) -> int:
     except OSError as exc:
         raise history.HistoryError(f"{args.history}: the history cannot be read ({exc})") from None
     lines = lines_before(history.parse(data, args.history), rec)
-    verdict = quick.judge_record({k: v for k, v in rec.items() if k != "history"}, config, lines)
+    verdict = quick.judge_record({k: v for k, v in rec.items() if k != "history"}, config, lines, args.record)
     if args.json:
         print(json.dumps(verdict.to_dict(), allow_nan=False))  # figures are finite: read so
     else:

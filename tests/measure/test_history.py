@@ -84,9 +84,10 @@ def test_a_recorded_full_bench_becomes_the_new_baseline(box):
 
 @pytest.mark.parametrize("change", [dict(revision="e" * 40), dict(vllm="0.33.0"), dict(build="0.32.0-0123456789ab"),
                                     dict(box="spark-2"),
-                                    dict(workload=("codegen", 2, "abc")), dict(workload=("codegen", 1, "edited")),
+                                    dict(workload=("codegen", 2, "abc")), dict(workload=("mine", 1, "edited")),
                                     dict(max_tokens=256), dict(tp=2)])
 def test_another_configuration_or_workload_has_its_own_baseline(box, change):
+    """codegen-v1 with other prompts is no workload at all: refused (tests/measure/test_judge_records.py)."""
     host, data = box
     history.append(host, data, rec(18.3), source="acceptance")
     lines = history.read(host, data)
