@@ -169,10 +169,10 @@ def _spec(rec: dict, b: Bounds, where: str) -> None:
         mean = sd.get("mean_draft_length")
         if mean is not None and mean > k:
             raise Refused(where, f"{at}.mean_draft_length", mean, f"at most the catalog's num_speculative_tokens {k}")
-        for pos in (sd.get("per_position_acceptance") or {}):
+        for pos, rate in (sd.get("per_position_acceptance") or {}).items():
             if not (pos.isdigit() and int(pos) < k):
-                raise Refused(where, f"{at}.per_position_acceptance", pos, f"a draft position from 0 to {k - 1} (the "
-                              f"catalog's num_speculative_tokens {k})")
+                raise Refused(where, f"{at}.per_position_acceptance.{pos}", rate, f"no such draft position: a rate "
+                              f"at a draft position from 0 to {k - 1} (the catalog's num_speculative_tokens {k})")
 
 
 def _niah(rec: dict, where: str) -> None:
