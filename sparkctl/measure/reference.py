@@ -278,6 +278,16 @@ def anchors(rec: dict, lines: list[dict], published: Published | None, moving: R
 
 # ---------------------------------------------------------------------------------------------------- a pair
 
+def pair_line(lines: list[dict], rec: dict) -> dict | None:
+    """A tensor-parallel pair's one-box yardstick: the newest confirmed one-box baseline of rec's model and
+    workload on this box (None on one box, or when there is none)."""
+    if history.config_key(rec)["tensor_parallel_size"] == 1:
+        return None
+    one_box = {**rec, "box": {**(rec.get("box") or {}), "tensor_parallel_size": 1}}
+    return next((x for x in reversed(lines) if x["history"]["baseline"] and history.confirmed(x)
+                 and changed(x, one_box) is not None), None)
+
+
 def pair_bound(rec: dict, lines: list[dict], published: Published | None, t: Thresholds) -> Reference | None:
     """A tensor-parallel pair's lower bound: one box of the same model, as this box measured it alone (its newest
     confirmed one-box baseline of the workload), else as published; None on one box or when neither exists."""
@@ -286,8 +296,7 @@ def pair_bound(rec: dict, lines: list[dict], published: Published | None, t: Thr
     limit, judged = 1 - t.pair_min_speedup, t.pair_min_speedup > 0
     one_box = {**rec, "box": {**(rec.get("box") or {}), "tensor_parallel_size": 1}}
     found = []
-    line = next((x for x in reversed(lines) if x["history"]["baseline"] and history.confirmed(x)
-                 and changed(x, one_box) is not None), None)
+    line = pair_line(lines, rec)
     if line is not None:
         found.append(_from_line(line, "one box", f"one box of this model, baseline {line['history']['id']}",
                                 limit, limit, judged=judged))
