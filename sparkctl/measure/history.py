@@ -27,7 +27,11 @@ Reading. Every line is parsed once into HistoryLine (record.BenchRecord's types:
 record.MAX_FIGURE, negative figures and malformed cells refused); a line that is not UTF-8, not JSON or not a history
 line is an error naming the file, the line, the field and how to repair it (HistoryError), never skipped: a baseline
 silently lost would make the next regression pass. The same types are checked before a line is appended, so a line
-that could not be read back is never written, and a run already recorded (its id) is not appended again.
+that could not be read back is never written, and a run already recorded (its id) is not appended again. An append
+(the deploy's, `bench --record-baseline`'s, `bench confirm`'s) also refuses a record that is no evidence on this box
+(evidence.py: the judge's own refusals) and a box whose clock disagrees with the control machine's by more than
+ACCEPTANCE_CLOCK_SKEW_S; the line records both clocks. `bench judge` reads a history file through its index
+(history_index.py).
 
 Repair (`bench history --repair`): a history an older version wrote (a NaN line, before they were refused) has its
 unreadable lines moved into <file>.unreadable-<time>, the rest kept in order, the original kept as
