@@ -67,6 +67,19 @@ class HistoryError(BenchError):
     """The box's history cannot be read: a verdict that depends on it fails, naming the file, line and field."""
 
 
+# what a gate run was judged against (reference.Reference.kind; reference.KINDS is this tuple)
+REFERENCE_KINDS = ("baseline", "previous", "published", "none", "off", "anchor", "published anchor", "one box")
+
+
+class ReferenceTag(BaseModel):
+    """reference.Reference.tag(): the kind, the name the verdict gave it, the history id of its line (or None)."""
+
+    model_config = ConfigDict(strict=True, extra="forbid")
+    kind: Literal[REFERENCE_KINDS]
+    name: str
+    id: str | None
+
+
 class Clocks(BaseModel):
     """What the deploy read before appending (evidence.clock_skew): both UTC, ISO 8601, to the second."""
 
@@ -81,7 +94,7 @@ class HistoryTag(BaseModel):
     appended: Date
     baseline: bool
     source: Literal["acceptance", "bench", "confirm"]
-    reference: dict | None = None  # {"kind", "name", "id"} of what the gate judged this run against
+    reference: ReferenceTag | None = None  # what the gate judged this run against
     provisional: bool = False  # judged on the roofline alone: no yardstick until confirmed
     confirms: str | None = None  # a confirmation line: the id of the provisional line it confirms
     clocks: Clocks | None = None  # the box's and the control machine's clocks when it was appended (absent: older)

@@ -38,7 +38,7 @@ from sparkctl.measure.record import BenchError
 from sparkctl.measure.thresholds import Thresholds
 
 # off: acceptance.SPEED_OFF, both comparisons off; anchor, published anchor: the fixed anchors; one box: a pair's bound
-KINDS = ("baseline", "previous", "published", "none", "off", "anchor", "published anchor", "one box")
+KINDS = history.REFERENCE_KINDS
 CHANGEABLE = ("vllm_version", "vllm_build", "revision")  # what may differ from a previous configuration's run
 
 

@@ -83,6 +83,29 @@ def test_a_figure_of_another_type_is_refused_never_coerced(tmp_path, capsys, fie
     refused(tmp_path, capsys, _set(rec(), field, value), [], field)
 
 
+@pytest.mark.parametrize("field,value,words", [
+    ("model.key", "qwen3.8-27B", "qwen3.8-27b"), ("model.key", "gpt-4", "laguna-s-2.1"),
+    ("gate.kind", "bench", "'acceptance'"), ("schema", "sparkctl.bench/2", "'sparkctl.bench/1'")])
+def test_an_enumeration_is_one_of_its_own_keys(tmp_path, capsys, field, value, words):
+    refused(tmp_path, capsys, _set(rec(), field, value), [], field, words)
+
+
+@pytest.mark.parametrize("field,value", [("history.reference.kind", "newest"), ("history.source", "hand"),
+                                         ("history.baseline", "yes"), ("history.appended", "now")])
+def test_a_history_line_holds_the_same_strict_types(tmp_path, capsys, field, value):
+    line = history.make_line(rec(), baseline=True, source="acceptance",
+                             reference={"kind": "published", "name": "the catalog's", "id": None})
+    hist = tmp_path / "history.jsonl"
+    hist.write_text(json.dumps(_set(line, field, value)) + "\n")
+    before = hist.read_bytes()
+    path = record.write_record(rec(decode=(18.0, 72.0)), tmp_path / "candidate.json")
+    for mode in MODES:
+        assert main(["bench", "judge", str(path), "--history", str(hist), *GROUPS, *mode]) == 2
+        err = capsys.readouterr().err
+        assert f"{hist} line 1" in err and field in err, err
+        assert hist.read_bytes() == before
+
+
 # ---------------------------------------------------------------------------------------------------- 2: impossible
 
 @pytest.mark.parametrize("field,value,bound", [
