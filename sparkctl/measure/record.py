@@ -298,10 +298,26 @@ def validate_record(record: dict, where: str = "bench record") -> dict:
 def first_error(exc: ValidationError, whole: str) -> str:
     """"<field>: <value> <why>" of a validation's first error, then how many there were: the field, the value
     and the bound, as a refusal names them."""
-    first = exc.errors()[0]
-    at = ".".join(str(p) for p in first["loc"]) or whole
+    errors = exc.errors()
+    first = errors[0]
+    loc = [str(p) for p in first["loc"]]
+    union = bool(loc) and (loc[-1] in _UNION_MEMBERS or "[" in loc[-1])  # int | float: one error per member
+    if union:
+        loc.pop()
+    at = ".".join(loc) or whole
     value = "" if first["type"] == "missing" else f" = {_shown(first.get('input'))}"
-    return f"{at}{value}: {first['msg']} ({exc.error_count()} problem(s))"
+    why = (f"a number, not {_json_type(first.get('input'))} (read strictly: never converted)" if union
+           else first["msg"])
+    problems = len({tuple(str(p) for p in e["loc"][:len(loc)]) for e in errors}) if union else len(errors)
+    return f"{at}{value}: {why} ({problems} problem(s))"
+
+
+_UNION_MEMBERS = ("int", "float", "str", "bool")
+
+
+def _json_type(value) -> str:
+    return {str: "a string", bool: "true or false", dict: "an object", list: "a list", type(None): "null"}.get(
+        type(value), type(value).__name__)
 
 
 def _shown(value) -> str:

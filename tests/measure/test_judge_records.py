@@ -106,6 +106,19 @@ def test_a_history_line_holds_the_same_strict_types(tmp_path, capsys, field, val
         assert hist.read_bytes() == before
 
 
+@pytest.mark.parametrize("field,value,words", [
+    ("runs.0.counter_tokens_per_s", "18.3", 'runs.0.counter_tokens_per_s = "18.3": a number, not a string'),
+    ("window_s", True, "window_s = true: a number, not true or false"),
+    ("prefill.0.tokens_per_s", None, ""),  # null is allowed here: "not measured", a failure (exit 1)
+    ("runs.1.streams", 4.0, "runs.1.streams = 4.0: Input should be a valid integer")])
+def test_a_refusal_of_a_type_says_the_value_and_what_it_must_be(tmp_path, capsys, field, value, words):
+    r = _set(rec(), field, value)
+    if value is None:  # the optional prefill rate may be null: a fresh prefill without one fails as not measured
+        assert [code for code, _ in judged(tmp_path, capsys, r)] == [1, 1]
+        return
+    refused(tmp_path, capsys, r, [], words)
+
+
 # ---------------------------------------------------------------------------------------------------- 2: impossible
 
 @pytest.mark.parametrize("field,value,bound", [
