@@ -12,10 +12,10 @@ that can judge it, with the limits from group data (ACCEPTANCE_*, typed in thres
 * decode tok/s per stream count and fresh-prefill tok/s per prompt length: every one the run was configured to
   measure (its gate part: ACCEPTANCE_STREAMS, ACCEPTANCE_PREFILL_TOKENS) must be in the record, measured and finite
   (record.py refuses NaN), or the verdict fails naming it; so must every stream count the gate run that is this
-  box's baseline (or its previous configuration's) measured (dropped_windows). Each is judged against the moving reference
-  (reference.choose: this box's baseline, the closest previous configuration's, the catalog's published figures;
-  a reference lacking the figure hands it to the next), against the fixed anchors (reference.anchors: the box's
-  anchor and the published figures, cumulative limits), and on a tensor-parallel pair against one box
+  box's baseline (or its previous configuration's) measured (dropped_windows). Each is judged against the moving
+  reference (reference.choose: this box's baseline, the closest previous configuration's, the catalog's published
+  figures; a reference lacking the figure hands it to the next), against the fixed anchors (reference.anchors: the
+  box's anchor and the published figures, cumulative limits), and on a tensor-parallel pair against one box
   (reference.pair_bound);
 * decode as % of the planner's roofline at every stream count, in every verdict; judged only for a stream count
   nothing measured can judge (ACCEPTANCE_ROOFLINE_FLOOR_FRACTION); such a run passes provisional (history.py);

@@ -65,12 +65,17 @@ class Bounds:
     ceiling_source: str = ""  # how the ceiling was derived, for the refusal
 
     @classmethod
-    def of(cls, config, model_key: str, tp: int = 1, now: _dt.datetime | None = None) -> "Bounds":
-        """config: a HostConfig (typed settings and catalog); model_key: the record's catalog key."""
+    def of(cls, config, model_key: str, tp: int = 1, now: _dt.datetime | None = None,
+           where: str = "the record") -> "Bounds":
+        """config: a HostConfig (typed settings and catalog); model_key: the record's catalog key (Refused when it
+        is none of the catalog's keys)."""
         from sparkctl.capacity import facts
         from sparkctl.capacity.kv import num_speculative_tokens
 
-        spec = config.catalog[model_key]
+        spec = config.catalog.get(model_key)
+        if spec is None:
+            raise Refused(where, "model.key", model_key,
+                          f"one of the catalog's keys: {', '.join(sorted(config.catalog))}")
         draft = num_speculative_tokens(spec) if spec.speculative else None
         read = facts.bytes_read_per_step(spec).value
         bw = float(config.cfg.BOX_MEMORY_BANDWIDTH_GBPS)

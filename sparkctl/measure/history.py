@@ -81,7 +81,7 @@ class ReferenceTag(BaseModel):
 
 
 class Clocks(BaseModel):
-    """What the deploy read before appending (evidence.clock_skew): both UTC, ISO 8601, to the second."""
+    """What the append read before appending (evidence.clocks): both UTC, ISO 8601, to the second."""
 
     model_config = ConfigDict(strict=True, extra="forbid")
     box: Date
@@ -308,7 +308,7 @@ def append(host, cfg, rec: dict, *, source: str, baseline: bool | None = None,
     key = config_key(body)
     evidence.check(validate_record(body, where), evidence.Bounds.of(
         with_catalog(cfg, host.name, host.address), key["model"], key["tensor_parallel_size"],
-        now=_dt.datetime.fromtimestamp(control_s, _dt.timezone.utc)), where)
+        now=_dt.datetime.fromtimestamp(control_s, _dt.timezone.utc), where=where), where)
     evidence.same_kind(body, evidence.history_kinds(lines), where)
     if baseline is None:
         baseline = not provisional and baseline_for(lines, rec) is None
