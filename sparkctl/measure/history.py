@@ -292,14 +292,25 @@ def box_clock(host) -> tuple[float, float, float]:
         raise HistoryError(f"{host.name}: the box's clock cannot be read (`date -u +%s` said {out[:80]!r})") from None
 
 
+def _host_config(host, cfg):
+    """cfg as a HostConfig (typed settings and catalog, which bound a record: evidence.Bounds): as given when it is
+    one, else read through the check layer as every entry point reads its settings."""
+    if hasattr(cfg, "catalog"):
+        return cfg
+    from sparkctl.check.load import host_config
+
+    return host_config(cfg.model_dump(), host.name, host.address)
+
+
 def append(host, cfg, rec: dict, *, source: str, baseline: bool | None = None,
            reference: dict | None = None, provisional: bool = False, confirms: str | None = None) -> dict:
-    """Append rec to the box's history; baseline None: a baseline exactly when its key has none yet (a
-    provisional line never is one). Refused when its run is already recorded (one id, one run), when rec is not
-    evidence on this box (evidence.check, evidence.same_kind: the judge's own refusals), and when the box's clock
-    and the control machine's disagree by more than ACCEPTANCE_CLOCK_SKEW_S; the line records both clocks."""
-    from sparkctl.config.settings import with_catalog
-
+    """Append rec to the box's history (cfg: the typed settings, or a HostConfig); baseline None: a baseline exactly
+    when its key has none yet (a provisional line never is one). Refused when its run is already recorded (one id,
+    one run), when rec is not evidence on this box (evidence.check, evidence.same_kind: the judge's own refusals),
+    and when the box's clock and the control machine's disagree by more than ACCEPTANCE_CLOCK_SKEW_S; the line
+    records both clocks."""
+    config = _host_config(host, cfg)
+    cfg = config.cfg
     where = f"{host.name}:{history_path(cfg)}"
     lines = read(host, cfg)
     box_s, control_s, round_trip = box_clock(host)
@@ -307,7 +318,7 @@ def append(host, cfg, rec: dict, *, source: str, baseline: bool | None = None,
     body = {k: v for k, v in rec.items() if k != "history"}
     key = config_key(body)
     evidence.check(validate_record(body, where), evidence.Bounds.of(
-        with_catalog(cfg, host.name, host.address), key["model"], key["tensor_parallel_size"],
+        config, key["model"], key["tensor_parallel_size"],
         now=_dt.datetime.fromtimestamp(control_s, _dt.timezone.utc), where=where), where)
     evidence.same_kind(body, evidence.history_kinds(lines), where)
     if baseline is None:
