@@ -264,9 +264,18 @@ def test_a_record_that_does_not_say_its_box_kind_is_refused(tmp_path, capsys, va
     refused(tmp_path, capsys, r, [], "box.simulated", "true or false")
 
 
-def test_the_closest_previous_configuration_is_of_the_same_box_kind():
-    assert history.config_key(_kind(rec(), True)) != history.config_key(rec())
+def test_the_closest_previous_configuration_is_of_the_same_box_kind_model_and_workload_sha():
+    """Pure: the reference order never lines up another box kind or prompt set, whatever the history holds."""
+    from sparkctl.measure import reference
+
     assert history.mismatch(_kind(rec(), True), rec()) == ["configuration differs in simulated: True vs False"]
+    upgrade = rec(vllm="0.33.0", build="0.33.0-cccccccccccc")
+    for other in (_kind(rec(), True), dict(rec(), workload=workload_part("codegen", 1, "edited")),
+                  dict(rec(), model={"key": "laguna-s-2.1", "repo": "x/y"})):
+        line = history.make_line(other, baseline=True, source="acceptance")
+        assert reference.previous_for([line], upgrade) is None and reference.anchor_for([line], upgrade) is None
+    same = history.make_line(rec(), baseline=True, source="acceptance")
+    assert reference.previous_for([same], upgrade)[0] is same
 
 
 # ---------------------------------------------------------------------------------------------------- 5: the time
