@@ -162,14 +162,15 @@ def make_line(rec: dict, *, baseline: bool, source: str, reference: dict | None 
     return line
 
 
-def decode(data: bytes, where: str = "history") -> str:
-    """A history file's bytes as text; a byte that is not UTF-8 is named with its line and offset."""
+def decode(data: bytes, where: str = "history", first: int = 1, base: int = 0) -> str:
+    """A history file's bytes as text; a byte that is not UTF-8 is named with its line and offset (data is the
+    file's tail from byte base, line first, when only appended lines are read: history_index)."""
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as exc:
-        n = data[:exc.start].count(b"\n") + 1
-        raise HistoryError(f"{where} line {n}: not UTF-8 (byte {data[exc.start]:#04x} at offset {exc.start}); "
-                           "the history cannot be read") from None
+        n = data[:exc.start].count(b"\n") + first
+        raise HistoryError(f"{where} line {n}: not UTF-8 (byte {data[exc.start]:#04x} at offset "
+                           f"{base + exc.start}); the history cannot be read") from None
 
 
 def validate_line(obj, where: str) -> dict:
@@ -192,13 +193,15 @@ def _parse_line(raw: str, where: str) -> dict:
     return validate_line(obj, where)
 
 
-def parse(text: str | bytes, where: str = "history") -> list[dict]:
+def parse(text: str | bytes, where: str = "history", first: int = 1, base: int = 0) -> list[dict]:
     """Every line of a history file, parsed once into HistoryLine's types; a malformed line is a HistoryError
-    naming its number and field and how to repair the file (never skipped)."""
+    naming its number and field and how to repair the file (never skipped). first and base: text is the file's
+    tail from line first, byte base (history_index reads only the lines appended since it was built)."""
     try:
         if isinstance(text, bytes):
-            text = decode(text, where)
-        return [_parse_line(raw, f"{where} line {n}") for n, raw in enumerate(text.splitlines(), 1) if raw.strip()]
+            text = decode(text, where, first, base)
+        return [_parse_line(raw, f"{where} line {n}") for n, raw in enumerate(text.splitlines(), first)
+                if raw.strip()]
     except HistoryError as exc:
         raise HistoryError(f"{exc}. {REPAIR_HINT}") from None
 

@@ -4,6 +4,7 @@ costs by history length is a benchmark's business (scripts/judge_cost.py, docs/m
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 
@@ -112,3 +113,96 @@ def test_a_line_damaged_after_the_index_was_built_is_still_refused(tmp_path, cap
     os.utime(path, ns=(0, 0))
     assert main(["bench", "judge", str(cand), "--history", str(path), *GROUPS]) == 2
     assert f"{path} line 3" in capsys.readouterr().err
+
+
+@contextlib.contextmanager
+def _counting_parser():
+    """Every line history.parse reads and validates (its line parser), by the line number it gives it."""
+    seen, real = [], history._parse_line
+
+    def parse_line(raw: str, where: str) -> dict:
+        seen.append(where.rsplit(" ", 1)[-1])
+        return real(raw, where)
+
+    with pytest.MonkeyPatch.context() as m:
+        m.setattr(history, "_parse_line", parse_line)
+        yield seen
+
+
+def _append(path, *lines: dict) -> None:
+    with open(path, "a") as f:
+        f.write("".join(history.serialize(x) for x in lines))
+
+
+@pytest.mark.parametrize("candidate", [scaled(0.9, **STEPS[4]), scaled(0.5, **STEPS[4]), scaled(0.95, **STEPS[2]),
+                                       scaled(0.9, vllm="0.35.0", build="0.35.0-e", revision="b" * 40)],
+                         ids=["rerun", "slow", "older", "upgrade"])
+def test_an_append_reads_only_the_appended_lines_and_judges_as_a_rebuild(tmp_path, capsys, candidate):
+    lines = _a_long_history()
+    path = _history(tmp_path, lines)
+    _verdict(tmp_path, capsys, candidate, path)  # the index built
+    added = [history.make_line(scaled(1.0, vllm="0.35.0", build="0.35.0-e", revision="b" * 40), baseline=True,
+                               source="bench"),
+             history.make_line(scaled(0.97, **STEPS[4]), baseline=False, source="acceptance")]
+    _append(path, *added)
+    with _counting_parser() as seen:
+        extended = _verdict(tmp_path, capsys, candidate, path)
+    assert seen == [str(len(lines) + 1), str(len(lines) + 2)]  # the new lines, by their own numbers
+    full = json.loads(json.dumps(quick.judge_record(candidate, host_config(ALL), lines + added).to_dict()))
+    assert extended == full
+    history_index.cache_path(path).unlink()
+    assert _verdict(tmp_path, capsys, candidate, path) == full  # a fresh rebuild's verdict
+    # and a line of the history itself, judged through the extended index's every entry
+    history_index.cache_path(path).unlink()
+    _verdict(tmp_path, capsys, candidate, _history(tmp_path, lines))
+    _append(path, *added)
+    own = {k: v for k, v in added[1].items() if k != "history"}
+    right = json.loads(json.dumps(quick.judge_record(own, host_config(ALL), lines + added[:1]).to_dict()))
+    assert _verdict(tmp_path, capsys, added[1], path) == right
+
+
+def test_a_bad_appended_line_is_refused_with_its_own_number(tmp_path, capsys):
+    lines = _a_long_history()
+    path = _history(tmp_path, lines)
+    cand = record.write_record(scaled(0.9, **STEPS[4]), tmp_path / "candidate.json")
+    assert main(["bench", "judge", str(cand), "--history", str(path), *GROUPS]) == 0
+    capsys.readouterr()
+    bad = history.serialize(history.make_line(scaled(0.97, **STEPS[4]), baseline=False, source="acceptance"))
+    with open(path, "a") as f:
+        f.write(bad.replace('"window_s":10', '"window_s":"10"'))
+    assert main(["bench", "judge", str(cand), "--history", str(path), *GROUPS]) == 2
+    assert f"{path} line {len(lines) + 1}" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("change", ["edited, same size", "truncated", "truncated mid-line", "rewritten"])
+def test_a_history_whose_indexed_bytes_changed_is_read_again_every_line(tmp_path, capsys, change):
+    """Appended to, and the part the index was built from changed too: its sha256 differs, so every line is read
+    again; the same size, the same mtime or the same last line do not make an edited history current."""
+    lines = _a_long_history()
+    path = _history(tmp_path, lines)
+    candidate = scaled(0.5, **STEPS[4])
+    _verdict(tmp_path, capsys, candidate, path)
+    text = path.read_text().splitlines(keepends=True)
+    st = path.stat()
+    if change == "edited, same size":  # a rerun no verdict reads, made invalid in as many bytes
+        text[1] = text[1].replace('"baseline":false', '"baseline":"no1"')
+        assert len(text[1]) == len(path.read_text().splitlines(keepends=True)[1])
+    elif change == "truncated":
+        text = text[:-3]
+    elif change == "truncated mid-line":
+        text[-1] = text[-1][:40]
+    else:
+        text = text[1:] + text[:1]
+    added = history.make_line(scaled(0.97, **STEPS[4]), baseline=False, source="acceptance")
+    path.write_text("".join(text) + (history.serialize(added) if change != "truncated" else ""))
+    os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
+    if change in ("edited, same size", "truncated mid-line"):  # the rebuild reads the bad line and refuses it
+        cand = record.write_record(candidate, tmp_path / "candidate.json")
+        assert main(["bench", "judge", str(cand), "--history", str(path), *GROUPS]) == 2
+        assert f"{path} line {2 if change.startswith('edited') else len(lines)}" in capsys.readouterr().err
+        return
+    with _counting_parser() as seen:
+        v = _verdict(tmp_path, capsys, candidate, path)
+    assert len(seen) == len(text) + (change != "truncated")  # every line, not the appended ones alone
+    kept = history.parse(path.read_bytes())
+    assert v == json.loads(json.dumps(quick.judge_record(candidate, host_config(ALL), kept).to_dict()))
