@@ -1,6 +1,7 @@
-"""`bench judge` reads a history through its index (history_index.py): the same verdict as reading every line, the
-index rebuilt when the history changed or the index is not the history's, never trusted over the history. What it
-costs by history length is a benchmark's business (scripts/judge_cost.py, docs/measured.md)."""
+"""`bench judge` reads a history through its index (history_index.py): the same verdict as reading every line; an
+append read alone when the indexed bytes still hash the same, the index rebuilt when the history changed otherwise or
+the index is not the history's, never trusted over the history. What it costs by history length is a benchmark's
+business (scripts/judge_cost.py, docs/measured.md)."""
 
 from __future__ import annotations
 
@@ -174,17 +175,18 @@ def test_a_bad_appended_line_is_refused_with_its_own_number(tmp_path, capsys):
     assert f"{path} line {len(lines) + 1}" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("change", ["edited, same size", "truncated", "truncated mid-line", "rewritten"])
+@pytest.mark.parametrize("change", ["edited, same size", "edited in place", "truncated", "truncated mid-line",
+                                    "rewritten"])
 def test_a_history_whose_indexed_bytes_changed_is_read_again_every_line(tmp_path, capsys, change):
-    """Appended to, and the part the index was built from changed too: its sha256 differs, so every line is read
-    again; the same size, the same mtime or the same last line do not make an edited history current."""
+    """The part the index was built from changed (and lines appended, or not): its sha256 differs, so every line is
+    read again; the same size, the same mtime or the same last line do not make an edited history current."""
     lines = _a_long_history()
     path = _history(tmp_path, lines)
     candidate = scaled(0.5, **STEPS[4])
     _verdict(tmp_path, capsys, candidate, path)
     text = path.read_text().splitlines(keepends=True)
     st = path.stat()
-    if change == "edited, same size":  # a rerun no verdict reads, made invalid in as many bytes
+    if change.startswith("edited"):  # a rerun no verdict reads, made invalid in as many bytes
         text[1] = text[1].replace('"baseline":false', '"baseline":"no1"')
         assert len(text[1]) == len(path.read_text().splitlines(keepends=True)[1])
     elif change == "truncated":
@@ -194,15 +196,16 @@ def test_a_history_whose_indexed_bytes_changed_is_read_again_every_line(tmp_path
     else:
         text = text[1:] + text[:1]
     added = history.make_line(scaled(0.97, **STEPS[4]), baseline=False, source="acceptance")
-    path.write_text("".join(text) + (history.serialize(added) if change != "truncated" else ""))
+    grows = change not in ("truncated", "edited in place")
+    path.write_text("".join(text) + (history.serialize(added) if grows else ""))
     os.utime(path, ns=(st.st_atime_ns, st.st_mtime_ns))
-    if change in ("edited, same size", "truncated mid-line"):  # the rebuild reads the bad line and refuses it
+    if change.startswith("edited") or change == "truncated mid-line":  # the rebuild reads the bad line, refuses it
         cand = record.write_record(candidate, tmp_path / "candidate.json")
         assert main(["bench", "judge", str(cand), "--history", str(path), *GROUPS]) == 2
         assert f"{path} line {2 if change.startswith('edited') else len(lines)}" in capsys.readouterr().err
         return
     with _counting_parser() as seen:
         v = _verdict(tmp_path, capsys, candidate, path)
-    assert len(seen) == len(text) + (change != "truncated")  # every line, not the appended ones alone
+    assert len(seen) == len(text) + grows  # every line, not the appended ones alone
     kept = history.parse(path.read_bytes())
     assert v == json.loads(json.dumps(quick.judge_record(candidate, host_config(ALL), kept).to_dict()))
