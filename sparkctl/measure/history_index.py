@@ -169,7 +169,8 @@ def _extend(path: Path, data: bytes, old: Index, new_stamp: dict) -> Index:
     """old, the index of data's first old.stamp["size"] bytes (the caller checked their sha256), with the lines
     appended since: only those are read and validated. _Stale when old's lines file is not its own."""
     lines = _lines_path(path).read_bytes()
-    if hashlib.sha256(lines).hexdigest() != old.lines_sha256:
+    if hashlib.sha256(lines).hexdigest() != old.lines_sha256 or not all(
+            j in old.named for k in old.summary.values() for j in k.positions()):
         raise _Stale
     keys = list(old.keys)
     new = _entries_of(path, data, old.stamp["size"], keys)
@@ -234,7 +235,7 @@ def load(path: Path) -> Index:
                 digest.update(memoryview(data)[size:])
                 try:
                     return _extend(path, data, cached, {"size": len(data), "sha256": digest.hexdigest()})
-                except (_Stale, OSError):
+                except (_Stale, OSError, LookupError, TypeError):  # an index not its own: rebuilt
                     pass
     return build(path, data)
 

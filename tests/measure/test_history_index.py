@@ -209,3 +209,19 @@ def test_a_history_whose_indexed_bytes_changed_is_read_again_every_line(tmp_path
     assert len(seen) == len(text) + grows  # every line, not the appended ones alone
     kept = history.parse(path.read_bytes())
     assert v == json.loads(json.dumps(quick.judge_record(candidate, host_config(ALL), kept).to_dict()))
+
+
+def test_an_index_that_is_not_the_historys_is_rebuilt_on_an_append_too(tmp_path, capsys):
+    lines = _a_long_history()
+    path = _history(tmp_path, lines)
+    candidate = scaled(0.5, **STEPS[4])
+    _verdict(tmp_path, capsys, candidate, path)
+    cache = history_index.cache_path(path)
+    doc = json.loads(cache.read_text())
+    cache.write_text(json.dumps({**doc, "named": {}}))
+    added = history.make_line(scaled(0.97, **STEPS[4]), baseline=False, source="acceptance")
+    _append(path, added)
+    with _counting_parser() as seen:
+        v = _verdict(tmp_path, capsys, candidate, path)
+    assert len(seen) == len(lines) + 1
+    assert v == json.loads(json.dumps(quick.judge_record(candidate, host_config(ALL), lines + [added]).to_dict()))
