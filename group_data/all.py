@@ -437,6 +437,9 @@ ACCEPTANCE_NIAH_LENGTH = 32768  # its context length, tokens
 ACCEPTANCE_NIAH_DEPTH = 50  # its needle depth, % of the haystack
 ACCEPTANCE_FAIL_ON_PROBLEMS = True  # a quick run whose own figures cannot be trusted (client and counter tokens
 # disagree, the prefill was not fresh) fails the gate rather than passing on numbers nobody can read
+ACCEPTANCE_CLOCK_SKEW_S = 300  # a record dated later than the judge's clock plus this is refused, and the deploy
+# refuses to append a run when the box's clock and the control machine's disagree by more than this, s (NTP keeps
+# both within a second; a clock minutes off is a box whose records would stay "the latest" for ever)
 
 # --- the fleet: rollouts in waves (README "A fleet"; sparkctl/fleet/) ---------------------------------------------
 # Batches of boxes a coder rollout takes, as Ansible's `serial:` reads them: a number of boxes or a percentage of the

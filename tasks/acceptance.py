@@ -113,7 +113,9 @@ def _report(state, host_, cfg: GroupData, unit: str, result: dict, decision: str
 
 
 def _record(state, host_, conn, cfg: GroupData, verdict: acceptance.Verdict) -> bool:
-    """FunctionCommand body, after the box confirmed the commit: the run joins the box's history."""
+    """FunctionCommand body, after the box confirmed the commit: the run joins the box's history, with the box's
+    clock and this machine's (history.append refuses the line when they disagree by more than
+    ACCEPTANCE_CLOCK_SKEW_S, or when the record is no evidence: sparkctl/measure/evidence.py)."""
     try:
         line = quick.record_accepted(conn, cfg, verdict)
     except SparkctlError as exc:  # the rollout stands; only the history missed a line: say so, do not fail
@@ -121,7 +123,9 @@ def _record(state, host_, conn, cfg: GroupData, verdict: acceptance.Verdict) -> 
         return True
     if line:
         kind = "the baseline" if line["history"]["baseline"] else "history"
-        logger.info(f"{host_.name}: acceptance run {line['history']['id']} recorded as {kind}")
+        clocks = line["history"].get("clocks") or {}
+        logger.info(f"{host_.name}: acceptance run {line['history']['id']} recorded as {kind} (box clock "
+                    f"{clocks.get('box')}, control clock {clocks.get('control')})")
     return True
 
 

@@ -348,6 +348,7 @@ class GroupData(BaseModel):
     ACCEPTANCE_NIAH_LENGTH: t.Tokens
     ACCEPTANCE_NIAH_DEPTH: t.typed(float, "a needle depth in % from 0 to 100", ge=0, le=100)
     ACCEPTANCE_FAIL_ON_PROBLEMS: bool
+    ACCEPTANCE_CLOCK_SKEW_S: t.WholeSeconds
     # the fleet: pools of boxes, rollouts in waves, and a rollout's wall-time estimate (sparkctl/fleet/)
     FLEET_POOLS: Annotated[dict[t.Name, t.FleetPoolValue], Field(
         description='a mapping of pool names to a number of boxes, a list of inventory host names, or {"model", '

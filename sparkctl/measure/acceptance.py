@@ -11,10 +11,11 @@ that can judge it, with the limits from group data (ACCEPTANCE_*, typed in thres
   no draft). A figure the record lacks fails as not measured, never read as 1 or 0;
 * decode tok/s per stream count and fresh-prefill tok/s per prompt length: every one the run was configured to
   measure (its gate part: ACCEPTANCE_STREAMS, ACCEPTANCE_PREFILL_TOKENS) must be in the record, measured and finite
-  (record.py refuses NaN), or the verdict fails naming it. Each is judged against the moving reference
-  (reference.choose: this box's baseline, the closest previous configuration's, the catalog's published figures;
-  a reference lacking the figure hands it to the next), against the fixed anchors (reference.anchors: the box's
-  anchor and the published figures, cumulative limits), and on a tensor-parallel pair against one box
+  (record.py refuses NaN), or the verdict fails naming it; so must every stream count the gate run that is this
+  box's baseline (or its previous configuration's) measured (dropped_windows). Each is judged against the moving
+  reference (reference.choose: this box's baseline, the closest previous configuration's, the catalog's published
+  figures; a reference lacking the figure hands it to the next), against the fixed anchors (reference.anchors: the
+  box's anchor and the published figures, cumulative limits), and on a tensor-parallel pair against one box
   (reference.pair_bound);
 * decode as % of the planner's roofline at every stream count, in every verdict; judged only for a stream count
   nothing measured can judge (ACCEPTANCE_ROOFLINE_FLOOR_FRACTION); such a run passes provisional (history.py);
@@ -332,9 +333,27 @@ def _prefill_figures(rec: dict) -> tuple[list[tuple[int, float]], list[Check]]:
     return out, failed
 
 
+def dropped_windows(rec: dict, ref: Reference) -> list[Check]:
+    """Every stream count the box's baseline (or previous configuration's) gate measured must be in the run: a
+    stream set that drops one leaves that window judged by nobody. A full bench as the baseline requires none (the
+    gate never measures all of BENCH_STREAMS); `bench --record-baseline` is how an operator changes the set."""
+    if ref.kind not in ("baseline", "previous"):
+        return []
+    runs = {int(r["streams"]) for r in rec.get("runs", [])}
+    wanted = set((rec.get("gate") or {}).get("streams") or ())  # a configured one missing fails as not measured
+    return [Check(f"decode tok/s, {_stream_label(n)}", ref.against, False, expected=ref.decode.get(n),
+                  baseline_id=ref.id, reference=ref.name,
+                  note=f"measured by {ref.name}, missing from this run: its window was dropped (ACCEPTANCE_STREAMS "
+                       "changed?), so nothing judged it; measure it again, or make a full bench the baseline "
+                       "(`bench --record-baseline`)")
+            for n in sorted(set(ref.windows) - runs - wanted)]
+
+
 def speed_checks(rec: dict, t: Thresholds, speed: Speed) -> tuple[list[Check], list[str], list[str]]:
     """(checks, notes, the figures no measured reference judged) of decode and prefill."""
     checks, notes, unreferenced = [], [], []
+    if t.decode:
+        checks += dropped_windows(rec, speed.moving)
     for attr, enabled, figures, label in (("decode", t.decode, _decode_figures, "decode tok/s, {}"),
                                           ("prefill", t.prefill, _prefill_figures, "prefill tok/s, {} tokens")):
         if not enabled:

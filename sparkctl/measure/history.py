@@ -27,7 +27,11 @@ Reading. Every line is parsed once into HistoryLine (record.BenchRecord's types:
 record.MAX_FIGURE, negative figures and malformed cells refused); a line that is not UTF-8, not JSON or not a history
 line is an error naming the file, the line, the field and how to repair it (HistoryError), never skipped: a baseline
 silently lost would make the next regression pass. The same types are checked before a line is appended, so a line
-that could not be read back is never written, and a run already recorded (its id) is not appended again.
+that could not be read back is never written, and a run already recorded (its id) is not appended again. An append
+(the deploy's, `bench --record-baseline`'s, `bench confirm`'s) also refuses a record that is no evidence on this box
+(evidence.py: the judge's own refusals) and a box whose clock disagrees with the control machine's by more than
+ACCEPTANCE_CLOCK_SKEW_S; the line records both clocks. `bench judge` reads a history file through its index
+(history_index.py).
 
 Repair (`bench history --repair`): a history an older version wrote (a NaN line, before they were refused) has its
 unreadable lines moved into <file>.unreadable-<time>, the rest kept in order, the original kept as
@@ -37,17 +41,21 @@ nothing was appended since it was read.
 
 from __future__ import annotations
 
+import datetime as _dt
 import hashlib
 import json
 import shlex
 import subprocess
+import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from sparkctl.measure.record import BenchError, BenchRecord, unrepresentable, utc_timestamp
+from sparkctl.measure import evidence
+from sparkctl.measure.record import (BenchError, BenchRecord, Date, first_error, unrepresentable, utc_timestamp,
+                                     validate_record)
 
 SSH_TIMEOUT_S = 60  # one history read or append over ssh; the file is small, s
 REPAIR_HINT = ("To repair it: `python -m sparkctl bench history --repair [--box NAME]` moves every unreadable line "
@@ -59,15 +67,37 @@ class HistoryError(BenchError):
     """The box's history cannot be read: a verdict that depends on it fails, naming the file, line and field."""
 
 
+# what a gate run was judged against (reference.Reference.kind; reference.KINDS is this tuple)
+REFERENCE_KINDS = ("baseline", "previous", "published", "none", "off", "anchor", "published anchor", "one box")
+
+
+class ReferenceTag(BaseModel):
+    """reference.Reference.tag(): the kind, the name the verdict gave it, the history id of its line (or None)."""
+
+    model_config = ConfigDict(strict=True, extra="forbid")
+    kind: Literal[REFERENCE_KINDS]
+    name: str
+    id: str | None
+
+
+class Clocks(BaseModel):
+    """What the append read before appending (evidence.clocks): both UTC, ISO 8601, to the second."""
+
+    model_config = ConfigDict(strict=True, extra="forbid")
+    box: Date
+    control: Date
+
+
 class HistoryTag(BaseModel):
-    model_config = ConfigDict(extra="allow")
+    model_config = ConfigDict(strict=True, extra="forbid")
     id: str
-    appended: str
+    appended: Date
     baseline: bool
     source: Literal["acceptance", "bench", "confirm"]
-    reference: dict | None = None  # {"kind", "name", "id"} of what the gate judged this run against
+    reference: ReferenceTag | None = None  # what the gate judged this run against
     provisional: bool = False  # judged on the roofline alone: no yardstick until confirmed
     confirms: str | None = None  # a confirmation line: the id of the provisional line it confirms
+    clocks: Clocks | None = None  # the box's and the control machine's clocks when it was appended (absent: older)
 
 
 class HistoryLine(BenchRecord):
@@ -77,11 +107,11 @@ class HistoryLine(BenchRecord):
 # ---------------------------------------------------------------------------------------------------- keys (pure)
 
 def config_key(rec: dict) -> dict:
-    """What the box ran: box, model key, checkpoint revision, vLLM version and build (its venv: None on records
-    written before it was recorded, which so never pass for a recorded build), tensor-parallel size (records
-    written before it was recorded ran on one box)."""
+    """What the box ran: box and its kind (simulated or real: never one's baseline for the other), model key,
+    checkpoint revision, vLLM version and build (its venv: None on records written before it was recorded, which so
+    never pass for a recorded build), tensor-parallel size (records written before it was recorded ran on one box)."""
     model, box = rec.get("model") or {}, rec.get("box") or {}
-    return {"box": box.get("name"), "model": model.get("key"),
+    return {"box": box.get("name"), "simulated": box.get("simulated"), "model": model.get("key"),
             "revision": rec.get("revision") or model.get("sha"), "vllm_version": rec.get("vllm_version"),
             "vllm_build": rec.get("vllm_build"), "tensor_parallel_size": box.get("tensor_parallel_size") or 1}
 
@@ -119,41 +149,40 @@ def confirmed(line: dict) -> bool:
 # ---------------------------------------------------------------------------------------------------- lines (pure)
 
 def make_line(rec: dict, *, baseline: bool, source: str, reference: dict | None = None, provisional: bool = False,
-              confirms: str | None = None) -> dict:
+              confirms: str | None = None, clocks: dict | None = None) -> dict:
     """rec as a history line; reference: what its verdict judged it against (Reference.tag), when it had one;
-    provisional: judged on the roofline alone (never a baseline); confirms: the provisional line this one confirms."""
+    provisional: judged on the roofline alone (never a baseline); confirms: the provisional line this one confirms;
+    clocks: the box's and the control machine's when it was appended (evidence.clocks)."""
     line = {k: v for k, v in rec.items() if k != "history"}
     line["history"] = {"id": record_id(rec, confirms), "appended": utc_timestamp(),
                        "baseline": bool(baseline) and not provisional, "source": source,
                        **({"reference": reference} if reference else {}),
-                       **({"provisional": True} if provisional else {}), **({"confirms": confirms} if confirms else {})}
+                       **({"provisional": True} if provisional else {}), **({"confirms": confirms} if confirms else {}),
+                       **({"clocks": clocks} if clocks else {})}
     return line
 
 
-def decode(data: bytes, where: str = "history") -> str:
-    """A history file's bytes as text; a byte that is not UTF-8 is named with its line and offset."""
+def decode(data: bytes, where: str = "history", first: int = 1, base: int = 0) -> str:
+    """A history file's bytes as text; a byte that is not UTF-8 is named with its line and offset (data is the
+    file's tail from byte base, line first, when only appended lines are read: history_index)."""
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as exc:
-        n = data[:exc.start].count(b"\n") + 1
-        raise HistoryError(f"{where} line {n}: not UTF-8 (byte {data[exc.start]:#04x} at offset {exc.start}); "
-                           "the history cannot be read") from None
+        n = data[:exc.start].count(b"\n") + first
+        raise HistoryError(f"{where} line {n}: not UTF-8 (byte {data[exc.start]:#04x} at offset "
+                           f"{base + exc.start}); the history cannot be read") from None
 
 
 def validate_line(obj, where: str) -> dict:
     """obj as a HistoryLine's plain dict; refused (HistoryError naming where and the field) when it is not one or
     holds a number that is not finite or beyond a float's range."""
-    try:
-        line = HistoryLine.model_validate(obj).model_dump(by_alias=True, exclude_unset=True)
-    except ValidationError as exc:
-        first = exc.errors()[0]
-        at = ".".join(str(p) for p in first["loc"]) or "line"
-        raise HistoryError(f"{where}: not a sparkctl history line: {at}: {first['msg']} "
-                           f"({exc.error_count()} problem(s))") from None
     bad = unrepresentable(obj)
     if bad:
         raise HistoryError(f"{where}: not a sparkctl history line: {bad}")
-    return line
+    try:
+        return HistoryLine.model_validate(obj).model_dump(by_alias=True, exclude_unset=True)
+    except ValidationError as exc:
+        raise HistoryError(f"{where}: not a sparkctl history line: {first_error(exc, 'line')}") from None
 
 
 def _parse_line(raw: str, where: str) -> dict:
@@ -164,13 +193,15 @@ def _parse_line(raw: str, where: str) -> dict:
     return validate_line(obj, where)
 
 
-def parse(text: str | bytes, where: str = "history") -> list[dict]:
+def parse(text: str | bytes, where: str = "history", first: int = 1, base: int = 0) -> list[dict]:
     """Every line of a history file, parsed once into HistoryLine's types; a malformed line is a HistoryError
-    naming its number and field and how to repair the file (never skipped)."""
+    naming its number and field and how to repair the file (never skipped). first and base: text is the file's
+    tail from line first, byte base (history_index reads only the lines appended since it was built)."""
     try:
         if isinstance(text, bytes):
-            text = decode(text, where)
-        return [_parse_line(raw, f"{where} line {n}") for n, raw in enumerate(text.splitlines(), 1) if raw.strip()]
+            text = decode(text, where, first, base)
+        return [_parse_line(raw, f"{where} line {n}") for n, raw in enumerate(text.splitlines(), first)
+                if raw.strip()]
     except HistoryError as exc:
         raise HistoryError(f"{exc}. {REPAIR_HINT}") from None
 
@@ -248,17 +279,57 @@ def read(host, cfg) -> list[dict]:
     return parse(_ssh(host, read_command(path)), f"{host.name}:{path}")
 
 
+def control_now() -> float:
+    """The control machine's clock, UTC seconds (a function so a test can set it apart from the box's)."""
+    return time.time()
+
+
+def box_clock(host) -> tuple[float, float, float]:
+    """(the box's clock, the control machine's at the middle of the read, the read's round trip), UTC seconds."""
+    t0 = control_now()
+    out = _ssh(host, "date -u +%s").decode("ascii", "replace").strip()
+    t1 = control_now()
+    try:
+        return float(out), (t0 + t1) / 2, t1 - t0
+    except ValueError:
+        raise HistoryError(f"{host.name}: the box's clock cannot be read (`date -u +%s` said {out[:80]!r})") from None
+
+
+def _host_config(host, cfg):
+    """cfg as a HostConfig (typed settings and catalog, which bound a record: evidence.Bounds): as given when it is
+    one, else read through the check layer as every entry point reads its settings."""
+    if hasattr(cfg, "catalog"):
+        return cfg
+    from sparkctl.check.load import host_config
+
+    return host_config(cfg.model_dump(), host.name, host.address)
+
+
 def append(host, cfg, rec: dict, *, source: str, baseline: bool | None = None,
            reference: dict | None = None, provisional: bool = False, confirms: str | None = None) -> dict:
-    """Append rec to the box's history; baseline None: a baseline exactly when its key has none yet (a
-    provisional line never is one). Refused when its run is already recorded: one id, one run."""
+    """Append rec to the box's history (cfg: the typed settings, or a HostConfig); baseline None: a baseline exactly
+    when its key has none yet (a provisional line never is one). Refused when its run is already recorded (one id,
+    one run), when rec is not evidence on this box (evidence.check, evidence.same_kind: the judge's own refusals),
+    and when the box's clock and the control machine's disagree by more than ACCEPTANCE_CLOCK_SKEW_S; the line
+    records both clocks."""
+    config = _host_config(host, cfg)
+    cfg = config.cfg
+    where = f"{host.name}:{history_path(cfg)}"
     lines = read(host, cfg)
+    box_s, control_s, round_trip = box_clock(host)
+    tag = evidence.clocks(box_s, control_s, cfg.ACCEPTANCE_CLOCK_SKEW_S, round_trip, where)
+    body = {k: v for k, v in rec.items() if k != "history"}
+    key = config_key(body)
+    evidence.check(validate_record(body, where), evidence.Bounds.of(
+        config, key["model"], key["tensor_parallel_size"],
+        now=_dt.datetime.fromtimestamp(control_s, _dt.timezone.utc), where=where), where)
+    evidence.same_kind(body, evidence.history_kinds(lines), where)
     if baseline is None:
         baseline = not provisional and baseline_for(lines, rec) is None
     line = make_line(rec, baseline=baseline, source=source, reference=reference, provisional=provisional,
-                     confirms=confirms)
+                     confirms=confirms, clocks=tag)
     text = serialize(line)  # a line that is no valid history line is refused before the box is touched
-    _refuse_repeated_id(lines, line["history"]["id"], f"{host.name}:{history_path(cfg)}")
+    _refuse_repeated_id(lines, line["history"]["id"], where)
     _ssh(host, append_command(history_path(cfg)), stdin=text)
     return line
 

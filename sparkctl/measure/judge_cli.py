@@ -8,7 +8,8 @@ it, as it was when the deploy judged it. HISTORY.jsonl is the box's history file
 <STATE_DIR>/<ACCEPTANCE_HISTORY_FILE>). Settings are group data (--groups) with --data overrides, as the deploy
 merges them. Exit 0 when the verdict passed, 1 when it failed, 2 when the record, the history or the settings
 cannot be read (a non-finite or negative figure, a malformed cell, a byte that is not UTF-8: named with its file,
-line and field, never a traceback).
+line and field, never a traceback). The history is read through its index (history_index.py): only the lines the
+verdict needs, whatever its length; the index is rebuilt, reading every line, when the file changed.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from pathlib import Path
 
 from sparkctl.check.load import load
 from sparkctl.config import groupdata
-from sparkctl.measure import acceptance, history, quick, record
+from sparkctl.measure import acceptance, history, history_index, quick, record
 
 
 def add_parser(modes) -> None:
@@ -60,25 +61,27 @@ def lines_before(lines: list[dict], rec: dict) -> list[dict]:
         mine = [i for i, x in enumerate(lines) if (x["history"]["id"], x["history"]["appended"]) ==
                 (tag.get("id"), tag.get("appended"))]
     else:
-        mine = [i for i, x in enumerate(lines) if x["history"]["id"] == history.record_id(rec)]
+        rid = history.record_id(rec)
+        mine = [i for i, x in enumerate(lines) if x["history"]["id"] == rid]
     return lines[:mine[0]] if mine else lines
 
 
 def run_judge(args: argparse.Namespace) -> int:
     config = load(args.groups, overrides=groupdata.parse_data(args.data))
     rec = read_record(args.record)
+    path = Path(args.history)
     try:
-        data = Path(args.history).read_bytes()
+        lines, kinds, count = history_index.lines_for(path, rec)
     except OSError as exc:
         raise history.HistoryError(f"{args.history}: the history cannot be read ({exc})") from None
-    lines = lines_before(history.parse(data, args.history), rec)
-    verdict = quick.judge_record({k: v for k, v in rec.items() if k != "history"}, config, lines)
+    verdict = quick.judge_record({k: v for k, v in rec.items() if k != "history"}, config, lines, args.record,
+                                 kinds=kinds)
     if args.json:
         print(json.dumps(verdict.to_dict(), allow_nan=False))  # figures are finite: read so
     else:
         from rich.console import Console
 
         console = Console()
-        console.print(acceptance.verdict_table(verdict, f"{args.record} ({len(lines)} history lines before it)"))
+        console.print(acceptance.verdict_table(verdict, f"{args.record} ({count} history lines before it)"))
         console.print(verdict.reason(), markup=False)  # its [baseline <id>] tags are text, not rich markup
     return 0 if verdict.passed else 1

@@ -94,6 +94,19 @@ def score_answer(answer: str | None, value: str) -> bool:
     return value in _DIGIT_GROUPS.sub("", answer)
 
 
+ANSWER_CHARS = 500  # of an answer kept in the record, characters
+
+
+def kept_answer(answer: str, value: str) -> str:
+    """What the record keeps of an answer: all of a short one; of a long one, ANSWER_CHARS around the needle's value
+    when it is there (the judge re-scores the cell from what is kept: evidence.py), else its start."""
+    if len(answer) <= ANSWER_CHARS:
+        return answer
+    m = re.search(r"[,\s_'\u2009\u202f]?".join(map(re.escape, value)), answer)
+    start = 0 if m is None else max(0, min(m.start() - ANSWER_CHARS // 2, len(answer) - ANSWER_CHARS))
+    return answer[start:start + ANSWER_CHARS]
+
+
 def _out_of_10(group: Sequence[dict]) -> float | None:
     return round(10.0 * sum(bool(c["passed"]) for c in group) / len(group), 2) if group else None
 
@@ -190,7 +203,7 @@ async def run_cell(client: httpx.AsyncClient, ep, length: int, depth: float, tri
     choice = (out.get("choices") or [{}])[0]
     message = choice.get("message") or {}
     answer = message.get("content") or ""
-    cell.update(answer=answer[:500], finish_reason=choice.get("finish_reason"),
+    cell.update(answer=kept_answer(answer, needle.value), finish_reason=choice.get("finish_reason"),
                 prompt_tokens=(out.get("usage") or {}).get("prompt_tokens", counted),
                 passed=score_answer(answer, needle.value))
     return cell

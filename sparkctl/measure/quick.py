@@ -31,7 +31,7 @@ from sparkctl.config.schema import GroupData
 from sparkctl.config.secrets import read_api_token, secrets_dir
 from sparkctl.config.settings import HostConfig
 from sparkctl.errors import SettingError
-from sparkctl.measure import acceptance, history, labels, niah, probe, record, reference, workloads
+from sparkctl.measure import acceptance, evidence, history, labels, niah, probe, record, reference, workloads
 from sparkctl.measure.client import Endpoint, make_client, server_info
 
 KV_LINES = r"KV cache size|Maximum concurrency for"  # vLLM's startup lines (capacity/vllm_reported.py parses them)
@@ -161,13 +161,19 @@ def coder_spec(config: HostConfig, key: str, setting: str = "CODING_MODEL") -> c
     return catalog.lookup(config.catalog, setting, key, catalog.CODER)
 
 
-def judge_record(rec: dict, config: HostConfig, lines: list[dict]) -> acceptance.Verdict:
+def judge_record(rec: dict, config: HostConfig, lines: list[dict], where: str = "the judged record",
+                 kinds: dict | None = None) -> acceptance.Verdict:
     """The verdict on a quick-run record, given the box's history before it: the deploy's judgement, and
     `bench judge`'s replay of a saved one. The catalog entry is the record's own model's. The record is read into
-    its types here (record.validate_record: non-finite or negative figures, malformed cells refused)."""
-    rec = record.validate_record(rec, "the judged record")
+    its types here (record.validate_record: non-finite or negative figures, malformed cells refused) and refused
+    unless it is evidence (evidence.check: its bounds on this box and model, its workload, its NIAH cell re-scored;
+    evidence.same_kind: a simulated record never judged against a real box's history, nor the other way round).
+    kinds: evidence.history_kinds of the whole history, when lines is only what the judge needed of it."""
+    rec = record.validate_record(rec, where)
     t = acceptance.Thresholds.from_settings(config.cfg)
     spec = coder_spec(config, (rec.get("model") or {}).get("key"), "the record's model.key")
+    evidence.check(rec, evidence.Bounds.of(config, spec.key, history.config_key(rec)["tensor_parallel_size"]), where)
+    evidence.same_kind(rec, evidence.history_kinds(lines) if kinds is None else kinds, where)
     published = reference.published_of(spec)
     moving = reference.choose(rec, lines, published, t)
     anchors, notes = reference.anchors(rec, lines, published, moving, t)

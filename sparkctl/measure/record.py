@@ -1,9 +1,14 @@
 """The bench JSON record (schema "sparkctl.bench/1"): its pydantic model, what makes its figures untrustworthy,
 and reading and writing it.
 
-The model is what `bench compare` and `load_record` check a file against. It names every field the probe writes
-and the types the reports rely on; fields added after the first records were written are optional, and unknown
-fields are kept (a newer probe's extra figures survive a read), so every record written so far still loads.
+The model is what `bench compare`, `load_record`, the acceptance judge and the box's history check a record
+against, strictly (pydantic's strict mode, extra fields forbidden): a figure written as a string is refused, never
+read as a number, and a field the model does not name is refused, never carried along (a typo'd key would
+otherwise leave the figure it meant "not measured" and keep a stranger). It names every field the probe writes;
+fields added after the first records were written are optional. What no record can hold whatever its box is
+refused here too: a rate outside [0, 1], fewer than one token per step, a date that is not ISO 8601 with its
+timezone. What needs the box's settings and catalog to bound (tok/s against the roofline, tokens per step against
+the draft length, the date against the clock, the workload against its registry) is evidence.py's.
 """
 
 from __future__ import annotations
@@ -15,7 +20,7 @@ import re
 from pathlib import Path
 from typing import Annotated, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, StringConstraints, ValidationError, field_validator
 
 from sparkctl.config.lock import cache_dirname
 from sparkctl.errors import SparkctlError
@@ -53,6 +58,28 @@ Signed = Annotated[int | float, AfterValidator(_finite)]
 Number = Annotated[int | float, AfterValidator(_measured)]
 Count = Annotated[int, Field(ge=0, le=MAX_FIGURE)]
 Positive = Annotated[int, Field(gt=0, le=MAX_FIGURE)]  # a stream count, a prompt or context length
+Rate = Annotated[int | float, Field(ge=0, le=1)]  # a fraction of drafted tokens accepted: [0, 1]
+Sha256 = Annotated[str, StringConstraints(pattern=r"^[0-9a-f]{64}$")]  # 64 lowercase hex digits
+
+
+def parse_date(text: str) -> _dt.datetime:
+    """An ISO 8601 date and time with its timezone ("2026-12-01T10:00:00Z", "...+01:00") as an aware datetime;
+    ValueError naming what is wrong (a date without a timezone could be any of 26 hours)."""
+    try:
+        when = _dt.datetime.fromisoformat(text)
+    except ValueError:
+        raise ValueError(f"{text!r} is not an ISO 8601 date and time (e.g. 2026-12-01T10:00:00Z)") from None
+    if when.tzinfo is None or when.utcoffset() is None:
+        raise ValueError(f"{text!r} has no timezone (e.g. 2026-12-01T10:00:00Z)")
+    return when
+
+
+def _date(text: str) -> str:
+    parse_date(text)
+    return text
+
+
+Date = Annotated[str, AfterValidator(_date)]  # kept as written (a record's id is the sha256 of its text)
 
 
 class BenchError(SparkctlError):
@@ -66,14 +93,14 @@ def utc_timestamp() -> str:
 
 
 class _Part(BaseModel):
-    model_config = ConfigDict(extra="allow")
+    model_config = ConfigDict(strict=True, extra="forbid")
 
 
 class Workload(_Part):
     name: str
-    version: Count
+    version: Positive
     prompts: Count | None = None
-    sha256: str | None = None
+    sha256: Sha256 | None = None
 
 
 class Checkpoint(_Part):
@@ -105,10 +132,10 @@ class SpecDecode(_Part):
     drafts: Number | None = None
     draft_tokens: Number | None = None
     accepted_tokens: Number | None = None
-    acceptance_rate: Number | None = None
-    tokens_per_step: Number | None = None
+    acceptance_rate: Rate | None = None
+    tokens_per_step: Annotated[int | float, Field(ge=1, le=MAX_FIGURE)] | None = None  # 1 + accepted / drafts
     mean_draft_length: Number | None = None
-    per_position_acceptance: dict[str, Number] | None = None
+    per_position_acceptance: dict[str, Rate] | None = None
 
 
 class Run(_Part):
@@ -166,12 +193,17 @@ class NiahCell(_Part):
     """The gate's one NIAH cell (niah.run_cell's dict): what the verdict reads of it."""
 
     length: Positive
-    depth: float = Field(ge=0, le=100)
+    depth: Annotated[int | float, Field(ge=0, le=100)]
     passed: bool
     skipped: bool = False
     error: str | None = None
     answer: str | None = None
     needle_value: str = Field(min_length=1)  # what the answer is scored against: a cell without it is no cell
+    needle_key: str | None = None
+    trial: Count | None = None
+    prompt_tokens: Count | None = None
+    finish_reason: str | None = None
+    elapsed_s: Number | None = None
 
 
 class Gate(_Part):
@@ -189,7 +221,7 @@ class Gate(_Part):
 
 class BenchRecord(_Part):
     schema_: Literal[SCHEMA] = Field(alias="schema")  # a later version gets its own model
-    date: str
+    date: Date
     workload: Workload
     window_s: Number
     model: Model
@@ -252,17 +284,45 @@ def unrepresentable(obj, path: str = "") -> str | None:
 
 def validate_record(record: dict, where: str = "bench record") -> dict:
     """The record checked against BenchRecord, as a plain dict of what it holds (absent fields stay absent)."""
-    try:
-        model = BenchRecord.model_validate(record)
-    except ValidationError as exc:
-        first = exc.errors()[0]
-        at = ".".join(str(p) for p in first["loc"]) or "record"
-        raise BenchError(f"{where}: not a sparkctl bench record of schema {SCHEMA!r}: {at}: {first['msg']} "
-                         f"({exc.error_count()} problem(s))") from None
     bad = unrepresentable(record)
     if bad:
         raise BenchError(f"{where}: not a sparkctl bench record of schema {SCHEMA!r}: {bad}")
+    try:
+        model = BenchRecord.model_validate(record)
+    except ValidationError as exc:
+        raise BenchError(f"{where}: not a sparkctl bench record of schema {SCHEMA!r}: {first_error(exc, 'record')}"
+                         ) from None
     return model.model_dump(by_alias=True, exclude_unset=True)
+
+
+def first_error(exc: ValidationError, whole: str) -> str:
+    """"<field>: <value> <why>" of a validation's first error, then how many there were: the field, the value
+    and the bound, as a refusal names them."""
+    errors = exc.errors()
+    first = errors[0]
+    loc = [str(p) for p in first["loc"]]
+    union = bool(loc) and (loc[-1] in _UNION_MEMBERS or "[" in loc[-1])  # int | float: one error per member
+    if union:
+        loc.pop()
+    at = ".".join(loc) or whole
+    value = "" if first["type"] == "missing" else f" = {_shown(first.get('input'))}"
+    why = (f"a number, not {_json_type(first.get('input'))} (read strictly: never converted)" if union
+           else first["msg"])
+    problems = len({tuple(str(p) for p in e["loc"][:len(loc)]) for e in errors}) if union else len(errors)
+    return f"{at}{value}: {why} ({problems} problem(s))"
+
+
+_UNION_MEMBERS = ("int", "float", "str", "bool")
+
+
+def _json_type(value) -> str:
+    return {str: "a string", bool: "true or false", dict: "an object", list: "a list", type(None): "null"}.get(
+        type(value), type(value).__name__)
+
+
+def _shown(value) -> str:
+    text = json.dumps(value) if isinstance(value, (str, int, float, bool, type(None))) else type(value).__name__
+    return text if len(text) <= 60 else text[:57] + "..."
 
 
 def load_record(path: str | Path) -> dict:

@@ -38,7 +38,7 @@ from sparkctl.measure.record import BenchError
 from sparkctl.measure.thresholds import Thresholds
 
 # off: acceptance.SPEED_OFF, both comparisons off; anchor, published anchor: the fixed anchors; one box: a pair's bound
-KINDS = ("baseline", "previous", "published", "none", "off", "anchor", "published anchor", "one box")
+KINDS = history.REFERENCE_KINDS
 CHANGEABLE = ("vllm_version", "vllm_build", "revision")  # what may differ from a previous configuration's run
 
 
@@ -57,6 +57,7 @@ class Reference:
     passed_over: tuple[str, ...] = ()  # why each reference before this one in the order did not apply
     fallbacks: tuple["Reference", ...] = ()  # the next references in the order, for a figure this one lacks
     judged: bool = True  # False: its checks are printed beside the others, never failing (a pair accepted as is)
+    windows: tuple[int, ...] = ()  # the stream counts its line's gate measured (a full bench's: none required)
 
     @property
     def against(self) -> str:
@@ -116,7 +117,7 @@ def _from_line(line: dict, kind: str, name: str, decode_limit: float, prefill_li
     h = line["history"]
     return Reference(kind, name, decode, prefill, decode_limit, prefill_limit, h["id"],
                      f"this box's history ({h['source']} run of {line.get('date')}, appended {h['appended']})",
-                     passed_over, judged=judged)
+                     passed_over, judged=judged, windows=tuple((line.get("gate") or {}).get("streams") or ()))
 
 
 def of_baseline(rec: dict, line: dict, t: Thresholds) -> Reference:
@@ -277,6 +278,16 @@ def anchors(rec: dict, lines: list[dict], published: Published | None, moving: R
 
 # ---------------------------------------------------------------------------------------------------- a pair
 
+def pair_line(lines: list[dict], rec: dict) -> dict | None:
+    """A tensor-parallel pair's one-box yardstick: the newest confirmed one-box baseline of rec's model and
+    workload on this box (None on one box, or when there is none)."""
+    if history.config_key(rec)["tensor_parallel_size"] == 1:
+        return None
+    one_box = {**rec, "box": {**(rec.get("box") or {}), "tensor_parallel_size": 1}}
+    return next((x for x in reversed(lines) if x["history"]["baseline"] and history.confirmed(x)
+                 and changed(x, one_box) is not None), None)
+
+
 def pair_bound(rec: dict, lines: list[dict], published: Published | None, t: Thresholds) -> Reference | None:
     """A tensor-parallel pair's lower bound: one box of the same model, as this box measured it alone (its newest
     confirmed one-box baseline of the workload), else as published; None on one box or when neither exists."""
@@ -285,8 +296,7 @@ def pair_bound(rec: dict, lines: list[dict], published: Published | None, t: Thr
     limit, judged = 1 - t.pair_min_speedup, t.pair_min_speedup > 0
     one_box = {**rec, "box": {**(rec.get("box") or {}), "tensor_parallel_size": 1}}
     found = []
-    line = next((x for x in reversed(lines) if x["history"]["baseline"] and history.confirmed(x)
-                 and changed(x, one_box) is not None), None)
+    line = pair_line(lines, rec)
     if line is not None:
         found.append(_from_line(line, "one box", f"one box of this model, baseline {line['history']['id']}",
                                 limit, limit, judged=judged))

@@ -28,6 +28,19 @@ QWEN_FLOOR = acceptance.floor_of(catalog.resolve()["qwen3.8-27b"])
 ROOFLINE = 42.65625  # the planner's single-stream roofline of qwen3.8-27b on a GX10, tok/s
 
 
+def workload_part(name: str, version: int, tag: str) -> dict:
+    """A record's workload part. tag "abc": the registry's own prompts when it has name-v<version> (codegen-v1), else
+    a workload the registry does not know (a `--workload FILE`); any other tag: other prompts (a sha of the tag)."""
+    import hashlib
+
+    from sparkctl.measure import workloads
+
+    label = f"{name}-v{version}"
+    sha = workloads.load(label).sha256 if tag == "abc" and label in workloads.available() else \
+        hashlib.sha256(f"{label}:{tag}".encode()).hexdigest()
+    return {"name": name, "version": version, "sha256": sha}
+
+
 def quick_record(decode=(18.3, 60.0), prefill=2000.0, per_pos=(0.55, 0.5, 0.45), rate=0.5, kv=(1_000_000, 990_000),
                  niah_passed=True, problems=(), fresh=True, workload=("codegen", 1, "abc"),
                  tokens_per_step=None) -> dict:
@@ -39,9 +52,10 @@ def quick_record(decode=(18.3, 60.0), prefill=2000.0, per_pos=(0.55, 0.5, 0.45),
                                   "per_position_acceptance": {str(k): v for k, v in enumerate(per_pos)}}
         runs.append(run)
     return {"schema": record.SCHEMA, "date": "2026-12-01T10:00:00Z", "model": {"key": "qwen3.8-27b"},
-            "revision": "f" * 40, "vllm_version": "0.32.0", "box": {"name": "spark-1"}, "window_s": 10,
+            "revision": "f" * 40, "vllm_version": "0.32.0", "box": {"name": "spark-1", "simulated": False},
+            "window_s": 10,
             "max_tokens": 1024, "ignore_eos": False, "temperature": 0.0,
-            "workload": {"name": workload[0], "version": workload[1], "sha256": workload[2]}, "runs": runs,
+            "workload": workload_part(*workload), "runs": runs,
             "prefill": [{"target_tokens": 12288, "tokens_per_s": prefill, "fresh": fresh,
                          "prefix_cache_hits_delta": 0 if fresh else 256}],
             "problems": list(problems),
@@ -358,6 +372,9 @@ def test_the_deploy_interface_measures_reads_the_baseline_and_judges(fake, tmp_p
     data = {**ALL, "STATE_DIR": str(tmp_path), "ACCEPTANCE_WINDOW_S": 0.4, "ACCEPTANCE_STREAMS": [1],
             "ACCEPTANCE_PREFILL_TOKENS": 2000, "ACCEPTANCE_NIAH_ENABLED": False, "ACCEPTANCE_KV_ENABLED": False,
             "BENCH_MAX_TOKENS": 40, "BENCH_IGNORE_EOS": True, "BENCH_SETTLE_S": 0.05,
+            # the fake decodes ~700 tok/s, beyond a GX10's bandwidth bound for a 27B model (evidence.py refuses
+            # such a record): a box fast enough for it
+            "BOX_MEMORY_BANDWIDTH_GBPS": 8000,
             # the fake drafts 2 tokens per step: a floor for 2 positions (the catalog's Qwen has 3)
             "CATALOG_OVERRIDES": {"qwen3.8-27b": {"memory": {"measured_acceptance_per_position": [0.9, 0.9]}}}}
     config = host_config(data)

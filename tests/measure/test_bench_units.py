@@ -12,6 +12,7 @@ import pytest
 from sparkctl.config import groupdata
 from sparkctl.measure import labels, maths, prometheus, record, report
 from sparkctl.measure.workloads import haystack, load
+from tests.measure.test_acceptance import workload_part
 
 FIX = Path(__file__).resolve().parents[1] / "fixtures" / "bench"
 
@@ -130,11 +131,13 @@ def test_served_checkpoint_is_checked_against_the_labels():
 
 # ------------------------------------------------------------------------------------------------------ reports
 
+
 def _record(key="qwen3.8-27b", window=40, workload=("codegen", 1, "abc"), rates=(18.3, 40, 73, 122)):
     return {"schema": record.SCHEMA, "date": "2026-11-20T10:00:00Z", "model": {"key": key}, "revision": "f" * 40,
-            "vllm_version": "0.32.0", "box": {"name": "spark-1"}, "window_s": window, "max_tokens": 1024,
+            "vllm_version": "0.32.0", "box": {"name": "spark-1", "simulated": False}, "window_s": window,
+            "max_tokens": 1024,
             "ignore_eos": False, "temperature": 0.0,
-            "workload": {"name": workload[0], "version": workload[1], "sha256": workload[2]},
+            "workload": workload_part(*workload),
             "runs": [{"streams": n, "counter_tokens_per_s": r, "roofline_pct": 50.0,
                       "spec_decode": {"acceptance_rate": 0.5, "tokens_per_step": 2.5}}
                      for n, r in zip((1, 2, 4, 8), rates)],

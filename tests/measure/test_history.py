@@ -14,6 +14,7 @@ from sparkctl.config.hosts import HostConn
 from sparkctl.errors import SettingError
 from sparkctl.measure import history, record
 from tests.conftest import typed
+from tests.measure.test_acceptance import workload_part
 
 
 class LocalHost(HostConn):
@@ -26,10 +27,10 @@ class LocalHost(HostConn):
 def rec(rate=18.3, *, revision="f" * 40, vllm="0.32.0", workload=("codegen", 1, "abc"), max_tokens=1024,
         box="spark-1", gate=True, tp=None, build=None) -> dict:
     r = {"schema": record.SCHEMA, "date": "2026-11-20T10:00:00Z", "model": {"key": "qwen3.8-27b"},
-         "revision": revision, "vllm_version": vllm, "box": {"name": box, **({"tensor_parallel_size": tp} if tp
-                                                                            else {})}, "window_s": 10,
+         "revision": revision, "vllm_version": vllm,
+         "box": {"name": box, "simulated": False, **({"tensor_parallel_size": tp} if tp else {})}, "window_s": 10,
          "max_tokens": max_tokens, "ignore_eos": False, "temperature": 0.0,
-         "workload": {"name": workload[0], "version": workload[1], "sha256": workload[2]},
+         "workload": workload_part(*workload),
          "runs": [{"streams": 1, "counter_tokens_per_s": rate}], "prefill": []}
     if build:
         r["vllm_build"] = build
@@ -83,9 +84,10 @@ def test_a_recorded_full_bench_becomes_the_new_baseline(box):
 
 @pytest.mark.parametrize("change", [dict(revision="e" * 40), dict(vllm="0.33.0"), dict(build="0.32.0-0123456789ab"),
                                     dict(box="spark-2"),
-                                    dict(workload=("codegen", 2, "abc")), dict(workload=("codegen", 1, "edited")),
+                                    dict(workload=("codegen", 2, "abc")), dict(workload=("mine", 1, "edited")),
                                     dict(max_tokens=256), dict(tp=2)])
 def test_another_configuration_or_workload_has_its_own_baseline(box, change):
+    """codegen-v1 with other prompts is no workload at all: refused (tests/measure/test_judge_records.py)."""
     host, data = box
     history.append(host, data, rec(18.3), source="acceptance")
     lines = history.read(host, data)

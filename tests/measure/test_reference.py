@@ -24,7 +24,7 @@ def rec(decode=(18.3, 73.0), prefill=2088.0, *, vllm="0.32.0", build="0.32.0-aaa
     r = quick_record(decode=decode, prefill=prefill, workload=workload)
     r.update(vllm_version=vllm, vllm_build=build, revision=revision, ignore_eos=ignore_eos)
     r["model"] = {"key": "qwen3.8-27b", "repo": repo}
-    r["box"] = {"name": box, **({"tensor_parallel_size": tp} if tp else {})}
+    r["box"] = {"name": box, "simulated": False, **({"tensor_parallel_size": tp} if tp else {})}
     return r
 
 
