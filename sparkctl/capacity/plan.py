@@ -83,10 +83,11 @@ UTILIZATION_DECIMALS = 4  # --gpu-memory-utilization is rendered rounded up to t
 
 
 def start_slack_gib(cfg: GroupData) -> float:
-    """What vLLM's start-up admission needs free beyond a service's plan: VLLM_ADMISSION_MARGIN_GIB, and its
-    utilization's rounding up (capacity/admission.py). A KV budget advised by a refusal leaves it, so the advice
-    starts too."""
-    return cfg.VLLM_ADMISSION_MARGIN_GIB + cfg.BOX_USABLE_MEMORY_GIB / 10 ** UTILIZATION_DECIMALS
+    """What vLLM's start-up admission needs free beyond a service's plan: VLLM_ADMISSION_MARGIN_GIB, what the
+    starting service itself holds at vLLM's snapshot (VLLM_STARTING_ENGINE_GIB), and its utilization's rounding up
+    (capacity/admission.py). A KV budget advised by a refusal leaves it, so the advice starts too."""
+    return (cfg.VLLM_ADMISSION_MARGIN_GIB + cfg.VLLM_STARTING_ENGINE_GIB
+            + cfg.BOX_USABLE_MEMORY_GIB / 10 ** UTILIZATION_DECIMALS)
 
 
 class PlanError(SparkctlError):

@@ -175,8 +175,8 @@ def memory_fits(cfg: GroupData, catalog: dict[str, ModelSpec], fleet: Fleet) -> 
             continue
         pool = fleet.pool_of(box.box).pool
         where = planner.plan_model(cfg, catalog, pool.model).placement
-        # what vLLM's start-up admission leaves (each start needs its plan + VLLM_ADMISSION_MARGIN_GIB free, its
-        # utilization rounded up), rounded down: the advice itself fits and starts
+        # what vLLM's start-up admission leaves (each start needs its plan + VLLM_ADMISSION_MARGIN_GIB free beside what
+        # the starting service holds itself, VLLM_STARTING_ENGINE_GIB; its utilization rounded up), rounded down: the advice itself fits and starts
         largest = math.floor((box.largest_kv_gib - plan.start_slack_gib(cfg)) * 10) / 10
         fixes = [f"lower {box.kv_setting} to at most {largest:.1f} GiB"] if largest > 0 else []
         if box.embedders_gib:
