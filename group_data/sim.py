@@ -38,7 +38,9 @@ VLLM_EXTRA_ENV = {"VLLM_ENABLE_V1_MULTIPROCESSING": "0"}  # fold the worker into
 NVIDIA_DEVICES = []  # no GPU device nodes exist in a test host
 GPU_ARCH_ENV = {}  # no GPU: no kernel is compiled for sm_121a on a CPU
 VLLM_DEVICE_PREPARE = []  # no NVIDIA modules to load before a start
-DEVICE_CHECKS = ["import", "torch_compile"]  # the CPU build: vLLM imports, and inductor compiles with g++
+# the CPU build: vLLM imports, the JIT toolchain resolves as on a GB10 (the venv's ninja; the stand-in nvcc and ptxas
+# under CUDA_HOME, sparkctl/sim/standins/; gcc and g++), and inductor compiles with g++
+DEVICE_CHECKS = ["import", "toolchain", "torch_compile"]
 CODER_MAX_NUM_BATCHED_TOKENS = 4096  # tiny models: one chunk holds a whole 4K prompt, tokens
 
 # --- tiny stand-in checkpoints on the stand-in hub, under the real catalog keys ---------------------------------

@@ -347,7 +347,7 @@ def rdma_devices(s: GroupData, shipped: Shipped) -> None:
                            "would fall back to sockets over the link")
 
 
-GPU_DEVICE_CHECKS = ("cuda", "triton", "flashinfer")  # DEVICE_CHECKS that need the GPU's CUDA
+GPU_DEVICE_CHECKS = ("cuda", "triton", "flashinfer", "flashinfer_jit")  # DEVICE_CHECKS that need the GPU's CUDA
 
 
 def device_checks(s: GroupData, shipped: Shipped) -> None:

@@ -28,7 +28,7 @@ from sparkctl.errors import SettingError
 INVENTORY_KEYS = frozenset({"flavor"})
 BOX_WAITS = ("HEALTH_READY_TIMEOUT_S", "ACCEPTANCE_VERDICT_TIMEOUT_S", "DRAIN_TIMEOUT_S")  # BOX_TIMEOUT_FLOORS_S's keys
 TOPOLOGIES = ("replicas", "split", "tensor-parallel")  # SPARK_TOPOLOGY: how a pair serves (config/topology.py)
-DEVICE_CHECK_NAMES = ("import", "cuda", "triton", "flashinfer", "torch_compile")  # DEVICE_CHECKS: the box's checks
+DEVICE_CHECK_NAMES = ("import", "toolchain", "cuda", "triton", "flashinfer", "flashinfer_jit", "torch_compile")  # DEVICE_CHECKS: the box's checks
 
 
 # a plain URL path: nothing nginx would read as syntax or a pattern (PROXY_ROUTES goes into the site verbatim)
@@ -127,8 +127,14 @@ class GroupData(BaseModel):
     VLLM_COMMON_ARGS: t.list_of(t.Text, "a list of `vllm serve` arguments")
     VLLM_EXTRA_ENV: t.env_mapping("a mapping of environment variable names to string values")
     GPU_ARCH_ENV: t.env_mapping("a mapping of environment variable names to string values")
-    TRITON_PTXAS_PATH: t.pattern(r"^(/[A-Za-z0-9_+@-][A-Za-z0-9._+@-]*)*$", "an absolute path on the box such as "
-                                 "/usr/local/cuda-13.0/bin/ptxas, or empty for Triton's bundled ptxas")
+    TRITON_PTXAS_BLACKWELL_PATH: t.pattern(r"^(/[A-Za-z0-9_+@-][A-Za-z0-9._+@-]*)*$", "an absolute path on the box "
+                                           "such as /usr/local/cuda-13.0/bin/ptxas, or empty for Triton's bundled "
+                                           "ptxas-blackwell")
+    # the JIT toolchain and the kernel caches in every engine's environment
+    ENGINE_SYSTEM_PATH: t.list_of(t.AbsPath, "a non-empty list of absolute directories on the box, such as "
+                                  "['/usr/bin', '/bin']", 1)
+    KERNEL_CACHES: Annotated[dict[t.EnvName, t.SubDir],
+        Field(description="a mapping of environment variable names to directories under STATE_DIR")]
     VLLM_ENGINE_READY_TIMEOUT_S: t.WholeSeconds
     SERVICE_RESTART_SEC: t.Seconds
     SERVICE_START_LIMIT_INTERVAL_S: t.WholeSeconds

@@ -189,6 +189,13 @@ EnvValue = typed(str, 'a string such as "1" (an environment value is text), not 
                  _refuse(lambda v: _JOINED if v.endswith("\\") else ""))
 
 
+# a directory below another one (KERNEL_CACHES: under STATE_DIR): plain words joined by /, never . or ..
+SubDir = typed(str, "a directory relative to STATE_DIR such as 'cache/triton' (letters, digits, _ . - and /; no "
+               "'..')", _refuse(lambda v: "a directory relative to STATE_DIR, no '..'" if
+                                any(part in (".", "..") for part in v.split("/")) else ""),
+               pattern=r"^[A-Za-z0-9_.-]+(/[A-Za-z0-9_.-]+)*$")
+
+
 def env_mapping(what: str):
     """A mapping of environment variable names to values (VLLM_EXTRA_ENV, GPU_ARCH_ENV)."""
     return Annotated[dict[EnvName, EnvValue], Field(description=what)]
