@@ -233,3 +233,24 @@ def test_a_triton_ptxas_override_must_resolve(box_root, monkeypatch, capsys):
     env = {**box_root, "TRITON_PTXAS_BLACKWELL_PATH": "/nonexistent/ptxas"}
     assert _run_with(env, monkeypatch) == dc.FAILED
     assert "TRITON_PTXAS_BLACKWELL_PATH (/nonexistent/ptxas)" in capsys.readouterr().err
+
+
+def test_flashinfer_jit_refuses_a_venv_whose_has_flashinfer_is_false(monkeypatch, capsys):
+    """vLLM's own verdict (vllm/utils/flashinfer.py has_flashinfer: ninja on PATH, nvcc under CUDA_HOME) decides."""
+    standin_torch(monkeypatch, cuda=True)
+    for name in ("vllm", "vllm.utils"):
+        monkeypatch.setitem(sys.modules, name, types.ModuleType(name))
+    fi = types.ModuleType("vllm.utils.flashinfer")
+    fi.has_flashinfer = lambda: False
+    monkeypatch.setitem(sys.modules, "vllm.utils.flashinfer", fi)
+    assert dc.main([*ARGS, "flashinfer_jit"]) == dc.FAILED
+    err = capsys.readouterr().err
+    assert "vLLM's has_flashinfer() is False in the vLLM unit's environment" in err and "ninja not on PATH" in err
+
+
+def test_the_jit_checks_build_in_fresh_flashinfer_and_cute_dsl_caches(monkeypatch, tmp_path):
+    for name in ("FLASHINFER_WORKSPACE_BASE", "CUTE_DSL_CACHE_DIR"):
+        monkeypatch.setenv(name, "/var/lib/sparkctl/cache/x")  # the service's, with what it compiled before
+    fresh = dc.fresh_caches()
+    assert os.environ["FLASHINFER_WORKSPACE_BASE"] == f"{fresh}/flashinfer"
+    assert os.environ["CUTE_DSL_CACHE_DIR"] == f"{fresh}/cute-dsl" and fresh.startswith(f"{tmp_path}/device-check-")

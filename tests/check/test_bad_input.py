@@ -346,6 +346,10 @@ CASES = [
          data={"TRITON_PTXAS_PATH": "/usr/local/cuda/bin/ptxas"}, cli=True),
     Case("a kernel cache outside STATE_DIR", ["KERNEL_CACHES['TRITON_CACHE_DIR'] = '../tmp'", "no '..'"],
          data={"KERNEL_CACHES": {"TRITON_CACHE_DIR": "../tmp"}}),
+    Case("a kernel cache in the unit's TMPDIR", ["KERNEL_CACHES['TMPDIR']", "it is no kernel cache"],
+         data={"KERNEL_CACHES": {"TMPDIR": "cache/tmp"}}),
+    Case("extra environment replaces the engines' PATH", ["VLLM_EXTRA_ENV['PATH']", "JIT toolchain's PATH"],
+         data={"VLLM_EXTRA_ENV": {"PATH": "/usr/bin"}}),
     Case("no system directory on the engines' PATH", ["ENGINE_SYSTEM_PATH", "non-empty list"],
          data={"ENGINE_SYSTEM_PATH": []}),
     # --- paths by meaning -----------------------------------------------------------------------------------------
