@@ -102,6 +102,7 @@ CATALOG_OVERRIDES = {  # tiny stand-in checkpoints and CPU-friendly flags under 
         "speculative": {"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_max": 4,
                         "prompt_lookup_min": 2},
         "extra_args": [],
+        "expected_kernels": None,  # a CPU build on a tiny BF16 stand-in chooses none of a GB10's kernels
         "memory": {"resident_gib": 1.5, "full_attention_layers": 2, "kv_heads": 2, "head_dim": 32,
                    "linear_attention_layers": 0, "linear_state_bytes_per_layer": 0, "measured_kv_tokens": {},
                    "tokens_per_step": 1.0, **SIM_TINY_MEMORY},
@@ -113,6 +114,7 @@ CATALOG_OVERRIDES = {  # tiny stand-in checkpoints and CPU-friendly flags under 
         "kv_cache_dtype": "auto",
         "speculative": {"method": "draft_model", "num_speculative_tokens": 2},
         "extra_args": [],
+        "expected_kernels": None,  # as the qwen stand-in's
         "memory": {"resident_gib": 2.0, "full_attention_layers": 2, "kv_heads": 2, "head_dim": 32,
                    "linear_attention_layers": 0, "linear_state_bytes_per_layer": 0, "measured_kv_tokens": {},
                    # the mean acceptance length (tokens per step) and acceptance rate the matching 1-layer stand-in

@@ -22,6 +22,7 @@ SECTIONS = {
     "admission": "Admission per start",
     "memory": "Memory per service: planned against measured",
     "load": "Load time per service",
+    "kernels": "Kernels vLLM chose against the catalog's",
     "decode": "Decode and prefill against the roofline",
     "speculative": "MTP acceptance per position",
     "kv": "KV tokens: planned against vLLM's",

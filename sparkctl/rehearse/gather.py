@@ -16,7 +16,7 @@ from sparkctl.config.settings import derive
 from sparkctl.errors import SparkctlError
 from sparkctl.measure import acceptance, record
 from sparkctl.measure.thresholds import Thresholds
-from sparkctl.rehearse import boxread, figures, planned, probe_figures
+from sparkctl.rehearse import boxread, figures, kernels, planned, probe_figures
 from sparkctl.rehearse.figures import BAD, NA, Figure
 
 
@@ -112,6 +112,7 @@ def _read(host: HostConn, bp: planned.BoxPlan, ctx: Context, out: BoxReport) -> 
     out.figures += figures.admission_figures(box, starts, why, out.facts)
     out.figures += figures.load_figures(box, out.facts, bp.headless, cfg.HEALTH_READY_TIMEOUT_S,
                                         max(cfg.ROLLOUT_ESTIMATE_LOAD_S))
+    out.figures += kernels.kernel_figures(box, out.facts, {s: m for s, m in bp.models.items() if s in bp.units})
     bench, out.bench_record = _bench(host, bp, ctx)
     out.figures += bench + _kv(box, bp, out.facts)
 

@@ -41,6 +41,9 @@ FIXTURE = (REPO_ROOT / "tests" / "fixtures" / "planner" / "gx10-qwen-newer-forma
 CODER_JOURNAL = [
     "1040.500000 spark-1 vllm[7]: INFO [gpu_model_runner.py] Model loading took 19.80 GiB memory and 31.2 seconds",
     short_unix(FIXTURE[0], 1100.0), short_unix(FIXTURE[2], 1101.0),
+    "1045.000000 spark-1 vllm[7]: INFO [cuda.py:506] Using FLASHINFER attention backend out of potential backends: "
+    "['FLASHINFER', 'TRITON_ATTN'].",
+    "1046.000000 spark-1 vllm[7]: INFO [__init__.py:1240] Using FlashInferCutlassNvFp4LinearKernel for NVFP4 GEMM",
     "1212.500000 spark-1 vllm[7]: INFO:     Application startup complete.",
 ]
 
@@ -153,6 +156,10 @@ def test_a_healthy_box_passes_and_every_figure_says_how_it_was_measured(one_box,
     assert figs["coder: vLLM's own admission"]["value"] == "admitted: vLLM saw 61.12 GiB free at its current start"
     assert "spark-2" not in json.dumps([f for f in figs if "first install" in f])  # another box's starts are its own
     assert figs["coder"]["value"] == "212.5 s" and figs["coder"]["section"] == "load"
+    assert [(figs[f"coder: {k}"]["value"], figs[f"coder: {k}"]["verdict"]) for k in
+            ("attention backend", "NVFP4 linear kernel", "NVFP4 MoE kernel", "FlashInfer")] == [
+        ("FLASHINFER", OK), ("FlashInferCutlassNvFp4LinearKernel", OK), ("none logged", OK), ("on", OK)]
+    assert figs["embed-qwen3: kernels"]["verdict"] == NOT_MEASURED  # the catalog states none for an embedder
     assert figs["decode, 8 streams"]["verdict"] == OK and "write-up 122 tok/s" in figs["decode, 8 streams"]["against"]
     assert "8 streams, 40 s window" in figs["decode, 8 streams"]["how"]
     assert "codegen-v1" in figs["decode, 8 streams"]["how"]
