@@ -318,6 +318,10 @@ REHEARSE_DEVICE_CHECK_TIMEOUT_S = 1800  # one run of the box's device check over
 REHEARSE_LINK_PORT = 29502  # the link probe's rendezvous port on the head's CX7 address (not TP_MASTER_PORT's); its
 # buffer, iterations and backend are LINK_PROBE_*, its floor LINK_MIN_BUSBW_GBPS (with sparkctl/box/link_probe.py)
 REHEARSE_LINK_TIMEOUT_S = 600  # both ranks of the link probe must finish within this, s
+# `rehearse --cold-warm`: the longest one start of the coder may take (the cold one, its kernel caches moved aside):
+# a cold FlashInfer JIT on a GB10 has taken ~17 min (vllm PR #45179) and Laguna-sized weights 549 s to load (vllm
+# #56824): 1,569 s, and more than double that for what neither report covers (Triton, CuTe DSL, CUDA graphs), s
+REHEARSE_COLD_WARM_TIMEOUT_S = 3600
 
 # --- monitoring: node exporter, box facts, scrape paths, alerts, watchdog ---------------------------------
 MONITORING_PACKAGES = ["prometheus-node-exporter"]  # Debian/Ubuntu packages: the real node exporter

@@ -171,6 +171,7 @@ BENCH_MAX_TOKENS = 256  # per probe request
 BENCH_PREFILL_TOKENS = 3000  # must fit the tiny models' 4096-token context
 BENCH_IGNORE_EOS = True  # random-weight stand-ins stop at arbitrary tokens; keep streams running to max_tokens
 REHEARSE_LINK_TIMEOUT_S = 120  # both ranks of the link probe, s
+REHEARSE_COLD_WARM_TIMEOUT_S = 600  # one start of the tiny coder (15-40 s here), HEALTH_READY_TIMEOUT_S's, s
 
 # --- acceptance: tiny random-weight models on 2 shared CPU cores -------------------------------------------------
 ACCEPTANCE_WINDOW_S = 4  # decode window, s

@@ -242,6 +242,7 @@ class GroupData(BaseModel):
     REHEARSE_DEVICE_CHECK_TIMEOUT_S: t.Seconds
     REHEARSE_LINK_PORT: t.UserPort
     REHEARSE_LINK_TIMEOUT_S: t.Seconds
+    REHEARSE_COLD_WARM_TIMEOUT_S: t.Seconds
     # monitoring: node exporter, box facts, scrape paths, the hand-off's Prometheus job and alerts
     MONITORING_PACKAGES: t.DebPackages
     NODE_EXPORTER_PORT: t.UserPort
