@@ -59,9 +59,8 @@ CAUSES = (
                  "VLLM_BUILD_PACKAGES"),
     ("ptxas fatal", "ptxas cannot build this GPU's kernels (sm_121a needs CUDA 12.9 or later): set the setting "
                     "TRITON_PTXAS_BLACKWELL_PATH to CUDA_HOME's bin/ptxas (Triton reads it for sm_90 and newer)"),
-    ("'ninja'", "no ninja on the unit's PATH: FlashInfer's JIT runs it; PATH must start with the venv's bin "
-                "(rendered from ENGINE_SYSTEM_PATH: rerun the deploy)"),
-    ("nvcc", "no nvcc under CUDA_HOME: FlashInfer's JIT runs it (CUDA_HOME, CUDA_PACKAGES)"),
+    ("No such file or directory: 'ninja'", "no ninja on the unit's PATH: FlashInfer's JIT runs it; PATH must "
+                                           "start with the venv's bin (the units render it: rerun the deploy)"),
     ("Permission denied", "permission denied in the vLLM unit's sandbox"),
     ("Operation not permitted", "an operation the vLLM unit's sandbox does not permit"),
 )
