@@ -228,10 +228,11 @@ def check_flashinfer_jit(opts) -> str:
                       "die; the toolchain check names what is missing")
     try:
         import flashinfer
+        from flashinfer.norm import rmsnorm  # gen_norm_module().build_and_load(): FlashInfer's JIT (flashinfer/norm.py)
 
         x = torch.randn(4, 256, device="cuda", dtype=torch.float16)
         w = torch.rand(256, device="cuda", dtype=torch.float16) + 0.5
-        got = flashinfer.norm.rmsnorm(x, w, eps=1e-6)  # JIT-builds its norm module (ninja, nvcc) at first use
+        got = rmsnorm(x, w, eps=1e-6)  # JIT-builds its norm module (ninja, nvcc) at first use
         torch.cuda.synchronize()
         xf = x.float()
         want = xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + 1e-6) * w.float()
