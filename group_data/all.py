@@ -100,9 +100,12 @@ VLLM_VENVS_KEEP = 2  # venvs kept under SPARKCTL_HOME/venvs (newest first) besid
 # CUDA use after a reboot; an absolute program and plain arguments each
 VLLM_DEVICE_PREPARE = ["/usr/bin/nvidia-modprobe -u -c=0"]
 # what the device check (sparkctl/box/device_check.py) runs, in order, the first failure refusing the venv: import
-# (vLLM at VLLM_VERSION), cuda (CUDA init, REQUIRED_COMPUTE_CAP, memory), triton (a kernel compiled and run: C
-# compiler, Python.h, ptxas), flashinfer (imported when installed), torch_compile (inductor on the CPU: C++ compiler)
-DEVICE_CHECKS = ["import", "cuda", "triton", "flashinfer"]
+# (vLLM at VLLM_VERSION), toolchain (every program the JIT paths run resolves and answers in the unit's environment:
+# ninja on PATH, nvcc and ptxas under CUDA_HOME, the C and C++ compilers, TRITON_PTXAS_BLACKWELL_PATH when set), cuda
+# (CUDA init, REQUIRED_COMPUTE_CAP, memory), triton (a kernel compiled and run: C compiler, Python.h, ptxas),
+# flashinfer (imported when installed), flashinfer_jit (vLLM's has_flashinfer() is True, and FlashInfer JIT-builds
+# and runs one small module, its RMSNorm, in a fresh workspace), torch_compile (inductor on the CPU: C++ compiler)
+DEVICE_CHECKS = ["import", "toolchain", "cuda", "triton", "flashinfer", "flashinfer_jit"]
 DEVICE_CHECK_TIMEOUT_S = 600  # RuntimeMaxSec= of the device check's transient unit: longest it may run, s
 
 # --- paths on the box ------------------------------------------------------------------------------------------
@@ -128,11 +131,36 @@ VLLM_EXTRA_ENV = {}  # extra environment for every vLLM service (name -> value)
 # FLASHINFER_CUDA_ARCH_LIST: FlashInfer's JIT (flashinfer/jit) builds for these; 12.1a is what GB10 recipes set beside
 # it (community recipes; not in the shared reference notes). {} on the simulated Spark (no GPU). name -> value
 GPU_ARCH_ENV = {"CUTE_DSL_ARCH": "sm_121a", "FLASHINFER_CUDA_ARCH_LIST": "12.1a"}
-# Triton's ptxas, rendered as TRITON_PTXAS_PATH when set; "" = the one bundled with Triton (torch 2.13.0's triton
-# 3.7.1). Set f"{CUDA_HOME}/bin/ptxas" (CUDA 13's, which knows sm_121a) when a Triton kernel fails with "ptxas fatal:
-# Value 'sm_121a' is not defined for option 'gpu-name'": the bundled ptxas predates the GB10 (triton-lang/triton
-# #8539, Triton 3.5 on a DGX Spark, fixed by this path; vllm PR #31338 documents the same error and fix)
-TRITON_PTXAS_PATH = ""  # an absolute path on the box, or ""
+# Triton's ptxas for the GB10, rendered as TRITON_PTXAS_BLACKWELL_PATH when set: Triton 3.7 assembles for sm_90 and
+# newer (the GB10's sm_121a) with its bundled `ptxas-blackwell` (CUDA 13.1's, which knows sm_121a) and reads this
+# variable to replace it (triton/backends/nvidia/compiler.py get_ptxas, triton/knobs.py nvidia.ptxas_blackwell);
+# TRITON_PTXAS_PATH only covers older GPUs. "" = the bundled one. Set f"{CUDA_HOME}/bin/ptxas" when a Triton kernel
+# fails with "ptxas fatal: Value 'sm_121a' is not defined for option 'gpu-name'" (triton-lang/triton #8539, an older
+# Triton on a DGX Spark; vllm PR #31338 documents the same error)
+TRITON_PTXAS_BLACKWELL_PATH = ""  # an absolute path on the box, or ""
+# --- the JIT toolchain in every engine's environment (the vLLM and Ray units, and so the device check) ---
+# FlashInfer's JIT runs `ninja` from PATH, then nvcc under CUDA_HOME (which calls ptxas beside it); vLLM 0.32.0's
+# has_flashinfer() (vllm/utils/flashinfer.py) is False unless shutil.which("ninja") and CUDA_HOME/bin/nvcc resolve,
+# yet the FlashInfer attention backend (SM12x with FP8 KV) and sampler still JIT at the profile run and die with
+# FileNotFoundError 'ninja' (flashinfer PR #3386). The venv's own `bin/ninja` (pip's, a vLLM dependency) is on no
+# systemd default PATH, so every unit renders PATH = the venv's bin, CUDA_HOME's bin, then these directories, and
+# CUDA_HOME itself (CUDA_HOME above)
+ENGINE_SYSTEM_PATH = ["/usr/local/sbin", "/usr/local/bin", "/usr/sbin", "/usr/bin", "/sbin", "/bin"]  # directories
+# Every kernel cache the engine's libraries write, as {environment variable: directory under STATE_DIR}: rendered in
+# every vLLM and Ray unit so that a restart finds what the last start compiled (a cold FlashInfer JIT on a GB10 has
+# taken ~17 min: vllm PR #45179). None may sit in TMPDIR, the unit's RuntimeDirectory (/run/vllm-<service>), which
+# systemd wipes at every stop; `rehearse` reports each one's files before a warm restart (docs/first-gx10.md)
+KERNEL_CACHES = {
+    "VLLM_CACHE_ROOT": "cache/vllm",  # vLLM: torch.compile artifacts, FlashInfer autotune results (vllm/envs.py)
+    "TORCHINDUCTOR_CACHE_DIR": "cache/inductor",  # torch Inductor's compiled graphs and kernels
+    "TRITON_CACHE_DIR": "cache/triton",  # Triton's compiled kernels (Qwen3.8's Gated DeltaNet layers)
+    # FlashInfer's JIT modules: <this>/.cache/flashinfer/<arch>/cached_ops (flashinfer/jit/env.py; default: $HOME)
+    "FLASHINFER_WORKSPACE_BASE": "cache/flashinfer",
+    # NVIDIA's CuTe DSL (nvidia-cutlass-dsl: FlashInfer's GDN prefill on SM12x); default TMPDIR/<user>/
+    # cutlass_python_cache, i.e. the RuntimeDirectory: recompiled at every start without it
+    "CUTE_DSL_CACHE_DIR": "cache/cute-dsl",
+    "CUDA_CACHE_PATH": "cache/nv",  # the CUDA driver's JIT cache of PTX compiled for the GPU
+}
 VLLM_ENGINE_READY_TIMEOUT_S = 3600  # VLLM_ENGINE_READY_TIMEOUT_S: seconds vLLM waits for its engine to load (as
 # long as a cold first start may take, HEALTH_COLD_READY_TIMEOUT_S below: vLLM must not give up before the gate does)
 SERVICE_RESTART_SEC = 30  # RestartSec=: seconds between automatic restarts, s
@@ -326,6 +354,10 @@ REHEARSE_DEVICE_CHECK_TIMEOUT_S = 1800  # one run of the box's device check over
 REHEARSE_LINK_PORT = 29502  # the link probe's rendezvous port on the head's CX7 address (not TP_MASTER_PORT's); its
 # buffer, iterations and backend are LINK_PROBE_*, its floor LINK_MIN_BUSBW_GBPS (with sparkctl/box/link_probe.py)
 REHEARSE_LINK_TIMEOUT_S = 600  # both ranks of the link probe must finish within this, s
+# `rehearse --cold-warm`: the longest one start of the coder may take (the cold one, its kernel caches moved aside):
+# a cold FlashInfer JIT on a GB10 has taken ~17 min (vllm PR #45179) and Laguna-sized weights 549 s to load (vllm
+# #56824): 1,569 s, and more than double that for what neither report covers (Triton, CuTe DSL, CUDA graphs), s
+REHEARSE_COLD_WARM_TIMEOUT_S = 3600
 
 # --- monitoring: node exporter, box facts, scrape paths, alerts, watchdog ---------------------------------
 MONITORING_PACKAGES = ["prometheus-node-exporter"]  # Debian/Ubuntu packages: the real node exporter

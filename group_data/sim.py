@@ -42,7 +42,9 @@ VLLM_EXTRA_ENV = {"VLLM_ENABLE_V1_MULTIPROCESSING": "0"}  # fold the worker into
 NVIDIA_DEVICES = []  # no GPU device nodes exist in a test host
 GPU_ARCH_ENV = {}  # no GPU: no kernel is compiled for sm_121a on a CPU
 VLLM_DEVICE_PREPARE = []  # no NVIDIA modules to load before a start
-DEVICE_CHECKS = ["import", "torch_compile"]  # the CPU build: vLLM imports, and inductor compiles with g++
+# the CPU build: vLLM imports, the JIT toolchain resolves as on a GB10 (the venv's ninja; the stand-in nvcc and ptxas
+# under CUDA_HOME, sparkctl/sim/standins/; gcc and g++), and inductor compiles with g++
+DEVICE_CHECKS = ["import", "toolchain", "torch_compile"]
 CODER_MAX_NUM_BATCHED_TOKENS = 4096  # tiny models: one chunk holds a whole 4K prompt, tokens
 
 # --- tiny stand-in checkpoints on the stand-in hub, under the real catalog keys ---------------------------------
@@ -104,6 +106,7 @@ CATALOG_OVERRIDES = {  # tiny stand-in checkpoints and CPU-friendly flags under 
         "speculative": {"method": "ngram", "num_speculative_tokens": 3, "prompt_lookup_max": 4,
                         "prompt_lookup_min": 2},
         "extra_args": [],
+        "expected_kernels": None,  # a CPU build on a tiny BF16 stand-in chooses none of a GB10's kernels
         "memory": {"resident_gib": 1.5, "full_attention_layers": 2, "kv_heads": 2, "head_dim": 32,
                    "linear_attention_layers": 0, "linear_state_bytes_per_layer": 0, "measured_kv_tokens": {},
                    "tokens_per_step": 1.0, **SIM_TINY_MEMORY},
@@ -115,6 +118,7 @@ CATALOG_OVERRIDES = {  # tiny stand-in checkpoints and CPU-friendly flags under 
         "kv_cache_dtype": "auto",
         "speculative": {"method": "draft_model", "num_speculative_tokens": 2},
         "extra_args": [],
+        "expected_kernels": None,  # as the qwen stand-in's
         "memory": {"resident_gib": 2.0, "full_attention_layers": 2, "kv_heads": 2, "head_dim": 32,
                    "linear_attention_layers": 0, "linear_state_bytes_per_layer": 0, "measured_kv_tokens": {},
                    # the mean acceptance length (tokens per step) and acceptance rate the matching 1-layer stand-in
@@ -174,6 +178,7 @@ BENCH_MAX_TOKENS = 256  # per probe request
 BENCH_PREFILL_TOKENS = 3000  # must fit the tiny models' 4096-token context
 BENCH_IGNORE_EOS = True  # random-weight stand-ins stop at arbitrary tokens; keep streams running to max_tokens
 REHEARSE_LINK_TIMEOUT_S = 120  # both ranks of the link probe, s
+REHEARSE_COLD_WARM_TIMEOUT_S = 600  # one start of the tiny coder (15-40 s here), HEALTH_READY_TIMEOUT_S's, s
 
 # --- acceptance: tiny random-weight models on 2 shared CPU cores -------------------------------------------------
 ACCEPTANCE_WINDOW_S = 4  # decode window, s

@@ -329,7 +329,7 @@ def rdma_devices(s: GroupData, shipped: Shipped) -> None:
                            "would fall back to sockets over the link")
 
 
-GPU_DEVICE_CHECKS = ("cuda", "triton", "flashinfer")  # DEVICE_CHECKS that need the GPU's CUDA
+GPU_DEVICE_CHECKS = ("cuda", "triton", "flashinfer", "flashinfer_jit")  # DEVICE_CHECKS that need the GPU's CUDA
 
 
 def device_checks(s: GroupData, shipped: Shipped) -> None:
@@ -640,14 +640,18 @@ def extra_env(settings: Settings) -> None:
     """GPU_ARCH_ENV and VLLM_EXTRA_ENV add to the environment the deploy gives vLLM; neither replaces what the deploy
     sets (nor a name a setting of its own renders: SETTING_ENV), and VLLM_EXTRA_ENV does not repeat GPU_ARCH_ENV."""
     cfg = settings.cfg
-    if not cfg.VLLM_EXTRA_ENV and not cfg.GPU_ARCH_ENV:
-        return
-    base = cfg.model_copy(update={"VLLM_EXTRA_ENV": {}, "GPU_ARCH_ENV": {}})
-    deploy = "its settings (caches under STATE_DIR, the offline hub, the listen address, the topology)"
+    base = cfg.model_copy(update={"VLLM_EXTRA_ENV": {}, "GPU_ARCH_ENV": {}, "KERNEL_CACHES": {}})
+    deploy = ("its settings (the JIT toolchain's PATH and CUDA_HOME, TMPDIR, the offline hub, the listen address, the "
+              "topology)")
     owned = dict.fromkeys((*ENV_FILE_KEYS, TP_UNIT_ENV), deploy)
     for svc in settings.services:
         owned.update(dict.fromkeys(service_environment(svc, base), deploy))
     owned.update((key, f"the setting {setting}") for key, setting in SETTING_ENV.items())
+    for key, sub in cfg.KERNEL_CACHES.items():  # a kernel cache named TMPDIR would be wiped at every stop
+        if key in owned:
+            raise SettingError(f"KERNEL_CACHES[{key!r}]", sub, "a kernel cache's own environment variable, such as "
+                               "TRITON_CACHE_DIR", f"The deploy sets {key} from {owned[key]}: it is no kernel cache")
+    owned.update((key, "KERNEL_CACHES") for key in cfg.KERNEL_CACHES)
     for setting in ("GPU_ARCH_ENV", "VLLM_EXTRA_ENV"):
         for key, value in getattr(cfg, setting).items():
             if key in owned:

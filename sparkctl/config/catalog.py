@@ -145,6 +145,18 @@ class MemoryFacts(BaseModel):
     hub_facts: CheckpointFacts | None = None
 
 
+class ExpectedKernels(BaseModel):
+    """What vLLM 0.32.0 chooses for the model on a GB10 (sm_121), by the names its engine log gives them: `python -m
+    sparkctl rehearse` reads the log and flags each choice that differs (sparkctl/rehearse/kernels.py). "" = none
+    (the model has no such layers: a dense model's MoE); None = not stated (not judged)."""
+    model_config = _ENTRY
+    attention: str | None = None  # "Using <X> attention backend out of potential backends" (AttentionBackendEnum)
+    nvfp4_linear: str | None = None  # "Using <kernel class> for NVFP4 GEMM"
+    nvfp4_moe: str | None = None  # "Using '<backend>' NvFp4 MoE backend out of potential backends"
+    flashinfer: bool | None = None  # vLLM's has_flashinfer(): False logs "FlashInfer kernels are disabled"
+    source: str = ""  # where the expectation comes from
+
+
 class ModelSpec(BaseModel):
     model_config = _ENTRY
     key: Annotated[str, Field(pattern=KEY_PATTERN)]  # the name CODING_MODEL / EMBEDDERS use
@@ -162,6 +174,7 @@ class ModelSpec(BaseModel):
         description=f"one of vLLM 0.32.0's --moe-backend values: {', '.join(MOE_BACKENDS)}")] = "auto"
     linear_backend: Annotated[Literal[LINEAR_BACKENDS], Field(  # --linear-backend: the kernels of its linear layers
         description=f"one of vLLM 0.32.0's --linear-backend values: {', '.join(LINEAR_BACKENDS)}")] = "auto"
+    expected_kernels: ExpectedKernels | None = None  # what vLLM chooses for it on a GB10 (None: nothing stated)
     target_facts: CheckpointFacts | None = None  # set by the check layer from the lock
     draft_facts: CheckpointFacts | None = None
 
@@ -172,7 +185,8 @@ class ModelSpec(BaseModel):
 ENTRY_FIELDS = tuple(f for f in ModelSpec.model_fields if f not in ("key", "target_facts", "draft_facts"))
 OVERRIDE_FIELDS = tuple(f for f in ENTRY_FIELDS if f != "role")
 _SUB_FIELDS = {"checkpoint": tuple(Checkpoint.model_fields), "draft": tuple(Checkpoint.model_fields),
-               "memory": tuple(MemoryFacts.model_fields), "hub_facts": tuple(CheckpointFacts.model_fields)}
+               "memory": tuple(MemoryFacts.model_fields), "hub_facts": tuple(CheckpointFacts.model_fields),
+               "expected_kernels": tuple(ExpectedKernels.model_fields)}
 
 # --- errors: a pydantic error, named the way the operator wrote it ---------------------------------------------------
 

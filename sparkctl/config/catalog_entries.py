@@ -14,6 +14,16 @@ PROBE_SOURCE = ("production write-up (model-decision-writeup.md, Finding 2): \"L
                 "96 and 176 tokens/s aggregate against Qwen's 18.3, 40, 73 and 122 ... Prefill is Laguna's at every "
                 "length: 3,550 tokens/s against 2,088 on a 12K prompt\"; the bench probe on one GX10, 40 s windows")
 
+# What vLLM 0.32.0 chooses on a GB10 (sm_121, FP8 KV, NVFP4 weights) with FlashInfer on, derived from its selection
+# code (not yet read off a GX10's log: `rehearse` does, and flags a difference): attention, vllm/platforms/cuda.py
+# _get_backend_priorities (SM12x: FLASH_ATTN first, which FP8 KV rules out, then FLASHINFER); NVFP4 linear,
+# vllm/model_executor/kernels/linear/__init__.py _POSSIBLE_NVFP4_KERNELS (FlashInferCuteDsl needs sm_10x, then
+# FlashInferCutlass: FlashInfer and >= sm_100; without FlashInfer, CutlassNvFp4LinearKernel); NVFP4 MoE,
+# fused_moe/oracle/nvfp4.py (FLASHINFER_TRTLLM and FLASHINFER_CUTEDSL need sm_10x, FLASHINFER_CUTLASS supports
+# the 12.x family). The write-up measured Laguna on "FlashInfer's CUTLASS NVFP4 kernels" (model-decision-writeup.md)
+GB10_KERNELS_SOURCE = ("vLLM 0.32.0's selection on SM12x (vllm/platforms/cuda.py, kernels/linear/__init__.py, "
+                       "fused_moe/oracle/nvfp4.py); the write-up measured on FlashInfer's CUTLASS NVFP4 kernels")
+
 QWEN = {
     "role": "coder",
     "title": "Qwen3.8-27B (unsloth community NVFP4, MTP depth 3)",
@@ -27,6 +37,9 @@ QWEN = {
         "--tool-call-parser", "qwen3_xml",
         "--enable-auto-tool-choice",
     ],
+    # a dense model (its MLPs NVFP4, no experts): no NVFP4 MoE kernel
+    "expected_kernels": {"attention": "FLASHINFER", "nvfp4_linear": "FlashInferCutlassNvFp4LinearKernel",
+                         "nvfp4_moe": "", "flashinfer": True, "source": GB10_KERNELS_SOURCE},
     "memory": {
         "resident_gib": 44.0,
         "resident_source": "measured",
@@ -82,6 +95,8 @@ LAGUNA = {
     # FlashInfer's CUTLASS NVFP4 kernels, "the same kernel family that makes Laguna fast on this silicon"
     # (model-decision-writeup.md); Marlin for its experts, were a vLLM release to need it on SM12x, is one line of
     # group data: CATALOG_OVERRIDES = {"laguna-s-2.1": {"moe_backend": "marlin"}} (docs/operating.md)
+    "expected_kernels": {"attention": "FLASHINFER", "nvfp4_linear": "FlashInferCutlassNvFp4LinearKernel",
+                         "nvfp4_moe": "FLASHINFER_CUTLASS", "flashinfer": True, "source": GB10_KERNELS_SOURCE},
     "memory": {
         "resident_gib": 86.0,  # the write-up's ~98 GiB was measured with its 12 GiB KV allocated: 98 - 12
         "resident_source": "estimate",

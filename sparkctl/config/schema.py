@@ -29,7 +29,8 @@ INVENTORY_KEYS = frozenset({"flavor"})
 BOX_WAITS = ("HEALTH_READY_TIMEOUT_S", "HEALTH_COLD_READY_TIMEOUT_S", "ACCEPTANCE_VERDICT_TIMEOUT_S",
              "DRAIN_TIMEOUT_S")  # BOX_TIMEOUT_FLOORS_S's keys
 TOPOLOGIES = ("replicas", "split", "tensor-parallel")  # SPARK_TOPOLOGY: how a pair serves (config/topology.py)
-DEVICE_CHECK_NAMES = ("import", "cuda", "triton", "flashinfer", "torch_compile")  # DEVICE_CHECKS: the box's checks
+# DEVICE_CHECKS: the box's checks
+DEVICE_CHECK_NAMES = ("import", "toolchain", "cuda", "triton", "flashinfer", "flashinfer_jit", "torch_compile")
 
 
 # a plain URL path: nothing nginx would read as syntax or a pattern (PROXY_ROUTES goes into the site verbatim)
@@ -135,8 +136,14 @@ class GroupData(BaseModel):
     VLLM_COMMON_ARGS: t.list_of(t.Text, "a list of `vllm serve` arguments")
     VLLM_EXTRA_ENV: t.env_mapping("a mapping of environment variable names to string values")
     GPU_ARCH_ENV: t.env_mapping("a mapping of environment variable names to string values")
-    TRITON_PTXAS_PATH: t.program_or_empty(r"^(/[A-Za-z0-9_+@-][A-Za-z0-9._+@-]*)*$", "an absolute path on the box "
-                                          "such as /usr/local/cuda-13.0/bin/ptxas, or empty for Triton's bundled ptxas")
+    TRITON_PTXAS_BLACKWELL_PATH: t.program_or_empty(r"^(/[A-Za-z0-9_+@-][A-Za-z0-9._+@-]*)*$", "an absolute path on "
+                                                    "the box such as /usr/local/cuda-13.0/bin/ptxas, or empty for "
+                                                    "Triton's bundled ptxas-blackwell")
+    # the JIT toolchain and the kernel caches in every engine's environment
+    ENGINE_SYSTEM_PATH: t.list_of(t.SearchDir, "a non-empty list of root-owned system directories on the box, such "
+                                  "as ['/usr/bin', '/bin']", 1)
+    KERNEL_CACHES: Annotated[dict[t.EnvName, t.SubDir],
+        Field(description="a mapping of environment variable names to directories under STATE_DIR")]
     VLLM_ENGINE_READY_TIMEOUT_S: t.WholeSeconds
     SERVICE_RESTART_SEC: t.Seconds
     SERVICE_START_LIMIT_INTERVAL_S: t.WholeSeconds
@@ -253,6 +260,7 @@ class GroupData(BaseModel):
     REHEARSE_DEVICE_CHECK_TIMEOUT_S: t.Seconds
     REHEARSE_LINK_PORT: t.UserPort
     REHEARSE_LINK_TIMEOUT_S: t.Seconds
+    REHEARSE_COLD_WARM_TIMEOUT_S: t.Seconds
     # monitoring: node exporter, box facts, scrape paths, the hand-off's Prometheus job and alerts
     MONITORING_PACKAGES: t.DebPackages
     NODE_EXPORTER_PORT: t.UserPort

@@ -295,6 +295,19 @@ def program_or_empty(regex: str, description: str):
 RootProgramDir = typed(str, f"a directory whose programs root runs: {_PROGRAM_WHERE}", _program(), Owned("program"))
 
 
+def _search_dir_problem(path: str) -> str:
+    """Why `path` cannot be on an engine's PATH ("" when it can): a root-owned system directory itself (/usr/bin,
+    /bin) or one below it, as a program's is; never a directory another user could write a `ninja` into."""
+    if isinstance(path, str) and box_paths.normalised(path) in ROOT_PROGRAM_DIRS and ".." not in path.split("/"):
+        return ""
+    return program_problem(path)
+
+
+# a directory on the engines' PATH: every program the JIT runs by name (ninja, cc) is looked up there
+SearchDir = typed(str, f"a directory whose programs the engines run by name: {_PROGRAM_WHERE}",
+                  _refuse(_search_dir_problem), Owned("program"))
+
+
 Url = pattern(r"^https?://[^\s/$.?#][^\s]*$", "an http:// or https:// URL")
 Version = pattern(r"^\d+(\.\d+)+$", "a version such as 13.0")
 # a release as pip spells it (PEP 440 public version, optional local tag): it becomes a directory name on the box
@@ -313,6 +326,13 @@ _JOINED = "a value not ending in a backslash (systemd would join the next line o
 # a value of an env file's NAME=value line: text, as the environment is (a number is written "1")
 EnvValue = typed(str, 'a string such as "1" (an environment value is text), not ending in a backslash',
                  _refuse(lambda v: _JOINED if v.endswith("\\") else ""))
+
+
+# a directory below another one (KERNEL_CACHES: under STATE_DIR): plain words joined by /, never . or ..
+SubDir = typed(str, "a directory relative to STATE_DIR such as 'cache/triton' (letters, digits, _ . - and /; no "
+               "'..')", _refuse(lambda v: "a directory relative to STATE_DIR, no '..'" if
+                                any(part in (".", "..") for part in v.split("/")) else ""),
+               pattern=r"^[A-Za-z0-9_.-]+(/[A-Za-z0-9_.-]+)*$")
 
 
 def env_mapping(what: str):

@@ -1,7 +1,8 @@
 """What the rehearsal reads on a box over ssh (the same `HostConn.ssh_argv` as `status` and `bench`):
 
 * `read_box`: one round trip: per vLLM unit its state, its cgroup's MemoryCurrent, when its current start began,
-  the lines of its current start's journal the rehearsal reads (weights, KV pool, KV tokens, startup complete),
+  the lines of its current start's journal the rehearsal reads (weights, KV pool, KV tokens, the kernels vLLM chose,
+  startup complete),
   this boot's admission lines (vLLM's refusal, its debug "requested memory"); /proc/meminfo; which of the box's
   own scripts are installed under SPARKCTL_HOME/bin.
 * `device_check`: `<venv>/bin/python <SPARKCTL_HOME>/bin/device_check.py` (sparkctl/box/device_check.py), run as
@@ -26,12 +27,13 @@ from sparkctl.config import box_paths, topology
 from sparkctl.config.hosts import HostConn
 from sparkctl.config.schema import GroupData
 from sparkctl.render import device_check as render_check
+from sparkctl.rehearse import kernels
 
 MARK = "=== "  # a section of read_box's answer: "=== service coder", "=== journal", "=== boot", ...
 ABSENT = "__sparkctl_not_installed__"
 SCRIPTS = ("device_check.py", "link_probe.py")
 JOURNAL_LINES = (r"Model loading took|Available KV cache memory|memory for KV Cache|GiB for KV cache|KV cache size|"
-                 r"Maximum concurrency for|Application startup complete")
+                 r"Maximum concurrency for|Application startup complete|" + kernels.JOURNAL_LINES)
 ADMISSION_LINES = r"Free memory on device|requested memory|GiB requested"  # vLLM's refusal, its debug line, the sim's
 UNIT_PROPERTIES = ("ActiveState", "MemoryCurrent", "InvocationID")
 NO_VALUE = ("", "[not set]", "infinity", "18446744073709551615")  # systemd's "no accounting" spellings
@@ -73,7 +75,7 @@ def _unit_command(service: str, unit: str) -> str:
             f'[ -n "$s" ] && echo "start_epoch=$(date -d "$s" +%s.%N)"; '
             f"inv=$(systemctl show -P InvocationID {u}); echo {shlex.quote(MARK + 'journal')}; "
             f'[ -n "$inv" ] && journalctl --no-pager -o short-unix _SYSTEMD_INVOCATION_ID="$inv" '
-            f"| grep -E {shlex.quote(JOURNAL_LINES)} | tail -n 40; "
+            f"| grep -E {shlex.quote(JOURNAL_LINES)} | tail -n 60; "
             f"echo {shlex.quote(MARK + 'boot')}; journalctl --no-pager -o short-unix -b -u {u} "
             f"| grep -E {shlex.quote(ADMISSION_LINES)} | tail -n 5;")
 

@@ -1,8 +1,8 @@
-"""`python -m sparkctl rehearse [--hosts A,B] [--sim] [--skip-bench] [--out DIR]`: the first hour on a box
-(docs/first-gx10.md), one report under --out (default REHEARSE_OUT_DIR/<UTC date and time>/): rehearsal.md,
+"""`python -m sparkctl rehearse [--hosts A,B] [--sim] [--skip-bench] [--cold-warm] [--out DIR]`: the first hour on
+a box (docs/first-gx10.md), one report under --out (default REHEARSE_OUT_DIR/<UTC date and time>/): rehearsal.md,
 rehearsal.json and each box's bench record. The boxes are the configured ones, as `status` and `bench` find them
 (GX10_HOSTS, else the running simulated Sparks in .sim/hosts.json). Exit 1 when a figure is bad (each named), 0
-otherwise.
+otherwise. --cold-warm also restarts each box's coder twice (coldwarm.py): a cold start and a warm restart.
 """
 
 from __future__ import annotations
@@ -40,6 +40,8 @@ def add_parser(sub) -> None:
                                                       "(all,gx10,sim), even with GX10_HOSTS set")
     p.add_argument("--skip-bench", action="store_true", help="no bench probe (fast: decode, prefill and speculative "
                                                              "acceptance are left out)")
+    p.add_argument("--cold-warm", action="store_true", help="also a cold start (kernel caches moved aside) and a "
+                   "warm restart of each box's coder, each cache's reuse reported: takes the coder down twice")
     p.add_argument("--out", default=None, help="report directory (default REHEARSE_OUT_DIR/<UTC date and time>/)")
     p.set_defaults(func=run)
 
@@ -115,7 +117,8 @@ def run(args, shell: boxread.Shell | None = None, bench=None) -> int:
     cfg = load(args.groups or None).cfg  # the configured box's group data: where the report goes, how it measures
     out = out_dir(args, cfg)
     ctx = gather.Context(shell=shell or boxread.Shell(), bench=bench or bench_probe, out_dir=out, groups=args.groups,
-                         skip_bench=args.skip_bench, log=lambda text: print(text, file=sys.stderr))
+                         skip_bench=args.skip_bench, cold_warm=getattr(args, "cold_warm", False),
+                         log=lambda text: print(text, file=sys.stderr))
     boxes = gather.rehearse(selected, configured, ctx)
     meta = {"date": _dt.datetime.now(_dt.timezone.utc).replace(microsecond=0).isoformat().replace("+00:00", "Z"),
             "command": "python -m sparkctl " + (shlex.join(sys.argv[1:]) if sys.argv[1:2] == ["rehearse"]

@@ -22,6 +22,8 @@ SECTIONS = {
     "admission": "Admission per start",
     "memory": "Memory per service: planned against measured",
     "load": "Load time per service",
+    "kernels": "Kernels vLLM chose against the catalog's",
+    "caches": "Kernel caches: a cold start against a warm restart",
     "decode": "Decode and prefill against the roofline",
     "speculative": "MTP acceptance per position",
     "kv": "KV tokens: planned against vLLM's",

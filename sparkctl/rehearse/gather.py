@@ -6,6 +6,7 @@ layer and the probe.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -16,7 +17,7 @@ from sparkctl.config.settings import derive
 from sparkctl.errors import SparkctlError
 from sparkctl.measure import acceptance, record
 from sparkctl.measure.thresholds import Thresholds
-from sparkctl.rehearse import boxread, figures, planned, probe_figures
+from sparkctl.rehearse import boxread, coldwarm, figures, kernels, planned, probe_figures
 from sparkctl.rehearse.figures import BAD, NA, Figure
 
 
@@ -27,6 +28,8 @@ class Context:
     out_dir: Path  # where the bench records go, beside the report
     groups: list[str] | None = None  # group data to merge (None: the configured box's)
     skip_bench: bool = False
+    cold_warm: bool = False  # a cold start and a warm restart of the coder (coldwarm.py): takes it down twice
+    sleep: Callable[[float], None] = time.sleep  # between two reads of a starting unit
     log: Callable[[str], None] = lambda text: None
 
 
@@ -40,10 +43,11 @@ class BoxReport:
     device: dict | None = None  # the device check's result
     link: dict | None = None  # this box's rank of the link probe
     bench_record: str | None = None  # the bench record written beside the report
+    cold_warm: dict | None = None  # the coder's cold start and warm restart, each cache's files (coldwarm.measure)
 
     def to_dict(self) -> dict:
         return {"name": self.name, "role": self.role, "plan": self.plan, "facts": self.facts, "device": self.device,
-                "link": self.link, "bench_record": self.bench_record,
+                "link": self.link, "bench_record": self.bench_record, "cold_warm": self.cold_warm,
                 "figures": [f.to_dict() for f in self.figures]}
 
 
@@ -112,8 +116,21 @@ def _read(host: HostConn, bp: planned.BoxPlan, ctx: Context, out: BoxReport) -> 
     out.figures += figures.admission_figures(box, starts, why, out.facts)
     out.figures += figures.load_figures(box, out.facts, bp.headless, cfg.HEALTH_READY_TIMEOUT_S,
                                         max(cfg.ROLLOUT_ESTIMATE_LOAD_S))
+    out.figures += kernels.kernel_figures(box, out.facts, {s: m for s, m in bp.models.items() if s in bp.units})
     bench, out.bench_record = _bench(host, bp, ctx)
     out.figures += bench + _kv(box, bp, out.facts)
+    out.figures += _cold_warm(host, bp, ctx, out)
+
+
+def _cold_warm(host: HostConn, bp: planned.BoxPlan, ctx: Context, out: BoxReport) -> list[Figure]:
+    """The coder's cold start and warm restart (last: it takes the coder down twice), when asked for."""
+    unit = bp.units.get(coldwarm.SERVICE)
+    if not ctx.cold_warm:
+        return coldwarm.figures(host.name, None, "not measured (rehearse --cold-warm restarts the coder twice)")
+    if bp.role.tensor_parallel or unit is None:
+        return coldwarm.figures(host.name, None, "n/a: a tensor-parallel pair restarts as one (its rollout)")
+    out.cold_warm = coldwarm.measure(ctx.shell, host, bp.config.cfg, unit, sleep=ctx.sleep, log=ctx.log)
+    return coldwarm.figures(host.name, out.cold_warm)
 
 
 def gather_box(host: HostConn, inventory: list[str], ctx: Context) -> tuple[BoxReport, planned.BoxPlan | None]:

@@ -8,7 +8,7 @@ tensor-parallel pair, half the weights and the whole runtime); each embedder's r
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from sparkctl.box import contract
 from sparkctl.capacity import planner
@@ -26,6 +26,7 @@ class BoxPlan:
     kv_tokens: int | None  # the plan's KV tokens of the coder (what the health table shows as planned)
     production_kv_tokens: int | None  # what production's vLLM logged for this budget (the write-up), if any
     roofline_tokens_per_s: float | None  # the planner's single-stream decode roofline
+    models: dict = field(default_factory=dict)  # service -> its catalog entry (catalog.ModelSpec)
 
     @property
     def units(self) -> dict[str, str]:
@@ -56,11 +57,14 @@ def plan_box(groups: list[str] | None, host: hosts.HostConn, inventory: list[str
     plan = planner.check_fits(cfg, config.catalog, cfg.CODING_MODEL)
     services = {"coder": {"resident_gib": plan.resident_gib, "kv_gib": plan.kv_gib,
                           "footprint_gib": plan.footprint_gib, "resident_source": plan.resident_source}}
+    models = {"coder": catalog.lookup(config.catalog, "CODING_MODEL", cfg.CODING_MODEL, catalog.CODER)}
     if role.serves_api:
         for entry, use in zip(cfg.EMBEDDERS, plan.box.embedders):
             spec = catalog.lookup(config.catalog, "EMBEDDERS", entry.model, catalog.EMBEDDER)
             services[spec.served_name] = {"resident_gib": use.resident_gib, "kv_gib": use.kv_gib,
                                           "footprint_gib": use.total_gib, "resident_source": use.resident_source}
+            models[spec.served_name] = spec
     return BoxPlan(config=config, role=role, part=part, services=services,
                    kv_tokens=plan.capacity.tokens if plan.capacity else None,
-                   production_kv_tokens=plan.kv_tokens_measured, roofline_tokens_per_s=plan.roofline_tokens_per_s)
+                   production_kv_tokens=plan.kv_tokens_measured, roofline_tokens_per_s=plan.roofline_tokens_per_s,
+                   models=models)

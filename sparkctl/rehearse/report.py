@@ -5,8 +5,9 @@ what a bad result means.
 
 JSON: {"schema", "date", "command", "groups", "how" (the bench's workload, window, streams, prefill: how the
 speed figures were measured), "boxes": [{"name", "role", "plan", "facts", "device", "link", "bench_record",
-"figures": [{"section", "box", "name", "value", "against", "verdict", "how", "bad_means"}]}], "bad": ["<box>:
-<figure> (<value>)", ...]}.
+"cold_warm" (with --cold-warm: {"service", "unit", "cold_s", "warm_s", "error", "caches": {<variable>: {"dir",
+"before_cold", "before_warm", "after_warm": {"files", "bytes"}}}, "commands"}, else null), "figures": [{"section",
+"box", "name", "value", "against", "verdict", "how", "bad_means"}]}], "bad": ["<box>: <figure> (<value>)", ...]}.
 """
 
 from __future__ import annotations

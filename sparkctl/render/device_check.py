@@ -6,8 +6,9 @@ section but the few that belong to a long-running service and make no sense for 
 the check runs with the unit's exact user, group, sandbox, device policy and allow list, working directory and
 limits, and the two cannot drift. What it replaces: its own runtime directory (the unit's, /run/vllm-<service>,
 belongs to the running service: a second unit naming it would remove it when it ends) and so TMPDIR; the env file
-(the coder's environment, service_environment, with that TMPDIR, root-only like the services' own: the live one
-may not exist yet on a first install). Like the unit, it Wants and starts After= the GPU's preparation as root
+(the coder's environment, service_environment, with that TMPDIR and the candidate venv's bin first on PATH, so the
+check resolves the JIT toolchain as the unit will; root-only like the services' own: the live one may not exist yet
+on a first install). Like the unit, it Wants and starts After= the GPU's preparation as root
 (DEVICES_UNIT, VLLM_DEVICE_PREPARE: its [Unit] lines that name it), and RuntimeMaxSec bounds the whole
 (DEVICE_CHECK_TIMEOUT_S).
 """
@@ -73,9 +74,10 @@ def sandbox_properties(unit_text: str) -> list[str]:
 
 
 def render_env(svc: Service, cfg: GroupData, venv: str) -> str:
-    """The check's env file: the service's environment (service_environment), TMPDIR in the check's own runtime
-    directory. KEY=VALUE lines as in the services' env files (templates/vllm.env.j2)."""
-    env = {**service_environment(svc, cfg), "TMPDIR": f"/run/{unit_name(venv)}"}
+    """The check's env file: the service's environment (service_environment: its JIT toolchain on PATH, the candidate
+    venv's bin first; CUDA_HOME; the kernel caches), TMPDIR in the check's own runtime directory. KEY=VALUE lines as
+    in the services' env files (templates/vllm.env.j2)."""
+    env = {**service_environment(svc, cfg, venv), "TMPDIR": f"/run/{unit_name(venv)}"}
     head = (f"# {ENV_FILE}: rendered by sparkctl (sparkctl/render/device_check.py) - the {svc.name} service's "
             f"environment for the device check of a new venv\n")
     return head + "".join(f"{k}={v}\n" for k, v in env.items())

@@ -33,8 +33,9 @@ ENV_FILE_KEYS = ("SPARKCTL_MODEL", "SPARKCTL_REVISION", "SPARKCTL_MODEL_PATH", "
                  "VLLM_ARGS")  # templates/vllm.env.j2
 # environment variables a setting of their own renders (only when set): {name: setting}; VLLM_EXTRA_ENV and
 # GPU_ARCH_ENV may not name them (sparkctl/check/rules.py extra_env)
-SETTING_ENV = {"TRITON_PTXAS_PATH": "TRITON_PTXAS_PATH", "VLLM_NCCL_SO_PATH": "NCCL_SYSTEM_LIBRARY",
-               "NCCL_IB_GID_INDEX": "NCCL_IB_GID_INDEX"}
+SETTING_ENV = {"TRITON_PTXAS_BLACKWELL_PATH": "TRITON_PTXAS_BLACKWELL_PATH",
+               "VLLM_NCCL_SO_PATH": "NCCL_SYSTEM_LIBRARY", "NCCL_IB_GID_INDEX": "NCCL_IB_GID_INDEX"}
+RUNTIME_ROOT = "/run"  # where systemd puts a unit's RuntimeDirectory (wiped at every stop): never a kernel cache's
 
 
 def vllm_args(svc: Service, cfg: GroupData) -> list[str]:
@@ -77,29 +78,39 @@ def env_file_value(args: list[str]) -> str:
     return "".join("\\" + c if c in '"\\`$' else c for c in joined)
 
 
-def service_environment(svc: Service, cfg: GroupData) -> dict[str, str]:
-    """Environment every vLLM service gets: caches under STATE_DIR, offline hub, loopback IPC, the GPU's arch."""
+def toolchain_path(cfg: GroupData, venv: str) -> str:
+    """The engines' PATH: the venv's bin (its pip `ninja`, which FlashInfer's JIT runs and vLLM's has_flashinfer()
+    looks for), CUDA_HOME's bin (nvcc, ptxas), then ENGINE_SYSTEM_PATH (the C compilers)."""
+    return ":".join([f"{venv}/bin", f"{cfg.CUDA_HOME}/bin", *cfg.ENGINE_SYSTEM_PATH])
+
+
+def kernel_caches(cfg: GroupData) -> dict[str, str]:
+    """{variable: absolute directory} of every kernel cache (KERNEL_CACHES), under STATE_DIR."""
+    return {name: f"{cfg.STATE_DIR}/{sub}" for name, sub in cfg.KERNEL_CACHES.items()}
+
+
+def service_environment(svc: Service, cfg: GroupData, venv: str | None = None) -> dict[str, str]:
+    """Environment every vLLM service gets: the JIT toolchain (PATH, CUDA_HOME), the kernel caches under STATE_DIR,
+    offline hub, loopback IPC, the GPU's arch. venv: the vLLM venv whose bin leads PATH (default: vllm_venv(cfg))."""
     state = cfg.STATE_DIR
     env = {
+        "PATH": toolchain_path(cfg, venv or vllm_venv(cfg)),
+        "CUDA_HOME": cfg.CUDA_HOME,
         "HF_HUB_OFFLINE": "1",  # checkpoints are downloaded by the deploy, never at serve time
         "TRANSFORMERS_OFFLINE": "1",
         "HF_HOME": f"{state}/hf",
-        "VLLM_CACHE_ROOT": f"{state}/cache/vllm",  # JIT / compile / autotune caches survive restarts
-        "TORCHINDUCTOR_CACHE_DIR": f"{state}/cache/inductor",
-        "TRITON_CACHE_DIR": f"{state}/cache/triton",
-        "FLASHINFER_WORKSPACE_BASE": f"{state}/cache/flashinfer",
-        "CUDA_CACHE_PATH": f"{state}/cache/nv",
+        **kernel_caches(cfg),  # JIT / compile / autotune caches survive restarts
         "XDG_CACHE_HOME": f"{state}/cache",
         "XDG_CONFIG_HOME": f"{state}/config",
-        "TMPDIR": f"/run/vllm-{svc.name}",  # RuntimeDirectory: wiped on every stop (ZMQ sockets, dist files)
+        "TMPDIR": f"{RUNTIME_ROOT}/vllm-{svc.name}",  # RuntimeDirectory: wiped on every stop (ZMQ sockets, dist files)
         "VLLM_HOST_IP": cfg.LISTEN_ADDRESS,
         "VLLM_NO_USAGE_STATS": "1",
         "DO_NOT_TRACK": "1",
         "VLLM_ENGINE_READY_TIMEOUT_S": str(cfg.VLLM_ENGINE_READY_TIMEOUT_S),
     }
     env.update(cfg.GPU_ARCH_ENV)  # the GB10's arch for the kernels compiled at first use (CuTe DSL, FlashInfer)
-    if cfg.TRITON_PTXAS_PATH:
-        env["TRITON_PTXAS_PATH"] = cfg.TRITON_PTXAS_PATH
+    if cfg.TRITON_PTXAS_BLACKWELL_PATH:
+        env["TRITON_PTXAS_BLACKWELL_PATH"] = cfg.TRITON_PTXAS_BLACKWELL_PATH
     env.update(cfg.VLLM_EXTRA_ENV)  # the schema allows only string values
     env.update(svc.extra_env)
     return env

@@ -76,6 +76,7 @@ def seed(name: str, flavor: str) -> None:
         _write(up, "/etc/dgx-release", standins.dgx_release())
         _write(up, "/usr/bin/nvidia-smi", standins.nvidia_smi(), 0o755)
         _write(up, "/usr/local/cuda-13.0/bin/nvcc", standins.nvcc(), 0o755)
+        _write(up, "/usr/local/cuda-13.0/bin/ptxas", standins.ptxas(), 0o755)
         link = up / "usr/local/cuda"
         if not link.is_symlink():
             link.symlink_to("cuda-13.0")

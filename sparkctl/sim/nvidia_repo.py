@@ -8,7 +8,7 @@ Stub packages with the real names, built with dpkg-deb, in a flat repository sig
                                    also served at /cuda-keyring_1.1-1_all.deb like NVIDIA's
   nvidia-driver-pinning-580        an apt preferences file holding the driver on the 580 branch
   nvidia-open-580                  /usr/bin/nvidia-smi (the GB10 stand-in)
-  cuda-toolkit-13-0                /usr/local/cuda-13.0/bin/nvcc (a stand-in printing release 13.0, V13.0.88)
+  cuda-toolkit-13-0                /usr/local/cuda-13.0/bin/nvcc and bin/ptxas (stand-ins: release 13.0, V13.0.88)
 
 Every file they install says that it is a stand-in. Architecture `all`: they install on amd64 and arm64 test hosts.
 """
@@ -105,8 +105,9 @@ def packages() -> list[dict]:
          "description": "STAND-IN: NVIDIA open kernel driver 580 (simulated Spark; ships the nvidia-smi stand-in)",
          "files": {"/usr/bin/nvidia-smi": (standins.nvidia_smi(), 0o755)}},
         {"name": "cuda-toolkit-13-0", "version": "13.0.2-1", "depends": "",
-         "description": "STAND-IN: CUDA Toolkit 13.0 (simulated Spark; ships an nvcc stand-in)",
+         "description": "STAND-IN: CUDA Toolkit 13.0 (simulated Spark; ships nvcc and ptxas stand-ins)",
          "files": {"/usr/local/cuda-13.0/bin/nvcc": (standins.nvcc(), 0o755),
+                   "/usr/local/cuda-13.0/bin/ptxas": (standins.ptxas(), 0o755),
                    "/usr/local/cuda-13.0/version.json": (cuda_version, 0o644)},
          "postinst": "#!/bin/sh\n# STAND-IN\nset -e\nif [ \"$1\" = configure ]; then\n"
                      "  update-alternatives --install /usr/local/cuda cuda /usr/local/cuda-13.0 130\nfi\n",
@@ -153,7 +154,7 @@ def build_deb(pkg: dict, out_dir: Path) -> Path:
 
 def _inputs_digest(fingerprint: str) -> str:
     h = hashlib.sha256(f"{RECIPE_VERSION} {fingerprint} {repo_url()}".encode())
-    for blob in (standins.nvidia_smi(), standins.nvcc()):
+    for blob in (standins.nvidia_smi(), standins.nvcc(), standins.ptxas()):
         h.update(blob)
     return h.hexdigest()
 

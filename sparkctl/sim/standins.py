@@ -1,4 +1,4 @@
-"""The stand-in files for what only a real GB10 box has (nvidia-smi, nvcc, /etc/dgx-release, the unified memory pool's
+"""The stand-in files for what only a real GB10 box has (nvidia-smi, nvcc and ptxas, /etc/dgx-release, the unified memory pool's
 start-up admission); each says it is one."""
 
 from __future__ import annotations
@@ -12,6 +12,10 @@ def nvidia_smi() -> bytes:
 
 def nvcc() -> bytes:
     return (STANDINS / "nvcc").read_bytes()
+
+
+def ptxas() -> bytes:
+    return (STANDINS / "ptxas").read_bytes()
 
 
 def dgx_release() -> bytes:

@@ -9,6 +9,7 @@ import importlib.metadata
 import os
 import sys
 import types
+from pathlib import Path
 
 import pytest
 
@@ -135,7 +136,8 @@ def test_flashinfer_not_installed_is_skipped(monkeypatch, capsys):
 @pytest.mark.parametrize("text, names", [
     ("RuntimeError: Failed to find C compiler. Please specify via CC environment variable.", ["no C compiler", "gcc"]),
     ("/tmp/x/main.c:5:10: fatal error: Python.h: No such file or directory", ["Python.h", "python3-dev"]),
-    ("ptxas fatal   : Value 'sm_121a' is not defined for option 'gpu-name'", ["ptxas", "TRITON_PTXAS_PATH"]),
+    ("ptxas fatal   : Value 'sm_121a' is not defined for option 'gpu-name'", ["ptxas", "TRITON_PTXAS_BLACKWELL_PATH"]),
+    ("FileNotFoundError: [Errno 2] No such file or directory: 'ninja'", ["no ninja on the unit's PATH", "venv's bin"]),
 ])
 def test_a_compilers_failure_names_what_is_missing(text, names):
     line = dc.cause("a Triton kernel", RuntimeError(text))
@@ -148,3 +150,107 @@ def test_an_unknown_check_is_a_usage_error(capsys):
         dc.main([*ARGS, "gpu"])
     assert exc.value.code == dc.USAGE == 64
     assert "invalid choice: 'gpu'" in capsys.readouterr().err
+
+
+# --- the JIT toolchain, resolved in the environment the deploy renders ------------------------------------------
+
+def _tool(path, text: str = "1.13.2"):
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(f"#!/bin/sh\necho {text}\n")
+    path.chmod(0o755)
+
+
+@pytest.fixture
+def box_root(tmp_path, token_file, monkeypatch):
+    """A simulated Spark's environment (group data all, gx10, sim) with its box paths under tmp_path: the venv's
+    bin with pip's ninja, CUDA_HOME with the sim's stand-in nvcc and ptxas, the system's directories with gcc and g++
+    and no ninja (a GX10's /usr/bin has none: the deploy installs no ninja-build). Returns the device check's rendered
+    environment."""
+    from sparkctl.render import device_check as render_check
+    from sparkctl.render import units
+    from sparkctl.sim.config import STANDINS
+    from tests.conftest import FAKE_LOCK
+    from tests.render.test_render import env_values, standin_settings
+
+    system = tmp_path / "usr/bin"
+    data = groupdata.load(["all", "gx10", "sim"])
+    data.update(MODEL_LOCK_FILE=FAKE_LOCK, SECRETS_DIR=str(tmp_path / "secrets"), SPARKCTL_HOME=str(tmp_path / "opt"),
+                STATE_DIR=str(tmp_path / "state"), CUDA_HOME=str(tmp_path / "cuda-13.0"),
+                ENGINE_SYSTEM_PATH=[str(system)])
+    s = standin_settings(data)
+    venv = units.vllm_venv(s.cfg)
+    assert venv.startswith(f"{tmp_path}/opt/")
+    _tool(Path(venv) / "bin/ninja")
+    (tmp_path / "state/cache").mkdir(parents=True)  # the service's XDG_CACHE_HOME (the check's caches go beside)
+    for tool in ("nvcc", "ptxas"):
+        (tmp_path / "cuda-13.0/bin").mkdir(parents=True, exist_ok=True)
+        (tmp_path / "cuda-13.0/bin" / tool).write_bytes((STANDINS / tool).read_bytes())
+        (tmp_path / "cuda-13.0/bin" / tool).chmod(0o755)
+    _tool(system / "gcc", "gcc 12.2.0")
+    _tool(system / "g++", "g++ 12.2.0")
+    monkeypatch.setattr(dc, "SYSTEM_PATH", str(system))  # systemd's default PATH, as the box's /usr/bin holds it
+    return env_values(render_check.render_env(s.coder, s.cfg, venv))
+
+
+def _run_with(env: dict, monkeypatch) -> int:
+    for key in ("PATH", "CUDA_HOME", "CUDA_PATH", "CC", "CXX", "TRITON_PTXAS_BLACKWELL_PATH"):
+        monkeypatch.delenv(key, raising=False)
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    return dc.main([*ARGS, "toolchain"])
+
+
+def test_the_rendered_environment_resolves_the_whole_jit_toolchain(box_root, monkeypatch, capsys):
+    assert _run_with(box_root, monkeypatch) == 0
+    out = capsys.readouterr().out
+    for said in ("ninja ", "bin/ninja (1.13.2)", "nvcc ", "cuda-13.0/bin/nvcc (Build cuda_13.0", "ptxas ",
+                 "cuda-13.0/bin/ptxas (", "C compiler ", "usr/bin/gcc (gcc 12.2.0)", "C++ compiler ", "usr/bin/g++"):
+        assert said in out, said
+
+
+def test_todays_environment_without_path_is_refused_naming_ninja(box_root, monkeypatch, capsys):
+    """The units before issue #39 set no PATH or CUDA_HOME: systemd's default PATH (no venv bin, no CUDA bin) is what
+    vLLM ran with, and has_flashinfer() went False while FlashInfer's JIT still ran `ninja`."""
+    today = {k: v for k, v in box_root.items() if k not in ("PATH", "CUDA_HOME")}
+    assert _run_with(today, monkeypatch) == dc.FAILED
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1, err
+    assert err[0].startswith("device check FAILED (toolchain): the JIT toolchain is not in the vLLM unit's "
+                             "environment: not found: ninja (PATH=")
+    assert "nvcc (CUDA_HOME is not set)" in err[0] and "ENGINE_SYSTEM_PATH" in err[0]
+    assert "C compiler" not in err[0].split("ENGINE_SYSTEM_PATH")[0].split("not found:")[1]  # gcc is there
+
+
+def test_a_program_that_does_not_run_in_the_sandbox_is_refused(box_root, monkeypatch, capsys, tmp_path):
+    ptxas = Path(box_root["CUDA_HOME"]) / "bin/ptxas"
+    ptxas.write_text("#!/bin/sh\necho 'Permission denied' >&2\nexit 126\n")
+    assert _run_with(box_root, monkeypatch) == dc.FAILED
+    err = capsys.readouterr().err
+    assert f"{ptxas} --version exited 126 in the vLLM unit's sandbox: Permission denied" in err
+
+
+def test_a_triton_ptxas_override_must_resolve(box_root, monkeypatch, capsys):
+    env = {**box_root, "TRITON_PTXAS_BLACKWELL_PATH": "/nonexistent/ptxas"}
+    assert _run_with(env, monkeypatch) == dc.FAILED
+    assert "TRITON_PTXAS_BLACKWELL_PATH (/nonexistent/ptxas)" in capsys.readouterr().err
+
+
+def test_flashinfer_jit_refuses_a_venv_whose_has_flashinfer_is_false(monkeypatch, capsys):
+    """vLLM's own verdict (vllm/utils/flashinfer.py has_flashinfer: ninja on PATH, nvcc under CUDA_HOME) decides."""
+    standin_torch(monkeypatch, cuda=True)
+    for name in ("vllm", "vllm.utils"):
+        monkeypatch.setitem(sys.modules, name, types.ModuleType(name))
+    fi = types.ModuleType("vllm.utils.flashinfer")
+    fi.has_flashinfer = lambda: False
+    monkeypatch.setitem(sys.modules, "vllm.utils.flashinfer", fi)
+    assert dc.main([*ARGS, "flashinfer_jit"]) == dc.FAILED
+    err = capsys.readouterr().err
+    assert "vLLM's has_flashinfer() is False in the vLLM unit's environment" in err and "ninja not on PATH" in err
+
+
+def test_the_jit_checks_build_in_fresh_flashinfer_and_cute_dsl_caches(monkeypatch, tmp_path):
+    for name in ("FLASHINFER_WORKSPACE_BASE", "CUTE_DSL_CACHE_DIR"):
+        monkeypatch.setenv(name, "/var/lib/sparkctl/cache/x")  # the service's, with what it compiled before
+    fresh = dc.fresh_caches()
+    assert os.environ["FLASHINFER_WORKSPACE_BASE"] == f"{fresh}/flashinfer"
+    assert os.environ["CUTE_DSL_CACHE_DIR"] == f"{fresh}/cute-dsl" and fresh.startswith(f"{tmp_path}/device-check-")

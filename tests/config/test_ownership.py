@@ -79,7 +79,7 @@ def test_a_new_setting_of_that_kind_without_the_rule_fails_the_test():
     ("KEEPALIVED_CONF", "file"), ("FRONT_HEALTH_SCRIPT", "file"), ("BRIDGE_FIREWALL_FILE", "file"),
     ("CX7_NETPLAN_FILE", "file"), ("NODE_EXPORTER_DEFAULTS_FILE", "file"), ("ACCEPTANCE_HISTORY_FILE", "file"),
     ("VLLM_DEVICE_PREPARE", "program"), ("NVIDIA_SMI", "program"), ("UNIFIED_MEMORY_STANDIN", "program"),
-    ("TRITON_PTXAS_PATH", "program"), ("NCCL_SYSTEM_LIBRARY", "program"), ("CUDA_HOME", "program"),
+    ("TRITON_PTXAS_BLACKWELL_PATH", "program"), ("NCCL_SYSTEM_LIBRARY", "program"), ("CUDA_HOME", "program"),
     ("ROUTER_HOME", "dir"), ("SPARKCTL_HOME", "dir"), ("ENV_DIR", "dir"), ("DRAIN_DIR", "dir"),
 ])
 def test_each_owned_setting_declares_its_kind(setting, kind):

@@ -133,7 +133,7 @@ def test_a_new_venv_is_device_checked_in_the_vllm_units_sandbox_before_it_is_mar
         ops.index("vLLM | sparkctl-devices.service enabled and started") < \
         next(i for i, o in enumerate(ops) if "Build and device-check vLLM" in o)
     assert not any("restart sparkctl-devices" in c for c in cmds)
-    assert "--checks import cuda triton flashinfer" in cmds[check[0]]
+    assert "--checks import toolchain cuda triton flashinfer flashinfer_jit" in cmds[check[0]]
     assert not any("import importlib.metadata as m, vllm" in c for c in cmds)  # the old check as root: gone
     env_put = [o for o in dgx["ops"] if "Write the device check's environment" in o]
     assert env_put and dgx["ops"].index(env_put[0]) < next(i for i, o in enumerate(dgx["ops"])

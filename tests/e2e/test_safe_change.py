@@ -119,8 +119,8 @@ SAME_VENV_RENAMED = ["triton", "torchvision", "torchaudio", "torchcodec"]
 def test_a_venv_that_fails_its_device_check_is_refused_before_anything_stops(converged_spark):
     """The box has lost its C++ compiler (g++ removed, and VLLM_BUILD_PACKAGES without it so apt does not put it
     back), and the deploy builds a new venv (VLLM_PIP_REMOVE reordered: the same contents under another name). The
-    device check runs the candidate in the vLLM unit's own sandbox: torch.compile finds no g++, the venv is refused
-    with that name, before any service stopped; the box keeps serving from its running venv. Then g++ and the
+    device check runs the candidate in the vLLM unit's own sandbox: its toolchain step (before torch.compile) finds
+    no C++ compiler on the unit's PATH, the venv is refused with that name, before any service stopped; the box keeps serving from its running venv. Then g++ and the
     group data's venv come back with the plain deploy."""
     def started() -> dict[str, tuple[str, str]]:
         return {u: (main_pid(HOST, u), sim_exec(HOST, f"systemctl show -P ActiveEnterTimestamp {u}").strip())
@@ -139,8 +139,10 @@ def test_a_venv_that_fails_its_device_check_is_refused_before_anything_stops(con
         record("venv without a C++ compiler: built beside, refused by its device check before anything stopped",
                run.seconds)
         assert run.rc != 0, "a venv that fails its device check must fail the deploy"
-        line = next((ln for ln in run.output.splitlines() if "device check FAILED (torch_compile)" in ln), "")
-        assert "no C++ compiler" in line and "g++" in line and "VLLM_BUILD_PACKAGES" in line, run.failure()
+        line = next((ln for ln in run.output.splitlines() if "device check FAILED (toolchain)" in ln), "")
+        assert "not found: C++ compiler (g++ or c++ on PATH=" in line and "VLLM_BUILD_PACKAGES" in line, \
+            run.failure()
+        assert "ninja" not in line.split("not found:")[1].split(". ")[0]  # the venv's own ninja is on its PATH
         assert candidate in line  # the refused venv, by name
         assert started() == before, "nothing restarted"  # each vLLM unit's MainPID and ActiveEnterTimestamp
         assert sim_exec(HOST, exec_start) == running and chat_ok(converged_spark)

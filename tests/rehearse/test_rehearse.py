@@ -41,6 +41,9 @@ FIXTURE = (REPO_ROOT / "tests" / "fixtures" / "planner" / "gx10-qwen-newer-forma
 CODER_JOURNAL = [
     "1040.500000 spark-1 vllm[7]: INFO [gpu_model_runner.py] Model loading took 19.80 GiB memory and 31.2 seconds",
     short_unix(FIXTURE[0], 1100.0), short_unix(FIXTURE[2], 1101.0),
+    "1045.000000 spark-1 vllm[7]: INFO [cuda.py:506] Using FLASHINFER attention backend out of potential backends: "
+    "['FLASHINFER', 'TRITON_ATTN'].",
+    "1046.000000 spark-1 vllm[7]: INFO [__init__.py:1240] Using FlashInferCutlassNvFp4LinearKernel for NVFP4 GEMM",
     "1212.500000 spark-1 vllm[7]: INFO:     Application startup complete.",
 ]
 
@@ -153,6 +156,12 @@ def test_a_healthy_box_passes_and_every_figure_says_how_it_was_measured(one_box,
     assert figs["coder: vLLM's own admission"]["value"] == "admitted: vLLM saw 61.12 GiB free at its current start"
     assert "spark-2" not in json.dumps([f for f in figs if "first install" in f])  # another box's starts are its own
     assert figs["coder"]["value"] == "212.5 s" and figs["coder"]["section"] == "load"
+    assert [(figs[f"coder: {k}"]["value"], figs[f"coder: {k}"]["verdict"]) for k in
+            ("attention backend", "NVFP4 linear kernel", "NVFP4 MoE kernel", "FlashInfer")] == [
+        ("FLASHINFER", OK), ("FlashInferCutlassNvFp4LinearKernel", OK), ("none logged", OK), ("on", OK)]
+    assert figs["embed-qwen3: kernels"]["verdict"] == NOT_MEASURED  # the catalog states none for an embedder
+    # no restart unless asked for (--cold-warm takes the coder down twice), and never a silent pass
+    assert figs["cold start and warm restart"]["verdict"] == NOT_MEASURED and doc["boxes"][0]["cold_warm"] is None
     assert figs["decode, 8 streams"]["verdict"] == OK and "write-up 122 tok/s" in figs["decode, 8 streams"]["against"]
     assert "8 streams, 40 s window" in figs["decode, 8 streams"]["how"]
     assert "codegen-v1" in figs["decode, 8 streams"]["how"]
@@ -482,3 +491,26 @@ def test_the_device_check_runs_as_the_deploy_runs_it(one_box, admission, monkeyp
     assert "systemd-run --wait --pipe" in fig["how"] and unit in fig["how"], fig["how"]
     alone = boxread.device_command(settings.cfg)
     assert "systemd-run" not in alone and " ".join(device_check.check_args(settings.cfg)) in alone
+
+
+def test_cold_warm_is_measured_last_and_written_to_the_report(one_box, admission, monkeypatch):
+    """--cold-warm: the coder's unit is restarted cold then warm (sparkctl/rehearse/coldwarm.py, its own tests) after
+    every other reading, and the report's JSON carries the result under the box's cold_warm."""
+    calls = []
+
+    def measure(shell, host, cfg, unit, sleep, log):
+        calls.append((host.name, unit, len(shell.commands)))
+        return {"service": "coder", "unit": unit, "cold_s": 912.0, "warm_s": 131.5, "error": "", "commands": {},
+                "caches": {"TRITON_CACHE_DIR": {"dir": "/var/lib/sparkctl/cache/triton", "before_cold": {
+                    "files": 0, "bytes": 0}, "before_warm": {"files": 12, "bytes": 4096},
+                    "after_warm": {"files": 12, "bytes": 4096, "kept": 12}}}}
+    monkeypatch.setattr("sparkctl.rehearse.coldwarm.measure", measure)
+    shell = FakeShell()
+    args = Namespace(hosts=None, groups=GROUPS, skip_bench=True, cold_warm=True, out=str(one_box))
+    assert cli.run(args, shell=shell, bench=bench_record) == 0
+    doc = json.loads((one_box / "rehearsal.json").read_text())
+    figs = by_name(doc)
+    assert calls == [("spark-1", "vllm-coder.service", len(shell.commands))]  # after the box's other reads
+    assert figs["coder: warm restart"]["value"] == "131.5 s (780.5 s faster, 14% of the cold start)"
+    assert figs["TRITON_CACHE_DIR: reused"]["verdict"] == OK and doc["boxes"][0]["cold_warm"]["cold_s"] == 912.0
+    assert "Kernel caches: a cold start against a warm restart" in (one_box / "rehearsal.md").read_text()

@@ -69,7 +69,8 @@ def test_a_real_box_prepares_its_devices_and_checks_the_gpu(gx10_data):
     assert "--property=DeviceAllow=char-nvidia-uvm rw" in argv and "--property=User=vllm" in argv
     tail = argv[argv.index(f"{venv}/bin/python"):]
     assert tail == [f"{venv}/bin/python", "/opt/sparkctl/bin/device_check.py", "--dist", "vllm", "--version",
-                    "0.32.0", "--compute-cap", "12.1", "--checks", "import", "cuda", "triton", "flashinfer"]
+                    "0.32.0", "--compute-cap", "12.1", "--checks", "import", "toolchain", "cuda", "triton", "flashinfer",
+                    "flashinfer_jit"]
 
 
 def test_the_check_has_the_services_environment_in_its_own_tmpdir(gx10_data):
@@ -78,6 +79,11 @@ def test_the_check_has_the_services_environment_in_its_own_tmpdir(gx10_data):
     env = env_values(dc.render_env(s.coder, s.cfg, venv))
     service = units.service_environment(s.coder, s.cfg)
     assert env == {**service, "TMPDIR": f"/run/{dc.unit_name(venv)}"}
+    # the JIT toolchain it resolves is the unit's: the candidate venv's bin first (its ninja), then CUDA's
+    assert env["PATH"].split(":")[:2] == [f"{venv}/bin", f"{s.cfg.CUDA_HOME}/bin"]
+    assert env["CUDA_HOME"] == "/usr/local/cuda-13.0"
+    other = "/opt/sparkctl/venvs/0.32.0-other"
+    assert env_values(dc.render_env(s.coder, s.cfg, other))["PATH"].startswith(f"{other}/bin:")
     assert service["TMPDIR"] == f"/run/vllm-{s.coder.name}"  # the running service's: not the check's
     assert env["TORCHINDUCTOR_CACHE_DIR"] == f"{s.cfg.STATE_DIR}/cache/inductor"
 

@@ -90,20 +90,22 @@ def test_qwen_and_laguna_arguments(gx10_data):
 
 
 def test_the_gb10_runtime_reaches_every_service_and_a_kernel_override_only_its_model(gx10_data):
-    """GPU_ARCH_ENV in every service's env file (TRITON_PTXAS_PATH only when set); a catalog entry's moe_backend /
+    """GPU_ARCH_ENV in every service's env file (TRITON_PTXAS_BLACKWELL_PATH only when set); a catalog entry's moe_backend /
     linear_backend render as vLLM 0.32.0's flags, "auto" as nothing (the shipped entries set none)."""
     s = settings_for(gx10_data, "laguna-s-2.1")
     for svc in s.services:
         env = env_values(units.render_env(svc, s.cfg))
         assert env["CUTE_DSL_ARCH"] == "sm_121a" and env["FLASHINFER_CUDA_ARCH_LIST"] == "12.1a"
-        assert "TRITON_PTXAS_PATH" not in env
+        assert "TRITON_PTXAS_BLACKWELL_PATH" not in env and "TRITON_PTXAS_PATH" not in env
         assert not {"--moe-backend", "--linear-backend"} & set(units.vllm_args(svc, s.cfg))
-    data = {**gx10_data, "TRITON_PTXAS_PATH": "/usr/local/cuda-13.0/bin/ptxas",
+    data = {**gx10_data, "TRITON_PTXAS_BLACKWELL_PATH": "/usr/local/cuda-13.0/bin/ptxas",
             "CATALOG_OVERRIDES": {"laguna-s-2.1": {"moe_backend": "marlin", "linear_backend": "marlin"}}}
     s = settings_for(data, "laguna-s-2.1")
     args = units.vllm_args(s.coder, s.cfg)
     assert args[args.index("--moe-backend") + 1] == args[args.index("--linear-backend") + 1] == "marlin"
-    assert env_values(units.render_env(s.coder, s.cfg))["TRITON_PTXAS_PATH"] == "/usr/local/cuda-13.0/bin/ptxas"
+    env = env_values(units.render_env(s.coder, s.cfg))
+    # Triton 3.7 reads this one for sm_90 and newer (the GB10's sm_121a); TRITON_PTXAS_PATH only for older GPUs
+    assert env["TRITON_PTXAS_BLACKWELL_PATH"] == "/usr/local/cuda-13.0/bin/ptxas" and "TRITON_PTXAS_PATH" not in env
     assert all("--moe-backend" not in units.vllm_args(e, s.cfg) for e in s.embedders)
 
 

@@ -60,6 +60,7 @@ def test_release_hashes_and_signature_verify_with_the_shipped_keyring(repo, tmp_
 @pytest.mark.parametrize("deb,path,content", [
     ("nvidia-open-580_580.95.05-1_all.deb", "usr/bin/nvidia-smi", standins.nvidia_smi),
     ("cuda-toolkit-13-0_13.0.2-1_all.deb", "usr/local/cuda-13.0/bin/nvcc", standins.nvcc),
+    ("cuda-toolkit-13-0_13.0.2-1_all.deb", "usr/local/cuda-13.0/bin/ptxas", standins.ptxas),
 ])
 def test_packages_ship_the_standins(repo, tmp_path, deb, path, content):
     subprocess.run(["dpkg-deb", "-x", str(repo / deb), str(tmp_path)], check=True)

@@ -51,10 +51,14 @@ def test_plain_table_and_list():
 def test_standins_say_so_and_run_with_the_instance_python():
     text = SMI.read_text()
     assert text.startswith("#!/usr/bin/python3\n") and "STAND-IN" in text
-    for name in ("nvcc", "dgx-release"):
+    for name in ("nvcc", "ptxas", "dgx-release"):
         assert "STAND-IN" in (STANDINS / name).read_text()
 
 
-def test_nvcc_version():
-    p = subprocess.run(["sh", str(STANDINS / "nvcc"), "--version"], capture_output=True, text=True)
+@pytest.mark.parametrize("tool", ["nvcc", "ptxas"])
+def test_cuda_tool_versions(tool):
+    """What the device check's toolchain step runs under CUDA_HOME (`--version`): answered as CUDA 13.0's; nothing
+    else is (a stand-in compiles nothing)."""
+    p = subprocess.run(["sh", str(STANDINS / tool), "--version"], capture_output=True, text=True)
     assert p.returncode == 0 and "Cuda compilation tools, release 13.0, V13.0.88" in p.stdout
+    assert subprocess.run(["sh", str(STANDINS / tool), "-c", "x.cu"], capture_output=True).returncode == 1
