@@ -328,3 +328,18 @@ class PlannedHolds(FactBase):
                     gib = None
                 out[words[1]] = {"gib": gib, "state": words[3]}
         return out
+
+def account_problems(setting: str, user: str, fact: dict | None) -> list[str]:
+    """An account the deploy creates (SERVICE_USER, ROUTER_USER: the schema's DedicatedUser) is its own: an existing
+    account that logs in, or whose uid is in the login range, would lose its shell and home to the deploy. fact: the
+    host's SystemUser fact of `user`."""
+    entry = (fact or {}).get("entry")
+    if not entry:
+        return []
+    if entry["shell"] not in NOLOGIN_SHELLS:
+        return [f"{setting} = {user!r} is an account on this box with the login shell {entry['shell']} (home "
+                f"{entry['home']}): the deploy would make it a nologin user. Choose a user of the deploy's own"]
+    if fact["uid_min"] <= entry["uid"] <= fact["uid_max"]:
+        return [f"{setting} = {user!r} is an account on this box with uid {entry['uid']}, in the login range "
+                f"{fact['uid_min']}-{fact['uid_max']} (/etc/login.defs): not a system user the deploy made"]
+    return []

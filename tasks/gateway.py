@@ -38,8 +38,7 @@ from sparkctl.render import front_doors, prometheus_rules, router
 from sparkctl.render.gateway import HANDOFF_MODE, write_atomic
 from sparkctl.render.box_files import NGINX_DIR
 from tasks.common import fail, handoff_dir, tls_material
-from tasks.facts import SystemUser
-from tasks.preflight import account_problems
+from tasks.facts import SystemUser, account_problems
 
 __all__ = ["after_the_boxes", "gateway", "gateway_config"]
 

@@ -174,9 +174,11 @@ def box_root(tmp_path, token_file, monkeypatch):
 
     system = tmp_path / "usr/bin"
     data = groupdata.load(["all", "gx10", "sim"])
+    # CUDA_HOME and ENGINE_SYSTEM_PATH must be root-owned system directories (the ownership rule): rendered as such,
+    # then moved under tmp_path in the rendered environment below
+    cuda_home, system_dir = "/usr/local/cuda-13.0", "/opt/sparkctl-test/usr/bin"
     data.update(MODEL_LOCK_FILE=FAKE_LOCK, SECRETS_DIR=str(tmp_path / "secrets"), SPARKCTL_HOME=str(tmp_path / "opt"),
-                STATE_DIR=str(tmp_path / "state"), CUDA_HOME=str(tmp_path / "cuda-13.0"),
-                ENGINE_SYSTEM_PATH=[str(system)])
+                STATE_DIR=str(tmp_path / "state"), CUDA_HOME=cuda_home, ENGINE_SYSTEM_PATH=[system_dir])
     s = standin_settings(data)
     venv = units.vllm_venv(s.cfg)
     assert venv.startswith(f"{tmp_path}/opt/")
@@ -189,7 +191,10 @@ def box_root(tmp_path, token_file, monkeypatch):
     _tool(system / "gcc", "gcc 12.2.0")
     _tool(system / "g++", "g++ 12.2.0")
     monkeypatch.setattr(dc, "SYSTEM_PATH", str(system))  # systemd's default PATH, as the box's /usr/bin holds it
-    return env_values(render_check.render_env(s.coder, s.cfg, venv))
+    env = env_values(render_check.render_env(s.coder, s.cfg, venv))
+    assert cuda_home in env["CUDA_HOME"] and system_dir in env["PATH"]
+    return {k: v.replace(cuda_home, str(tmp_path / "cuda-13.0")).replace(system_dir, str(system))
+            for k, v in env.items()}
 
 
 def _run_with(env: dict, monkeypatch) -> int:

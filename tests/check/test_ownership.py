@@ -201,7 +201,7 @@ def test_check_refuses_an_unowned_path_through_the_cli(token_file, tmp_path, cap
 def test_the_gateway_step_refuses_a_router_account_that_is_a_login_on_the_host(entry, words):
     """At deploy time the gateway step reads the host's passwd (tasks/facts.py SystemUser) for ROUTER_USER, as the
     box's preflight does for SERVICE_USER; a system user the deploy made (or none yet) passes."""
-    from tasks.preflight import account_problems
+    from tasks.facts import account_problems
 
     fact = {"entry": entry, "uid_min": 1000, "uid_max": 60000}
     problems = account_problems("ROUTER_USER", "ops", fact)
