@@ -1,27 +1,48 @@
-"""Checkpoints: every checkpoint the box keeps (settings.kept_models) at its locked commit, downloaded by
-huggingface_hub on the box.
+"""Checkpoints: every checkpoint the box keeps (settings.kept_models) at its locked commit, fetched once per run for
+the whole fleet and fanned out box to box (sparkctl/fleet/fanout.py plans who gets what from whom, in which round;
+docs/checkpoint-fanout.md).
 
-Every coding model with a KV budget stays on disk, so a flip back downloads nothing. A service is pointed at a snapshot only
-after fetch_checkpoint.py verified it against the lock (its marker exists); a killed download resumes on rerun.
+Every coding model with a KV budget stays on disk, so a flip back downloads nothing. A service is pointed at a
+snapshot only after fetch_checkpoint.py verified it against the lock (its marker exists). Round 0 downloads each
+checkpoint no box of the run holds from the Hub, on one box; each later round is one operation on every box
+(pyinfra runs an operation on all hosts before the next), in which every box that holds a checkpoint gives it to
+one box still without it, over the pair's CX7 link where there is one. A copy is verified in staging like a
+download, then renamed into place; a killed one resumes on rerun; a source that cannot provide it is skipped for the
+next one, then the Hub (never for an AIRGAPPED box). The last operation says where each checkpoint came from.
 """
 
 from __future__ import annotations
 
 import json
+import shlex
+from dataclasses import dataclass
 from io import StringIO
 
-from pyinfra import host
-from pyinfra.api import StringCommand, deploy, operation
+from pyinfra import host, inventory
+from pyinfra.api import FunctionCommand, StringCommand, deploy, operation
 from pyinfra.api.command import QuoteString
 from pyinfra.facts.files import File
 from pyinfra.operations import files
 
-from sparkctl.config.lock import marker_dir
-from sparkctl.config.quantities import GIB
+from sparkctl.check.validate import derive_host
+from sparkctl.config import pki
+from sparkctl.config.hosts import per_host_models
+from sparkctl.config.lock import LockedCheckpoint, marker_dir
+from sparkctl.config.schema import GroupData
+from sparkctl.config.secrets import secrets_dir
 from sparkctl.config.service import snapshot_path
 from sparkctl.config.settings import Settings
-from sparkctl.render.link import SYNC_KEY, SYNC_KNOWN_HOSTS
+from sparkctl.errors import Refused, SparkctlError
+from sparkctl.fleet import fanout
+from sparkctl.fleet.fanout import key_of
+from sparkctl.render.link import link_ssh
 from sparkctl.render.units import vllm_venv
+from tasks.common import connector_args
+
+FANOUT_KEY = "/root/.ssh/sparkctl-fleet-sync"  # on every box of a fleet: the key it copies checkpoints with
+FANOUT_KEY_LINE = "sparkctl-fleet-sync"  # the authorized_keys line that lets the other boxes copy from this one
+STAGING = ".fanout-staging"  # under MODEL_STORE: copies wait here until they are verified (one file system: a rename)
+VIEW_ATTRIBUTE = "sparkctl_fanout"  # where the run's one fan-out plan is kept on pyinfra's State
 
 
 def listing_json(cp) -> str:
@@ -29,18 +50,82 @@ def listing_json(cp) -> str:
                       indent=1, sort_keys=True) + "\n"
 
 
+@dataclass
+class FleetView:
+    """The run's fan-out, computed once by the first host's deploy.py (no greenlet switch in between)."""
+
+    plan: fanout.Plan | None = None
+    refusal: str = ""  # why the fleet's fan-out is refused (every box's deploy stops on it)
+    addresses: tuple[str, ...] = ()  # every box's address the others may copy from (authorized_keys from=)
+
+
+def fleet_view(settings: Settings) -> FleetView:
+    view = getattr(host.state, VIEW_ATTRIBUTE, None)
+    if view is None:
+        view = _fleet_view(settings)
+        setattr(host.state, VIEW_ATTRIBUTE, view)
+    return view
+
+
+def _fleet_view(settings: Settings) -> FleetView:
+    """Every box of this run (the inventory's gx10 group, less --limit), as its own deploy derives it, with the
+    checkpoints it already holds verified (each box's marker facts)."""
+    names = [h.name for h in inventory.get_group("gx10")]
+    active = {h.name for h in inventory.get_active_hosts()}
+    boxes, addresses = [], []
+    for name in (n for n in names if n in active):
+        other = inventory.get_host(name)
+        try:
+            s = settings if name == settings.host_name else \
+                derive_host(other.data.dict(), name, names, per_host_models())
+        except SparkctlError:
+            continue  # its own preflight refuses it, naming why
+        box = _box(s, other)
+        boxes.append(box)
+        addresses += [box.address, *(a.split("/")[0] for a in s.cfg.CX7_ADDRESSES.get(name, []))]
+    try:
+        return FleetView(plan=fanout.plan(boxes, settings.cfg.CHECKPOINT_SEED_BOX), addresses=tuple(addresses))
+    except SparkctlError as exc:
+        return FleetView(refusal=str(exc))
+
+
+def _box(s: Settings, other) -> fanout.Box:
+    """One box as the fan-out sees it, with what it holds verified now (its markers)."""
+    store = s.cfg.MODEL_STORE
+    holds = tuple(key_of(cp) for cp in s.checkpoints if other.get_fact(File, path=cp.marker_path(store)))
+    return fanout.box_of(s, str(other.data.get("ssh_hostname") or s.host_name), holds)
+
+
+def fanout_key(cfg: GroupData, view: FleetView) -> None:
+    """Every box of a fleet may copy from every other: its key, and the others' copies let in as a read-only
+    rrsync of MODEL_STORE, from the fleet's own addresses only."""
+    path, public = pki.ensure_ssh_keypair(secrets_dir(cfg) / cfg.CHECKPOINT_FANOUT_KEY, "sparkctl-fleet-sync")
+    files.directory(name="Create /root/.ssh", path="/root/.ssh", user="root", group="root", mode="0700")
+    files.put(name="Fleet checkpoint copy key (root-only)", src=str(path), dest=FANOUT_KEY, user="root",
+              group="root", mode="0600")
+    sources = ",".join(dict.fromkeys(view.addresses))
+    files.line(name="Let the fleet's boxes copy checkpoints from this one (read-only rrsync of the model store)",
+               path="/root/.ssh/authorized_keys", line=FANOUT_KEY_LINE,
+               replace=f'restrict,from="{sources}",command="rrsync -ro {shlex.quote(cfg.MODEL_STORE)}" {public}')
+
+
 @deploy("Checkpoints")
 def checkpoints(settings: Settings) -> None:
     cfg = settings.cfg
     store, home = cfg.MODEL_STORE, cfg.SPARKCTL_HOME
+    view = fleet_view(settings)
+    if view.refusal:
+        raise Refused(f"{host.name}: {view.refusal}")
     files.directory(name=f"Create {store}", path=store, user="root", group="root", mode="0755")
     files.directory(name=f"Create {store}/hub", path=f"{store}/hub", user="root", group="root", mode="0755")
     files.directory(name=f"Create {marker_dir(store)}", path=marker_dir(store), user="root", group="root",
                     mode="0755")
     files.directory(name=f"Create {home}/locks", path=f"{home}/locks", user="root", group="root", mode="0755")
     env = {"HF_ENDPOINT": cfg.HF_ENDPOINT, "HF_HUB_DISABLE_PROGRESS_BARS": "1", "HF_HUB_DISABLE_TELEMETRY": "1"}
+    if cfg.AIRGAPPED:
+        env["HF_HUB_OFFLINE"] = "1"  # no route to the Hub: never asked, even by mistake
     token_file = f"{cfg.ENV_DIR}/hf_token"
-    if settings.hf_token:
+    if settings.hf_token and not cfg.AIRGAPPED:
         files.put(name="Install the Hugging Face token (root-only)", src=StringIO(settings.hf_token + "\n"),
                   dest=token_file, user="root", group="root", mode="0600", _temp_dir=cfg.ENV_DIR)
         env["HF_TOKEN_PATH"] = token_file
@@ -51,51 +136,85 @@ def checkpoints(settings: Settings) -> None:
         listings[cp.repo] = f"{home}/locks/{cp.cache_dirname()}@{cp.sha}.json"
         files.put(name=f"Lock listing {cp.repo}@{cp.sha[:12]}", src=StringIO(listing_json(cp)),
                   dest=listings[cp.repo], user="root", group="root", mode="0644")
-    worker = settings.role.name == "worker"
-    common = dict(cache_dir=f"{store}/hub", python=f"{vllm_venv(cfg)}/bin/python", script=f"{home}/bin/fetch_checkpoint.py",
+    plan = view.plan
+    if len(plan.held) > 1:
+        fanout_key(cfg, view)
+    by_key = {key_of(cp): cp for cp in settings.checkpoints}
+    common = dict(python=f"{vllm_venv(cfg)}/bin/python", script=f"{home}/bin/fetch_checkpoint.py",
                   workers=cfg.HF_DOWNLOAD_WORKERS)
-    for cp in settings.checkpoints:  # from the Hub (every box but a tensor-parallel worker)
-        if worker:
-            continue
-        fetch_checkpoint(name=f"Download and verify {cp.repo}@{cp.sha[:12]} ({cp.total_bytes / GIB:.2f} GiB)",
-                         repo=cp.repo, sha=cp.sha, listing=listings[cp.repo], marker=cp.marker_path(store), _env=env,
-                         **common)
-    ssh = ["ssh", "-i", SYNC_KEY, "-o", f"UserKnownHostsFile={SYNC_KNOWN_HOSTS}",
-           *[arg for opt in cfg.CHECKPOINT_SYNC_SSH_OPTIONS for arg in ("-o", opt)]]
-    for cp in settings.checkpoints:  # tensor-parallel worker: after the head's downloads, over the CX7 link
-        if not worker:
-            continue
-        sync_checkpoint(name=f"Copy {cp.repo}@{cp.sha[:12]} from the head over the CX7 link", repo=cp.repo,
-                        sha=cp.sha, listing=listings[cp.repo], folder=cp.cache_dirname(),
-                        snapshot=snapshot_path(store, cp), marker=cp.marker_path(store),
-                        source=f"{cfg.CHECKPOINT_SYNC_USER}@{settings.role.head_address}", ssh_argv=ssh, **common)
+    rsync_ssh = " ".join(shlex.quote(a) for a in link_ssh(cfg, FANOUT_KEY))
+    for round_ in range(plan.rounds):  # the same count on every box: round r runs everywhere before round r+1
+        mine = plan.of(host.name, round_)
+        commands = [fetch_command(cfg, by_key[f.checkpoint], f, listings[by_key[f.checkpoint].repo], rsync_ssh,
+                                  **common) for f in mine]
+        what = "; ".join(f"{f.checkpoint.split('@')[0]} from {f.sources[0].describe()}" for f in mine) or "nothing"
+        checkpoint_round(name=f"Round {round_} of the fleet's checkpoint fan-out: {what}", commands=commands,
+                         _env=env)
+    checkpoint_sources(name="Where each checkpoint came from", store=store, checkpoints=settings.checkpoints,
+                       held=plan.held.get(host.name, ()),
+                       planned={f.checkpoint: f.sources[0] for f in plan.fetches if f.box == host.name})
+
+
+def fetch_command(cfg: GroupData, cp: LockedCheckpoint, fetch: fanout.Fetch, listing: str, rsync_ssh: str,
+                  python: str, script: str, workers: int) -> StringCommand:
+    """The box's fetch_checkpoint.py for one planned fetch: a Hub download, or a copy from its sources in order
+    (the Hub last, unless the box is AIRGAPPED)."""
+    store = cfg.MODEL_STORE
+    args = [python, script, "--listing", listing, "--marker", cp.marker_path(store), "--workers", str(int(workers))]
+    boxes = [s for s in fetch.sources if s.box != fanout.HUB]
+    hub = ["--cache-dir", f"{store}/hub"] if len(boxes) < len(fetch.sources) else []
+    if boxes:
+        snapshot = snapshot_path(store, cp)
+        args += ["--copy", "--snapshot", snapshot, "--staging", f"{store}/{STAGING}/{cp.cache_dirname()}@{cp.sha}",
+                 "--remote-marker", cp.marker_path(store)[len(store) + 1:],
+                 "--remote-snapshot", snapshot[len(store) + 1:], "--rsync-ssh", rsync_ssh]
+        for s in boxes:
+            args += ["--source", f"{s.box}={cfg.CHECKPOINT_SYNC_USER}@{s.address}"]
+        if hub:
+            args += ["--hub"]
+    return StringCommand(*[QuoteString(a) for a in args + hub])
 
 
 @operation()
-def fetch_checkpoint(repo: str, sha: str, listing: str, cache_dir: str, marker: str, python: str, script: str,
-                     workers: int = 8):
-    """Download and verify one locked checkpoint unless its verified marker exists."""
-    if host.get_fact(File, path=marker):
-        host.noop(f"{repo}@{sha[:12]} is on disk and verified")
+def checkpoint_round(commands: list[StringCommand]):
+    """One round of the fan-out on this box: its planned fetches (none: nothing to do in this round)."""
+    if not commands:
+        host.noop("nothing to fetch in this round")
         return
-    yield StringCommand(QuoteString(python), QuoteString(script), "--listing", QuoteString(listing),
-                        "--cache-dir", QuoteString(cache_dir), "--marker", QuoteString(marker),
-                        "--workers", str(int(workers)))
+    yield from commands
+
+
+def _report(state, host, markers: dict[str, str], held: tuple[str, ...], planned: dict) -> bool:
+    """FunctionCommand body: read this box's markers and say where each checkpoint came from."""
+    lines = []
+    for key, marker in markers.items():
+        label = f"{key.split('@')[0]}@{key.split('@')[1][:12]}"
+        if key in held:
+            lines.append(f"{label}: already there")
+            continue
+        ok, out = host.run_shell_command(StringCommand("cat", QuoteString(marker)), **connector_args(host))
+        try:
+            source = json.loads("\n".join(out.stdout_lines)).get("source", "hub") if ok else None
+        except ValueError:
+            source = None
+        if source is None:
+            lines.append(f"{label}: not fetched (see the errors above)")
+            continue
+        where = "the Hub" if source == "hub" else f"copied from {source}"
+        plan = planned.get(key)
+        if plan is not None and source != plan.box:
+            where += f" (planned: {plan.describe()}, which could not provide it)"
+        lines.append(f"{label}: {where}")
+    host.log(f"checkpoints: {'; '.join(lines)}")
+    return True
 
 
 @operation()
-def sync_checkpoint(repo: str, sha: str, listing: str, cache_dir: str, folder: str, snapshot: str, marker: str,
-                    python: str, script: str, source: str, ssh_argv: list[str], workers: int = 8):
-    """Tensor-parallel worker: copy a verified checkpoint from the head over the CX7 link (never a second Hub
-    download), then verify it against the lock by content like a download, unless its marker exists.
-
-    source: user@head, whose forced rrsync serves the head's MODEL_STORE/hub; ssh_argv: rsync's -e command."""
-    if host.get_fact(File, path=marker):
-        host.noop(f"{repo}@{sha[:12]} is on disk and verified")
+def checkpoint_sources(store: str, checkpoints: list[LockedCheckpoint], held: tuple[str, ...], planned: dict):
+    """The per-box result: each checkpoint's source (the Hub, which box, or already there)."""
+    markers = {key_of(cp): cp.marker_path(store) for cp in checkpoints}
+    if all(k in held for k in markers):
+        host.noop(f"every checkpoint already there ({len(markers)})")
         return
-    ssh = " ".join(ssh_argv)
-    yield StringCommand("mkdir -p", QuoteString(f"{cache_dir}/{folder}"), "&& rsync -a --partial --delete -e",
-                        QuoteString(ssh), QuoteString(f"{source}:{folder}/"), QuoteString(f"{cache_dir}/{folder}/"))
-    yield StringCommand(QuoteString(python), QuoteString(script), "--verify-only", "--listing", QuoteString(listing),
-                        "--snapshot", QuoteString(snapshot), "--marker", QuoteString(marker),
-                        "--workers", str(int(workers)))
+    yield FunctionCommand(_report, (markers, held, planned), {})
+

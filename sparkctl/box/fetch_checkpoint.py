@@ -206,6 +206,24 @@ def parse(argv):
     return args
 
 
+def copy_sources(args, repo: str, sha: str, files: dict) -> str | None:
+    """--copy: the first source that provides a verified copy, installed in the snapshot's place: its name; "hub"
+    when none did and the Hub is allowed; None when none did and this box has no Hub (AIRGAPPED)."""
+    name = f"{repo}@{sha}"
+    for src in args.source:
+        why = copy_from(args, src, files, name)
+        if why is None:
+            install(args.staging, args.snapshot)
+            return source_of(src)[0]
+        print(f"fetch: {name}: {why}; " + ("trying the next source" if src != args.source[-1] else
+              "falling back to the Hub" if args.hub else "no source left"), file=sys.stderr)
+    if args.hub:
+        return "hub"
+    print(f"fetch: {name}: no source could provide it ({', '.join(source_of(x)[0] for x in args.source)}), and this "
+          "box does not download from the Hub (AIRGAPPED): the next deploy tries again", file=sys.stderr)
+    return None
+
+
 def main(argv=None) -> int:
     args = parse(argv)
     with open(args.listing) as f:
@@ -220,26 +238,13 @@ def main(argv=None) -> int:
         return 4
 
     started = time.monotonic()
-    source = "hub"
-    if args.copy:
-        name = f"{repo}@{sha}"
-        for src in args.source:
-            why = copy_from(args, src, files, name)
-            if why is None:
-                install(args.staging, args.snapshot)
-                source = source_of(src)[0]
-                break
-            print(f"fetch: {name}: {why}; " + ("trying the next source" if src != args.source[-1] else
-                  "falling back to the Hub" if args.hub else "no source left"), file=sys.stderr)
-        else:
-            if not args.hub:
-                print(f"fetch: {name}: no source could provide it ({', '.join(source_of(x)[0] for x in args.source)}), and this box does not "
-                      "download from the Hub (AIRGAPPED): the next deploy tries again", file=sys.stderr)
-                return 5
+    source = copy_sources(args, repo, sha, files) if args.copy else "hub"
+    if source is None:
+        return 5
     if args.verify_only:
         snapshot, source = args.snapshot, "copied"
-    elif args.copy and source != "hub":
-        snapshot = args.snapshot
+    elif source != "hub":
+        snapshot = args.snapshot  # verified in staging before it was renamed there
     else:
         from huggingface_hub import (
             snapshot_download,  # imported late: it reads HF_ENDPOINT... at import
@@ -248,7 +253,7 @@ def main(argv=None) -> int:
         snapshot = snapshot_download(repo_id=repo, revision=sha, cache_dir=args.cache_dir,
                                      allow_patterns=sorted(files), max_workers=args.workers)
     downloaded = time.monotonic()
-    problems = [] if source not in ("hub", "copied") else verify(snapshot, files, args.workers)  # a copy: in staging
+    problems = verify(snapshot, files, args.workers) if source in ("hub", "copied") else []
     if problems:
         print(f"fetch: {repo}@{sha} does not match the locked listing; refusing it:", file=sys.stderr)
         for p in problems:

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from sparkctl.config.settings import Settings
 from sparkctl.errors import SettingError
 
 HUB = "hub"  # a source that is not a box: HF_ENDPOINT
@@ -49,7 +50,8 @@ class Source:
     def describe(self) -> str:
         if self.box == HUB:
             return "the Hub"
-        return f"{self.box} ({self.address}{', CX7 link' if self.link else ''})"
+        where = [self.address] if self.address != self.box else []
+        return f"{self.box} ({', '.join(where + (['CX7 link'] if self.link else []))})" if where or self.link else self.box
 
 
 @dataclass(frozen=True)
@@ -81,6 +83,20 @@ class Plan:
 
     def hub_fetches(self) -> int:
         return sum(f.from_hub for f in self.fetches)
+
+
+def key_of(cp) -> str:
+    """A locked checkpoint as the fan-out names it: repo@sha."""
+    return f"{cp.repo}@{cp.sha}"
+
+
+def box_of(s: Settings, address: str, holds: tuple[str, ...] = ()) -> Box:
+    """A box as its own deploy derives it (`s`): what it keeps, whether it is AIRGAPPED, its pair's link."""
+    name = s.host_name
+    links = [a.split("/")[0] for a in s.cfg.CX7_ADDRESSES.get(name, [])]
+    peer = next((b for b in s.role.pair if b != name), "") if s.role.tensor_parallel else ""
+    return Box(name=name, address=address or name, keeps=tuple(key_of(cp) for cp in s.checkpoints), holds=holds,
+               airgapped=s.cfg.AIRGAPPED, peer=peer, link_address=links[0] if links else "")
 
 
 def seed_box(value: str, boxes: list[Box]) -> None:
@@ -124,18 +140,7 @@ def _fan_out(key: str, keepers: list[Box], by_name: dict[str, Box], seed: str) -
         holders, missing = [first], [b for b in missing if b is not first]
     round_ = 1
     while missing:
-        pairs: list[tuple[Box, Box]] = []  # (holder, receiver) of this round
-        free = list(holders)
-        for holder in list(free):  # a pair's peer first: over the CX7 link
-            peer = next((b for b in missing if b.name == holder.peer), None)
-            if peer is not None:
-                pairs.append((holder, peer))
-                missing.remove(peer)
-                free.remove(holder)
-        for holder in free:
-            if not missing:
-                break
-            pairs.append((holder, missing.pop(0)))
+        pairs = _pairs(holders, missing)
         for holder, receiver in pairs:
             others = [_source(receiver, h) for h in holders if h is not holder]
             hub = () if receiver.airgapped else (Source(HUB),)
@@ -143,6 +148,24 @@ def _fan_out(key: str, keepers: list[Box], by_name: dict[str, Box], seed: str) -
         holders = holders + [r for _h, r in pairs]
         round_ += 1
     return out
+
+
+def _pairs(holders: list[Box], missing: list[Box]) -> list[tuple[Box, Box]]:
+    """(holder, receiver) of one round, each holder giving to one box (removed from `missing`): its tensor-parallel
+    peer first (the CX7 link), then the next box in inventory order."""
+    pairs: list[tuple[Box, Box]] = []
+    free = list(holders)
+    for holder in holders:
+        peer = next((b for b in missing if b.name == holder.peer), None)
+        if peer is not None:
+            pairs.append((holder, peer))
+            missing.remove(peer)
+            free.remove(holder)
+    for holder in free:
+        if not missing:
+            break
+        pairs.append((holder, missing.pop(0)))
+    return pairs
 
 
 def _seed_of(key: str, keepers: list[Box], seed: str) -> Box:
