@@ -164,10 +164,7 @@ HF_ENDPOINT = "https://huggingface.co"  # Hub (or mirror) the box downloads from
 HF_DOWNLOAD_WORKERS = 8  # parallel file downloads per checkpoint
 MODEL_LOCK_FILE = "models.lock.json"  # committed lock: catalog revision -> commit sha + file listing
 DISK_HEADROOM_GIB = 20  # free space that must remain under MODEL_STORE after pending downloads, GiB
-# True: this box has no route to the Hugging Face hub or the package index; it gets checkpoints and wheels from the
-# fleet (or the control machine) only. Per box: its inventory host data (SPARK_AIRGAPPED=spark-3,spark-4 for real
-# boxes; `sim up --airgapped spark-2`), or --data AIRGAPPED=True for every box of one run
-AIRGAPPED = False
+AIRGAPPED = False  # True: this box has no route to the Hugging Face hub or the package index; it gets checkpoints and wheels from the fleet (or the control machine) only
 # The fleet's checkpoint fan-out (docs/checkpoint-fanout.md): the box that downloads each checkpoint from the Hub
 # when no box of the run holds it yet; every other box copies it from a box that does. "": the first box in
 # inventory order that keeps it and is not AIRGAPPED; a box name: that box (for the checkpoints it keeps)

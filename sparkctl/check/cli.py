@@ -53,8 +53,7 @@ def run(args: argparse.Namespace) -> int:
     models = {h.name: h.data["CODING_MODEL"] for h in targets if "CODING_MODEL" in h.data}  # a box's own
     resolved = resolutions(args.resolve)
     failed = [h for h in targets if not check_one(h, data[h.name], names, models, resolved)]
-    if not failed and len(targets) > 1 and not check_fanout(targets, data, names, models):
-        failed = targets
+    failed = check_fanout(targets, data, names, models, failed)
     gateways = gateway_hosts(args.sim) if configured or not args.sim else []  # no simulated Spark: no sim gateway
     gateways_ok = check_gateways(gateways, groups, data if configured else {}, overrides, models)
     return 2 if failed or not gateways_ok else 0
@@ -114,19 +113,22 @@ def check_one(h: hosts.HostConn, data: dict, names: list[str], models: dict[str,
 
 
 def check_fanout(targets: list[hosts.HostConn], data: dict[str, dict], names: list[str],
-                 models: dict[str, str]) -> bool:
-    """The fleet's checkpoint fan-out (sparkctl/fleet/fanout.py), printed: refused, naming the setting and the box,
-    when it could not give every box its checkpoints."""
+                 models: dict[str, str], failed: list[hosts.HostConn]) -> list[hosts.HostConn]:
+    """The fleet's checkpoint fan-out (sparkctl/fleet/fanout.py) of several boxes that passed their own checks
+    (`failed`: those that did not, returned as they are), printed; every box refused (the message naming the setting
+    and the box) when it could not give every box its checkpoints."""
+    if failed or len(targets) < 2:
+        return failed
     try:
         boxes = [(derive_host(data[h.name], h.name, names, models), h.address) for h in targets]
         plan = validate_fanout(boxes)
     except SparkctlError as exc:
         print(f"sparkctl check: fleet: {exc}", file=sys.stderr)
-        return False
+        return targets
     copies = len(plan.fetches) - plan.hub_fetches()
     print(f"fleet: checkpoint fan-out: {plan.hub_fetches()} downloads from the Hub, {copies} copies box to box in "
           f"{max(plan.rounds - 1, 0)} rounds (when no box holds any yet)")
-    return True
+    return []
 
 
 def resolutions(resolve: bool) -> dict[str, str] | None:

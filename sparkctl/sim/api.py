@@ -134,10 +134,7 @@ def _up(hosts: int, flavors, *, wheelhouse: bool, models: bool, lock: bool, boot
             raise SparkctlError(f"{n} is running with flavor {instance.flavor_of(n)}, not {wanted[n]}; "
                                 "run `python -m sparkctl sim down` first to change flavors")
     roles = _roles(names, running, gateways)
-    unknown = sorted(set(airgapped) - set(names))
-    if unknown:
-        raise SparkctlError(f"--airgapped {', '.join(unknown)} is not valid; expected one of {', '.join(names)} "
-                            f"(the instances this `up` boots)")
+    _known(names, "--airgapped", airgapped)
     config.SIM_DIR.mkdir(parents=True, exist_ok=True)
     config.LOG_DIR.mkdir(parents=True, exist_ok=True)
     _ensure_ssh_key()
@@ -145,11 +142,7 @@ def _up(hosts: int, flavors, *, wheelhouse: bool, models: bool, lock: bool, boot
     for n, role in roles.items():
         instance.set_role(n, role)
     _start_instances(names, running, wanted, boot_timeout)
-    for n in names:
-        instance.set_airgapped(n, n in airgapped)
-        net.set_airgap(n, n in airgapped)
-        if n in airgapped:
-            say(f"{n}: air-gapped: its veth drops what it sends to the stand-in hub (AIRGAPPED in its host data)")
+    _airgap(names, airgapped)
     all_running = running_names()
     extra = [n for n in all_running if n not in names]
     if extra:
@@ -159,6 +152,22 @@ def _up(hosts: int, flavors, *, wheelhouse: bool, models: bool, lock: bool, boot
     _secrets_and_lock(lock=lock and models, front_doors=sum(r == config.GATEWAY_ROLE for r in roles.values()))
     say(f"sim up: done in {time.monotonic() - t_all:.2f} s; hosts in {config.HOSTS_FILE}")
     return hosts_()
+
+
+def _known(names: list[str], option: str, given) -> None:
+    unknown = sorted(set(given) - set(names))
+    if unknown:
+        raise SparkctlError(f"{option} {', '.join(unknown)} is not valid; expected one of {', '.join(names)} "
+                            f"(the instances this `up` boots)")
+
+
+def _airgap(names: list[str], airgapped) -> None:
+    """Each instance of this `up` cut off the stand-in hub or not, as asked (net.set_airgap; its host data)."""
+    for n in names:
+        instance.set_airgapped(n, n in airgapped)
+        net.set_airgap(n, n in airgapped)
+        if n in airgapped:
+            say(f"{n}: air-gapped: its veth drops what it sends to the stand-in hub (AIRGAPPED in its host data)")
 
 
 def _host_side(running: list[str], *, wheelhouse: bool, models: bool) -> None:

@@ -59,3 +59,9 @@ def test_spark_airgapped_is_host_data_and_an_unknown_box_is_refused():
     assert marked[1].pyinfra_data()["AIRGAPPED"] is True
     with pytest.raises(SparkctlError, match=r"SPARK_AIRGAPPED names \['spark-9'\], not in the inventory"):
         with_models(hosts, {"SPARK_AIRGAPPED": "spark-9"})
+
+
+def test_the_fanout_key_is_a_key_of_its_own(fleet, capsys):
+    assert main(["check", "--data", LOCK, "--data", "CHECKPOINT_FANOUT_KEY=cx7-sync"]) == 2
+    assert "CHECKPOINT_FANOUT_KEY = 'cx7-sync' is not valid; expected a key name other than CHECKPOINT_SYNC_KEY's" \
+        in capsys.readouterr().err
