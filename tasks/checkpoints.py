@@ -69,10 +69,11 @@ def fleet_view(settings: Settings) -> FleetView:
 
 def _fleet_view(settings: Settings) -> FleetView:
     """Every box of this run (the inventory's gx10 group, less --limit), as its own deploy derives it, with the
-    checkpoints it already holds verified (each box's marker facts)."""
+    checkpoints it already holds verified (each box's marker facts). The addresses let in are every inventory
+    box's (a --limit run writes the same line)."""
     names = [h.name for h in inventory.get_group("gx10")]
     active = {h.name for h in inventory.get_active_hosts()}
-    boxes, addresses = [], []
+    boxes = []
     for name in (n for n in names if n in active):
         other = inventory.get_host(name)
         try:
@@ -80,9 +81,10 @@ def _fleet_view(settings: Settings) -> FleetView:
                 derive_host(other.data.dict(), name, names, per_host_models())
         except SparkctlError:
             continue  # its own preflight refuses it, naming why
-        box = _box(s, other)
-        boxes.append(box)
-        addresses += [box.address, *(a.split("/")[0] for a in s.cfg.CX7_ADDRESSES.get(name, []))]
+        boxes.append(_box(s, other))
+    links = settings.cfg.CX7_ADDRESSES
+    addresses = [str(inventory.get_host(n).data.get("ssh_hostname") or n) for n in names]
+    addresses += [a.split("/")[0] for n in names for a in links.get(n, [])]
     try:
         return FleetView(plan=fanout.plan(boxes, settings.cfg.CHECKPOINT_SEED_BOX), addresses=tuple(addresses))
     except SparkctlError as exc:

@@ -145,7 +145,7 @@ def copy_from(args, src: str, files: dict, name: str) -> str | None:
     if theirs.get("sha") != name.split("@", 1)[1]:
         return f"{label}: its marker is for {theirs.get('repo')}@{theirs.get('sha')}, not the locked {name}"
     r = rsync(args, source, args.remote_snapshot.rstrip("/") + "/", staging + "/",
-              "-rtL", "--partial", "--delete", "--chmod=D755,F644")
+              "-rtL", "--partial", "--delete")
     if r.returncode != 0:
         return f"the copy from {label} failed (rsync exit {r.returncode}: {last_line(r.stderr)}); what arrived is kept to resume"
     problems = verify(staging, files, args.workers)
