@@ -6,7 +6,8 @@ Every coding model with a KV budget stays on disk, so a flip back downloads noth
 snapshot only after fetch_checkpoint.py verified it against the lock (its marker exists). Round 0 downloads each
 checkpoint no box of the run holds from the Hub, on one box; each later round is one operation on every box
 (pyinfra runs an operation on all hosts before the next), in which every box that holds a checkpoint gives it to
-one box still without it, over the pair's CX7 link where there is one. A copy is verified in staging like a
+one box still without it, over the pair's CX7 link where there is one. While pyinfra prepares, each box reads only
+its own markers; the plan is made once, at execution, from what every box holds. A copy is verified in staging like a
 download, then renamed into place; a killed one resumes on rerun; a source that cannot provide it is skipped for the
 next one, then the Hub (never for an AIRGAPPED box). The last operation says where each checkpoint came from.
 """
@@ -15,10 +16,10 @@ from __future__ import annotations
 
 import json
 import shlex
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from io import StringIO
 
-from pyinfra import host, inventory
+from pyinfra import host, inventory, logger
 from pyinfra.api import FunctionCommand, StringCommand, deploy, operation
 from pyinfra.api.command import QuoteString
 from pyinfra.facts.files import File
@@ -28,6 +29,7 @@ from sparkctl.check.validate import derive_host
 from sparkctl.config import pki
 from sparkctl.config.hosts import per_host_models
 from sparkctl.config.lock import LockedCheckpoint, marker_dir
+from sparkctl.config.quantities import GIB
 from sparkctl.config.schema import GroupData
 from sparkctl.config.secrets import secrets_dir
 from sparkctl.config.service import snapshot_path
@@ -42,7 +44,7 @@ from tasks.common import connector_args
 FANOUT_KEY = "/root/.ssh/sparkctl-fleet-sync"  # on every box of a fleet: the key it copies checkpoints with
 FANOUT_KEY_LINE = "sparkctl-fleet-sync"  # the authorized_keys line that lets the other boxes copy from this one
 STAGING = ".fanout-staging"  # under MODEL_STORE: copies wait here until they are verified (one file system: a rename)
-VIEW_ATTRIBUTE = "sparkctl_fanout"  # where the run's one fan-out plan is kept on pyinfra's State
+VIEW_ATTRIBUTE = "sparkctl_fanout"  # where the run's one fan-out view is kept on pyinfra's State
 
 
 def listing_json(cp) -> str:
@@ -52,14 +54,29 @@ def listing_json(cp) -> str:
 
 @dataclass
 class FleetView:
-    """The run's fan-out, computed once by the first host's deploy.py (no greenlet switch in between)."""
+    """The run's fan-out, shared by every host's deploy.py on pyinfra's State.
 
-    plan: fanout.Plan | None = None
+    While pyinfra prepares (a greenlet per host), each box records the checkpoints it holds verified, read by its own
+    facts (`holds`); no box reads another's, so each box's commands stay its own. The plan is made once, at
+    execution, from what every box recorded: every host has prepared by then."""
+
+    boxes: list = field(default_factory=list)  # fanout.Box of every box of the run, holds=() (inventory order)
+    rounds: int = 0  # the rounds declared: the plan's when no box holds anything, the most any plan needs
     refusal: str = ""  # why the fleet's fan-out is refused (every box's deploy stops on it)
-    addresses: tuple[str, ...] = ()  # every box's address the others may copy from (authorized_keys from=)
+    addresses: tuple = ()  # every inventory box's address the others may copy from (authorized_keys from=)
+    seed: str = ""  # CHECKPOINT_SEED_BOX
+    holds: dict = field(default_factory=dict)  # box -> the checkpoints it holds verified now
+    executed: fanout.Plan | None = None
+
+    def plan(self) -> fanout.Plan:
+        """The plan with what each box holds (at execution, made once)."""
+        if self.executed is None:
+            self.executed = fanout.plan([replace(b, holds=self.holds.get(b.name, ())) for b in self.boxes], self.seed)
+        return self.executed
 
 
 def fleet_view(settings: Settings) -> FleetView:
+    """The run's view, made by the first host's deploy.py to ask (no command: no greenlet switch in between)."""
     view = getattr(host.state, VIEW_ATTRIBUTE, None)
     if view is None:
         view = _fleet_view(settings)
@@ -68,9 +85,9 @@ def fleet_view(settings: Settings) -> FleetView:
 
 
 def _fleet_view(settings: Settings) -> FleetView:
-    """Every box of this run (the inventory's gx10 group, less --limit), as its own deploy derives it, with the
-    checkpoints it already holds verified (each box's marker facts). The addresses let in are every inventory
-    box's (a --limit run writes the same line)."""
+    """Every box of this run (the inventory's gx10 group, less --limit) as its own deploy derives it, and the plan's
+    rounds when none holds anything (what `check` refuses is refused here too). The addresses let in are every
+    inventory box's (a --limit run writes the same line)."""
     names = [h.name for h in inventory.get_group("gx10")]
     active = {h.name for h in inventory.get_active_hosts()}
     boxes = []
@@ -81,21 +98,16 @@ def _fleet_view(settings: Settings) -> FleetView:
                 derive_host(other.data.dict(), name, names, per_host_models())
         except SparkctlError:
             continue  # its own preflight refuses it, naming why
-        boxes.append(_box(s, other))
+        boxes.append(fanout.box_of(s, str(other.data.get("ssh_hostname") or name)))
     links = settings.cfg.CX7_ADDRESSES
     addresses = [str(inventory.get_host(n).data.get("ssh_hostname") or n) for n in names]
     addresses += [a.split("/")[0] for n in names for a in links.get(n, [])]
+    seed = settings.cfg.CHECKPOINT_SEED_BOX
     try:
-        return FleetView(plan=fanout.plan(boxes, settings.cfg.CHECKPOINT_SEED_BOX), addresses=tuple(addresses))
+        rounds = fanout.plan(boxes, seed).rounds
     except SparkctlError as exc:
         return FleetView(refusal=str(exc))
-
-
-def _box(s: Settings, other) -> fanout.Box:
-    """One box as the fan-out sees it, with what it holds verified now (its markers)."""
-    store = s.cfg.MODEL_STORE
-    holds = tuple(key_of(cp) for cp in s.checkpoints if other.get_fact(File, path=cp.marker_path(store)))
-    return fanout.box_of(s, str(other.data.get("ssh_hostname") or s.host_name), holds)
+    return FleetView(boxes=boxes, rounds=rounds, addresses=tuple(addresses), seed=seed)
 
 
 def fanout_key(cfg: GroupData, view: FleetView) -> None:
@@ -138,23 +150,32 @@ def checkpoints(settings: Settings) -> None:
         listings[cp.repo] = f"{home}/locks/{cp.cache_dirname()}@{cp.sha}.json"
         files.put(name=f"Lock listing {cp.repo}@{cp.sha[:12]}", src=StringIO(listing_json(cp)),
                   dest=listings[cp.repo], user="root", group="root", mode="0644")
-    plan = view.plan
-    if len(plan.held) > 1:
+    view.holds[host.name] = tuple(key_of(cp) for cp in settings.checkpoints
+                                  if host.get_fact(File, path=cp.marker_path(store)))
+    if len(view.boxes) > 1:
         fanout_key(cfg, view)
-    by_key = {key_of(cp): cp for cp in settings.checkpoints}
-    common = dict(python=f"{vllm_venv(cfg)}/bin/python", script=f"{home}/bin/fetch_checkpoint.py",
-                  workers=cfg.HF_DOWNLOAD_WORKERS)
-    rsync_ssh = " ".join(shlex.quote(a) for a in link_ssh(cfg, FANOUT_KEY))
-    for round_ in range(plan.rounds):  # the same count on every box: round r runs everywhere before round r+1
-        mine = plan.of(host.name, round_)
-        commands = [fetch_command(cfg, by_key[f.checkpoint], f, listings[by_key[f.checkpoint].repo], rsync_ssh,
-                                  **common) for f in mine]
-        what = "; ".join(f"{f.checkpoint.split('@')[0]} from {f.sources[0].describe()}" for f in mine) or "nothing"
-        checkpoint_round(name=f"Round {round_} of the fleet's checkpoint fan-out: {what}", commands=commands,
-                         _env=env)
-    checkpoint_sources(name="Where each checkpoint came from", store=store, checkpoints=settings.checkpoints,
-                       held=plan.held.get(host.name, ()),
-                       planned={f.checkpoint: f.sources[0] for f in plan.fetches if f.box == host.name})
+    missing = len(view.holds[host.name]) < len(settings.checkpoints)
+    work = RoundWork(cfg=cfg, checkpoints={key_of(cp): cp for cp in settings.checkpoints},
+                     listings={key_of(cp): listings[cp.repo] for cp in settings.checkpoints},
+                     rsync_ssh=" ".join(shlex.quote(a) for a in link_ssh(cfg, FANOUT_KEY)),
+                     python=f"{vllm_venv(cfg)}/bin/python", script=f"{home}/bin/fetch_checkpoint.py")
+    for round_ in range(view.rounds):  # the same count on every box: round r runs everywhere before round r+1
+        checkpoint_round(name=f"Round {round_} of the fleet's checkpoint fan-out (0: from the Hub; then box to box)",
+                         view=view, work=work, round_=round_, missing=missing, _env=env)
+    checkpoint_sources(name="Where each checkpoint came from", view=view, store=store,
+                       checkpoints=settings.checkpoints, missing=missing)
+
+
+@dataclass(frozen=True)
+class RoundWork:
+    """What a box's rounds need to build its fetch commands once the plan is known."""
+
+    cfg: GroupData
+    checkpoints: dict  # "repo@sha" -> LockedCheckpoint
+    listings: dict  # "repo@sha" -> the lock listing's path on the box
+    rsync_ssh: str  # rsync's -e: ssh with the fleet's key
+    python: str
+    script: str
 
 
 def fetch_command(cfg: GroupData, cp: LockedCheckpoint, fetch: fanout.Fetch, listing: str, rsync_ssh: str,
@@ -178,23 +199,45 @@ def fetch_command(cfg: GroupData, cp: LockedCheckpoint, fetch: fanout.Fetch, lis
 
 
 @operation()
-def checkpoint_round(commands: list[StringCommand]):
-    """One round of the fan-out on this box: its planned fetches (none: nothing to do in this round)."""
-    if not commands:
-        host.noop("nothing to fetch in this round")
+def checkpoint_round(view: FleetView, work: RoundWork, round_: int, missing: bool):
+    """One round of the fan-out on this box: its fetches in the run's plan, made at execution (none for a box that
+    holds every checkpoint it keeps)."""
+    if not missing:
+        host.noop("every checkpoint this box keeps is on disk and verified")
         return
-    yield from commands
+    yield FunctionCommand(_run_round, (view, work, round_), {})
 
 
-def _report(state, host, markers: dict[str, str], held: tuple[str, ...], planned: dict) -> bool:
+def _run_round(state, host, view: FleetView, work: RoundWork, round_: int) -> bool:
+    """FunctionCommand body: this box's fetches of this round, each the box's fetch_checkpoint.py."""
+    for f in view.plan().of(host.name, round_):
+        cp = work.checkpoints[f.checkpoint]
+        host.log(f"{cp.repo}@{cp.sha[:12]} ({cp.total_bytes / GIB:.2f} GiB): from "
+                 + ", else ".join(s.describe() for s in f.sources))
+        command = fetch_command(work.cfg, cp, f, work.listings[f.checkpoint], work.rsync_ssh, python=work.python,
+                                script=work.script, workers=work.cfg.HF_DOWNLOAD_WORKERS)
+        ok, out = host.run_shell_command(command, **connector_args(host))
+        for line in out.stderr_lines:
+            host.log(line)
+        if not ok:
+            host.log_styled(f"{cp.repo}@{cp.sha[:12]}: not fetched (every source failed, see above)", fg="red",
+                            log_func=logger.error)
+            return False
+    return True
+
+
+def _report(state, host, view: FleetView, store: str, checkpoints: list) -> bool:
     """FunctionCommand body: read this box's markers and say where each checkpoint came from."""
+    held = view.holds.get(host.name, ())
+    planned = {f.checkpoint: f.sources[0] for f in view.plan().fetches if f.box == host.name}
     lines = []
-    for key, marker in markers.items():
-        label = f"{key.split('@')[0]}@{key.split('@')[1][:12]}"
+    for cp in checkpoints:
+        key, label = key_of(cp), f"{cp.repo}@{cp.sha[:12]}"
         if key in held:
             lines.append(f"{label}: already there")
             continue
-        ok, out = host.run_shell_command(StringCommand("cat", QuoteString(marker)), **connector_args(host))
+        ok, out = host.run_shell_command(StringCommand("cat", QuoteString(cp.marker_path(store))),
+                                         **connector_args(host))
         try:
             source = json.loads("\n".join(out.stdout_lines)).get("source", "hub") if ok else None
         except ValueError:
@@ -212,11 +255,9 @@ def _report(state, host, markers: dict[str, str], held: tuple[str, ...], planned
 
 
 @operation()
-def checkpoint_sources(store: str, checkpoints: list[LockedCheckpoint], held: tuple[str, ...], planned: dict):
+def checkpoint_sources(view: FleetView, store: str, checkpoints: list, missing: bool):
     """The per-box result: each checkpoint's source (the Hub, which box, or already there)."""
-    markers = {key_of(cp): cp.marker_path(store) for cp in checkpoints}
-    if all(k in held for k in markers):
-        host.noop(f"every checkpoint already there ({len(markers)})")
+    if not missing:
+        host.noop(f"every checkpoint already there ({len(checkpoints)})")
         return
-    yield FunctionCommand(_report, (markers, held, planned), {})
-
+    yield FunctionCommand(_report, (view, store, checkpoints), {})

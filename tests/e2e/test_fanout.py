@@ -43,7 +43,7 @@ def joined(spark_1):
     PAIR.disturbed()  # the pair's fan-out key now lets spark-3's address in: a plain deploy puts it back
 
 
-def test_the_pairs_fresh_converge_fetched_each_checkpoint_from_the_hub_once():
+def test_the_pairs_fresh_converge_fetched_each_checkpoint_from_the_hub_once(spark_1):
     if not FIRST_CONVERGE_HUB_BYTES or FIRST_CONVERGE_HUB_BYTES[0] == 0:
         pytest.skip("the pair was reused (SPARKCTL_E2E_REUSE): its first converge fetched nothing")
     served, distinct = FIRST_CONVERGE_HUB_BYTES[0], distinct_bytes()
