@@ -17,7 +17,7 @@ deploy (sparkctl.config.lock knows them); this script computes none.
 
 Endpoint: HF_ENDPOINT from the environment. Token: HF_TOKEN_PATH (a root-only file), never argv.
 
-    fetch_checkpoint.py --copy --source root@10.0.0.11 [--source root@10.0.0.12 ...] [--hub --cache-dir ...]
+    fetch_checkpoint.py --copy --source spark-1=root@10.0.0.11 [--source NAME=user@address ...] [--hub --cache-dir ...]
                         --rsync-ssh "ssh -i ... -o ..." --remote-marker verified/<org--name>@<sha>
                         --remote-snapshot hub/models--<org--name>/snapshots/<sha> --staging <dir>
                         --snapshot <final snapshot dir> --listing ... --marker ...
