@@ -169,8 +169,9 @@ AIRGAPPED = False  # True: this box has no route to the Hugging Face hub or the 
 # when no box of the run holds it yet; every other box copies it from a box that does. "": the first box in
 # inventory order that keeps it and is not AIRGAPPED; a box name: that box (for the checkpoints it keeps)
 CHECKPOINT_SEED_BOX = ""
-CHECKPOINT_FANOUT_KEY = "fleet-sync"  # ssh key (in SECRETS_DIR) boxes copy checkpoints from each other with: on every box
-#                                    of a fleet, it may run only a read-only rrsync of MODEL_STORE, only from the boxes
+# ssh key (in SECRETS_DIR) the boxes copy checkpoints from each other with: on every box of a fleet it may run only a
+# read-only rrsync of MODEL_STORE, and only from the inventory's boxes' addresses (theirs and their CX7 links')
+CHECKPOINT_FANOUT_KEY = "fleet-sync"
 CATALOG_OVERRIDES = {}  # per-model field overrides of sparkctl/config/catalog.py (model key -> {field: value})
 
 # --- TLS proxy (nginx) -----------------------------------------------------------------------------------------
