@@ -103,8 +103,9 @@ def _fleet_view(settings: Settings) -> FleetView:
     addresses = [str(inventory.get_host(n).data.get("ssh_hostname") or n) for n in names]
     addresses += [a.split("/")[0] for n in names for a in links.get(n, [])]
     seed = settings.cfg.CHECKPOINT_SEED_BOX
-    try:
-        rounds = fanout.plan(boxes, seed).rounds
+    try:  # the rounds do not depend on who is AIRGAPPED (one seed either way); each box checks its own reach
+        fanout.seed_box(seed, boxes)
+        rounds = fanout.plan([replace(b, airgapped=False) for b in boxes], seed).rounds
     except SparkctlError as exc:
         return FleetView(refusal=str(exc))
     return FleetView(boxes=boxes, rounds=rounds, addresses=tuple(addresses), seed=seed)
@@ -150,11 +151,10 @@ def checkpoints(settings: Settings) -> None:
         listings[cp.repo] = f"{home}/locks/{cp.cache_dirname()}@{cp.sha}.json"
         files.put(name=f"Lock listing {cp.repo}@{cp.sha[:12]}", src=StringIO(listing_json(cp)),
                   dest=listings[cp.repo], user="root", group="root", mode="0644")
-    view.holds[host.name] = tuple(key_of(cp) for cp in settings.checkpoints
-                                  if host.get_fact(File, path=cp.marker_path(store)))
+    lacks = own_holdings(settings, view)
     if len(view.boxes) > 1:
         fanout_key(cfg, view)
-    missing = len(view.holds[host.name]) < len(settings.checkpoints)
+    missing = bool(lacks)
     work = RoundWork(cfg=cfg, checkpoints={key_of(cp): cp for cp in settings.checkpoints},
                      listings={key_of(cp): listings[cp.repo] for cp in settings.checkpoints},
                      rsync_ssh=" ".join(shlex.quote(a) for a in link_ssh(cfg, FANOUT_KEY)),
@@ -164,6 +164,21 @@ def checkpoints(settings: Settings) -> None:
                          view=view, work=work, round_=round_, missing=missing, _env=env)
     checkpoint_sources(name="Where each checkpoint came from", view=view, store=store,
                        checkpoints=settings.checkpoints, missing=missing)
+
+
+def own_holdings(settings: Settings, view: FleetView) -> tuple[str, ...]:
+    """Record what this box holds verified (its own markers) in the run's view; returns what it lacks, refused when
+    it is AIRGAPPED and no box of the run with a route to the Hub keeps one of them."""
+    store = settings.cfg.MODEL_STORE
+    view.holds[host.name] = tuple(key_of(cp) for cp in settings.checkpoints
+                                  if host.get_fact(File, path=cp.marker_path(store)))
+    lacks = tuple(key_of(cp) for cp in settings.checkpoints if key_of(cp) not in view.holds[host.name])
+    for mine in (b for b in view.boxes if b.name == host.name):
+        try:
+            fanout.reachable(mine, lacks, view.boxes)
+        except SparkctlError as exc:
+            raise Refused(f"{host.name}: {exc}") from None
+    return lacks
 
 
 @dataclass(frozen=True)
@@ -210,7 +225,12 @@ def checkpoint_round(view: FleetView, work: RoundWork, round_: int, missing: boo
 
 def _run_round(state, host, view: FleetView, work: RoundWork, round_: int) -> bool:
     """FunctionCommand body: this box's fetches of this round, each the box's fetch_checkpoint.py."""
-    for f in view.plan().of(host.name, round_):
+    try:
+        fetches = view.plan().of(host.name, round_)
+    except SparkctlError as exc:  # what no box of the run can provide (refused before any copy)
+        host.log_styled(f"{host.name}: {exc}", fg="red", log_func=logger.error)
+        return False
+    for f in fetches:
         cp = work.checkpoints[f.checkpoint]
         host.log(f"{cp.repo}@{cp.sha[:12]} ({cp.total_bytes / GIB:.2f} GiB): from "
                  + ", else ".join(s.describe() for s in f.sources))
@@ -229,7 +249,10 @@ def _run_round(state, host, view: FleetView, work: RoundWork, round_: int) -> bo
 def _report(state, host, view: FleetView, store: str, checkpoints: list) -> bool:
     """FunctionCommand body: read this box's markers and say where each checkpoint came from."""
     held = view.holds.get(host.name, ())
-    planned = {f.checkpoint: f.sources[0] for f in view.plan().fetches if f.box == host.name}
+    try:
+        planned = {f.checkpoint: f.sources[0] for f in view.plan().fetches if f.box == host.name}
+    except SparkctlError:
+        planned = {}
     lines = []
     for cp in checkpoints:
         key, label = key_of(cp), f"{cp.repo}@{cp.sha[:12]}"

@@ -184,6 +184,21 @@ def _seed_of(key: str, keepers: list[Box], seed: str) -> Box:
     return reachable[0]
 
 
+def reachable(box: Box, missing: tuple[str, ...], boxes: list[Box]) -> None:
+    """The deploy's own check of one box, knowing only what that box holds (each box reads its own markers): an
+    AIRGAPPED box missing a checkpoint that no box of the run with a route to the Hub keeps is refused."""
+    if not box.airgapped:
+        return
+    for key in missing:
+        keepers = [b.name for b in boxes if key in b.keeps]
+        if not any(key in b.keeps and not b.airgapped for b in boxes):
+            raise SettingError(f"AIRGAPPED of {box.name}", True,
+                               f"a box with a route to the Hub in this run that keeps {key}, which {box.name} does "
+                               f"not hold yet: {', '.join(keepers)} keep it and every one is AIRGAPPED, so no "
+                               "reachable source can provide it",
+                               "Deploy with a box that reaches the Hub and keeps it (no --limit that leaves it out)")
+
+
 def rounds_for(boxes: int) -> int:
     """Copy rounds after the seed's download for `boxes` boxes that all keep a checkpoint: ceil(log2 boxes)."""
     rounds, holders = 0, 1

@@ -118,3 +118,15 @@ def test_the_seed_box_setting():
 
 def test_rounds_for():
     assert [rounds_for(n) for n in (1, 2, 3, 4, 5, 8, 9, 32)] == [0, 1, 2, 2, 3, 3, 4, 5]
+
+
+def test_the_deploys_own_check_of_one_box_knows_only_what_that_box_holds():
+    from sparkctl.fleet.fanout import reachable
+
+    bs = [Box(name="spark-1", address="a", keeps=(QWEN, BGE), airgapped=True),
+          Box(name="spark-2", address="b", keeps=(QWEN,))]
+    reachable(bs[0], (QWEN,), bs)  # spark-2 reaches the Hub and keeps it
+    reachable(bs[0], (), bs)  # holds everything: nothing to reach (a --limit run of an air-gapped box)
+    reachable(bs[1], (BGE,), bs)  # not air-gapped: the Hub
+    with pytest.raises(SettingError, match=r"AIRGAPPED of spark-1 = True is not valid.*BAAI/bge-m3@bbb"):
+        reachable(bs[0], (BGE,), bs)
