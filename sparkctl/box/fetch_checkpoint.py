@@ -144,15 +144,18 @@ def copy_from(args, src: str, files: dict, name: str) -> str | None:
             pass
     if theirs.get("sha") != name.split("@", 1)[1]:
         return f"{label}: its marker is for {theirs.get('repo')}@{theirs.get('sha')}, not the locked {name}"
-    r = rsync(args, source, args.remote_snapshot.rstrip("/") + "/", staging + "/",
-              "-rtL", "--partial", "--delete")
+    # the repo's cache folder as it is (rrsync refuses -L): its blobs and the snapshot's links to them
+    folder, sha = args.remote_snapshot.rstrip("/").rsplit("/snapshots/", 1)
+    r = rsync(args, source, folder + "/", staging + "/", "-rlt", "--partial", "--delete")
     if r.returncode != 0:
-        return f"the copy from {label} failed (rsync exit {r.returncode}: {last_line(r.stderr)}); what arrived is kept to resume"
-    problems = verify(staging, files, args.workers)
+        why = next((x for x in r.stderr.splitlines() if "rrsync" in x), last_line(r.stderr))
+        return f"the copy from {label} failed (rsync exit {r.returncode}: {why}); what arrived is kept to resume"
+    snap = os.path.join(staging, "snapshots", sha)
+    problems = verify(snap, files, args.workers)
     if problems:
         for rel in corrupt_files(problems):
             try:
-                os.unlink(os.path.join(staging, rel))
+                os.unlink(os.path.realpath(os.path.join(snap, rel)))
             except FileNotFoundError:
                 pass
         return (f"the copy from {label} does not match the locked listing (deleted, fetched again): "
@@ -161,8 +164,20 @@ def copy_from(args, src: str, files: dict, name: str) -> str | None:
 
 
 def install(staging: str, snapshot: str) -> None:
-    """Put a verified staging folder in the snapshot's place (a rename on one file system). What was there had no
-    verified marker (the deploy copies only then): a partial download, moved aside and removed."""
+    """Put a verified staging copy in the snapshot's place: each listed file's bytes moved (renames on one file
+    system) into a folder that is then renamed there. What was there had no verified marker (the deploy copies only
+    then): a partial download, moved aside and removed."""
+    snap = os.path.join(staging, "snapshots", os.path.basename(snapshot.rstrip("/")))
+    ready = f"{staging}.ready"
+    if os.path.lexists(ready):
+        shutil.rmtree(ready)
+    for root, _dirs, names in os.walk(snap):
+        for n in names:
+            rel = os.path.relpath(os.path.join(root, n), snap)
+            os.makedirs(os.path.dirname(os.path.join(ready, rel)) or ready, mode=0o755, exist_ok=True)
+            os.rename(os.path.realpath(os.path.join(snap, rel)), os.path.join(ready, rel))
+    shutil.rmtree(staging, ignore_errors=True)
+    staging = ready
     os.makedirs(os.path.dirname(snapshot), mode=0o755, exist_ok=True)
     old = None
     if os.path.lexists(snapshot):
