@@ -90,7 +90,6 @@ WHEELHOUSE_CACHE = ".cache/wheelhouse"  # a directory on the control machine
 # a directory of wheels on the control machine the cache is built from instead of the index (a mirror, a copy
 # carried to a site without Internet; repo-relative or absolute)
 WHEELHOUSE_FROM = ""  # a directory on the control machine; "": the package index
-AIRGAPPED = False  # True: this box has no route to the Hugging Face hub or the package index; it gets checkpoints and wheels from the fleet (or the control machine) only
 # --- versioned vLLM venvs: a new vLLM is built beside the running one ---
 VLLM_VENVS_KEEP = 2  # venvs kept under SPARKCTL_HOME/venvs (newest first) besides any a unit still names
 # --- the device check: a new venv runs once in the vLLM unit's own sandbox before any service uses it ---
@@ -227,6 +226,17 @@ HF_ENDPOINT = "https://huggingface.co"  # Hub (or mirror) the box downloads from
 HF_DOWNLOAD_WORKERS = 8  # parallel file downloads per checkpoint
 MODEL_LOCK_FILE = "models.lock.json"  # committed lock: catalog revision -> commit sha + file listing
 DISK_HEADROOM_GIB = 20  # free space that must remain under MODEL_STORE after pending downloads, GiB
+# True: this box has no route to the Hugging Face hub or the package index: it gets its checkpoints from the fleet's
+# boxes (HF_HUB_OFFLINE) and its wheels from the control machine's wheelhouse (pip --no-index); per box: the host's
+# data (SPARK_AIRGAPPED=spark-3,spark-4 for real boxes; `sim up --airgapped NAME` on the simulated Spark)
+AIRGAPPED = False
+# The fleet's checkpoint fan-out (docs/checkpoint-fanout.md): the box that downloads each checkpoint from the Hub
+# when no box of the run holds it yet; every other box copies it from a box that does. "": the first box in
+# inventory order that keeps it and is not AIRGAPPED; a box name: that box (for the checkpoints it keeps)
+CHECKPOINT_SEED_BOX = ""
+# ssh key (in SECRETS_DIR) the boxes copy checkpoints from each other with: on every box of a fleet it may run only a
+# read-only rrsync of MODEL_STORE, and only from the inventory's boxes' addresses (theirs and their CX7 links')
+CHECKPOINT_FANOUT_KEY = "fleet-sync"
 CATALOG_OVERRIDES = {}  # per-model field overrides of sparkctl/config/catalog.py (model key -> {field: value})
 
 # --- TLS proxy (nginx) -----------------------------------------------------------------------------------------

@@ -16,6 +16,20 @@ deploy points a service at a snapshot only once its marker exists. The paths (ma
 deploy (sparkctl.config.lock knows them); this script computes none.
 
 Endpoint: HF_ENDPOINT from the environment. Token: HF_TOKEN_PATH (a root-only file), never argv.
+
+    fetch_checkpoint.py --copy --source spark-1=root@10.0.0.11 [--source NAME=user@address ...] [--hub --cache-dir ...]
+                        --rsync-ssh "ssh -i ... -o ..." --remote-marker verified/<org--name>@<sha>
+                        --remote-snapshot hub/models--<org--name>/snapshots/<sha> --staging <dir>
+                        --snapshot <final snapshot dir> --listing ... --marker ...
+
+The fleet's fan-out (sparkctl/fleet/fanout.py): copy a checkpoint another box holds verified, from its model store
+(a forced read-only rrsync of MODEL_STORE), trying the sources in order. A source is used only if it holds the
+verified marker of this very commit (a box that never fetched it, or holds another revision, is skipped, named).
+rsync copies the snapshot's files (links followed) into a staging folder beside the store with --partial, so a copy
+that dies half way resumes from what it has on the next attempt or run; the staging folder is verified against the
+lock by the same content check as a download, and a file that fails it is deleted (fetched again). Only a verified
+staging folder is renamed into the snapshot's place and marked. When every source failed, the Hub (with --hub; an
+AIRGAPPED box has none) is the last; the marker and the printed result say where the checkpoint came from.
 """
 
 from __future__ import annotations
@@ -24,6 +38,8 @@ import argparse
 import hashlib
 import json
 import os
+import shutil
+import subprocess
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -85,7 +101,96 @@ def verify(snapshot: str, files: dict, workers: int = 8) -> list[str]:
     return problems
 
 
-def main(argv=None) -> int:
+def corrupt_files(problems: list[str]) -> list[str]:
+    """The listed files a verification found with other bytes or another size (deleted, so they are fetched again)."""
+    return [p.split(":", 1)[0] for p in problems if "(corrupt: delete" in p or " bytes, the lock says " in p]
+
+
+def rsync(args, source: str, remote: str, dest: str, *extra: str) -> subprocess.CompletedProcess:
+    argv = [args.rsync, *extra, "-e", args.rsync_ssh, f"{source}:{remote}", dest]
+    return subprocess.run(argv, capture_output=True, text=True)
+
+
+def last_line(text: str) -> str:
+    lines = [x for x in (text or "").strip().splitlines() if x.strip()]
+    return lines[-1].strip() if lines else "no output"
+
+
+def source_of(value: str) -> tuple[str, str]:
+    """--source NAME=user@address (or user@address): its name for the log and the rsync target."""
+    label, sep, target = value.partition("=")
+    return (label, target) if sep else (value.split("@", 1)[-1], value)
+
+
+def copy_from(args, src: str, files: dict, name: str) -> str | None:
+    """Copy the snapshot from one source into staging and verify it there; None when it is verified, else why not."""
+    label, source = source_of(src)
+    staging = args.staging
+    os.makedirs(staging, mode=0o755, exist_ok=True)
+    probe = f"{staging}.source-marker"
+    r = rsync(args, source, args.remote_marker, probe)
+    if r.returncode != 0:
+        return (f"{label} holds no verified copy of {name} (no {args.remote_marker} there: it has not fetched it, "
+                f"or holds another revision; {last_line(r.stderr)})")
+    try:
+        with open(probe) as f:
+            theirs = json.load(f)
+    except (OSError, ValueError) as e:
+        return f"{label}: its marker {args.remote_marker} is not readable ({e})"
+    finally:
+        try:
+            os.unlink(probe)
+        except FileNotFoundError:
+            pass
+    if theirs.get("sha") != name.split("@", 1)[1]:
+        return f"{label}: its marker is for {theirs.get('repo')}@{theirs.get('sha')}, not the locked {name}"
+    # the repo's cache folder as it is (rrsync refuses -L): its blobs and the snapshot's links to them
+    folder, sha = args.remote_snapshot.rstrip("/").rsplit("/snapshots/", 1)
+    r = rsync(args, source, folder + "/", staging + "/", "-rlt", "--partial", "--delete")
+    if r.returncode != 0:
+        why = next((x for x in r.stderr.splitlines() if "rrsync" in x), last_line(r.stderr))
+        return f"the copy from {label} failed (rsync exit {r.returncode}: {why}); what arrived is kept to resume"
+    snap = os.path.join(staging, "snapshots", sha)
+    problems = verify(snap, files, args.workers)
+    if problems:
+        for rel in corrupt_files(problems):
+            try:
+                os.unlink(os.path.realpath(os.path.join(snap, rel)))
+            except FileNotFoundError:
+                pass
+        return (f"the copy from {label} does not match the locked listing (deleted, fetched again): "
+                + "; ".join(problems[:3]) + (f"; and {len(problems) - 3} more" if len(problems) > 3 else ""))
+    return None
+
+
+def install(staging: str, snapshot: str) -> None:
+    """Put a verified staging copy in the snapshot's place: each listed file's bytes moved (renames on one file
+    system) into a folder that is then renamed there. What was there had no verified marker (the deploy copies only
+    then): a partial download, moved aside and removed."""
+    snap = os.path.join(staging, "snapshots", os.path.basename(snapshot.rstrip("/")))
+    ready = f"{staging}.ready"
+    if os.path.lexists(ready):
+        shutil.rmtree(ready)
+    for root, _dirs, names in os.walk(snap):
+        for n in names:
+            rel = os.path.relpath(os.path.join(root, n), snap)
+            os.makedirs(os.path.dirname(os.path.join(ready, rel)) or ready, mode=0o755, exist_ok=True)
+            os.rename(os.path.realpath(os.path.join(snap, rel)), os.path.join(ready, rel))
+    shutil.rmtree(staging, ignore_errors=True)
+    staging = ready
+    os.makedirs(os.path.dirname(snapshot), mode=0o755, exist_ok=True)
+    old = None
+    if os.path.lexists(snapshot):
+        old = f"{staging}.replaced"
+        if os.path.lexists(old):
+            shutil.rmtree(old)
+        os.rename(snapshot, old)
+    os.rename(staging, snapshot)
+    if old:
+        shutil.rmtree(old, ignore_errors=True)
+
+
+def parse(argv):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[1])
     ap.add_argument("--listing", required=True)
     ap.add_argument("--cache-dir", help="huggingface_hub's cache to download into (not with --verify-only)")
@@ -93,12 +198,49 @@ def main(argv=None) -> int:
     ap.add_argument("--workers", type=int, default=8, help="parallel downloads, and parallel hashing threads")
     ap.add_argument("--verify-only", action="store_true",
                     help="do not download: verify a snapshot copied from the tensor-parallel head, then mark it")
-    ap.add_argument("--snapshot", help="with --verify-only: the snapshot folder to verify")
+    ap.add_argument("--snapshot", help="with --verify-only: the snapshot folder to verify; with --copy: where the "
+                                       "verified copy goes")
+    ap.add_argument("--copy", action="store_true", help="copy from another box of the fleet (the fan-out)")
+    ap.add_argument("--source", action="append", default=[], help="with --copy: NAME=user@address of a box to copy "
+                                                                  "from, in the order to try them")
+    ap.add_argument("--hub", action="store_true", help="with --copy: download from the Hub when every source failed")
+    ap.add_argument("--rsync", default="rsync", help="with --copy: the rsync program")
+    ap.add_argument("--rsync-ssh", default="ssh", help="with --copy: rsync's -e (the ssh command, with its key)")
+    ap.add_argument("--remote-marker", help="with --copy: the verified marker's path in a source's store")
+    ap.add_argument("--remote-snapshot", help="with --copy: the snapshot's path in a source's store")
+    ap.add_argument("--staging", help="with --copy: the folder the copy goes to until it is verified")
     args = ap.parse_args(argv)
     if args.verify_only and not args.snapshot:
         ap.error("--verify-only needs --snapshot")
-    if not args.verify_only and not args.cache_dir:
+    if args.copy and not (args.snapshot and args.staging and args.remote_marker and args.remote_snapshot):
+        ap.error("--copy needs --snapshot, --staging, --remote-marker and --remote-snapshot")
+    if args.copy and not args.source and not args.hub:
+        ap.error("--copy needs a --source or --hub")
+    if (args.hub or not (args.verify_only or args.copy)) and not args.cache_dir:
         ap.error("a download needs --cache-dir")
+    return args
+
+
+def copy_sources(args, repo: str, sha: str, files: dict) -> str | None:
+    """--copy: the first source that provides a verified copy, installed in the snapshot's place: its name; "hub"
+    when none did and the Hub is allowed; None when none did and this box has no Hub (AIRGAPPED)."""
+    name = f"{repo}@{sha}"
+    for src in args.source:
+        why = copy_from(args, src, files, name)
+        if why is None:
+            install(args.staging, args.snapshot)
+            return source_of(src)[0]
+        print(f"fetch: {name}: {why}; " + ("trying the next source" if src != args.source[-1] else
+              "falling back to the Hub" if args.hub else "no source left"), file=sys.stderr)
+    if args.hub:
+        return "hub"
+    print(f"fetch: {name}: no source could provide it ({', '.join(source_of(x)[0] for x in args.source)}), and this "
+          "box does not download from the Hub (AIRGAPPED): the next deploy tries again", file=sys.stderr)
+    return None
+
+
+def main(argv=None) -> int:
+    args = parse(argv)
     with open(args.listing) as f:
         lock = json.load(f)
     repo, sha, files = lock["repo"], lock["sha"], lock["files"]
@@ -111,8 +253,13 @@ def main(argv=None) -> int:
         return 4
 
     started = time.monotonic()
+    source = copy_sources(args, repo, sha, files) if args.copy else "hub"
+    if source is None:
+        return 5
     if args.verify_only:
-        snapshot = args.snapshot
+        snapshot, source = args.snapshot, "copied"
+    elif source != "hub":
+        snapshot = args.snapshot  # verified in staging before it was renamed there
     else:
         from huggingface_hub import (
             snapshot_download,  # imported late: it reads HF_ENDPOINT... at import
@@ -121,7 +268,7 @@ def main(argv=None) -> int:
         snapshot = snapshot_download(repo_id=repo, revision=sha, cache_dir=args.cache_dir,
                                      allow_patterns=sorted(files), max_workers=args.workers)
     downloaded = time.monotonic()
-    problems = verify(snapshot, files, args.workers)
+    problems = verify(snapshot, files, args.workers) if source in ("hub", "copied") else []
     if problems:
         print(f"fetch: {repo}@{sha} does not match the locked listing; refusing it:", file=sys.stderr)
         for p in problems:
@@ -131,10 +278,10 @@ def main(argv=None) -> int:
         return 3
     os.makedirs(os.path.dirname(marker), mode=0o755, exist_ok=True)
     write_atomic(marker, json.dumps({"repo": repo, "sha": sha, "snapshot": snapshot, "files": len(files),
-                                     "bytes": sum(int(m["size"]) for m in files.values()),
+                                     "bytes": sum(int(m["size"]) for m in files.values()), "source": source,
                                      "seconds": round(time.monotonic() - started, 1),
                                      "verify_seconds": round(time.monotonic() - downloaded, 1)}), MARKER_MODE)
-    print(json.dumps({"repo": repo, "sha": sha, "snapshot": snapshot, "verified": True}))
+    print(json.dumps({"repo": repo, "sha": sha, "snapshot": snapshot, "verified": True, "source": source}))
     return 0
 
 

@@ -28,7 +28,7 @@ from sparkctl.capacity.venv import vllm_venv
 from sparkctl.check.gateway import unique_gateways, validate_gateway
 from sparkctl.check import wheelhouse
 from sparkctl.check.gateway_files import check_gateway_files
-from sparkctl.check.validate import validate_host
+from sparkctl.check.validate import derive_host, validate_fanout, validate_host
 from sparkctl.config import groupdata, hosts
 from sparkctl.config.groupdata import parse_data
 from sparkctl.config.schema import GroupData
@@ -58,6 +58,7 @@ def run(args: argparse.Namespace) -> int:
     models = {h.name: h.data["CODING_MODEL"] for h in targets if "CODING_MODEL" in h.data}  # a box's own
     resolved = resolutions(args.resolve)
     failed = [h for h in targets if not check_one(h, data[h.name], names, models, resolved)]
+    failed = check_fanout(targets, data, names, models, failed)
     gateways = gateway_hosts(args.sim) if configured or not args.sim else []  # no simulated Spark: no sim gateway
     gateways_ok = check_gateways(gateways, groups, data if configured else {}, overrides, models)
     return 2 if failed or not gateways_ok else 0
@@ -122,6 +123,25 @@ def check_one(h: hosts.HostConn, data: dict, names: list[str], models: dict[str,
     for line in (*s.notes, note):
         print(f"{h.name}:   {line}")
     return True
+
+
+def check_fanout(targets: list[hosts.HostConn], data: dict[str, dict], names: list[str],
+                 models: dict[str, str], failed: list[hosts.HostConn]) -> list[hosts.HostConn]:
+    """The fleet's checkpoint fan-out (sparkctl/fleet/fanout.py) of several boxes that passed their own checks
+    (`failed`: those that did not, returned as they are), printed; every box refused (the message naming the setting
+    and the box) when it could not give every box its checkpoints."""
+    if failed or len(targets) < 2:
+        return failed
+    try:
+        boxes = [(derive_host(data[h.name], h.name, names, models), h.address) for h in targets]
+        plan = validate_fanout(boxes)
+    except SparkctlError as exc:
+        print(f"sparkctl check: fleet: {exc}", file=sys.stderr)
+        return targets
+    copies = len(plan.fetches) - plan.hub_fetches()
+    print(f"fleet: checkpoint fan-out: {plan.hub_fetches()} downloads from the Hub, {copies} copies box to box in "
+          f"{max(plan.rounds - 1, 0)} rounds (when no box holds any yet)")
+    return []
 
 
 def resolutions(resolve: bool) -> dict[str, str] | None:

@@ -136,12 +136,16 @@ def scrape_timeout(s: GroupData, shipped: Shipped) -> None:
 
 
 def link_keys(s: GroupData, shipped: Shipped) -> None:
-    if s.TP_PEER_KEY == s.CHECKPOINT_SYNC_KEY:
-        (name, value), (other, _) = shipped.blame(("CHECKPOINT_SYNC_KEY", s.CHECKPOINT_SYNC_KEY),
-                                                  ("TP_PEER_KEY", s.TP_PEER_KEY))
-        raise SettingError(name, value, f"a key name other than {other}'s",
-                           "The head pins each key to one forced command: one key cannot both copy checkpoints and "
-                           "read the rollout status")
+    keys = [("CHECKPOINT_SYNC_KEY", s.CHECKPOINT_SYNC_KEY), ("TP_PEER_KEY", s.TP_PEER_KEY),
+            ("CHECKPOINT_FANOUT_KEY", s.CHECKPOINT_FANOUT_KEY)]
+    for i, first in enumerate(keys):
+        for second in keys[i + 1:]:
+            if first[1] != second[1]:
+                continue
+            (name, value), (other, _) = shipped.blame(first, second)
+            raise SettingError(name, value, f"a key name other than {other}'s",
+                               "A box pins each key to one forced command: one key cannot do two of copying "
+                               "checkpoints over the link, reading the rollout status and the fleet's checkpoint copy")
 
 
 def exposure(s: GroupData, shipped: Shipped) -> None:

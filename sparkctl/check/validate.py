@@ -19,6 +19,7 @@ from sparkctl.check.load import host_config, shipped, with_pool
 from sparkctl.check.render import check_box_files
 from sparkctl.config import secrets
 from sparkctl.config.settings import Settings, derive
+from sparkctl.fleet import fanout
 from sparkctl.fleet.validate import validate_fleet
 
 
@@ -72,3 +73,11 @@ def with_secrets(settings: Settings) -> Settings:
     if settings.role.serves_api:  # the proxy's scrape paths: their own token, never the API token
         secrets.read_scrape_token(cfg, api_token=api_token)
     return replace(settings, api_token=api_token, hf_token=hf_token)
+
+
+def validate_fanout(boxes: list[tuple[Settings, str]]) -> fanout.Plan:
+    """The fleet's checkpoint fan-out as `check` sees it (offline: no box holds anything yet), each box with the
+    address the others copy from: refused when CHECKPOINT_SEED_BOX is not a box of the inventory or is AIRGAPPED,
+    or when an AIRGAPPED box keeps a checkpoint no box with a route to the Hub keeps (naming the box and it)."""
+    plan_boxes = [fanout.box_of(s, address) for s, address in boxes]
+    return fanout.plan(plan_boxes, boxes[0][0].cfg.CHECKPOINT_SEED_BOX if boxes else "")

@@ -134,14 +134,29 @@ def per_host_models(env: dict | None = None) -> dict[str, str]:
     return out
 
 
+def airgapped(env: dict | None = None) -> list[str]:
+    """SPARK_AIRGAPPED="spark-3,spark-4": the boxes whose AIRGAPPED host data is True (no route to the Hub or the
+    package index: they get checkpoints and wheels from the fleet)."""
+    env = os.environ if env is None else env
+    return [n.strip() for n in env.get("SPARK_AIRGAPPED", "").split(",") if n.strip()]
+
+
 def with_models(hosts: list[HostConn], env: dict | None = None) -> list[HostConn]:
-    models = per_host_models(env)
-    unknown = sorted(set(models) - {h.name for h in hosts})
-    if unknown and hosts:
-        raise SparkctlError(f"SPARK_CODING_MODELS names {unknown}, not in the inventory "
-                            f"({', '.join(h.name for h in hosts)})")
-    return [HostConn(**{**h.__dict__, "data": {**h.data, "CODING_MODEL": models[h.name]}})
-            if h.name in models else h for h in hosts]
+    """The hosts with each box's own host data from the environment: CODING_MODEL (SPARK_CODING_MODELS) and
+    AIRGAPPED (SPARK_AIRGAPPED)."""
+    models, gapped = per_host_models(env), airgapped(env)
+    names = {h.name for h in hosts}
+    for setting, given in (("SPARK_CODING_MODELS", models), ("SPARK_AIRGAPPED", gapped)):
+        unknown = sorted(set(given) - names)
+        if unknown and hosts:
+            raise SparkctlError(f"{setting} names {unknown}, not in the inventory "
+                                f"({', '.join(h.name for h in hosts)})")
+    out = []
+    for h in hosts:
+        own = {**({"CODING_MODEL": models[h.name]} if h.name in models else {}),
+               **({"AIRGAPPED": True} if h.name in gapped else {})}
+        out.append(HostConn(**{**h.__dict__, "data": {**h.data, **own}}) if own else h)
+    return out
 
 
 def configured_hosts() -> list[HostConn]:

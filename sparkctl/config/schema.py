@@ -118,7 +118,6 @@ class GroupData(BaseModel):
     WHEELHOUSE_CACHE: t.LocalPath
     WHEELHOUSE_FROM: t.typed(str, "a control-machine directory of wheels (relative to the repository or absolute), "
                                   "or \"\" for the package index")
-    AIRGAPPED: bool
     # paths on the box
     SPARKCTL_HOME: t.DeployDir
     MODEL_STORE: t.DeployDir
@@ -170,6 +169,10 @@ class GroupData(BaseModel):
     HF_DOWNLOAD_WORKERS: t.typed(int, "a whole number of parallel downloads from 1 to 64", ge=1, le=64)
     MODEL_LOCK_FILE: t.LocalPath
     DISK_HEADROOM_GIB: t.DiskGiB
+    AIRGAPPED: bool
+    CHECKPOINT_FANOUT_KEY: t.FileName
+    CHECKPOINT_SEED_BOX: Annotated[str, Field(
+        description='"" (the first box that keeps it and reaches the Hub) or a box of the inventory')]
     CATALOG_OVERRIDES: Annotated[dict[str, dict[str, Any]], Field(
         description="a mapping of catalog model keys to {field: value} overrides")]
     CATALOG_MODELS: Annotated[dict[str, dict[str, Any]], Field(

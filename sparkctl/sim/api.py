@@ -89,16 +89,17 @@ def refresh_lock() -> str:
 
 
 def up(hosts: int = 1, flavors=None, *, wheelhouse: bool = True, models: bool = True, lock: bool = True,
-       boot_timeout: float = 60, gateways=()) -> list[dict]:
+       boot_timeout: float = 60, gateways=(), airgapped=()) -> list[dict]:
     """Boot spark-1..spark-N (already-running ones are left alone) with everything they need; returns hosts().
 
     flavors: None (dgx everywhere), one flavor for all, a list by position, or {name: flavor}. wheelhouse=False,
     models=False and lock=False skip preparing what a test does not need (vLLM installs, hub content, lock).
     gateways: the instances that are the `gateway` group's hosts alone (vLLM's router in front of the others), not
-    boxes."""
+    boxes. airgapped: the boxes cut off the stand-in hub by a firewall on their veth (net.set_airgap), AIRGAPPED
+    in their host data; every other instance this `up` boots has the route (a rerun without one lifts its cut)."""
     with state_lock():
         return _up(hosts, flavors, wheelhouse=wheelhouse, models=models, lock=lock, boot_timeout=boot_timeout,
-                   gateways=tuple(gateways))
+                   gateways=tuple(gateways), airgapped=tuple(airgapped))
 
 
 def _roles(names: list[str], running: list[str], gateways: tuple[str, ...]) -> dict[str, str]:
@@ -120,7 +121,7 @@ def _roles(names: list[str], running: list[str], gateways: tuple[str, ...]) -> d
 
 
 def _up(hosts: int, flavors, *, wheelhouse: bool, models: bool, lock: bool, boot_timeout: float,
-        gateways: tuple[str, ...] = ()) -> list[dict]:
+        gateways: tuple[str, ...] = (), airgapped: tuple[str, ...] = ()) -> list[dict]:
     if not 1 <= hosts <= config.MAX_HOSTS:
         raise SparkctlError(f"--hosts = {hosts} is not valid; expected 1 to {config.MAX_HOSTS}")
     t_all = time.monotonic()
@@ -133,6 +134,7 @@ def _up(hosts: int, flavors, *, wheelhouse: bool, models: bool, lock: bool, boot
             raise SparkctlError(f"{n} is running with flavor {instance.flavor_of(n)}, not {wanted[n]}; "
                                 "run `python -m sparkctl sim down` first to change flavors")
     roles = _roles(names, running, gateways)
+    _known(names, "--airgapped", airgapped)
     config.SIM_DIR.mkdir(parents=True, exist_ok=True)
     config.LOG_DIR.mkdir(parents=True, exist_ok=True)
     _ensure_ssh_key()
@@ -140,6 +142,7 @@ def _up(hosts: int, flavors, *, wheelhouse: bool, models: bool, lock: bool, boot
     for n, role in roles.items():
         instance.set_role(n, role)
     _start_instances(names, running, wanted, boot_timeout)
+    _airgap(names, airgapped)
     all_running = running_names()
     extra = [n for n in all_running if n not in names]
     if extra:
@@ -149,6 +152,22 @@ def _up(hosts: int, flavors, *, wheelhouse: bool, models: bool, lock: bool, boot
     _secrets_and_lock(lock=lock and models, front_doors=sum(r == config.GATEWAY_ROLE for r in roles.values()))
     say(f"sim up: done in {time.monotonic() - t_all:.2f} s; hosts in {config.HOSTS_FILE}")
     return hosts_()
+
+
+def _known(names: list[str], option: str, given) -> None:
+    unknown = sorted(set(given) - set(names))
+    if unknown:
+        raise SparkctlError(f"{option} {', '.join(unknown)} is not valid; expected one of {', '.join(names)} "
+                            f"(the instances this `up` boots)")
+
+
+def _airgap(names: list[str], airgapped) -> None:
+    """Each instance of this `up` cut off the stand-in hub or not, as asked (net.set_airgap; its host data)."""
+    for n in names:
+        instance.set_airgapped(n, n in airgapped)
+        net.set_airgap(n, n in airgapped)
+        if n in airgapped:
+            say(f"{n}: air-gapped: its veth drops what it sends to the stand-in hub (AIRGAPPED in its host data)")
 
 
 def _host_side(running: list[str], *, wheelhouse: bool, models: bool) -> None:
@@ -220,6 +239,7 @@ def _down(keep_overlays: bool, purge_cache: bool) -> list[str]:
             say(f"daemon {name}: stopped")
     nvidia_repo.stop_agent(config.NVIDIA_GNUPG_DIR)
     notes += _kill_left_running()
+    net.remove_airgaps()
     for n in net.our_netns():
         net.remove_netns(n)
     for v in net.our_veths():
@@ -256,6 +276,9 @@ def stop(names) -> list[str]:
         for n in names:
             instance.begin_stop(n)
         notes = [note for n in names for note in instance.finish_stop(n)]
+        for n in names:
+            net.set_airgap(n, False)
+            instance.set_airgapped(n, False)
         running = running_names()
         _write_known_hosts(running)
         instance.write_hosts_file(running)

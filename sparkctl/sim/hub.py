@@ -12,7 +12,8 @@ revision works: branch, tag, full or short sha, refs/pr/N. What huggingface_hub 
 Files of LFS_THRESHOLD bytes or more are presented like Hub LFS files (sha256 ETag, lfs block). Errors carry the
 Hub's X-Error-Code (RepoNotFound, RevisionNotFound, EntryNotFound), with X-Repo-Commit on EntryNotFound. Never Xet.
 Throttle file bodies (bytes/s) with the throttle file (re-read while streaming) so a test can kill a download
-mid-file. One log line per request on stderr: `REQ <method> <path> <status> range=<range> bytes=<n>`.
+mid-file. One log line per request on stderr: `REQ <method> <path> <status> range=<range> bytes=<n>` (n: the body
+bytes sent); `bytes_served` sums a log's file bodies, what a fleet fetched from the Hub (.sim/logs/hub.log).
 """
 
 from __future__ import annotations
@@ -281,6 +282,19 @@ class HubHandler(BaseHTTPRequestHandler):
         except (BrokenPipeError, ConnectionResetError):
             self.close_connection = True
         return sent
+
+
+REQUEST_LINE = re.compile(r"^REQ GET (\S+) \d+ range=\S+ bytes=(\d+)$")
+
+
+def bytes_served(lines) -> int:
+    """The file-body bytes (GET .../resolve/...) a request log reports: what clients downloaded from this hub."""
+    total = 0
+    for line in lines:
+        m = REQUEST_LINE.match(line.strip())
+        if m and "/resolve/" in m.group(1):
+            total += int(m.group(2))
+    return total
 
 
 def _flag(query: dict, name: str) -> bool:

@@ -104,6 +104,20 @@ def set_role(name: str, role: str) -> None:
     (inst / "role").write_text(role + "\n")
 
 
+def is_airgapped(name: str) -> bool:
+    """`sim up --airgapped NAME`: the box has no route to the stand-in hub (its host data AIRGAPPED = True)."""
+    return (config.instance_dir(name) / "airgapped").exists()
+
+
+def set_airgapped(name: str, airgapped: bool) -> None:
+    marker = config.instance_dir(name) / "airgapped"
+    if airgapped:
+        marker.parent.mkdir(parents=True, exist_ok=True)
+        marker.write_text("1\n")
+    else:
+        marker.unlink(missing_ok=True)
+
+
 def supervisor_pid(name: str) -> int | None:
     pid = read_pid(config.instance_dir(name) / "supervisor.pid")
     if pid and "sparkctl.sim.supervisor" not in " ".join(cmdline(pid)):
@@ -354,6 +368,8 @@ def describe(name: str, front_doors: int = 1) -> dict:
              "flavor": flavor_of(name) or config.DEFAULT_FLAVOR, "role": role_of(name)}
     if entry["role"] == config.GATEWAY_ROLE and front_doors > 1:
         entry["GATEWAY_VIP"] = config.GATEWAY_VIP
+    if is_airgapped(name):
+        entry["AIRGAPPED"] = True  # host data: the deploy gets its checkpoints from the fleet only
     return entry
 
 

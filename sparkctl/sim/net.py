@@ -1,7 +1,9 @@
 """The simulated network: a Linux bridge on the host (10.250.0.1/24) and one netns + veth per instance.
 
 No routing, NAT or iptables change is made on the host: instances reach each other and the host-side daemons on
-10.250.0.1 over the bridge, and nothing else (apt goes through the allow-listed proxy).
+10.250.0.1 over the bridge, and nothing else (apt goes through the allow-listed proxy). An AIRGAPPED instance
+(`sim up --airgapped NAME`) also gets an nft table of its own on its veth's ingress (what the box sends): it drops
+the box's connections to the stand-in hub (config.AIRGAP_BLOCKED_PORTS), as a box with no route to the Hub.
 """
 
 from __future__ import annotations
@@ -104,3 +106,37 @@ def release_netns_dir() -> None:
         NETNS_RUN.rmdir()
     except OSError:
         pass
+
+
+def airgap_table(name: str) -> str:
+    return f"{config.AIRGAP_TABLE_PREFIX}{config.FIRST_HOST_OCTET + config.instance_index(name) - 1}"
+
+
+def airgap_rules(name: str) -> str:
+    """The nft table that cuts an instance off the stand-in hub: on its veth's ingress, dropped before the host."""
+    ports = ", ".join(str(p) for p in config.AIRGAP_BLOCKED_PORTS)
+    return (f"table netdev {airgap_table(name)} {{\n"
+            f"  chain ingress {{\n"
+            f"    type filter hook ingress device \"{config.veth_of(name)}\" priority 0; policy accept;\n"
+            f"    ip daddr {config.HOST_ADDRESS} tcp dport {{ {ports} }} counter drop\n"
+            f"  }}\n}}\n")
+
+
+def our_airgap_tables() -> list[str]:
+    out = run(["nft", "list", "tables", "netdev"], check=False).stdout or ""
+    return [line.split()[-1] for line in out.splitlines() if line.split()[-1:] and
+            line.split()[-1].startswith(config.AIRGAP_TABLE_PREFIX)]
+
+
+def set_airgap(name: str, airgapped: bool) -> None:
+    """Cut the instance off the stand-in hub (airgapped) or lift that; idempotent."""
+    table = airgap_table(name)
+    if table in our_airgap_tables():
+        run(["nft", "delete", "table", "netdev", table])
+    if airgapped:
+        run(["nft", "-f", "-"], input=airgap_rules(name))
+
+
+def remove_airgaps() -> None:
+    for table in our_airgap_tables():
+        run(["nft", "delete", "table", "netdev", table], check=False)

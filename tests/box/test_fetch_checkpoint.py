@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -181,3 +182,115 @@ def test_the_verifier_itself_never_passes_a_file_it_cannot_check(tmp_path):
     (tmp_path / "config.json").write_text("{}")
     problems = fetch_checkpoint.verify(str(tmp_path), {"config.json": {"size": 2, "sha256": None, "blob_id": None}})
     assert problems == ["config.json: the listing has no sha256 or git blob id for it; its content cannot be verified"]
+
+
+# --- the fleet's fan-out: a copy from another box (--copy) -----------------------------------------------------------
+
+FAKE_RSYNC = REPO_ROOT / "tests" / "standins" / "rsync.py"
+
+
+@pytest.fixture
+def fleet(repo, hf_env, tmp_path):
+    """spark-1 holds the checkpoint verified (a real download from the stand-in hub); spark-2 is the fresh box."""
+    url, _path = repo
+    env = hf_env(url)
+    one = tmp_path / "spark-1"
+    lock, lpath = listing(url, env, tmp_path)
+    assert fetch(url, env, one, lpath).returncode == 0
+    stores = {"10.0.0.11": str(one), "10.0.0.13": str(tmp_path / "spark-3")}  # spark-3 never fetched it
+    (tmp_path / "spark-3").mkdir()
+    env = dict(env, FAKE_RSYNC_STORES=json.dumps(stores), FAKE_RSYNC_LOG=str(tmp_path / "rsync.log"))
+    return env, lock, lpath, one, tmp_path / "spark-2"
+
+
+def copy(env, lock, lpath, store: Path, *sources: str, hub: bool = False):
+    sha, name = lock["sha"], "acme--tiny"
+    args = [str(SCRIPT), "--copy", "--listing", lpath, "--marker", str(marker(store, sha)),
+            "--snapshot", str(snapshot(store, sha)), "--staging", str(store / ".staging" / f"{name}@{sha}"),
+            "--remote-marker", f"verified/{name}@{sha}", "--remote-snapshot", f"hub/models--{name}/snapshots/{sha}",
+            "--rsync", str(FAKE_RSYNC), "--rsync-ssh", "ssh -i /root/.ssh/key"]
+    args += [a for s in sources for a in ("--source", s)]
+    if hub:
+        args += ["--hub", "--cache-dir", str(store / "hub")]
+    return run(args, env)
+
+
+def rsync_log(tmp_path) -> list[dict]:
+    path = tmp_path / "rsync.log"
+    return [json.loads(x) for x in path.read_text().splitlines()] if path.exists() else []
+
+
+def test_a_copy_from_a_box_that_holds_it_is_verified_installed_and_marked_with_its_source(fleet):
+    env, lock, lpath, _one, two = fleet
+    r = copy(env, lock, lpath, two, "spark-1=root@10.0.0.11")
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["source"] == "spark-1"
+    assert json.loads(marker(two, lock["sha"]).read_text())["source"] == "spark-1"
+    snap = snapshot(two, lock["sha"])
+    assert (snap / "model.safetensors").stat().st_size == 1_500_000 and not (snap / "model.safetensors").is_symlink()
+    assert not (two / ".staging" / f"acme--tiny@{lock['sha']}").exists()  # renamed into place
+
+
+def test_a_source_without_the_verified_commit_is_skipped_by_name_and_the_next_one_used(fleet):
+    env, lock, lpath, _one, two = fleet
+    r = copy(env, lock, lpath, two, "spark-3=root@10.0.0.13", "spark-9=root@10.0.0.19", "spark-1=root@10.0.0.11")
+    assert r.returncode == 0, r.stderr
+    assert "spark-3 holds no verified copy of acme/tiny@" in r.stderr  # never fetched it, or another revision
+    assert "the copy from spark-9 failed" not in r.stderr and "spark-9 holds no verified copy" in r.stderr
+    assert json.loads(r.stdout)["source"] == "spark-1"
+
+
+def test_a_source_holding_another_revision_is_refused_naming_it(fleet):
+    env, lock, lpath, one, two = fleet
+    theirs = marker(one, lock["sha"])
+    theirs.write_text(json.dumps({**json.loads(theirs.read_text()), "sha": "f" * 40}))
+    r = copy(env, lock, lpath, two, "spark-1=root@10.0.0.11")
+    assert r.returncode == 5 and f"spark-1: its marker is for acme/tiny@{'f' * 40}, not the locked" in r.stderr
+    assert not marker(two, lock["sha"]).exists() and not snapshot(two, lock["sha"]).exists()
+
+
+def test_a_corrupt_copy_never_replaces_anything_and_is_fetched_again_from_the_next_source(fleet, tmp_path):
+    env, lock, lpath, one, two = fleet
+    good = tmp_path / "spark-4"  # a second holder, with good bytes
+    shutil.copytree(one, good, symlinks=True)
+    corrupt_in_place(snapshot(one, lock["sha"]) / "model.safetensors")  # spark-1's disk went bad after its marker
+    stores = {**json.loads(env["FAKE_RSYNC_STORES"]), "10.0.0.14": str(good)}
+    env = dict(env, FAKE_RSYNC_STORES=json.dumps(stores))
+    r = copy(env, lock, lpath, two, "spark-1=root@10.0.0.11", "spark-4=root@10.0.0.14")
+    assert r.returncode == 0, r.stderr
+    assert "the copy from spark-1 does not match the locked listing (deleted, fetched again)" in r.stderr
+    assert json.loads(r.stdout)["source"] == "spark-4"
+    data = (snapshot(two, lock["sha"]) / "model.safetensors").read_bytes()
+    assert data == (snapshot(good, lock["sha"]) / "model.safetensors").read_bytes()
+
+
+def test_a_copy_that_dies_half_way_resumes_and_never_leaves_a_snapshot_or_marker_behind(fleet, tmp_path):
+    env, lock, lpath, _one, two = fleet
+    r = copy(dict(env, FAKE_RSYNC_DIE_AFTER="700000"), lock, lpath, two, "spark-1=root@10.0.0.11")
+    assert r.returncode == 5 and "the copy from spark-1 failed (rsync exit 12" in r.stderr
+    assert "what arrived is kept to resume" in r.stderr and "(AIRGAPPED)" in r.stderr
+    assert not snapshot(two, lock["sha"]).exists() and not marker(two, lock["sha"]).exists()
+    staged = list((two / ".staging").rglob("*.safetensors"))
+    assert staged and staged[0].stat().st_size < 1_500_000  # the partial file waits in staging
+    r = copy(env, lock, lpath, two, "spark-1=root@10.0.0.11")  # the next run
+    assert r.returncode == 0, r.stderr
+    assert json.loads(marker(two, lock["sha"]).read_text())["source"] == "spark-1"
+
+
+def test_a_partial_download_in_the_snapshots_place_is_replaced_by_the_verified_copy(fleet):
+    env, lock, lpath, _one, two = fleet
+    snap = snapshot(two, lock["sha"])
+    snap.mkdir(parents=True)
+    (snap / "config.json").write_text("half")  # a killed Hub download, never marked
+    r = copy(env, lock, lpath, two, "spark-1=root@10.0.0.11")
+    assert r.returncode == 0, r.stderr
+    assert (snap / "config.json").read_text() != "half" and marker(two, lock["sha"]).exists()
+
+
+def test_when_every_source_is_gone_the_hub_is_the_last_and_the_result_says_so(fleet):
+    env, lock, lpath, _one, two = fleet
+    r = copy(env, lock, lpath, two, "spark-9=root@10.0.0.19", hub=True)
+    assert r.returncode == 0, r.stderr
+    assert "spark-9 holds no verified copy" in r.stderr and "falling back to the Hub" in r.stderr
+    assert json.loads(r.stdout)["source"] == "hub"
+    assert json.loads(marker(two, lock["sha"]).read_text())["source"] == "hub"

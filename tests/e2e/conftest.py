@@ -45,7 +45,8 @@ REUSE = os.environ.get("SPARKCTL_E2E_REUSE") == "1"
 # ones have to put it back. Tensor-parallel runs last: its pair is put back to replicas only if a later scenario needs
 # it (one not listed) or a kept pair (SPARKCTL_E2E_REUSE) is left as the group data says.
 SCENARIO_ORDER = ("sim-lifecycle", "rollout", "bench", "faults", "split", "hardening", "safe-change", "monitoring",
-                  "models", "ray-backend", "acceptance", "tensor-parallel", "fleet", "front-doors", "rotation")
+                  "models", "ray-backend", "acceptance", "tensor-parallel", "fanout", "fleet", "front-doors",
+                  "rotation")
 # Scenarios marked e2e_extended(cost_s=...) need coder rollouts or a converge of their own whose logic a fast test
 # drives through the real box code, or that the core set covers in kind (each says which beside its marker); cost_s
 # is what the scenario measured here, in seconds. SPARKCTL_E2E_EXTENDED=1 (`make test-extended`) runs them all. Any
@@ -228,6 +229,7 @@ class PairState:
 
 
 PAIR = PairState()
+FIRST_CONVERGE_HUB_BYTES: list[int] = []  # file-body bytes the stand-in hub served during the pair's first converge
 
 
 def sim_exec(name: str, command: str) -> str:
@@ -279,8 +281,14 @@ def sim_pair():
 
 @pytest.fixture(scope="session")
 def first_converge(sim_pair) -> Run:
-    """The pair's first converge by the README's command: bare hosts (a reused pair: usually nothing to change)."""
+    """The pair's first converge by the README's command: bare hosts (a reused pair: usually nothing to change).
+    What the stand-in hub served during it is kept in FIRST_CONVERGE_HUB_BYTES (the fan-out's e2e reads it)."""
+    from sparkctl.sim.hub import bytes_served
+
+    log = REPO_ROOT / ".sim" / "logs" / "hub.log"
+    seen = len(log.read_text(errors="replace").splitlines()) if log.exists() else 0
     run = pyinfra("-y", "inventory.py", "deploy.py")
+    FIRST_CONVERGE_HUB_BYTES.append(bytes_served(log.read_text(errors="replace").splitlines()[seen:]))
     record(f"first converge, 2 {'running' if PAIR.reused else 'bare'} hosts (pyinfra -y inventory.py deploy.py)",
            run.seconds)
     assert run.rc == 0, run.failure()

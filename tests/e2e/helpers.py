@@ -70,6 +70,10 @@ def hub_file_gets() -> int:
     return sum(1 for line in log.read_text().splitlines() if line.startswith("REQ GET") and "/resolve/" in line)
 
 
+def hub_log_lines() -> list[str]:
+    return (REPO_ROOT / ".sim" / "logs" / "hub.log").read_text(errors="replace").splitlines()
+
+
 def probe_all(spark) -> dict:
     """A real chat completion and a real embedding on both embedders, through TLS (our CA only) + token."""
     out = {}

@@ -48,6 +48,17 @@ def cmds(out: dict, host: str) -> list[str]:
     return out["by_host"][f"@fake/{host}"]
 
 
+def fetches(out: dict, host: str) -> list[str]:
+    """The box's checkpoint fetches (sparkctl/box/fetch_checkpoint.py: from the Hub, or --copy from a box)."""
+    return [c for c in cmds(out, host) if "fetch_checkpoint.py --listing" in c]
+
+
+def copy_sources(command: str) -> list[str]:
+    """A copy's --source values, in the order the box tries them ([] for a Hub download)."""
+    argv = shlex.split(command)
+    return [argv[i + 1] for i, a in enumerate(argv) if a == "--source"]
+
+
 def rollouts(out: dict, host: str) -> list[str]:
     return [c.split("apply ")[1] for c in cmds(out, host) if "rollout.py apply" in c]
 
@@ -57,8 +68,13 @@ def test_replicas_every_box_serves_everything_and_no_link(tmp_path):
     for h in PAIR:
         assert [r.split()[0] for r in rollouts(out, h)] == ["coder", "embed-qwen3", "embed-bge-m3"]
         assert not any(o.startswith("Two-Spark link") for o in ops(out, h))
-        assert any("fetch_checkpoint.py --listing" in c for c in cmds(out, h))  # each box from the Hub
+        assert len(fetches(out, h)) == 5
         assert any(o.startswith("TLS proxy") for o in ops(out, h))
+    assert not any(copy_sources(c) for c in fetches(out, "spark-1"))  # the first box from the Hub, once per run,
+    assert all(copy_sources(c) == ["@fake/spark-1=root@@fake/spark-1"] and "--hub" in c  # the other from it (the Hub last)
+               for c in fetches(out, "spark-2"))
+    rounds = [o for o in out["ops"] if "checkpoint fan-out" in o]
+    assert len(rounds) == 2 and "Round 0" in rounds[0] and "Round 1" in rounds[1]  # one op per round, in order
 
 
 def test_split_each_box_serves_its_own_coding_model(tmp_path):
@@ -78,10 +94,10 @@ def test_tensor_parallel_native_head_and_headless_worker(tmp_path):
     assert [r.split()[0] for r in worker] == ["coder"] and "--kind none" in worker[0]  # headless, no API
     assert not any(o.startswith("TLS proxy") for o in ops(out, "spark-2"))  # only the head is behind the proxy
     assert any("netplan" in o for o in ops(out, "spark-1")) and any("netplan" in o for o in ops(out, "spark-2"))
-    # checkpoints: the head downloads, the worker copies over the link, never from the Hub
-    assert any("fetch_checkpoint.py --listing" in c for c in cmds(out, "spark-1"))
-    assert not any("fetch_checkpoint.py --listing" in c for c in cmds(out, "spark-2"))
-    assert any("rsync -a" in c and "root@192.168.100.10:models--" in c for c in cmds(out, "spark-2"))
+    # checkpoints: the head downloads, the worker copies from it over the link (the Hub only if the head cannot)
+    assert len(fetches(out, "spark-1")) == 5 and not any("--copy" in c for c in fetches(out, "spark-1"))
+    assert len(fetches(out, "spark-2")) == 5
+    assert all(copy_sources(c)[0] == "@fake/spark-1=root@192.168.100.10" for c in fetches(out, "spark-2"))
     order = out["ops"]
     worker_start = order.index("vLLM services | Start the rollout of vllm-coder.service (tensor-parallel worker, "
                                "qwen3.8-27b; follows the head)")
@@ -104,9 +120,9 @@ def test_tensor_parallel_native_head_and_headless_worker(tmp_path):
     for box, other in (("spark-1", "192.168.100.11,192.168.101.11"), ("spark-2", "192.168.100.10,192.168.101.10")):
         keys = [c for c in cmds(out, box) if "sparkctl-cx7-peer' >> /root/.ssh/authorized_keys" in c]
         assert len(keys) == 1 and f'restrict,from="{other}"' in keys[0] and "rollout.py status coder" in keys[0], keys
-    first_fetch = min(i for i, o in enumerate(order) if o.startswith("Checkpoints | Download and verify"))
-    first_copy = min(i for i, o in enumerate(order) if o.startswith("Checkpoints | Copy"))
-    assert first_fetch < first_copy
+    rounds = [o for o in order if "checkpoint fan-out" in o]  # the head's downloads run before the worker's copies
+    assert len(rounds) == 2 and rounds[0].startswith("Checkpoints | Round 0") and "from the Hub" in rounds[0]
+    assert rounds[1].startswith("Checkpoints | Round 1")
 
 
 def settings_pair(gx10_data, topo: str, backend: str = "native"):
@@ -299,7 +315,12 @@ def test_a_tensor_parallel_pool_in_a_fleet_deploys_its_pair_and_leaves_the_other
     assert [r.split()[0] for r in rollouts(out, "spark-1")] == ["coder", "embed-qwen3", "embed-bge-m3"]
     worker = rollouts(out, "spark-2")
     assert [r.split()[0] for r in worker] == ["coder"] and "--kind none" in worker[0]
-    assert any("rsync -a" in c and "root@192.168.100.10:models--" in c for c in cmds(out, "spark-2"))
+    # checkpoints: each from the Hub once (spark-1), the worker over the link, spark-3 from a box that has them
+    assert not any("--copy" in c for c in fetches(out, "spark-1"))
+    assert all(copy_sources(c)[0] == "@fake/spark-1=root@192.168.100.10" for c in fetches(out, "spark-2"))
+    assert all(copy_sources(c)[0] in ("@fake/spark-1=root@@fake/spark-1", "@fake/spark-2=root@@fake/spark-2")
+               for c in fetches(out, "spark-3"))
+    assert [len(fetches(out, f"spark-{i}")) for i in (1, 2, 3)] == [5, 3, 5]  # the worker: what its part keeps
     for box, other in (("spark-1", "192.168.100.11,192.168.101.11"), ("spark-2", "192.168.100.10,192.168.101.10")):
         keys = [c for c in cmds(out, box) if "sparkctl-cx7-peer' >> /root/.ssh/authorized_keys" in c]
         assert len(keys) == 1 and f'restrict,from="{other}"' in keys[0], keys  # never spark-3's address

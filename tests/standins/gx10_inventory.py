@@ -105,6 +105,9 @@ elif os.environ.get("FAKE_HOSTS") == "3":  # three Sparks, FAKE_POOLS (JSON) the
                                       **_responses}
 else:
     gx10 = [("@fake/gx10", _data)]
+for _name, _host_data in gx10:  # FAKE_AIRGAPPED="spark-2": those boxes' host data AIRGAPPED = True (SPARK_AIRGAPPED)
+    if _name.split("/")[-1] in os.environ.get("FAKE_AIRGAPPED", "").split(","):
+        _host_data["AIRGAPPED"] = True
 if os.environ.get("FAKE_GATEWAY"):  # the front door: "1" a host of its own, "box" the (first) box is the gateway too
     _handoff = {"GATEWAY_HANDOFF_DIR": os.environ.get("SPARKCTL_TEST_HANDOFF", "handoff")}
     if os.environ["FAKE_GATEWAY"] == "box":
