@@ -9,7 +9,15 @@ import shlex
 
 import pytest
 
+from tests.deploy.test_wheelhouse_fake import stand_in_cache
 from tests.render.test_topologies import cmds, copy_sources, fetches, run_pair
+
+
+def with_wheels(tmp_path) -> tuple[str, str]:
+    """An AIRGAPPED box installs vLLM from the control machine's wheelhouse alone: a complete one here (else the
+    deploy refuses it for its wheels before its checkpoints are planned)."""
+    stand_in_cache(tmp_path / "wheels")
+    return "--data", f"WHEELHOUSE_CACHE={tmp_path / 'wheels'}"
 
 
 @pytest.fixture(scope="module")
@@ -17,7 +25,8 @@ def gapped(tmp_path_factory):
     mp = pytest.MonkeyPatch()
     mp.setenv("FAKE_AIRGAPPED", "spark-2")
     try:
-        return run_pair(tmp_path_factory.mktemp("gapped"), "replicas")
+        tmp = tmp_path_factory.mktemp("gapped")
+        return run_pair(tmp, "replicas", *with_wheels(tmp))
     finally:
         mp.undo()
 
@@ -45,7 +54,7 @@ def test_each_box_lets_the_others_copy_a_read_only_rrsync_of_the_model_store(gap
 
 def test_a_fleet_of_airgapped_boxes_only_is_refused_before_any_command(tmp_path, monkeypatch):
     monkeypatch.setenv("FAKE_AIRGAPPED", "spark-1,spark-2")
-    out = run_pair(tmp_path, "replicas")
+    out = run_pair(tmp_path, "replicas", *with_wheels(tmp_path))
     assert "AIRGAPPED of @fake/spark-1 = True is not valid" in out["log"]
     assert "no reachable source can provide it" in out["log"]
     assert not any("fetch_checkpoint.py" in c or "apt-get" in c for c in out["commands"])

@@ -22,7 +22,7 @@ def _changes(out: dict) -> list[str]:
     return [c for c in changes(out) if not c.endswith(("/proc/devices", "-exec sha256sum {} + || true"))]
 
 
-def _cache(root, size: int | None = None) -> wheelhouse.Wheelhouse:
+def stand_in_cache(root, size: int | None = None) -> wheelhouse.Wheelhouse:
     """A complete cache of the real GX10's set with stand-in wheels (the fake box never opens them)."""
     cfg = load(GX10).cfg
     partial = root / f"{wheelhouse.key(cfg)}{wheelhouse.PARTIAL}"
@@ -39,7 +39,7 @@ def _cache(root, size: int | None = None) -> wheelhouse.Wheelhouse:
 @pytest.fixture(scope="module")
 def copied(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("wheels")
-    wh = _cache(tmp / "cache")
+    wh = stand_in_cache(tmp / "cache")
     return wh, run_fake("dgx", tmp, "--data", f"WHEELHOUSE_CACHE={tmp / 'cache'}")
 
 
@@ -68,7 +68,7 @@ def test_an_airgapped_box_with_nothing_here_to_serve_it_is_refused_before_any_ch
 
 
 def test_too_little_disk_for_the_copy_is_refused_before_it(tmp_path):
-    _cache(tmp_path / "cache", size=10 ** 12)  # 3 TB of wheels against the fake box's 900 GB free
+    stand_in_cache(tmp_path / "cache", size=10 ** 12)  # 3 TB of wheels against the fake box's 900 GB free
     out = run_fake("dgx", tmp_path, "--data", f"WHEELHOUSE_CACHE={tmp_path / 'cache'}")
     assert _changes(out) == [], _changes(out)
     assert "GiB free under SPARKCTL_HOME=/opt/sparkctl, but the wheelhouse of VLLM_PIP_REQUIREMENT='vllm==0.32.0' " \
