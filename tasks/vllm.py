@@ -17,6 +17,8 @@ from __future__ import annotations
 
 from io import StringIO
 
+from gevent.lock import BoundedSemaphore
+
 from pyinfra import host, logger
 from pyinfra.api import FileUploadCommand, StringCommand, deploy, operation
 from pyinfra.api.command import QuoteString
@@ -33,6 +35,11 @@ from sparkctl.errors import Refused, SparkctlError
 from sparkctl.render import device_check
 from sparkctl.render.units import DEVICES_UNIT, pip_args, render_devices_unit, vllm_venv
 from tasks.facts import DiskAvailable, Sha256Sums
+
+# pyinfra prepares its hosts in greenlets of one process: the first builds the control machine's wheelhouse while the
+# others wait here, cooperatively (wheelhouse.ensure's flock is for other processes: a greenlet blocked in flock on a
+# lock its own process holds would stop every greenlet, the holder included)
+WHEELHOUSE_BUILD = BoundedSemaphore()
 
 __all__ = ["REMOTE_SCRIPTS", "SHARED_SCRIPTS", "VENV_BUILT", "venv_build", "vllm", "wheelhouse_copy"]
 
@@ -104,7 +111,11 @@ def _wheelhouse(cfg) -> str | None:
     WHEELHOUSE_FROM that does not exist, a cache whose wheels fail their hash, too little disk for the copy."""
     try:
         why = wheelhouse.unavailable(cfg)  # WHEELHOUSE_FROM, WHEELHOUSE_CACHE checked first
-        wh = None if why else wheelhouse.verified(wheelhouse.ensure(cfg)[0])
+        if why:
+            wh = None
+        else:
+            with WHEELHOUSE_BUILD:
+                wh = wheelhouse.verified(wheelhouse.ensure(cfg)[0])
     except SparkctlError as exc:
         raise Refused(f"{host.name}: {exc}") from None
     except Skipped as exc:
