@@ -237,6 +237,9 @@ CHECKPOINT_SEED_BOX = ""
 # ssh key (in SECRETS_DIR) the boxes copy checkpoints from each other with: on every box of a fleet it may run only a
 # read-only rrsync of MODEL_STORE, and only from the inventory's boxes' addresses (theirs and their CX7 links')
 CHECKPOINT_FANOUT_KEY = "fleet-sync"
+# rsync --bwlimit of each box-to-box checkpoint copy, in KiB/s (1024 bytes a second); 0: the link's full rate. Cap
+# it when a copy would crowd a serving box's LAN (a source keeps serving while it sends)
+CHECKPOINT_FANOUT_BWLIMIT_KIB_S = 0
 CATALOG_OVERRIDES = {}  # per-model field overrides of sparkctl/config/catalog.py (model key -> {field: value})
 
 # --- TLS proxy (nginx) -----------------------------------------------------------------------------------------

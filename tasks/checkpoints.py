@@ -206,6 +206,8 @@ def fetch_command(cfg: GroupData, cp: LockedCheckpoint, fetch: fanout.Fetch, lis
         args += ["--copy", "--snapshot", snapshot, "--staging", f"{store}/{STAGING}/{cp.cache_dirname()}@{cp.sha}",
                  "--remote-marker", cp.marker_path(store)[len(store) + 1:],
                  "--remote-snapshot", snapshot[len(store) + 1:], "--rsync-ssh", rsync_ssh]
+        if cfg.CHECKPOINT_FANOUT_BWLIMIT_KIB_S:
+            args += ["--rsync-bwlimit", str(cfg.CHECKPOINT_FANOUT_BWLIMIT_KIB_S)]
         for s in boxes:
             args += ["--source", f"{s.box}={cfg.CHECKPOINT_SYNC_USER}@{s.address}"]
         if hub:
@@ -262,13 +264,16 @@ def _report(state, host, view: FleetView, store: str, checkpoints: list) -> bool
         ok, out = host.run_shell_command(StringCommand("cat", QuoteString(cp.marker_path(store))),
                                          **connector_args(host))
         try:
-            source = json.loads("\n".join(out.stdout_lines)).get("source", "hub") if ok else None
+            mark = json.loads("\n".join(out.stdout_lines)) if ok else {}
         except ValueError:
-            source = None
+            mark = {}
+        source = mark.get("source", "hub") if mark else None
         if source is None:
             lines.append(f"{label}: not fetched (see the errors above)")
             continue
         where = "the Hub" if source == "hub" else f"copied from {source}"
+        if isinstance(mark.get("received_bytes"), int):  # rsync's own count: less than the whole on a resumed copy
+            where += f" ({mark['received_bytes'] / 1e6:.1f} MB received of {cp.total_bytes / 1e6:.1f} MB)"
         plan = planned.get(key)
         if plan is not None and source != plan.box:
             where += f" (planned: {plan.describe()}, which could not provide it)"

@@ -26,7 +26,8 @@ The fleet's fan-out (sparkctl/fleet/fanout.py): copy a checkpoint another box ho
 (a forced read-only rrsync of MODEL_STORE), trying the sources in order. A source is used only if it holds the
 verified marker of this very commit (a box that never fetched it, or holds another revision, is skipped, named).
 rsync copies the snapshot's files (links followed) into a staging folder beside the store with --partial, so a copy
-that dies half way resumes from what it has on the next attempt or run; the staging folder is verified against the
+that dies half way resumes from what it has on the next attempt or run (rsync's delta transfer sends only what the
+partial file lacks: the marker's received_bytes, from rsync --stats, says what crossed the LAN); the staging folder is verified against the
 lock by the same content check as a download, and a file that fails it is deleted (fetched again). Only a verified
 staging folder is renamed into the snapshot's place and marked. When every source failed, the Hub (with --hub; an
 AIRGAPPED box has none) is the last; the marker and the printed result say where the checkpoint came from.
@@ -38,6 +39,7 @@ import argparse
 import hashlib
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -122,8 +124,19 @@ def source_of(value: str) -> tuple[str, str]:
     return (label, target) if sep else (value.split("@", 1)[-1], value)
 
 
+RECEIVED = re.compile(r"^Total bytes received: ([\d,.]+)$", re.M)  # rsync --stats, on the receiving side
+
+
+def received_bytes(stdout: str) -> int | None:
+    """What rsync --stats says this side received (data, checksums and protocol): less than the files' bytes when a
+    copy resumed from a partial one. None when it says nothing."""
+    m = RECEIVED.search(stdout or "")
+    return int(re.sub(r"[,.]", "", m.group(1))) if m else None
+
+
 def copy_from(args, src: str, files: dict, name: str) -> str | None:
-    """Copy the snapshot from one source into staging and verify it there; None when it is verified, else why not."""
+    """Copy the snapshot from one source into staging and verify it there; None when it is verified, else why not.
+    args.received: what rsync received in this attempt (less than the files' bytes when it resumed)."""
     label, source = source_of(src)
     staging = args.staging
     os.makedirs(staging, mode=0o755, exist_ok=True)
@@ -146,7 +159,9 @@ def copy_from(args, src: str, files: dict, name: str) -> str | None:
         return f"{label}: its marker is for {theirs.get('repo')}@{theirs.get('sha')}, not the locked {name}"
     # the repo's cache folder as it is (rrsync refuses -L): its blobs and the snapshot's links to them
     folder, sha = args.remote_snapshot.rstrip("/").rsplit("/snapshots/", 1)
-    r = rsync(args, source, folder + "/", staging + "/", "-rlt", "--partial", "--delete")
+    limit = [f"--bwlimit={args.rsync_bwlimit}"] if args.rsync_bwlimit else []
+    r = rsync(args, source, folder + "/", staging + "/", "-rlt", "--partial", "--delete", "--stats", *limit)
+    args.received = received_bytes(r.stdout)
     if r.returncode != 0:
         why = next((x for x in r.stderr.splitlines() if "rrsync" in x), last_line(r.stderr))
         return f"the copy from {label} failed (rsync exit {r.returncode}: {why}); what arrived is kept to resume"
@@ -206,10 +221,12 @@ def parse(argv):
     ap.add_argument("--hub", action="store_true", help="with --copy: download from the Hub when every source failed")
     ap.add_argument("--rsync", default="rsync", help="with --copy: the rsync program")
     ap.add_argument("--rsync-ssh", default="ssh", help="with --copy: rsync's -e (the ssh command, with its key)")
+    ap.add_argument("--rsync-bwlimit", type=int, default=0, help="with --copy: rsync's --bwlimit, KiB/s (0: none)")
     ap.add_argument("--remote-marker", help="with --copy: the verified marker's path in a source's store")
     ap.add_argument("--remote-snapshot", help="with --copy: the snapshot's path in a source's store")
     ap.add_argument("--staging", help="with --copy: the folder the copy goes to until it is verified")
     args = ap.parse_args(argv)
+    args.received = None  # what rsync received over the LAN (--copy)
     if args.verify_only and not args.snapshot:
         ap.error("--verify-only needs --snapshot")
     if args.copy and not (args.snapshot and args.staging and args.remote_marker and args.remote_snapshot):
@@ -279,9 +296,11 @@ def main(argv=None) -> int:
     os.makedirs(os.path.dirname(marker), mode=0o755, exist_ok=True)
     write_atomic(marker, json.dumps({"repo": repo, "sha": sha, "snapshot": snapshot, "files": len(files),
                                      "bytes": sum(int(m["size"]) for m in files.values()), "source": source,
+                                     "received_bytes": args.received if source not in ("hub", "copied") else None,
                                      "seconds": round(time.monotonic() - started, 1),
                                      "verify_seconds": round(time.monotonic() - downloaded, 1)}), MARKER_MODE)
-    print(json.dumps({"repo": repo, "sha": sha, "snapshot": snapshot, "verified": True, "source": source}))
+    print(json.dumps({"repo": repo, "sha": sha, "snapshot": snapshot, "verified": True, "source": source,
+                      "received_bytes": args.received if source not in ("hub", "copied") else None}))
     return 0
 
 

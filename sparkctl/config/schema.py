@@ -171,6 +171,8 @@ class GroupData(BaseModel):
     DISK_HEADROOM_GIB: t.DiskGiB
     AIRGAPPED: bool
     CHECKPOINT_FANOUT_KEY: t.FileName
+    CHECKPOINT_FANOUT_BWLIMIT_KIB_S: t.typed(int, "a whole number of KiB/s from 0 (the link's full rate) to "
+                                                  "25,000,000 (a 200 Gb/s link)", ge=0, le=25_000_000)
     CHECKPOINT_SEED_BOX: Annotated[str, Field(
         description='"" (the first box that keeps it and reaches the Hub) or a box of the inventory')]
     CATALOG_OVERRIDES: Annotated[dict[str, dict[str, Any]], Field(

@@ -141,6 +141,7 @@ def _up(hosts: int, flavors, *, wheelhouse: bool, models: bool, lock: bool, boot
     _host_side(running, wheelhouse=wheelhouse, models=models)
     for n, role in roles.items():
         instance.set_role(n, role)
+    _airgap_markers(names, running, airgapped)
     _start_instances(names, running, wanted, boot_timeout)
     _airgap(names, airgapped)
     all_running = running_names()
@@ -161,13 +162,26 @@ def _known(names: list[str], option: str, given) -> None:
                             f"(the instances this `up` boots)")
 
 
+def _airgap_markers(names: list[str], running: list[str], airgapped) -> None:
+    """Each instance of this `up` marked air-gapped or not before it boots: an air-gapped one boots without the
+    stand-in package index (the wheelhouse's bind mount). A running instance keeps what it booted with: changing it
+    is refused, naming the instance (stop it first: `sim down`, or api.stop)."""
+    for n in names:
+        if n in running and instance.is_airgapped(n) != (n in airgapped):
+            was = "air-gapped" if instance.is_airgapped(n) else "not air-gapped"
+            raise SparkctlError(f"--airgapped: {n} is running {was}, and an instance keeps the network and mounts "
+                                f"it booted with; run `python -m sparkctl sim down` first to boot it "
+                                f"{'with' if n in airgapped else 'without'} --airgapped {n}")
+        instance.set_airgapped(n, n in airgapped)
+
+
 def _airgap(names: list[str], airgapped) -> None:
     """Each instance of this `up` cut off the stand-in hub or not, as asked (net.set_airgap; its host data)."""
     for n in names:
-        instance.set_airgapped(n, n in airgapped)
         net.set_airgap(n, n in airgapped)
         if n in airgapped:
-            say(f"{n}: air-gapped: its veth drops what it sends to the stand-in hub (AIRGAPPED in its host data)")
+            say(f"{n}: air-gapped: its veth drops what it sends to the stand-in hub, and it has no wheelhouse mount "
+                f"(AIRGAPPED in its host data)")
 
 
 def _host_side(running: list[str], *, wheelhouse: bool, models: bool) -> None:

@@ -138,6 +138,14 @@ def is_running(name: str) -> bool:
     return supervisor_pid(name) is not None and systemd_pid(name) is not None
 
 
+def ro_binds(name: str) -> list[str]:
+    """The host folders bind-mounted read-only into the instance (host:instance): the wheelhouse, which stands in
+    for the package index, unless the box is air-gapped (it has no route to an index)."""
+    if (config.WHEELHOUSE / ".complete").exists() and not is_airgapped(name):
+        return [f"{config.WHEELHOUSE}:{config.WHEELHOUSE_MOUNT}"]
+    return []
+
+
 def start(name: str, flavor: str) -> None:
     """Start the instance (new or with its kept overlay). Returns once its supervisor runs; see wait_ssh()."""
     if flavor not in config.FLAVORS:
@@ -152,9 +160,7 @@ def start(name: str, flavor: str) -> None:
     if not (inst / "seeded").exists():
         seed(name, flavor)
     (inst / "flavor").write_text(flavor + "\n")
-    binds = []
-    if (config.WHEELHOUSE / ".complete").exists():
-        binds.append(f"{config.WHEELHOUSE}:{config.WHEELHOUSE_MOUNT}")
+    binds = ro_binds(name)
     for b in binds:
         if any(c.isspace() for c in b):
             raise SparkctlError(f"the path {b.split(':')[0]!r} contains whitespace; move the repository")

@@ -225,10 +225,28 @@ def test_a_copy_from_a_box_that_holds_it_is_verified_installed_and_marked_with_i
     r = copy(env, lock, lpath, two, "spark-1=root@10.0.0.11")
     assert r.returncode == 0, r.stderr
     assert json.loads(r.stdout)["source"] == "spark-1"
-    assert json.loads(marker(two, lock["sha"]).read_text())["source"] == "spark-1"
+    mark = json.loads(marker(two, lock["sha"]).read_text())
+    assert mark["source"] == "spark-1" and mark["received_bytes"] >= 1_500_000  # a whole copy: every byte crossed
     snap = snapshot(two, lock["sha"])
     assert (snap / "model.safetensors").stat().st_size == 1_500_000 and not (snap / "model.safetensors").is_symlink()
     assert not (two / ".staging" / f"acme--tiny@{lock['sha']}").exists()  # renamed into place
+
+
+def test_a_copy_runs_at_the_rate_it_is_given(fleet, tmp_path):
+    """--rsync-bwlimit (CHECKPOINT_FANOUT_BWLIMIT_KIB_S): rsync's own --bwlimit on the copy of the files; none when 0."""
+    env, lock, lpath, _one, two = fleet
+    args = [str(SCRIPT), "--copy", "--listing", lpath, "--marker", str(marker(two, lock["sha"])), "--snapshot",
+            str(snapshot(two, lock["sha"])), "--staging", str(two / ".staging" / "x"), "--remote-marker",
+            f"verified/acme--tiny@{lock['sha']}", "--remote-snapshot", f"hub/models--acme--tiny/snapshots/{lock['sha']}",
+            "--rsync", str(FAKE_RSYNC), "--source", "spark-1=root@10.0.0.11", "--rsync-bwlimit", "2048"]
+    assert run(args, env).returncode == 0
+    tree = [c for c in rsync_log(tmp_path) if c["path"].endswith("/")]
+    assert tree and tree[0]["options"] == ["-rlt", "--partial", "--delete", "--stats", "--bwlimit=2048", "-e"]
+    marker(two, lock["sha"]).unlink()
+    seen = len(rsync_log(tmp_path))
+    assert run(args[:-2], env).returncode == 0
+    again = [c for c in rsync_log(tmp_path)[seen:] if c["path"].endswith("/")]
+    assert again and not any(o.startswith("--bwlimit") for c in again for o in c["options"])
 
 
 def test_a_source_without_the_verified_commit_is_skipped_by_name_and_the_next_one_used(fleet):
@@ -274,7 +292,10 @@ def test_a_copy_that_dies_half_way_resumes_and_never_leaves_a_snapshot_or_marker
     assert staged and staged[0].stat().st_size < 1_500_000  # the partial file waits in staging
     r = copy(env, lock, lpath, two, "spark-1=root@10.0.0.11")  # the next run
     assert r.returncode == 0, r.stderr
-    assert json.loads(marker(two, lock["sha"]).read_text())["source"] == "spark-1"
+    mark = json.loads(marker(two, lock["sha"]).read_text())
+    assert mark["source"] == "spark-1"
+    # it resumed: rsync received only what the partial file lacked (its --stats, kept in the marker)
+    assert 0 < mark["received_bytes"] < 1_500_000 and json.loads(r.stdout)["received_bytes"] == mark["received_bytes"]
 
 
 def test_a_partial_download_in_the_snapshots_place_is_replaced_by_the_verified_copy(fleet):

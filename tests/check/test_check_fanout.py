@@ -65,3 +65,13 @@ def test_the_fanout_key_is_a_key_of_its_own(fleet, capsys):
     assert main(["check", "--data", LOCK, "--data", "CHECKPOINT_FANOUT_KEY=cx7-sync"]) == 2
     assert "CHECKPOINT_FANOUT_KEY = 'cx7-sync' is not valid; expected a key name other than CHECKPOINT_SYNC_KEY's" \
         in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("value, says", [
+    ("-1", "CHECKPOINT_FANOUT_BWLIMIT_KIB_S = -1 is not valid; expected a whole number of KiB/s from 0"),
+    ("1.5", "CHECKPOINT_FANOUT_BWLIMIT_KIB_S = 1.5 is not valid; expected a whole number of KiB/s"),
+    ('"fast"', "CHECKPOINT_FANOUT_BWLIMIT_KIB_S = 'fast' is not valid"),
+])
+def test_the_copy_rate_is_a_whole_number_of_kib_per_second(fleet, capsys, value, says):
+    assert main(["check", "--data", LOCK, "--data", f"CHECKPOINT_FANOUT_BWLIMIT_KIB_S={value}"]) == 2
+    assert says in capsys.readouterr().err

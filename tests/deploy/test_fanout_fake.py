@@ -26,7 +26,7 @@ def gapped(tmp_path_factory):
     mp.setenv("FAKE_AIRGAPPED", "spark-2")
     try:
         tmp = tmp_path_factory.mktemp("gapped")
-        return run_pair(tmp, "replicas", *with_wheels(tmp))
+        return run_pair(tmp, "replicas", *with_wheels(tmp), "--data", "CHECKPOINT_FANOUT_BWLIMIT_KIB_S=51200")
     finally:
         mp.undo()
 
@@ -39,6 +39,7 @@ def test_an_airgapped_box_copies_everything_from_the_other_box_and_never_asks_th
         argv = shlex.split(c)
         assert "--hub" not in argv and "--cache-dir" not in argv  # no Hub fallback (the script then never imports
         # huggingface_hub; its environment also says HF_HUB_OFFLINE=1, which @fake does not record)
+        assert argv[argv.index("--rsync-bwlimit") + 1] == "51200"  # CHECKPOINT_FANOUT_BWLIMIT_KIB_S, KiB/s
     assert not any("--copy" in c for c in fetches(gapped, "spark-1"))  # spark-1 downloads, once
     assert not any("/etc/sparkctl/hf_token" in c and ("cat >" in c or "mv " in c) for c in cmds(gapped, "spark-2"))
 

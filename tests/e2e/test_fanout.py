@@ -1,19 +1,34 @@
 """The fleet's checkpoint fan-out on the simulated Sparks (sparkctl/fleet/fanout.py, docs/checkpoint-fanout.md): the
 pair's fresh converge fetched each checkpoint from the stand-in hub once (the hub's bytes for 2 boxes are one box's),
-and a third box with no route to the hub (`sim up --airgapped spark-3`: a firewall on its veth) joins with no edit,
-gets every checkpoint from the pair (the hub serves it nothing), and serves through its own front door."""
+and a third box with no route to the hub or the package index (`sim up --airgapped spark-3`: a firewall on its veth,
+no wheelhouse mount) joins with no edit, gets every checkpoint from the pair and its vLLM from the control machine's
+wheelhouse (the hub serves it nothing), and serves through its own front door. A copy killed half way resumes from
+what arrived; a source whose copy went bad is refused by the check and the next source used."""
 
 from __future__ import annotations
 
 import json
+import re
+import shlex
 import time
 
 import pytest
 
+from sparkctl.check import wheelhouse
 from sparkctl.check.load import load
+from sparkctl.config.service import snapshot_path
 from sparkctl.config.settings import derive
 from sparkctl.sim.hub import bytes_served
-from tests.e2e.conftest import FIRST_CONVERGE_HUB_BYTES, GROUPS, PAIR, Spark, pyinfra, record, sim_exec
+from tests.e2e.conftest import (
+    FIRST_CONVERGE_HUB_BYTES,
+    GROUPS,
+    PAIR,
+    Spark,
+    pyinfra,
+    pyinfra_popen,
+    record,
+    sim_exec,
+)
 from tests.e2e.helpers import hub_log_lines, probe_all
 
 # the join of an air-gapped third box (a fresh box's venv and checkpoints, copied from the pair): an estimate from
@@ -22,9 +37,27 @@ pytestmark = [pytest.mark.scenario("fanout"), pytest.mark.e2e_extended(cost_s=48
 GAPPED = "spark-3"
 
 
+STAGING = ".fanout-staging"  # tasks/checkpoints.py STAGING: where a copy waits until it is verified
+KILL_RATE_KIB_S = 4096  # CHECKPOINT_FANOUT_BWLIMIT_KIB_S of the killed copy's run: slow enough to kill it mid-file
+RESULT = re.compile(r"copied from (spark-\d) \(([\d.]+) MB received of ([\d.]+) MB\)")
+
+
 def distinct_bytes() -> int:
     """The bytes of every checkpoint a box of the pair keeps, each once (replicas: both keep the same ones)."""
     return sum(cp.total_bytes for cp in derive(load(GROUPS)).checkpoints)
+
+
+def biggest():
+    """The biggest checkpoint the boxes keep, and where it lives on a box: marker, repo folder, staging folder."""
+    store = load(GROUPS).cfg.MODEL_STORE
+    cp = max(derive(load(GROUPS)).checkpoints, key=lambda c: c.total_bytes)
+    folder = snapshot_path(store, cp).rsplit("/snapshots/", 1)[0]
+    return cp, cp.marker_path(store), folder, f"{store}/{STAGING}/{cp.cache_dirname()}@{cp.sha}"
+
+
+def lose(box: str, marker: str, folder: str) -> None:
+    """The box loses a checkpoint (its marker and its repo folder): the next deploy fetches it again."""
+    sim_exec(box, f"rm -rf {shlex.quote(marker)} {shlex.quote(folder)}")
 
 
 @pytest.fixture(scope="module")
@@ -64,12 +97,70 @@ def test_an_airgapped_box_joins_from_the_pair_and_serves(joined, spark_1, sim_pa
         source = json.loads(sim_exec(GAPPED, f"cat /srv/models/verified/{marker}"))["source"]
         assert source in ("spark-1", "spark-2"), (marker, source)
     assert f"[{GAPPED}] checkpoints: " in run.output and "copied from spark-" in run.output
+    # no package index either: its vLLM venv came from its copy of the control machine's wheelhouse (pip --no-index)
+    cfg = load(GROUPS).cfg
+    assert "absent" in sim_exec(GAPPED, "test -e /opt/wheelhouse/.complete && echo present || echo absent")
+    assert "present" in sim_exec(GAPPED, f"test -e {wheelhouse.box_dir(cfg)}/{wheelhouse.STAMP} && echo present")
     from sparkctl.config import hosts
 
     gapped = next(h for h in hosts.sim_hosts() if h.name == GAPPED)
     assert gapped.data.get("AIRGAPPED") is True  # its host data, from `sim up --airgapped`
     out = probe_all(Spark(host=gapped, data=spark_1.data, token=spark_1.token, ca=spark_1.ca))
     assert out, out
+
+
+def test_a_copy_killed_half_way_resumes_from_what_arrived_and_the_box_serves_the_locked_revision(joined):
+    """The air-gapped box loses its biggest checkpoint; the deploy copies it again at a capped rate
+    (CHECKPOINT_FANOUT_BWLIMIT_KIB_S), and its rsync is killed half way: the next source resumes from the partial
+    file (rsync received less than the checkpoint's bytes), the copy is verified, and the box serves."""
+    cp, marker, folder, staging = biggest()
+    lose(GAPPED, marker, folder)
+    t0 = time.monotonic()
+    proc = pyinfra_popen("--data", f"CHECKPOINT_FANOUT_BWLIMIT_KIB_S={KILL_RATE_KIB_S}")
+    arrived = 0
+    try:
+        deadline = time.monotonic() + 900  # the run's preparation, then the copy's first third at the capped rate
+        while arrived < cp.total_bytes // 3 and time.monotonic() < deadline and proc.poll() is None:
+            time.sleep(1)
+            arrived = int(sim_exec(GAPPED, f"du -sb {shlex.quote(staging)} 2>/dev/null | cut -f1; true").strip() or 0)
+        assert arrived >= cp.total_bytes // 3, f"the copy never got a third of the way ({arrived} bytes)"
+        sim_exec(GAPPED, "pkill -TERM -x rsync")  # the copy dies half way (what arrived stays: --partial)
+        output, _ = proc.communicate(timeout=1200)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    record("fan-out: a copy killed at a third of the biggest checkpoint, resumed from the next source "
+           f"({KILL_RATE_KIB_S} KiB/s)", time.monotonic() - t0)
+    assert proc.returncode == 0, output[-4000:]
+    assert re.search(r"the copy from spark-\d failed \(rsync exit \d+", output), output[-4000:]
+    got = [m for m in RESULT.finditer(output)]
+    assert got, output[-4000:]
+    received, total = float(got[-1].group(2)), float(got[-1].group(3))
+    record("fan-out: bytes the resumed copy received / the checkpoint's bytes", received / total, "x")
+    assert received < total * 0.8, (received, total)  # it resumed: what arrived before the kill was not sent again
+    mark = json.loads(sim_exec(GAPPED, f"cat {shlex.quote(marker)}"))
+    assert mark["sha"] == cp.sha and mark["source"] in ("spark-1", "spark-2")
+    assert "absent" in sim_exec(GAPPED, f"test -e {shlex.quote(staging)} && echo present || echo absent")
+
+
+def test_a_copy_that_went_bad_on_its_source_is_refused_and_fetched_from_the_next(joined):
+    """spark-1's copy of the biggest checkpoint goes bad on disk after it was verified (same size, other bytes); the
+    air-gapped box that copies it checks it, deletes what fails, and takes it from spark-2. spark-1 is repaired the
+    same way: its checkpoint lost, the next deploy copies it from a good box."""
+    cp, marker, folder, _staging = biggest()
+    blob = sim_exec("spark-1", f"find {shlex.quote(folder)}/blobs -type f -size +1M | head -1").strip()
+    assert blob, f"no blob of {cp.repo} on spark-1"
+    sim_exec("spark-1", f"printf 'rotten' | dd of={shlex.quote(blob)} bs=1 seek=4096 conv=notrunc status=none")
+    lose(GAPPED, marker, folder)
+    run = pyinfra("-y", "inventory.py", "deploy.py")
+    assert run.rc == 0, run.failure()
+    assert "the copy from spark-1 does not match the locked listing (deleted, fetched again)" in run.output
+    assert json.loads(sim_exec(GAPPED, f"cat {shlex.quote(marker)}"))["source"] == "spark-2"
+    assert "(planned: spark-1" in run.output  # the per-box result says the plan's source could not provide it
+    lose("spark-1", marker, folder)  # the repair: spark-1 loses its bad copy and gets a good one
+    run = pyinfra("-y", "inventory.py", "deploy.py")
+    assert run.rc == 0, run.failure()
+    assert json.loads(sim_exec("spark-1", f"cat {shlex.quote(marker)}"))["source"] in ("spark-2", GAPPED)
 
 
 def test_a_second_run_copies_nothing(joined):

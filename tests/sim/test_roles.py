@@ -69,3 +69,25 @@ def test_two_gateways_carry_the_vip_as_their_own_host_data_and_one_does_not(tmp_
 
     assert ipaddress.ip_address(config.GATEWAY_VIP) in ipaddress.ip_network(
         f"{config.HOST_ADDRESS}/{config.PREFIX_LEN}", strict=False)
+
+
+def test_an_airgapped_instance_boots_without_the_stand_in_index_and_keeps_it_while_running(tmp_path, monkeypatch):
+    """`sim up --airgapped NAME`: the box is marked before it boots, so it boots without the wheelhouse's bind mount
+    (the stand-in package index, as its veth's firewall cuts the stand-in hub); a running instance keeps the mounts it
+    booted with, so changing it is refused, naming it."""
+    monkeypatch.setattr(config, "RUN_DIR", tmp_path)
+    monkeypatch.setattr(config, "instance_dir", lambda n: tmp_path / n)
+    monkeypatch.setattr(config, "WHEELHOUSE", tmp_path / "wheelhouse")
+    (tmp_path / "wheelhouse").mkdir()
+    (tmp_path / "wheelhouse" / ".complete").touch()
+    api._airgap_markers(NAMES[:3], [], ("spark-3",))
+    assert [instance.is_airgapped(n) for n in NAMES[:3]] == [False, False, True]
+    assert instance.ro_binds("spark-1") == [f"{tmp_path}/wheelhouse:{config.WHEELHOUSE_MOUNT}"]
+    assert instance.ro_binds("spark-3") == []
+    with pytest.raises(SparkctlError, match="--airgapped: spark-3 is running air-gapped.*sim down` first to boot "
+                                            "it without --airgapped spark-3"):
+        api._airgap_markers(NAMES[:3], NAMES[:3], ())
+    with pytest.raises(SparkctlError, match="spark-1 is running not air-gapped"):
+        api._airgap_markers(NAMES[:3], NAMES[:3], ("spark-1", "spark-3"))
+    api._airgap_markers(NAMES[:3], NAMES[:3], ("spark-3",))  # as it booted: nothing to change
+    assert instance.is_airgapped("spark-3")

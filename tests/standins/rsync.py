@@ -6,10 +6,12 @@ one cannot be told to have.
     rsync [options] -e SSH user@ADDRESS:PATH DEST
 
 FAKE_RSYNC_STORES (JSON): address -> the folder that box's store is. PATH is relative to it, as under rrsync; a
-PATH ending in "/" copies the folder's files (links followed, like -L; --delete drops what the source lacks), else
-one file. A missing path exits 23 (rsync's partial-transfer code) naming it; an address with no store exits 255
-(ssh could not connect). FAKE_RSYNC_DIE_AFTER=N: the copy dies after N bytes, leaving the file it was writing
-partial (like --partial), exit 12. Every call and the bytes it wrote are appended to FAKE_RSYNC_LOG.
+PATH ending in "/" copies the folder's files (links followed, like -L; with -l, as in -rlt, a link is copied as the
+link; --delete drops what the source lacks), else one file. A missing path exits 23 (rsync's partial-transfer code)
+naming it; an address with no store exits 255 (ssh could not connect). FAKE_RSYNC_DIE_AFTER=N: the copy dies after
+N bytes, leaving the file it was writing partial (like --partial), exit 12. A file that holds the start of the
+source's (a partial one) gets only the rest, as rsync's delta transfer sends only what its basis lacks. --stats prints "Total bytes received: N" (N: the bytes
+written, with rsync's thousands separators). Every call, its options and the bytes it wrote are appended to FAKE_RSYNC_LOG.
 """
 
 import json
@@ -28,9 +30,12 @@ def main(argv):
     written = 0
 
     def record(status):
+        if "--stats" in argv:
+            sys.stdout.write(f"Number of files: 1\nTotal bytes sent: 1,024\nTotal bytes received: {written:,}\n")
         if log:
             with open(log, "a") as f:
-                f.write(json.dumps({"source": address, "path": path, "bytes": written, "status": status}) + "\n")
+                f.write(json.dumps({"source": address, "path": path, "bytes": written, "status": status,
+                                    "options": [a for a in argv if a.startswith("-")]}) + "\n")
 
     if address not in stores:
         sys.stderr.write(f"ssh: connect to host {address} port 22: No route to host\n"
@@ -56,14 +61,24 @@ def main(argv):
                         os.unlink(os.path.join(base, n))
     else:
         pairs.append((root, dest))
+    links = any(a.startswith("-") and not a.startswith("--") and "l" in a for a in argv)  # -l (-rlt): as links
     for s, d in pairs:
+        if links and os.path.islink(s):
+            if not (os.path.islink(d) and os.readlink(d) == os.readlink(s)):
+                os.makedirs(os.path.dirname(d) or ".", exist_ok=True)
+                if os.path.lexists(d):
+                    os.unlink(d)
+                os.symlink(os.readlink(s), d)
+            continue
         data = open(s, "rb").read()  # follows links (-L)
-        if os.path.exists(d) and open(d, "rb").read() == data:
+        have = open(d, "rb").read() if os.path.exists(d) else b""
+        if have == data:
             continue  # rsync's quick check: nothing to send
+        kept = len(have) if data.startswith(have) else 0  # a partial file: the basis of the delta transfer
         os.makedirs(os.path.dirname(d) or ".", exist_ok=True)
-        if 0 <= budget < written + len(data):
+        if 0 <= budget < written + len(data) - kept:
             with open(d, "wb") as f:
-                f.write(data[:budget - written])
+                f.write(data[:kept + budget - written])
             written = budget
             sys.stderr.write("rsync: connection unexpectedly closed (%d bytes received so far) [receiver]\n" % written)
             record(12)
@@ -73,7 +88,7 @@ def main(argv):
             f.write(data)
         os.replace(tmp, d)
         shutil.copymode(s, d)
-        written += len(data)
+        written += len(data) - kept
     record(0)
     return 0
 
