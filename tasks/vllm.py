@@ -115,7 +115,12 @@ def _wheelhouse(cfg) -> str | None:
             wh = None
         else:
             with WHEELHOUSE_BUILD:
-                wh = wheelhouse.verified(wheelhouse.ensure(cfg)[0])
+                wh, fetched = wheelhouse.ensure(cfg)
+                wh = wheelhouse.verified(wh)
+            if fetched:  # the one download of the run: every box of it installs from this copy
+                logger.info(f"{host.name}: the wheelhouse {wh.key}: {len(wh.pins)} wheels, "
+                            f"{sum(p.size for p in wh.pins) / 1e9:.2f} GB downloaded from the index into "
+                            f"{wh.path}, once for every box")
     except SparkctlError as exc:
         raise Refused(f"{host.name}: {exc}") from None
     except Skipped as exc:

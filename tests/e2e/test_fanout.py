@@ -60,6 +60,17 @@ def lose(box: str, marker: str, folder: str) -> None:
     sim_exec(box, f"rm -rf {shlex.quote(marker)} {shlex.quote(folder)}")
 
 
+def test_the_pairs_fresh_converge_fetched_the_wheels_from_the_index_once(first_converge):
+    """The control machine downloads the vLLM requirement set once (its wheelhouse cache) and both boxes install
+    from their copies of it with pip --no-index: the index served the set once for two boxes."""
+    built = re.findall(r"the wheelhouse \S+: (\d+) wheels, ([\d.]+) GB downloaded from the index", first_converge.output)
+    if not built:
+        pytest.skip("this control machine's wheelhouse cache held the set already: the pair's converge fetched no "
+                    "wheel from the index, so there is nothing to count")
+    record("fan-out: wheel downloads from the index in the pair's fresh converge (2 boxes)", len(built), "sets")
+    assert len(built) == 1, built  # once for the run, whatever the number of boxes (today's per-box install: 2)
+
+
 @pytest.fixture(scope="module")
 def joined(spark_1):
     """spark-3 booted air-gapped beside the pair and converged with the rest (no edit): the run's output and what
