@@ -25,11 +25,13 @@ Endpoint: HF_ENDPOINT from the environment. Token: HF_TOKEN_PATH (a root-only fi
 The fleet's fan-out (sparkctl/fleet/fanout.py): copy a checkpoint another box holds verified, from its model store
 (a forced read-only rrsync of MODEL_STORE), trying the sources in order. A source is used only if it holds the
 verified marker of this very commit (a box that never fetched it, or holds another revision, is skipped, named).
-rsync copies the snapshot's files (links followed) into a staging folder beside the store with --partial, so a copy
-that dies half way resumes from what it has on the next attempt or run (rsync's delta transfer sends only what the
-partial file lacks: the marker's received_bytes, from rsync --stats, says what crossed the LAN); the staging folder is verified against the
+rsync copies the repo's cache folder as it is (its blobs, the snapshot's links to them) into a staging folder beside
+the store with --partial, so a copy that dies half way resumes from what it has on the next attempt or run, from any
+source (every box's store is laid out alike; rsync's delta transfer sends only what the partial file lacks: the
+marker's received_bytes, from rsync --stats, says what crossed the LAN). The staging folder is verified against the
 lock by the same content check as a download, and a file that fails it is deleted (fetched again). Only a verified
-staging folder is renamed into the snapshot's place and marked. When every source failed, the Hub (with --hub; an
+staging folder is put in the snapshot's place (its blobs moved into the repo folder's blobs/, as huggingface_hub
+lays out a download) and marked. When every source failed, the Hub (with --hub; an
 AIRGAPPED box has none) is the last; the marker and the printed result say where the checkpoint came from.
 """
 
@@ -179,20 +181,22 @@ def copy_from(args, src: str, files: dict, name: str) -> str | None:
 
 
 def install(staging: str, snapshot: str) -> None:
-    """Put a verified staging copy in the snapshot's place: each listed file's bytes moved (renames on one file
-    system) into a folder that is then renamed there. What was there had no verified marker (the deploy copies only
-    then): a partial download, moved aside and removed."""
-    snap = os.path.join(staging, "snapshots", os.path.basename(snapshot.rstrip("/")))
-    ready = f"{staging}.ready"
-    if os.path.lexists(ready):
-        shutil.rmtree(ready)
+    """Put a verified staging copy in the snapshot's place, laid out as huggingface_hub lays out a download (every
+    box's store alike, so a copy that died half way resumes from any other source): each blob the snapshot's links
+    point to is moved (a rename on one file system) into the repo folder's blobs/ (named by its content: one already
+    there is the same file), then the snapshot folder of links is renamed there. A source's file that is no link
+    (an older copy) stays in the snapshot as it is. What was in the snapshot's place had no verified marker (the
+    deploy copies only then): a partial download, moved aside and removed."""
+    sha = os.path.basename(snapshot.rstrip("/"))
+    snap = os.path.join(staging, "snapshots", sha)
+    blobs = os.path.join(os.path.dirname(os.path.dirname(snapshot.rstrip("/"))), "blobs")
+    staged_blobs = os.path.realpath(os.path.join(staging, "blobs"))
     for root, _dirs, names in os.walk(snap):
         for n in names:
-            rel = os.path.relpath(os.path.join(root, n), snap)
-            os.makedirs(os.path.dirname(os.path.join(ready, rel)) or ready, mode=0o755, exist_ok=True)
-            os.rename(os.path.realpath(os.path.join(snap, rel)), os.path.join(ready, rel))
-    shutil.rmtree(staging, ignore_errors=True)
-    staging = ready
+            target = os.path.realpath(os.path.join(root, n))
+            if os.path.islink(os.path.join(root, n)) and os.path.dirname(target) == staged_blobs:
+                os.makedirs(blobs, mode=0o755, exist_ok=True)
+                os.replace(target, os.path.join(blobs, os.path.basename(target)))
     os.makedirs(os.path.dirname(snapshot), mode=0o755, exist_ok=True)
     old = None
     if os.path.lexists(snapshot):
@@ -200,7 +204,8 @@ def install(staging: str, snapshot: str) -> None:
         if os.path.lexists(old):
             shutil.rmtree(old)
         os.rename(snapshot, old)
-    os.rename(staging, snapshot)
+    os.rename(snap, snapshot)
+    shutil.rmtree(staging, ignore_errors=True)
     if old:
         shutil.rmtree(old, ignore_errors=True)
 

@@ -221,14 +221,19 @@ def rsync_log(tmp_path) -> list[dict]:
 
 
 def test_a_copy_from_a_box_that_holds_it_is_verified_installed_and_marked_with_its_source(fleet):
-    env, lock, lpath, _one, two = fleet
+    env, lock, lpath, one, two = fleet
     r = copy(env, lock, lpath, two, "spark-1=root@10.0.0.11")
     assert r.returncode == 0, r.stderr
     assert json.loads(r.stdout)["source"] == "spark-1"
     mark = json.loads(marker(two, lock["sha"]).read_text())
     assert mark["source"] == "spark-1" and mark["received_bytes"] >= 1_500_000  # a whole copy: every byte crossed
     snap = snapshot(two, lock["sha"])
-    assert (snap / "model.safetensors").stat().st_size == 1_500_000 and not (snap / "model.safetensors").is_symlink()
+    assert (snap / "model.safetensors").stat().st_size == 1_500_000
+    # laid out as huggingface_hub lays out a download (so any box is a source any copy resumes from): the snapshot's
+    # links point into the repo folder's blobs/, the same relative links as on the source
+    weights = snap / "model.safetensors"
+    assert weights.is_symlink() and weights.resolve().parent == snap.parent.parent / "blobs"
+    assert os.readlink(weights) == os.readlink(snapshot(one, lock["sha"]) / "model.safetensors")
     assert not (two / ".staging" / f"acme--tiny@{lock['sha']}").exists()  # renamed into place
 
 
@@ -296,6 +301,21 @@ def test_a_copy_that_dies_half_way_resumes_and_never_leaves_a_snapshot_or_marker
     assert mark["source"] == "spark-1"
     # it resumed: rsync received only what the partial file lacked (its --stats, kept in the marker)
     assert 0 < mark["received_bytes"] < 1_500_000 and json.loads(r.stdout)["received_bytes"] == mark["received_bytes"]
+
+
+def test_a_copy_killed_on_one_source_resumes_from_another_that_got_its_own_copy_from_the_fleet(fleet, tmp_path):
+    """spark-4 got its copy from spark-1 (the fan-out's own install); a copy from spark-1 dies half way, and the next
+    source, spark-4, sends only what the partial file lacks: both stores are laid out alike."""
+    env, lock, lpath, one, two = fleet
+    four = tmp_path / "spark-4"
+    assert copy(env, lock, lpath, four, "spark-1=root@10.0.0.11").returncode == 0
+    env = dict(env, FAKE_RSYNC_STORES=json.dumps({**json.loads(env["FAKE_RSYNC_STORES"]), "10.0.0.14": str(four)}))
+    r = copy(dict(env, FAKE_RSYNC_DIE_AFTER="700000"), lock, lpath, two, "spark-1=root@10.0.0.11")
+    assert r.returncode == 5
+    r = copy(env, lock, lpath, two, "spark-4=root@10.0.0.14")
+    assert r.returncode == 0, r.stderr
+    mark = json.loads(marker(two, lock["sha"]).read_text())
+    assert mark["source"] == "spark-4" and 0 < mark["received_bytes"] < 1_500_000 - 600_000  # the rest, and small files
 
 
 def test_a_partial_download_in_the_snapshots_place_is_replaced_by_the_verified_copy(fleet):
