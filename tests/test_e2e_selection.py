@@ -34,7 +34,7 @@ def test_the_shares_fit_the_budget_and_hold_every_scenario_once():
     assert all(sum(costs[n] for n in share) <= EXTENDED_BUDGET_S for share in shares)
     assert alone == []  # every scenario rides in CI's rotation: none is costlier than the budget alone (#34)
     assert {"test_fleet_waves.py::*", "test_fleet_one_at_a_time.py::*", "test_fleet_router.py::*"} <= set(costs)
-    assert len(shares) <= 6  # with today's costs and budget: none waits more than 5 landings
+    assert len(shares) <= 7  # with today's costs and budget: none waits more than 6 landings
     assert len(shares) == len(selection.deal(costs, EXTENDED_BUDGET_S - 1))  # as few as fit: no slack share
 
 

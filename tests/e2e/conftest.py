@@ -54,11 +54,12 @@ SCENARIO_ORDER = ("sim-lifecycle", "rollout", "bench", "faults", "split", "harde
 # a rerun of a commit runs the same share, and each scenario runs once in every few landings.
 EXTENDED = os.environ.get("SPARKCTL_E2E_EXTENDED") == "1"
 # Seconds of extended scenarios (by their measured cost) a run adds. CI stops at 90 min and the project keeps its
-# run under 60. The fresh-clone run at landing 214 took 1,573 s with a share of 325 s: bootstrap, the fast suite on
-# every core and the core set cost ~1,250 s. A share of up to 1,500 s keeps the run near 46 min, and a share whose
-# scenarios run 20 % over their measured cost near 51 min; every extended scenario fits it (the fleet is three modules,
-# each with its own join, and the two long acceptance scenarios ride too), and a fast test refuses one that does not.
-EXTENDED_BUDGET_S = float(os.environ.get("SPARKCTL_E2E_EXTENDED_BUDGET_S", "1500"))
+# run under 60. CI's fresh-clone run at landing 252 took 3,584 s with a share of 1,280 s: bootstrap, the fast suite on
+# every core and the core set (now with a wheelhouse build and the fan-out's copies) cost ~2,300 s on CI's machine. A
+# budget of 1,200 s deals today's scenarios into seven shares of 1,020-1,150 s, so the run stays near 57 min; every
+# extended scenario fits it (the longest, the fleet's waves, is 1,100 s alone), and a fast test refuses one that does
+# not.
+EXTENDED_BUDGET_S = float(os.environ.get("SPARKCTL_E2E_EXTENDED_BUDGET_S", "1200"))
 EXTENDED_PICK: list[str] = []  # what this run's share is, for its summary
 
 
