@@ -195,6 +195,8 @@ def install(staging: str, snapshot: str) -> None:
         for n in names:
             target = os.path.realpath(os.path.join(root, n))
             if os.path.islink(os.path.join(root, n)) and os.path.dirname(target) == staged_blobs:
+                if not os.path.exists(target):
+                    continue  # two files of the same content share one blob: moved for the first
                 os.makedirs(blobs, mode=0o755, exist_ok=True)
                 os.replace(target, os.path.join(blobs, os.path.basename(target)))
     os.makedirs(os.path.dirname(snapshot), mode=0o755, exist_ok=True)

@@ -184,6 +184,27 @@ def test_the_verifier_itself_never_passes_a_file_it_cannot_check(tmp_path):
     assert problems == ["config.json: the listing has no sha256 or git blob id for it; its content cannot be verified"]
 
 
+def test_a_verified_copy_is_installed_as_a_download_is_laid_out_even_when_two_files_share_a_blob(tmp_path):
+    """install(): the staging copy's blobs move into the repo folder's blobs/ and its snapshot of links into place;
+    two files of the same content (one blob, two links) and a file that is no link (an older copy's) both survive."""
+    from sparkctl.box.fetch_checkpoint import install
+
+    staging, sha = tmp_path / "store" / ".fanout-staging" / "models--acme--tiny@abc", "abc"
+    (staging / "blobs").mkdir(parents=True)
+    (staging / "blobs" / "b1").write_text("same")
+    snap = staging / "snapshots" / sha
+    (snap / "sub").mkdir(parents=True)
+    (snap / "a.json").symlink_to("../../blobs/b1")
+    (snap / "sub" / "b.json").symlink_to("../../../blobs/b1")
+    (snap / "plain.txt").write_text("plain")
+    final = tmp_path / "store" / "hub" / "models--acme--tiny" / "snapshots" / sha
+    install(str(staging), str(final))
+    blob = final.parent.parent / "blobs" / "b1"
+    assert (final / "a.json").resolve() == (final / "sub" / "b.json").resolve() == blob.resolve()
+    assert blob.read_text() == "same" and (final / "plain.txt").read_text() == "plain"
+    assert not staging.exists()
+
+
 # --- the fleet's fan-out: a copy from another box (--copy) -----------------------------------------------------------
 
 FAKE_RSYNC = REPO_ROOT / "tests" / "standins" / "rsync.py"
